@@ -1,0 +1,1 @@
+"""Judges: label generated user turns, measure agreement, and report."""

@@ -1,0 +1,1 @@
+"""Serving: manifests that launch SGLang / CPU engines, readiness, teardown, cluster targets."""
