@@ -28,7 +28,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from client.errors import EndpointError, UserError
+from client.errors import EndpointError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 FATAL_STATUS = frozenset({401, 403, 404})  # the whole run is wrong: abort, keep completed records

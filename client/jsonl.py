@@ -1,0 +1,133 @@
+"""Results files: append-only JSONL, one `ProbeRecord` per line, safe against SIGKILL.
+
+Each record is written with a single `write()` of a complete line straight to the file descriptor,
+so a killed process leaves at most one torn final line. Opening a file for append first cuts such a
+torn tail, so the next run never glues a new record onto it. Readers keep the last line per key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+
+from client.errors import UserError
+from client.records import ProbeRecord
+
+
+@dataclass
+class ReadReport:
+    """What reading a results file found besides valid records."""
+
+    lines: int = 0
+    torn_tail: bool = False
+    duplicates: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def _cut_torn_tail(path: Path) -> bool:
+    """Truncate a final line without a newline (a write cut by a kill). Returns True if it cut."""
+    size = path.stat().st_size
+    if size == 0:
+        return False
+    with path.open("rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return False
+        # Walk back to the previous newline.
+        pos = size
+        chunk = 65536
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            block = fh.read(pos - start)
+            idx = block.rfind(b"\n")
+            if idx >= 0:
+                fh.truncate(start + idx + 1)
+                return True
+            pos = start
+        fh.truncate(0)
+        return True
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield (line number, raw line, complete?) for each non-empty line."""
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            complete = raw.endswith(b"\n")
+            raw = raw.strip()
+            if raw:
+                yield number, raw, complete
+
+
+def read_records(path: str | Path, *, strict: bool = True) -> tuple[dict[str, ProbeRecord], ReadReport]:
+    """Read a results file into {key: last record}. A torn final line is ignored (and reported).
+
+    A malformed complete line raises UserError naming file:line when `strict`, else it is skipped
+    and listed in the report.
+    """
+    path = Path(path)
+    report = ReadReport()
+    records: dict[str, ProbeRecord] = {}
+    if not path.exists():
+        return records, report
+    for number, raw, complete in iter_lines(path):
+        report.lines += 1
+        try:
+            record = ProbeRecord.model_validate(orjson.loads(raw))
+        except (orjson.JSONDecodeError, ValidationError) as exc:
+            if not complete:
+                report.torn_tail = True
+                continue
+            message = f"{path}:{number}: not a userturn record ({_first_error(exc)})"
+            if strict:
+                raise UserError(message) from None
+            report.skipped.append(message)
+            continue
+        if record.key in records:
+            report.duplicates += 1
+        records[record.key] = record
+    return records, report
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "record"
+        return f"{loc}: {err['msg']}"
+    return str(exc).split("\n")[0]
+
+
+class JsonlWriter:
+    """Append records as complete lines; each `write` reaches the kernel before it returns."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            _cut_torn_tail(self.path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.written = 0
+
+    def write(self, record: ProbeRecord) -> None:
+        line = orjson.dumps(record.model_dump(mode="json", exclude_none=False)) + b"\n"
+        view = memoryview(line)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self.written += 1
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
