@@ -1,0 +1,461 @@
+"""The probe pipeline: conversations -> prompts ending at an open user header -> completions -> JSONL.
+
+One `run_probe` call covers one model on one dataset: every (item, perturbation, temperature, sample)
+becomes one record. Work is spread over a fixed pool of `concurrency` workers (no task per sample),
+prompts are rendered once per (item, perturbation), records stream to the results file as they finish,
+and keys already `ok` in that file are skipped, so rerunning the same command resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import orjson
+from pydantic import BaseModel, Field
+
+from client.dataset import DatasetItem
+from client.endpoint import Endpoint, EndpointError, RequestFailed
+from client.jsonl import JsonlWriter, read_records
+from client.progress import Progress, RunCounters
+from client.ratelimit import RateLimiter
+from client.records import Message, ProbeRecord, Usage, record_key, sha256_text
+from client.seeds import sample_seed
+
+THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+class Renderer(Protocol):
+    """What the pipeline needs from a chat-template renderer (client.templates.PromptRenderer)."""
+
+    template_sha256: str
+    stop: list[str]
+    stop_token_ids: list[int]
+
+    def user_turn_prompt(self, messages: list[Message]) -> str: ...
+
+    def count_tokens(self, text: str) -> int | None: ...
+
+
+class JudgeHook(Protocol):
+    async def judge(self, record: ProbeRecord) -> ProbeRecord: ...
+
+
+PerturbFn = Callable[..., list[Message]]
+ScoreFn = Callable[[str, DatasetItem, str], tuple[bool | None, dict[str, float] | None]]
+RoleFlipFn = Callable[[list[Message]], list[Message]]
+
+
+class ProbeSettings(BaseModel):
+    """Everything that decides what is sent; part of the run's identity."""
+
+    model: str
+    dataset: str
+    temperatures: list[float] = Field(default_factory=lambda: [0.0])
+    samples: int = Field(default=1, ge=1)
+    max_tokens: int = Field(default=256, ge=1)
+    seed: int = 0
+    top_p: float | None = None
+    perturbations: list[str] = Field(default_factory=lambda: ["none"])
+    mode: Literal["raw", "chat"] = "raw"
+    assistant_from: Literal["dataset", "model"] = "dataset"
+    assistant_temperature: float = 0.0
+    assistant_max_tokens: int = Field(default=1024, ge=1)
+    send_stop_token_ids: bool = False
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    concurrency: int = Field(default=64, ge=1)
+    rpm: float | None = None
+    tpm: float | None = None
+
+
+@dataclass(slots=True)
+class Job:
+    key: str
+    item: DatasetItem
+    perturbation: str
+    temperature: float
+    sample: int
+    seed: int
+    messages: list[Message]
+    payload_base: dict[str, Any]
+    prompt_sha256: str
+    estimated_tokens: int
+    context: dict[str, Any]
+
+
+@dataclass
+class ProbeSummary:
+    total: int
+    skipped: int
+    ok: int
+    errors: int
+    elapsed_s: float
+    judged: int = 0
+    judge_failures: int = 0
+
+    @property
+    def req_per_s(self) -> float:
+        return (self.ok + self.errors) / self.elapsed_s if self.elapsed_s else 0.0
+
+
+@dataclass
+class AssistantTurn:
+    """The assistant turn an item is probed with, plus its task score."""
+
+    messages: list[Message] | None
+    source: Literal["dataset", "model", "none"]
+    error: str | None = None
+    correct: bool | None = None
+    task_scores: dict[str, float] | None = None
+    text: str | None = None
+
+
+def strip_reasoning(text: str) -> str:
+    """Drop <think> blocks (and a dangling leading </think>) from a completion."""
+    text = THINK_BLOCK.sub("", text)
+    if "</think>" in text:
+        text = text.split("</think>", 1)[1]
+    return text.strip()
+
+
+def clean_user_turn(text: str, stops: Sequence[str]) -> str:
+    """The generated user turn without a trailing stop string some servers echo back."""
+    for stop in stops:
+        if stop and text.endswith(stop):
+            text = text[: -len(stop)]
+    return text
+
+
+def _default_perturb(name: str, messages: list[Message], **_: Any) -> list[Message]:
+    if name != "none":
+        raise ValueError(f"no perturbation function for {name!r}")
+    return messages
+
+
+class ProbeRun:
+    """One probe run. Construct, then `await run()`."""
+
+    def __init__(
+        self,
+        items: Sequence[DatasetItem],
+        settings: ProbeSettings,
+        *,
+        endpoints: Sequence[Endpoint],
+        renderer: Renderer | None,
+        out_path: str,
+        judge: JudgeHook | None = None,
+        perturb: PerturbFn | None = None,
+        scorer: ScoreFn | None = None,
+        role_flip: RoleFlipFn | None = None,
+        progress: bool = True,
+        progress_title: str | None = None,
+    ) -> None:
+        if settings.mode == "raw" and renderer is None:
+            raise ValueError("raw mode needs a chat-template renderer")
+        if settings.mode == "chat" and role_flip is None:
+            raise ValueError("chat mode needs a role-flip function")
+        self.items = list(items)
+        self.settings = settings
+        self.endpoints = list(endpoints)
+        self._next_endpoint = itertools.cycle(self.endpoints)
+        self.renderer = renderer
+        self.out_path = out_path
+        self.judge = judge
+        self.perturb = perturb or _default_perturb
+        self.scorer = scorer
+        self.role_flip = role_flip
+        self.limiter = RateLimiter(settings.rpm, settings.tpm)
+        self.counters = RunCounters()
+        self.progress = Progress(
+            self.counters,
+            lambda: [e.stats for e in self.endpoints],
+            title=progress_title or f"userturn probe {settings.model} on {settings.dataset}",
+            enabled=progress,
+        )
+        self._fatal: BaseException | None = None
+
+    # ----- planning -------------------------------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        s = self.settings
+        return [
+            record_key(s.model, s.dataset, item.id, p, t, k, s.mode)
+            for item in self.items
+            for p in s.perturbations
+            for t in s.temperatures
+            for k in range(s.samples)
+        ]
+
+    def _payload_base(self, messages: list[Message]) -> tuple[dict[str, Any], str, int]:
+        s = self.settings
+        if s.mode == "chat":
+            assert self.role_flip is not None
+            flipped = self.role_flip(messages)
+            dumped = [m.model_dump(exclude_none=True) for m in flipped]
+            payload: dict[str, Any] = {"model": s.model, "messages": dumped, "max_tokens": s.max_tokens}
+            text = orjson.dumps(dumped).decode()
+            return payload, sha256_text(text), (len(text) // 4 + s.max_tokens) if s.tpm else 0
+        assert self.renderer is not None
+        prompt = self.renderer.user_turn_prompt(messages)
+        payload = {"model": s.model, "prompt": prompt, "max_tokens": s.max_tokens, "stop": self.renderer.stop}
+        if s.send_stop_token_ids and self.renderer.stop_token_ids:
+            payload["stop_token_ids"] = self.renderer.stop_token_ids
+        estimate = 0
+        if s.tpm:
+            counted = self.renderer.count_tokens(prompt)
+            estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
+        return payload, sha256_text(prompt), estimate
+
+    def _jobs(self, done: set[str], turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
+        """Pending work in order; items whose assistant turn failed yield error records directly."""
+        s = self.settings
+        pool = [t.messages for t in (turns[i.id] for i in self.items) if t.messages is not None]
+        for index, item in enumerate(self.items):
+            turn = turns[item.id]
+            for perturbation in s.perturbations:
+                keys = [
+                    (t, k, record_key(s.model, s.dataset, item.id, perturbation, t, k, s.mode))
+                    for t in s.temperatures
+                    for k in range(s.samples)
+                ]
+                keys = [x for x in keys if x[2] not in done]
+                if not keys:
+                    continue
+                context = {"assistant_source": turn.source, "correct": turn.correct,
+                           "task_scores": turn.task_scores, "assistant_text": turn.text}
+                if turn.messages is None:
+                    for t, k, key in keys:
+                        yield self._error_record(key, item, perturbation, t, k, [], turn.error or "no assistant turn",
+                                                 context)
+                    continue
+                try:
+                    messages = self.perturb(
+                        perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, index, perturbation),
+                        pool=pool,
+                    )
+                except ValueError as exc:
+                    for t, k, key in keys:
+                        yield self._error_record(key, item, perturbation, t, k, turn.messages,
+                                                 f"perturbation failed: {exc}", context)
+                    continue
+                payload, prompt_sha, estimate = self._payload_base(messages)
+                for t, k, key in keys:
+                    seed = sample_seed(s.seed, item.id, t, k, perturbation, s.mode)
+                    yield Job(key, item, perturbation, t, k, seed, messages, payload, prompt_sha, estimate, context)
+
+    # ----- records --------------------------------------------------------------------------------------------
+    def _base_fields(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
+                     messages: list[Message], context: dict[str, Any]) -> dict[str, Any]:
+        s = self.settings
+        meta = dict(item.meta or {})
+        if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
+            meta["assistant_turn"] = context["assistant_text"]
+        return {
+            "key": key, "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
+            "perturbation": perturbation, "temperature": temperature, "sample": sample,
+            "seed": sample_seed(s.seed, item.id, temperature, sample, perturbation, s.mode),
+            "messages": messages, "assistant_source": context.get("assistant_source", "dataset"),
+            "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
+            "reference_answer": item.answer, "correct": context.get("correct"),
+            "task_scores": context.get("task_scores"), "meta": meta or None,
+        }
+
+    def _error_record(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
+                      messages: list[Message], error: str, context: dict[str, Any], attempts: int = 0) -> ProbeRecord:
+        fields = self._base_fields(key, item, perturbation, temperature, sample, messages, context)
+        return ProbeRecord(**fields, status="error", error=error, attempts=attempts)
+
+    # ----- the assistant turn ---------------------------------------------------------------------------------
+    async def _assistant_turns(self, existing: dict[str, ProbeRecord]) -> dict[str, AssistantTurn]:
+        s = self.settings
+        turns: dict[str, AssistantTurn] = {}
+        needed: list[DatasetItem] = []
+        reuse: dict[str, str] = {}
+        if s.assistant_from == "model":
+            for record in existing.values():
+                text = (record.meta or {}).get("assistant_turn")
+                if record.assistant_source == "model" and isinstance(text, str):
+                    reuse.setdefault(record.item_id, text)
+        for item in self.items:
+            if s.assistant_from == "dataset":
+                if item.ends_with_assistant:
+                    turns[item.id] = self._scored(item, list(item.messages), "dataset", item.messages[-1].content)
+                else:
+                    turns[item.id] = AssistantTurn(None, "dataset", error="conversation does not end with an "
+                                                   "assistant turn (use --assistant-from model)")
+            elif item.id in reuse:
+                turns[item.id] = self._with_answer(item, reuse[item.id])
+            else:
+                needed.append(item)
+        if needed:
+            results = await self._fan_out(needed, self._answer)
+            for item, turn in zip(needed, results, strict=True):
+                turns[item.id] = turn
+        return turns
+
+    def _history(self, item: DatasetItem) -> list[Message]:
+        """The conversation the model answers: everything up to (not including) a final assistant turn."""
+        return list(item.messages[:-1]) if item.ends_with_assistant else list(item.messages)
+
+    def _with_answer(self, item: DatasetItem, text: str, reasoning: str | None = None) -> AssistantTurn:
+        extra = {"reasoning_content": reasoning} if reasoning else {}
+        messages = [*self._history(item), Message(role="assistant", content=text, **extra)]
+        return self._scored(item, messages, "model", text)
+
+    def _scored(self, item: DatasetItem, messages: list[Message], source: Literal["dataset", "model"],
+                text: str) -> AssistantTurn:
+        correct, scores = (None, None)
+        if self.scorer is not None:
+            correct, scores = self.scorer(self.settings.dataset, item, strip_reasoning(text))
+        return AssistantTurn(messages, source, correct=correct, task_scores=scores, text=text)
+
+    async def _answer(self, item: DatasetItem) -> AssistantTurn:
+        s = self.settings
+        history = self._history(item)
+        payload = {
+            "model": s.model,
+            "messages": [m.model_dump(exclude_none=True) for m in history],
+            "temperature": s.assistant_temperature,
+            "max_tokens": s.assistant_max_tokens,
+            "seed": sample_seed(s.seed, item.id, s.assistant_temperature, 0, "assistant"),
+            **s.extra_body,
+        }
+        try:
+            result = await next(self._next_endpoint).post_json("chat/completions", payload)
+            message = result.data["choices"][0]["message"]
+            content = message.get("content") or ""
+        except RequestFailed as exc:
+            return AssistantTurn(None, "model", error=f"assistant turn failed: {exc.reason}")
+        except (KeyError, IndexError, TypeError):
+            return AssistantTurn(None, "model", error="assistant turn failed: malformed chat completion")
+        reasoning = message.get("reasoning_content")
+        if "<think>" in content or "</think>" in content:
+            match = re.search(r"<think>(.*?)</think>", content, re.DOTALL)
+            reasoning = reasoning or (match.group(1).strip() if match else None)
+            content = strip_reasoning(content)
+        return self._with_answer(item, content, reasoning)
+
+    # ----- the probe ------------------------------------------------------------------------------------------
+    async def _probe(self, job: Job) -> ProbeRecord:
+        s = self.settings
+        payload = dict(job.payload_base)
+        payload["temperature"] = job.temperature
+        payload["seed"] = job.seed
+        if s.top_p is not None:
+            payload["top_p"] = s.top_p
+        if s.extra_body:
+            payload.update(s.extra_body)
+        fields = self._base_fields(job.key, job.item, job.perturbation, job.temperature, job.sample, job.messages,
+                                   job.context)
+        fields["prompt_sha256"] = job.prompt_sha256
+        if self.limiter.active:
+            await self.limiter.acquire(job.estimated_tokens)
+        endpoint = next(self._next_endpoint)
+        path = "chat/completions" if s.mode == "chat" else "completions"
+        try:
+            result = await endpoint.post_json(path, payload)
+        except RequestFailed as exc:
+            return ProbeRecord(**fields, status="error", error=exc.reason, attempts=exc.attempts)
+        try:
+            choice = result.data["choices"][0]
+            text = strip_reasoning(choice["message"].get("content") or "") if s.mode == "chat" else choice["text"]
+            if not isinstance(text, str):
+                raise TypeError("text is not a string")
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            return ProbeRecord(**fields, status="error", error=f"malformed completion body ({exc})",
+                               attempts=result.attempts, latency_s=result.latency_s)
+        usage = result.data.get("usage")
+        usage_model = Usage(**{k: usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}) \
+            if isinstance(usage, dict) else None
+        if usage_model is not None:
+            endpoint.stats.prompt_tokens += usage_model.prompt_tokens or 0
+            endpoint.stats.completion_tokens += usage_model.completion_tokens or 0
+            if self.limiter.tokens is not None:
+                self.limiter.settle(job.estimated_tokens, usage_model.total_tokens)
+        stops = self.renderer.stop if (self.renderer and s.mode == "raw") else []
+        return ProbeRecord(
+            **fields,
+            user_turn=clean_user_turn(text, stops),
+            finish_reason=choice.get("finish_reason"),
+            matched_stop=choice.get("matched_stop"),
+            status="ok",
+            usage=usage_model,
+            latency_s=round(result.latency_s, 6),
+            attempts=result.attempts,
+        )
+
+    async def _fan_out(self, inputs: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
+        """Run `work` over inputs with the concurrency limit, preserving order."""
+        results: list[Any] = [None] * len(inputs)
+        feed = iter(enumerate(inputs))
+
+        async def worker() -> None:
+            for index, value in feed:
+                results[index] = await work(value)
+
+        await asyncio.gather(*(worker() for _ in range(min(self.settings.concurrency, len(inputs)))))
+        return results
+
+    async def run(self) -> ProbeSummary:
+        existing, _ = read_records(self.out_path)
+        keys = self.keys()
+        if len(set(keys)) != len(keys):
+            raise ValueError("duplicate keys in the plan (repeated temperatures or perturbations?)")
+        done = {k for k in keys if (r := existing.get(k)) is not None and r.status == "ok"}
+        c = self.counters
+        c.total = len(keys) - len(done)
+        c.skipped = len(done)
+        writer = JsonlWriter(self.out_path)
+        started = time.monotonic()
+        self.progress.start()
+        try:
+            turns = await self._assistant_turns(existing)
+            jobs = self._jobs(done, turns)
+            workers = [asyncio.create_task(self._worker(jobs, writer)) for _ in range(self.settings.concurrency)]
+            try:
+                await asyncio.gather(*workers)
+            except BaseException:
+                for w in workers:
+                    w.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                raise
+        finally:
+            await self.progress.stop()
+            writer.close()
+        return ProbeSummary(total=len(keys), skipped=c.skipped, ok=c.ok, errors=c.errors,
+                            elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures)
+
+    async def _worker(self, jobs: Iterator[Job | ProbeRecord], writer: JsonlWriter) -> None:
+        c = self.counters
+        for job in jobs:
+            record = job if isinstance(job, ProbeRecord) else await self._probe(job)
+            if self.judge is not None and record.status == "ok":
+                record = await self.judge.judge(record)
+                self._count_judged(record)
+            writer.write(record)
+            c.done += 1
+            if record.status == "ok":
+                c.ok += 1
+            else:
+                c.errors += 1
+
+    def _count_judged(self, record: ProbeRecord) -> None:
+        c = self.counters
+        if record.label_source == "rule":
+            c.rule_labels += 1
+        if record.judge_status == "error":
+            c.judge_failures += 1
+        elif record.label is not None:
+            c.judged += 1
+
+
+async def run_probe(items: Sequence[DatasetItem], settings: ProbeSettings, **kwargs: Any) -> ProbeSummary:
+    """Convenience wrapper: `await run_probe(items, settings, endpoints=..., renderer=..., out_path=...)`."""
+    return await ProbeRun(items, settings, **kwargs).run()
+
+
+__all__ = ["EndpointError", "ProbeRun", "ProbeSettings", "ProbeSummary", "run_probe"]
