@@ -1,9 +1,243 @@
-"""Subcommands of this package (being built)."""
+"""`userturn probe`: generate the next user turn for every conversation of a dataset."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from client.dataset import DatasetItem, load_jsonl
+from client.endpoint import Endpoint, EndpointConfig
+from client.errors import UserError
+from client.pipeline import ProbeRun, ProbeSettings, ProbeSummary
+
+
+def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by every command that talks to a model endpoint."""
+    g = parser.add_argument_group("endpoint")
+    g.add_argument("--base-url", action="append", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1 (repeat to round-robin replicas)")
+    g.add_argument("--model", help="model name sent in requests (and recorded)")
+    g.add_argument("--manifest", metavar="YAML", help="launch (or point at) the server a manifest describes; "
+                   "supplies base URL, model name, tokenizer and stops; the server is shut down afterwards")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="environment variable holding the API key (optional for local servers; never written)")
+    g.add_argument("--concurrency", type=int, default=64, help="requests in flight (default 64)")
+    g.add_argument("--rpm", type=float, default=None, help="requests-per-minute limit")
+    g.add_argument("--tpm", type=float, default=None, help="tokens-per-minute limit (prompt + max tokens)")
+    g.add_argument("--request-timeout", type=float, default=300.0, metavar="S",
+                   help="per-attempt deadline in seconds; a hung request is cut and retried (default 300)")
+    g.add_argument("--max-retries", type=int, default=5, help="retries after the first attempt (default 5)")
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("probe")
+    g.add_argument("--dataset", required=True,
+                   help="local JSONL path, or a built-in dataset NAME[:split] (gsm8k, ifeval, mt-bench, ...)")
+    g.add_argument("--dataset-name", default=None, help="name recorded for the dataset (default: file stem / NAME)")
+    g.add_argument("--out", required=True, metavar="FILE.jsonl", help="results file (appended; resumable)")
+    g.add_argument("--tokenizer", default=None, metavar="DIR_OR_HUB_ID",
+                   help="tokenizer with the model's chat template (local dir or hub id); required in raw mode")
+    g.add_argument("--chat-template", default=None, metavar="FILE", help="override the tokenizer's chat template")
+    g.add_argument("--enable-thinking", choices=["true", "false"], default=None,
+                   help="pass enable_thinking to the chat template (e.g. Qwen3, GLM)")
+    g.add_argument("--temperature", type=float, action="append", default=None, metavar="T",
+                   help="sampling temperature (repeat for a sweep; default 0)")
+    g.add_argument("--samples", type=int, default=1, metavar="K", help="samples per item and temperature")
+    g.add_argument("--max-tokens", type=int, default=None, metavar="M",
+                   help="max tokens of the user turn (default: manifest probe default, else 256)")
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--seed", type=int, default=0, metavar="S", help="run seed; each sample's seed derives from it")
+    g.add_argument("--limit", type=int, default=None, metavar="N", help="first N items only")
+    g.add_argument("--shuffle-seed", type=int, default=None, help="shuffle items deterministically before --limit")
+    g.add_argument("--perturb", action="append", default=None, metavar="NAME",
+                   help="perturbation of the assistant turn (repeatable): none, wrong_answer, truncate, swap, "
+                        "remove, generic (default none)")
+    g.add_argument("--mode", choices=["raw", "chat"], default="raw",
+                   help="raw: completion ending at an open user header (default); chat: role-flip via chat API")
+    g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
+                   help="where the assistant turn comes from (default: dataset if the item ends with one, "
+                        "else model)")
+    g.add_argument("--assistant-temperature", type=float, default=0.0)
+    g.add_argument("--assistant-max-tokens", type=int, default=1024)
+    g.add_argument("--send-stop-token-ids", action="store_true",
+                   help="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn token "
+                        "is not an EOS, e.g. gpt-oss <|end|>)")
+    g.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this package's subcommands to the `userturn` parser."""
+    parser = sub.add_parser(
+        "probe",
+        help="generate the next user turn for each conversation",
+        description="Render each conversation with the model's chat template so the prompt ends at an open user "
+                    "header, send it as a raw completion, and stream one JSONL record per generated user turn.",
+    )
+    add_endpoint_arguments(parser)
+    add_probe_arguments(parser)
+    _add_judge_arguments(parser)
+    parser.set_defaults(func=probe_command)
+
+
+def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
+    from judges import cli as judges_cli
+
+    adder = getattr(judges_cli, "add_judge_arguments", None)
+    if adder is not None:
+        adder(parser)
+
+
+def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None) -> tuple[str, list[DatasetItem]]:
+    """A local JSONL file or a built-in dataset name -> (dataset name, items)."""
+    path = Path(spec)
+    if (path.suffix in (".jsonl", ".json") or path.exists() or "/" in spec) and shuffle_seed is None:
+        return path.stem, load_jsonl(path, limit=limit)
+    from client.loaders import load_dataset_spec
+
+    return load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed)
+
+
+def probe_command(args: argparse.Namespace) -> int:
+    return run_async(probe_main(args))
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine on uvloop where available."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - windows
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+@contextlib.contextmanager
+def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """Resolve base URLs / model / tokenizer from flags, or launch the manifest's server for the duration."""
+    if not args.manifest:
+        if not args.base_url:
+            raise UserError("--base-url or --manifest is required")
+        if not args.model:
+            raise UserError("--model is required with --base-url")
+        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "smoke": False}
+        return
+    from serve import launch, load_manifest
+
+    manifest = load_manifest(args.manifest)
+    with launch(manifest) as server:
+        probe_defaults = manifest.probe.model_dump(exclude_none=True) if getattr(manifest, "probe", None) else {}
+        yield {
+            "base_urls": args.base_url or server.base_urls,
+            "model": args.model or server.model_name,
+            "probe": probe_defaults,
+            "smoke": bool(getattr(server, "smoke", False)),
+        }
+
+
+def build_renderer(tokenizer: str | None, chat_template: str | None, enable_thinking: bool | None):
+    from client.templates import PromptRenderer
+
+    if not tokenizer:
+        raise UserError("--tokenizer is required in raw mode (the model's chat template renders the prompt)")
+    return PromptRenderer.load(tokenizer, chat_template=chat_template, enable_thinking=enable_thinking)
+
+
+def pipeline_hooks() -> dict[str, Any]:
+    """Perturbations, task scoring and the chat-mode role flip."""
+    from client.chat_mode import role_flip_messages
+    from client.perturb import perturb
+    from client.scoring import score
+
+    return {"perturb": perturb, "scorer": score, "role_flip": role_flip_messages}
+
+
+def _bool(value: str | None) -> bool | None:
+    return None if value is None else value == "true"
+
+
+async def probe_main(args: argparse.Namespace) -> int:
+    name, items = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed)
+    dataset_name = args.dataset_name or name
+    with serving(args) as server:
+        defaults = server["probe"]
+        tokenizer = args.tokenizer or defaults.get("tokenizer")
+        enable_thinking = _bool(args.enable_thinking)
+        if enable_thinking is None:
+            enable_thinking = defaults.get("enable_thinking")
+        renderer = None
+        if args.mode == "raw":
+            renderer = build_renderer(tokenizer, args.chat_template or defaults.get("chat_template"),
+                                      enable_thinking)
+        assistant_from = args.assistant_from or (
+            "dataset" if all(i.ends_with_assistant for i in items) else "model")
+        settings = ProbeSettings(
+            model=server["model"],
+            dataset=dataset_name,
+            temperatures=args.temperature or [0.0],
+            samples=args.samples,
+            max_tokens=args.max_tokens or defaults.get("max_tokens") or 256,
+            seed=args.seed,
+            top_p=args.top_p,
+            perturbations=args.perturb or ["none"],
+            mode=args.mode,
+            assistant_from=assistant_from,
+            assistant_temperature=args.assistant_temperature,
+            assistant_max_tokens=args.assistant_max_tokens,
+            send_stop_token_ids=args.send_stop_token_ids or bool(defaults.get("send_stop_token_ids")),
+            concurrency=args.concurrency,
+            rpm=args.rpm,
+            tpm=args.tpm,
+        )
+        summary = await execute(items, settings, args, server["base_urls"], renderer)
+    return report_summary(summary, args.out)
+
+
+async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argparse.Namespace,
+                  base_urls: list[str], renderer: Any) -> ProbeSummary:
+    endpoints = [
+        Endpoint(EndpointConfig(base_url=url, api_key_env=args.api_key_env, request_timeout=args.request_timeout,
+                                max_retries=args.max_retries, concurrency=settings.concurrency))
+        for url in base_urls
+    ]
+    judge = None
+    try:
+        for endpoint in endpoints:
+            await endpoint.check()
+        judge = await _judge_panel(args)
+        run = ProbeRun(items, settings, endpoints=endpoints, renderer=renderer, out_path=args.out, judge=judge,
+                       progress=not args.no_progress, **pipeline_hooks())
+        return await run.run()
+    finally:
+        if judge is not None and hasattr(judge, "aclose"):
+            await judge.aclose()
+        for endpoint in endpoints:
+            await endpoint.aclose()
+
+
+async def _judge_panel(args: argparse.Namespace) -> Any:
+    from judges import cli as judges_cli
+
+    factory = getattr(judges_cli, "panel_from_args", None)
+    if factory is None:
+        return None
+    panel = factory(args)
+    if panel is not None and hasattr(panel, "check"):
+        await panel.check()
+    return panel
+
+
+def report_summary(summary: ProbeSummary, out: str) -> int:
+    print(
+        f"userturn: wrote {summary.ok + summary.errors} records to {out} (ok {summary.ok}, errors {summary.errors}, "
+        f"already done {summary.skipped}) in {summary.elapsed_s:.1f}s ({summary.req_per_s:.1f} req/s)",
+        file=sys.stderr,
+    )
+    if summary.errors:
+        print(f"userturn: {summary.errors} samples failed (see `error` in {out}); rerun the same command to retry "
+              "them", file=sys.stderr)
+        return 1
+    return 0
