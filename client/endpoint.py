@@ -148,7 +148,9 @@ class Endpoint:
             trust_env=False,
         )
         self._ids = itertools.count()
-        self._backoff = wait_exponential_jitter(initial=config.backoff_initial, max=config.backoff_max)
+        self._backoff = wait_exponential_jitter(
+            multiplier=config.backoff_initial, max=config.backoff_max, jitter=config.backoff_initial
+        )
 
     @property
     def http(self) -> httpx.AsyncClient:

@@ -1,0 +1,252 @@
+"""The probe pipeline against respx-mocked endpoints: records, seeds, resume, errors, judging hooks."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import respx
+
+from client.dataset import DatasetItem
+from client.endpoint import Endpoint, EndpointConfig
+from client.errors import EndpointError
+from client.jsonl import read_records
+from client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
+from client.records import Message, ProbeRecord
+
+BASE = "http://probe.test/v1"
+
+
+class ChatMLRenderer:
+    """Test double with the pipeline's Renderer shape (the real one is client.templates.PromptRenderer)."""
+
+    template_sha256 = "t" * 64
+    def __init__(self) -> None:
+        self.stop = ["<|im_end|>"]
+        self.stop_token_ids = [7]
+
+    def user_turn_prompt(self, messages: list[Message]) -> str:
+        body = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
+        return body + "<|im_start|>user\n"
+
+    def count_tokens(self, text: str) -> int | None:
+        return len(text.split())
+
+
+def items(n: int = 3, with_assistant: bool = True) -> list[DatasetItem]:
+    out = []
+    for i in range(n):
+        msgs = [{"role": "user", "content": f"What is {i}+{i}?"}]
+        if with_assistant:
+            msgs.append({"role": "assistant", "content": f"It is {2 * i}."})
+        out.append(DatasetItem.model_validate({"id": f"q{i}", "messages": msgs, "answer": str(2 * i)}))
+    return out
+
+
+def endpoint(**kw) -> Endpoint:
+    cfg = dict(base_url=BASE, max_retries=2, backoff_initial=0.0, backoff_max=0.0, request_timeout=5)
+    cfg.update(kw)
+    return Endpoint(EndpointConfig(**cfg))
+
+
+def completion(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    text = f"Why is it {body['prompt'].count('im_start')}? seed={body['seed']}<|im_end|>"
+    return httpx.Response(200, json={
+        "choices": [{"index": 0, "text": text, "finish_reason": "stop", "matched_stop": "<|im_end|>"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    })
+
+
+async def run(tmp_path, settings: ProbeSettings, its=None, **kw):
+    ep = endpoint()
+    try:
+        probe = ProbeRun(its or items(), settings, endpoints=[ep], renderer=ChatMLRenderer(),
+                         out_path=str(tmp_path / "out.jsonl"), progress=False, **kw)
+        summary = await probe.run()
+    finally:
+        await ep.aclose()
+    return summary
+
+
+def settings(**kw) -> ProbeSettings:
+    base = dict(model="m", dataset="d", temperatures=[0.0, 1.0], samples=2, concurrency=4)
+    base.update(kw)
+    return ProbeSettings(**base)
+
+
+async def test_one_record_per_sample_with_distinct_seeds(tmp_path):
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        route = mock.post("/completions").mock(side_effect=completion)
+        summary = await run(tmp_path, settings())
+    assert route.call_count == 12 and summary.ok == 12 and summary.errors == 0
+    records, report = read_records(tmp_path / "out.jsonl")
+    assert len(records) == 12 and report.lines == 12
+    rec = records["m|d|q1|raw|none|t=1|s=1"]
+    assert rec.status == "ok" and rec.finish_reason == "stop" and rec.matched_stop == "<|im_end|>"
+    assert rec.user_turn == f"Why is it 3? seed={rec.seed}"  # trailing stop echoed by the server is removed
+    assert rec.usage.total_tokens == 15 and rec.attempts == 1 and rec.template_sha256 == "t" * 64
+    assert rec.messages[-1].content == "It is 2." and rec.reference_answer == "2"
+    seeds = {(r.item_id, r.temperature, r.sample): r.seed for r in records.values()}
+    assert len(set(seeds.values())) == 12
+    sent = [json.loads(c.request.content) for c in route.calls]
+    assert all(p["prompt"].endswith("<|im_start|>user\n") and p["stop"] == ["<|im_end|>"] for p in sent)
+    assert all("stop_token_ids" not in p for p in sent)
+
+
+async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):
+    calls = {"n": 0}
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        if json.loads(request.content)["prompt"].count("What is 2+2") and calls["n"] < 100:
+            return httpx.Response(400, json={"error": {"message": "prompt too long"}})
+        return completion(request)
+
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/completions").mock(side_effect=flaky)
+        first = await run(tmp_path, settings())
+    assert first.ok == 8 and first.errors == 4
+    records, _ = read_records(tmp_path / "out.jsonl")
+    bad = records["m|d|q2|raw|none|t=0|s=0"]
+    assert bad.status == "error" and "HTTP 400" in bad.error and "prompt too long" in bad.error
+    assert bad.user_turn is None and bad.attempts == 1
+
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        route = mock.post("/completions").mock(side_effect=completion)
+        second = await run(tmp_path, settings())
+    assert route.call_count == 4 and second.skipped == 8 and second.ok == 4
+    records, _ = read_records(tmp_path / "out.jsonl")
+    assert all(r.status == "ok" for r in records.values()) and len(records) == 12
+    lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    ok_keys = [x["key"] for x in lines if x["status"] == "ok"]
+    assert len(ok_keys) == len(set(ok_keys)) == 12  # never a duplicate ok key
+
+    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+        route = mock.post("/completions").mock(side_effect=completion)
+        third = await run(tmp_path, settings())
+    assert route.call_count == 0 and third.skipped == 12
+
+
+async def test_retries_exhausted_make_error_records_not_empty_turns(tmp_path):
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/completions").mock(return_value=httpx.Response(503, text="overloaded"))
+        summary = await run(tmp_path, settings(temperatures=[0.0], samples=1))
+    assert summary.errors == 3
+    for rec in read_records(tmp_path / "out.jsonl")[0].values():
+        assert rec.status == "error" and rec.user_turn is None and rec.attempts == 3
+        assert "HTTP 503" in rec.error and "gave up after 3 attempts" in rec.error
+
+
+async def test_fatal_401_stops_the_run_and_keeps_written_records(tmp_path):
+    seen = {"n": 0}
+
+    def auth_expires(request: httpx.Request) -> httpx.Response:
+        seen["n"] += 1
+        return completion(request) if seen["n"] <= 2 else httpx.Response(401, json={"error": "bad key"})
+
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/completions").mock(side_effect=auth_expires)
+        with pytest.raises(EndpointError, match="HTTP 401"):
+            await run(tmp_path, settings(concurrency=1))
+    records, report = read_records(tmp_path / "out.jsonl")
+    assert len(records) == 2 and all(r.status == "ok" for r in records.values()) and not report.torn_tail
+
+
+async def test_assistant_turn_from_model_is_generated_once_and_reused(tmp_path):
+    def chat(request: httpx.Request) -> httpx.Response:
+        msgs = json.loads(request.content)["messages"]
+        return httpx.Response(200, json={"choices": [{"message": {
+            "content": f"<think>hmm</think>The answer is {msgs[-1]['content'][8]}."}, "finish_reason": "stop"}]})
+
+    def scorer(dataset, item, response):
+        return response.endswith(f"{item.answer}."), {"exact": 1.0}
+
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        chat_route = mock.post("/chat/completions").mock(side_effect=chat)
+        mock.post("/completions").mock(side_effect=completion)
+        await run(tmp_path, settings(assistant_from="model"), its=items(with_assistant=False), scorer=scorer)
+    assert chat_route.call_count == 3
+    records, _ = read_records(tmp_path / "out.jsonl")
+    rec = records["m|d|q1|raw|none|t=0|s=0"]
+    assert rec.assistant_source == "model" and rec.messages[-1].content == "The answer is 1."
+    assert rec.messages[-1].model_extra.get("reasoning_content") == "hmm"
+    assert rec.meta["assistant_turn"] == "The answer is 1."
+    assert records["m|d|q0|raw|none|t=0|s=0"].correct is True and rec.correct is False
+
+    # Resume with more samples: the assistant turns are reused from the records, not regenerated.
+    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+        chat_route = mock.post("/chat/completions").mock(side_effect=chat)
+        mock.post("/completions").mock(side_effect=completion)
+        summary = await run(tmp_path, settings(assistant_from="model", samples=3), its=items(with_assistant=False),
+                            scorer=scorer)
+    assert chat_route.call_count == 0 and summary.ok == 6
+
+
+async def test_dataset_without_assistant_turn_gives_clear_errors(tmp_path):
+    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+        route = mock.post("/completions").mock(side_effect=completion)
+        summary = await run(tmp_path, settings(samples=1, temperatures=[0.0]), its=items(with_assistant=False))
+    assert route.call_count == 0 and summary.errors == 3
+    rec = next(iter(read_records(tmp_path / "out.jsonl")[0].values()))
+    assert "--assistant-from model" in rec.error
+
+
+class CountingJudge:
+    def __init__(self):
+        self.n = 0
+
+    async def judge(self, record: ProbeRecord) -> ProbeRecord:
+        self.n += 1
+        label = "genuine_followup" if self.n % 2 else None
+        return record.model_copy(update={"label": label, "label_source": "judge",
+                                         "judge_status": "ok" if label else "error"})
+
+
+async def test_inline_judge_hook_and_perturbations_in_keys(tmp_path):
+    def perturb(name, messages, *, seed, pool):
+        if name == "generic":
+            return [*messages[:-1], Message(role="assistant", content="I can't help.")]
+        return messages
+
+    judge = CountingJudge()
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        route = mock.post("/completions").mock(side_effect=completion)
+        summary = await run(tmp_path, settings(perturbations=["none", "generic"], temperatures=[0.5], samples=1,
+                                               send_stop_token_ids=True), judge=judge, perturb=perturb)
+    assert summary.ok == 6 and judge.n == 6 and summary.judged == 3 and summary.judge_failures == 3
+    records, _ = read_records(tmp_path / "out.jsonl")
+    assert records["m|d|q0|raw|generic|t=0.5|s=0"].messages[-1].content == "I can't help."
+    prompts = {json.loads(c.request.content)["prompt"] for c in route.calls}
+    assert len(prompts) == 6 and all(json.loads(c.request.content)["stop_token_ids"] == [7] for c in route.calls)
+
+
+async def test_chat_mode_uses_role_flip_and_chat_endpoint(tmp_path):
+    def flip(messages):
+        swapped = {"user": "assistant", "assistant": "user"}
+        return [Message(role="system", content="Write the user's next message."),
+                *(Message(role=swapped.get(m.role, m.role), content=m.content) for m in messages)]
+
+    def chat(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": "But why 4?"}, "finish_reason": "stop"}]})
+
+    ep = endpoint()
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        route = mock.post("/chat/completions").mock(side_effect=chat)
+        probe = ProbeRun(items(1), settings(mode="chat", temperatures=[1.0], samples=1), endpoints=[ep],
+                         renderer=None, role_flip=flip, out_path=str(tmp_path / "o.jsonl"), progress=False)
+        await probe.run()
+        await ep.aclose()
+    sent = json.loads(route.calls[0].request.content)
+    assert sent["messages"][0]["role"] == "system" and sent["messages"][-1] == {"role": "user", "content": "It is 0."}
+    rec = next(iter(read_records(tmp_path / "o.jsonl")[0].values()))
+    assert rec.mode == "chat" and rec.key == "m|d|q0|chat|none|t=1|s=0" and rec.user_turn == "But why 4?"
+    assert rec.template_sha256 is None and rec.prompt_sha256
+
+
+def test_text_helpers():
+    assert strip_reasoning("<think>a\nb</think>\n\nHello") == "Hello"
+    assert strip_reasoning("partial</think> Hi") == "Hi"
+    assert clean_user_turn("Why?<|im_end|>", ["<|im_end|>"]) == "Why?"
+    assert clean_user_turn("Why?", ["<|im_end|>"]) == "Why?"
