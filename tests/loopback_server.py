@@ -1,0 +1,324 @@
+"""A fast OpenAI-compatible loopback server for tests and benchmarks (aiohttp.web on uvloop).
+
+Run it as a process::
+
+    python tests/loopback_server.py --port 0 [--latency-ms L] [--fail-first N --fail-status 503]
+                                    [--fail-mode status|close|invalid-json|slow] [--retry-after S]
+                                    [--api-key KEY]
+
+It prints ``READY <port>`` on stdout once listening (port 0 picks a free port). Endpoints:
+
+* ``POST /v1/completions`` and ``POST /v1/chat/completions``: a short deterministic reply derived from the
+  prompt (or the last message), ``finish_reason`` "stop", ``matched_stop`` "<|im_end|>", usage with token
+  counts of about len/4, ``n`` choices when ``n`` is given; ``max_tokens`` cuts the reply (finish "length").
+* ``GET /v1/models``, ``GET /health``, ``GET /stats`` (request counters as JSON).
+
+Fault injection applies to the first N POSTs: an HTTP status (with an optional Retry-After), a dropped
+connection, a truncated JSON body, or a reply slower than ``--slow-ms``.
+
+From Python, `LoopbackServer` starts the process, waits for READY and exposes `base_url` and `stats()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import select
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+STOP_TOKEN = "<|im_end|>"
+SPECIAL_TOKEN = re.compile(r"<\|[^|>]*\|>")
+FaultMode = Literal["status", "close", "invalid-json", "slow"]
+
+
+class ServerConfig(BaseModel):
+    """Behaviour of one loopback server process."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)
+    latency_ms: float = Field(default=0.0, ge=0)
+    fail_first: int = Field(default=0, ge=0, description="inject a fault into the first N POSTs")
+    fail_status: int = Field(default=503, ge=400, le=599)
+    fail_mode: FaultMode = "status"
+    retry_after: str | None = Field(default=None, description="Retry-After header sent with injected statuses")
+    slow_ms: float = Field(default=5000.0, ge=0, description="delay of a 'slow' fault")
+    api_key: str | None = Field(default=None, description="require 'Authorization: Bearer KEY' when set")
+    model: str = "loopback"
+
+
+def reply_text(source: str, index: int = 0) -> str:
+    """A short deterministic user turn derived from `source` (special tokens dropped)."""
+    words = SPECIAL_TOKEN.sub(" ", source).split()
+    tail = " ".join(words[-6:]) if words else "that"
+    suffix = f" (variant {index + 1})" if index else ""
+    return f"Thanks. Could you say more about {tail}?{suffix}"
+
+
+def approx_tokens(text: str) -> int:
+    """Token count stand-in: about four characters per token, at least one."""
+    return max(1, len(text) // 4)
+
+
+def _cut(text: str, max_tokens: Any) -> tuple[str, str, str | None]:
+    """(text, finish_reason, matched_stop) after applying `max_tokens`."""
+    if isinstance(max_tokens, int) and max_tokens > 0 and approx_tokens(text) > max_tokens:
+        return text[: max_tokens * 4], "length", None
+    return text, "stop", STOP_TOKEN
+
+
+def completion_body(payload: dict[str, Any], serial: int, model: str) -> dict[str, Any]:
+    """The /v1/completions answer for `payload`."""
+    prompt = payload.get("prompt") or ""
+    if isinstance(prompt, list):
+        prompt = " ".join(str(p) for p in prompt)
+    n = int(payload.get("n") or 1)
+    choices = []
+    completion_tokens = 0
+    for i in range(n):
+        text, finish, matched = _cut(reply_text(str(prompt), i), payload.get("max_tokens"))
+        completion_tokens += approx_tokens(text)
+        choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": matched})
+    prompt_tokens = approx_tokens(str(prompt))
+    return {
+        "id": f"cmpl-{serial}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": payload.get("model") or model,
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+def chat_body(payload: dict[str, Any], serial: int, model: str) -> dict[str, Any]:
+    """The /v1/chat/completions answer for `payload`."""
+    messages = payload.get("messages") or []
+    last = str(messages[-1].get("content") or "") if messages and isinstance(messages[-1], dict) else ""
+    everything = " ".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
+    n = int(payload.get("n") or 1)
+    choices = []
+    completion_tokens = 0
+    for i in range(n):
+        text, finish, matched = _cut(reply_text(last, i), payload.get("max_tokens"))
+        completion_tokens += approx_tokens(text)
+        choices.append({"index": i, "message": {"role": "assistant", "content": text},
+                        "finish_reason": finish, "matched_stop": matched})
+    prompt_tokens = approx_tokens(everything)
+    return {
+        "id": f"chatcmpl-{serial}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": payload.get("model") or model,
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+def build_app(config: ServerConfig) -> Any:
+    """The aiohttp application (imported lazily so `LoopbackServer` users need no aiohttp)."""
+    import orjson
+    from aiohttp import web
+
+    counts: Counter[str] = Counter()
+    posts = 0
+
+    def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                            headers=headers)
+
+    def unauthorized(request: web.Request) -> web.Response | None:
+        if config.api_key and request.headers.get("authorization") != f"Bearer {config.api_key}":
+            counts["unauthorized"] += 1
+            return json_response({"error": {"message": "invalid API key", "type": "auth"}}, status=401)
+        return None
+
+    async def fault(request: web.Request) -> web.StreamResponse | None:
+        """Apply the injected fault to this POST if it is among the first N; None lets it through."""
+        nonlocal posts
+        posts += 1
+        if posts > config.fail_first:
+            return None
+        counts["faults"] += 1
+        if config.fail_mode == "status":
+            headers = {"retry-after": config.retry_after} if config.retry_after is not None else None
+            return json_response({"error": {"message": f"injected fault {posts}/{config.fail_first}"}},
+                                 status=config.fail_status, headers=headers)
+        if config.fail_mode == "close":
+            assert request.transport is not None
+            request.transport.abort()
+            raise asyncio.CancelledError  # aiohttp drops the handler without writing a response
+        if config.fail_mode == "invalid-json":
+            return web.Response(body=b'{"id": "cmpl-x", "choices": [{"text": "cut', content_type="application/json")
+        await asyncio.sleep(config.slow_ms / 1000)  # "slow": answer normally, but late
+        return None
+
+    async def generate(request: web.Request, kind: str) -> web.StreamResponse:
+        counts[kind] += 1
+        counts["requests"] += 1
+        if (denied := unauthorized(request)) is not None:
+            return denied
+        if (injected := await fault(request)) is not None:
+            return injected
+        try:
+            payload = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return json_response({"error": {"message": "request body is not JSON"}}, status=400)
+        if not isinstance(payload, dict):
+            return json_response({"error": {"message": "request body must be a JSON object"}}, status=400)
+        if config.latency_ms:
+            await asyncio.sleep(config.latency_ms / 1000)
+        serial = counts[kind]
+        body = completion_body(payload, serial, config.model) if kind == "completions" else \
+            chat_body(payload, serial, config.model)
+        counts["answered"] += 1
+        return json_response(body)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await generate(request, "completions")
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await generate(request, "chat")
+
+    async def models(request: web.Request) -> web.Response:
+        counts["models"] += 1
+        counts["requests"] += 1
+        if (denied := unauthorized(request)) is not None:
+            return denied
+        return json_response({"object": "list", "data": [{"id": config.model, "object": "model", "owned_by": "me"}]})
+
+    async def health(request: web.Request) -> web.Response:
+        counts["health"] += 1
+        return json_response({"status": "ok"})
+
+    async def stats(request: web.Request) -> web.Response:
+        return json_response(dict(counts))
+
+    app = web.Application()
+    app.add_routes([
+        web.post("/v1/completions", completions),
+        web.post("/v1/chat/completions", chat),
+        web.get("/v1/models", models),
+        web.get("/health", health),
+        web.get("/stats", stats),
+    ])
+    return app
+
+
+async def serve(config: ServerConfig) -> None:
+    """Listen, print READY <port>, serve until cancelled."""
+    from aiohttp import web
+
+    runner = web.AppRunner(build_app(config), access_log=None, handle_signals=True)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=4096)
+    await site.start()
+    port = runner.addresses[0][1]
+    print(f"READY {port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def parse_args(argv: list[str] | None = None) -> ServerConfig:
+    parser = argparse.ArgumentParser(description="OpenAI-compatible loopback server for tests and benchmarks.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed as READY <port>)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="added delay per generation request")
+    parser.add_argument("--fail-first", type=int, default=0, help="inject a fault into the first N POSTs")
+    parser.add_argument("--fail-status", type=int, default=503, help="status of injected faults (mode 'status')")
+    parser.add_argument("--fail-mode", choices=["status", "close", "invalid-json", "slow"], default="status")
+    parser.add_argument("--retry-after", default=None, help="Retry-After header value sent with injected statuses")
+    parser.add_argument("--slow-ms", type=float, default=5000.0, help="delay of the 'slow' fault")
+    parser.add_argument("--api-key", default=None, help="require this bearer key")
+    parser.add_argument("--model", default="loopback")
+    args = parser.parse_args(argv)
+    return ServerConfig(**vars(args))
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_args(argv)
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a core dependency off Windows
+        runner = asyncio.run
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(serve(config))
+
+
+class LoopbackServer:
+    """Runs `tests/loopback_server.py` as a subprocess on a free 127.0.0.1 port.
+
+    >>> with LoopbackServer("--latency-ms", "5") as server:
+    ...     server.base_url  # http://127.0.0.1:<port>/v1
+    """
+
+    def __init__(self, *args: str, python: str = sys.executable, ready_timeout: float = 30.0) -> None:
+        self.args = list(args)
+        self.python = python
+        self.ready_timeout = ready_timeout
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def start(self) -> LoopbackServer:
+        cmd = [self.python, str(Path(__file__).resolve()), "--port", "0", *self.args]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], self.ready_timeout)
+        line = self.process.stdout.readline() if ready else ""
+        if not line.startswith("READY "):
+            self.stop()
+            raise RuntimeError(f"loopback server did not start ({' '.join(cmd)}): {line.strip() or 'no output'}")
+        self.port = int(line.split()[1])
+        return self
+
+    def stats(self) -> dict[str, int]:
+        """The server's request counters (GET /stats)."""
+        with urllib.request.urlopen(f"{self.root_url}/stats", timeout=10) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.process = None
+
+    def __enter__(self) -> LoopbackServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    main()
