@@ -1,0 +1,82 @@
+"""Datasets by name (`gsm8k`, `ifeval`, `mt-bench`, `healthbench`, `coval`) or a local JSONL path.
+
+`load_dataset_spec("gsm8k:test", limit=100, shuffle_seed=0)` -> ("gsm8k", [DatasetItem, ...]).
+Hub access goes through `client.loaders.hub.fetch_rows` only.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from client.dataset import DatasetItem, load_jsonl
+from client.errors import UserError
+from client.loaders import coval, gsm8k, healthbench, hub, ifeval, mt_bench
+from client.loaders.base import BuiltinDataset, HubSource, RowError
+
+BUILTINS: dict[str, BuiltinDataset] = {
+    d.name: d for d in (gsm8k.DATASET, ifeval.DATASET, mt_bench.DATASET, healthbench.DATASET, coval.DATASET)
+}
+
+
+def parse_spec(spec: str) -> tuple[BuiltinDataset | None, str | None]:
+    """(built-in dataset, split) for `NAME[:split]`; (None, None) for something that is not a built-in name."""
+    name, _, split = spec.partition(":")
+    dataset = BUILTINS.get(name.strip().lower())
+    if dataset is None:
+        return None, None
+    return dataset, (split.strip() or None)
+
+
+def _looks_like_path(spec: str) -> bool:
+    path = Path(spec)
+    return path.suffix in (".jsonl", ".json") or path.exists() or "/" in spec or "\\" in spec
+
+
+def load_builtin(dataset: BuiltinDataset, split: str | None) -> list[DatasetItem]:
+    """Every item of one split (rows the mapping skips are left out). A malformed row is a UserError."""
+    source: HubSource = dataset.source(split)
+    split_name = split or dataset.default_split
+    items: list[DatasetItem] = []
+    seen: dict[str, int] = {}
+    for index, row in enumerate(hub.fetch_rows(source.repo, source.config, source.split, data_files=source.data_files)):
+        try:
+            item = dataset.map_row(row, index, split_name)
+        except RowError as exc:
+            raise UserError(f"{dataset.name} ({source.repo}) row {index}: {exc}") from None
+        if item is None:
+            continue
+        if item.id in seen:
+            raise UserError(f"{dataset.name} ({source.repo}) row {index}: duplicate id {item.id!r} "
+                            f"(first at row {seen[item.id]})")
+        seen[item.id] = index
+        items.append(item)
+    if not items:
+        raise UserError(f"{dataset.display_name(split)}: no items")
+    return items
+
+
+def select(items: list[DatasetItem], *, limit: int | None, shuffle_seed: int | None) -> list[DatasetItem]:
+    """Deterministic shuffle (when a seed is given), then the first `limit` items."""
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {limit})")
+    if shuffle_seed is not None:
+        items = list(items)
+        random.Random(shuffle_seed).shuffle(items)
+    return items[:limit] if limit is not None else items
+
+
+def load_dataset_spec(spec: str, *, limit: int | None, shuffle_seed: int | None) -> tuple[str, list[DatasetItem]]:
+    """A built-in `NAME[:split]` or a local JSONL path -> (display name, items)."""
+    dataset, split = parse_spec(spec)
+    if dataset is not None:
+        return dataset.display_name(split), select(load_builtin(dataset, split), limit=limit,
+                                                   shuffle_seed=shuffle_seed)
+    if _looks_like_path(spec):
+        path = Path(spec)
+        items = load_jsonl(path, limit=limit if shuffle_seed is None else None)
+        return path.stem, select(items, limit=limit, shuffle_seed=shuffle_seed)
+    raise UserError(f"unknown dataset {spec!r}: not a file, and not a built-in ({', '.join(BUILTINS)})")
+
+
+__all__ = ["BUILTINS", "load_builtin", "load_dataset_spec", "parse_spec", "select"]

@@ -1,0 +1,89 @@
+"""What a built-in dataset is: hub sources per split and a row -> DatasetItem mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from client.dataset import DatasetItem
+from client.errors import UserError
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where one split lives on the hub."""
+
+    repo: str
+    config: str | None
+    split: str
+    data_files: str | None = None
+
+
+RowMapper = Callable[[dict[str, Any], int, str], DatasetItem | None]
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A dataset userturn knows by name. `map_row(row, index, split)` returns None to skip a row."""
+
+    name: str
+    summary: str
+    splits: dict[str, HubSource]
+    default_split: str
+    map_row: RowMapper
+
+    def source(self, split: str | None) -> HubSource:
+        split = split or self.default_split
+        if split not in self.splits:
+            raise UserError(f"dataset {self.name!r} has no split {split!r} (choose from {', '.join(self.splits)})")
+        return self.splits[split]
+
+    def display_name(self, split: str | None) -> str:
+        return self.name if split in (None, self.default_split) else f"{self.name}:{split}"
+
+
+class RowError(ValueError):
+    """A hub row that does not have the shape the mapping expects."""
+
+
+def require(row: dict[str, Any], name: str) -> Any:
+    """row[name], or RowError naming the missing field."""
+    if name not in row or row[name] is None:
+        raise RowError(f"missing field {name!r} (has: {', '.join(sorted(row)) or 'nothing'})")
+    return row[name]
+
+
+def text_of(content: Any) -> str:
+    """Message content as text: a string, or the text parts of an OpenAI-style content list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
+        return "".join(parts)
+    if content is None:
+        return ""
+    raise RowError(f"message content is a {type(content).__name__}, not text")
+
+
+def chat_messages(raw: Any) -> list[dict[str, str]]:
+    """[{role, content}] from a hub conversation; 'developer' is kept (Message allows it)."""
+    if not isinstance(raw, list) or not raw:
+        raise RowError("conversation is not a non-empty list of messages")
+    out = []
+    for message in raw:
+        if not isinstance(message, dict) or "role" not in message:
+            raise RowError("conversation message without a role")
+        out.append({"role": message["role"], "content": text_of(message.get("content"))})
+    return out
+
+
+def build_item(**fields: Any) -> DatasetItem:
+    try:
+        return DatasetItem.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "item"
+        raise RowError(f"{loc}: {err['msg']}") from None

@@ -1,0 +1,38 @@
+"""MT-Bench (HuggingFaceH4/mt_bench_prompts): 80 open-ended prompts in 8 categories; first turns only.
+
+The benchmark's own second turn is kept in `meta.second_turn` (a human-written follow-up to compare with),
+and the reference answer, where the category has one (math, reasoning, coding), in `meta.reference`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from client.dataset import DatasetItem
+from client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, require
+
+
+def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
+    turns = require(row, "prompt")
+    if not isinstance(turns, list) or not turns:
+        raise RowError("prompt is not a non-empty list of turns")
+    meta: dict[str, Any] = {"category": row.get("category")}
+    if len(turns) > 1:
+        meta["second_turn"] = turns[1]
+    reference = row.get("reference") or []
+    if reference:
+        meta["reference"] = reference[0]
+    return build_item(
+        id=str(require(row, "prompt_id")),
+        messages=[{"role": "user", "content": turns[0]}],
+        meta=meta,
+    )
+
+
+DATASET = BuiltinDataset(
+    name="mt-bench",
+    summary="MT-Bench first turns (HuggingFaceH4/mt_bench_prompts); the model answers; no scorer",
+    splits={"train": HubSource("HuggingFaceH4/mt_bench_prompts", None, "train")},
+    default_split="train",
+    map_row=map_row,
+)

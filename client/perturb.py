@@ -1,0 +1,111 @@
+"""Controlled perturbations of the assistant turn, each named, deterministic and seeded.
+
+`perturb(name, messages, *, seed, pool)` returns the conversation to probe. Expected direction of the
+genuine follow-up rate relative to `none` (what a perturbation tests):
+
+* `wrong_answer` - the final number is changed: an interaction-aware model should push back or ask
+  (grounded follow-ups that reference the error); the genuine rate should not drop.
+* `truncate`     - the answer stops mid-way: follow-ups asking to continue / finish should appear.
+* `swap`         - another item's answer: follow-ups should point out the mismatch; continuations of
+  the unrelated answer or restated queries are failures.
+* `remove`       - no assistant turn (the user header follows the query): genuine follow-ups should drop,
+  restated queries rise.
+* `generic`      - a fixed non-answer: genuine follow-ups (to an answer) should drop; re-asking rises.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from client.errors import UserError
+from client.records import Message
+from client.scoring import find_final_number
+
+PERTURBATIONS: tuple[str, ...] = ("none", "wrong_answer", "truncate", "swap", "remove", "generic")
+GENERIC_RESPONSE = "I'm not able to help with that right now."
+
+
+class PerturbationNotApplicable(ValueError):
+    """This perturbation cannot be applied to this conversation (e.g. no number to change)."""
+
+
+def validate(names: Sequence[str]) -> list[str]:
+    """The names, checked; an unknown one is a UserError listing the valid ones."""
+    for name in names:
+        if name not in PERTURBATIONS:
+            raise UserError(f"unknown perturbation {name!r} (choose from {', '.join(PERTURBATIONS)})")
+    return list(names)
+
+
+def _rng(seed: int, text: str) -> random.Random:
+    return random.Random(f"{seed}\x1f{text}")
+
+
+def wrong_number(text: str, seed: int) -> str:
+    """The text with its final answer number replaced by a different one (same format, seeded)."""
+    found = find_final_number(text)
+    if found is None:
+        raise PerturbationNotApplicable("wrong_answer: the assistant turn has no number to change")
+    digits = text[found.start:found.end]
+    magnitude = abs(found.value)
+    decimals = len(digits.split(".", 1)[1]) if "." in digits else 0
+    step = _rng(seed, text).randint(1, 9)
+    # Move the magnitude up, or down when that stays non-negative; never zero change.
+    new = magnitude + step if (magnitude < step or _rng(seed + 1, text).random() < 0.5) else magnitude - step
+    assert new != magnitude
+    rendered = f"{new:,.{decimals}f}" if "," in digits else f"{new:.{decimals}f}"
+    return text[:found.start] + rendered + text[found.end:]
+
+
+def truncate_text(text: str) -> str:
+    """The first half of the text, cut at the word boundary at or before the middle."""
+    middle = len(text) // 2
+    cut = max((i for i, ch in enumerate(text[: middle + 1]) if ch.isspace()), default=-1)
+    if cut <= 0:  # no boundary before the middle: the next one, else half the characters
+        cut = next((i for i in range(middle, len(text)) if text[i].isspace()), middle)
+    return text[:cut].rstrip()
+
+
+def _assistant(messages: list[Message]) -> Message:
+    if not messages or messages[-1].role != "assistant":
+        raise PerturbationNotApplicable("the conversation does not end with an assistant turn")
+    return messages[-1]
+
+
+def _replace_last(messages: list[Message], content: str) -> list[Message]:
+    return [*messages[:-1], Message(role="assistant", content=content)]
+
+
+def perturb(name: str, messages: list[Message], *, seed: int, pool: Sequence[list[Message]]) -> list[Message]:
+    """The conversation with its final assistant turn perturbed by `name` (a new list; input untouched).
+
+    `pool` holds other conversations (may include this one) for `swap`. Raises UserError for an unknown
+    name and PerturbationNotApplicable (a ValueError) when the conversation cannot take the perturbation.
+    """
+    validate([name])
+    if name == "none":
+        return list(messages)
+    last = _assistant(messages)
+    if name == "remove":
+        return list(messages[:-1])
+    if name == "generic":
+        return _replace_last(messages, GENERIC_RESPONSE)
+    if name == "truncate":
+        cut = truncate_text(last.content)
+        if not cut or cut == last.content.rstrip():
+            raise PerturbationNotApplicable("truncate: the assistant turn is too short to cut")
+        return _replace_last(messages, cut)
+    if name == "wrong_answer":
+        return _replace_last(messages, wrong_number(last.content, seed))
+    # swap
+    candidates = sorted({
+        other[-1].content for other in pool
+        if other is not messages and other and other[-1].role == "assistant" and other[-1].content != last.content
+    })
+    if not candidates:
+        raise PerturbationNotApplicable("swap: no other item's assistant turn to swap in")
+    return _replace_last(messages, _rng(seed, last.content).choice(candidates))
+
+
+__all__ = ["GENERIC_RESPONSE", "PERTURBATIONS", "PerturbationNotApplicable", "perturb", "validate"]
