@@ -1,9 +1,135 @@
-"""Subcommands of this package (being built)."""
+"""`userturn run` (experiment files), `userturn export` (training data), `userturn rerank`."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+
+import orjson
+
+from client.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this package's subcommands to the `userturn` parser."""
+    """Add `run`, `export` and `rerank` to the `userturn` parser."""
+    run = sub.add_parser("run", help="run an experiment file (models x datasets x ... grid), then report",
+                         description="Run every model x dataset x mode of an experiment YAML into one resumable "
+                                     "results file, <out_dir>/<name>/results.jsonl, and print the report. "
+                                     "Rerun the same command to resume.")
+    run.add_argument("experiment", metavar="EXPERIMENT.yaml")
+    run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
+    run.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
+    run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
+    run.set_defaults(func=run_command)
+
+    export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
+                            description="Write judged conversations as TRL conversational JSONL: `sft` rows end "
+                                        "with the genuine follow-up as the final user turn; `preference` rows pair a "
+                                        "genuine follow-up (chosen) with a degenerate one (rejected) for the same "
+                                        "context. Unlabeled and failed records are skipped and counted.")
+    export.add_argument("results", metavar="RESULTS.jsonl")
+    export.add_argument("--format", choices=["sft", "preference"], required=True)
+    export.add_argument("--out", default=None, metavar="FILE", help="output file (default: stdout)")
+    export.set_defaults(func=export_command)
+
+    rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
+                            description="For queries with several sampled assistant responses, score each "
+                                        "response by the genuine follow-up rate it elicits and compare with task "
+                                        "correctness (AUROC, within-query AUROC, top-1 agreement).")
+    rerank.add_argument("results", metavar="RESULTS.jsonl")
+    rerank.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    rerank.set_defaults(func=rerank_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from client.cli_probe import run_async
+    from client.experiment import load_experiment, load_items, plan, planned_records, print_report, run_experiment
+
+    exp, base = load_experiment(args.experiment)
+    if args.dry_run:
+        counts = [len(load_items(entry, exp, base)[1]) for entry in exp.datasets]
+        print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts)} records planned "
+              f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
+              f"{len(exp.perturbations)} perturbations x {len(exp.temperatures)} temperatures x {exp.samples} samples"
+              f" x {exp.assistant_samples} assistant samples)")
+        return 0
+    results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
+                                                  progress=not args.no_progress))
+    errors = sum(s.errors for s in summaries)
+    print_report(results)
+    print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
+          f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
+    if errors:
+        print(f"userturn: {errors} samples failed (see `error` in {results}); rerun the same command to retry them",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _records(path: str) -> list:
+    from client.jsonl import read_records
+
+    if not Path(path).is_file():
+        raise UserError(f"results file not found: {path}")
+    records, report = read_records(path)
+    if report.torn_tail:
+        print(f"userturn: {path}: ignored a torn final line", file=sys.stderr)
+    return list(records.values())
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from client.export import export_rows
+
+    rows, stats = export_rows(_records(args.results), args.format)
+    data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_bytes(data)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    skipped = (f"skipped: {stats.skipped_unlabeled} unlabeled, {stats.skipped_error} without a generation"
+               + (f", {stats.skipped_not_genuine} not genuine" if args.format == "sft" else
+                  f", {stats.unpaired} without a partner"))
+    print(f"userturn: exported {stats.written} {args.format} rows from {stats.records} records"
+          f"{' to ' + args.out if args.out else ''} ({skipped})", file=sys.stderr)
+    if stats.written == 0:
+        print("userturn: nothing to export (judge the results first: records need labels)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def rerank_command(args: argparse.Namespace) -> int:
+    from client.rerank import as_dicts, rerank
+
+    rows = rerank(_records(args.results))
+    if args.json:
+        print(json.dumps(as_dicts(rows), indent=2))
+        return 0
+    if not rows:
+        print("userturn: no query has labeled records with task correctness (need a scored dataset, judged "
+              "records, and several assistant samples per query)", file=sys.stderr)
+        return 1
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"userturn rerank: {args.results}")
+    for column in ("model", "dataset", "mode", "perturbation", "T", "queries", "responses", "correct", "mixed",
+                   "AUROC", "within", "top-1", "random"):
+        table.add_column(column, justify="left" if column in ("model", "dataset", "mode", "perturbation")
+                         else "right")
+    for r in rows:
+        table.add_row(r.model, r.dataset, r.mode, r.perturbation, f"{r.temperature:g}", str(r.queries),
+                      str(r.responses), str(r.correct_responses), str(r.mixed_queries), _fmt(r.auroc),
+                      _fmt(r.within_auroc), _fmt(r.top1), _fmt(r.top1_random))
+    console = Console()
+    console.print(table)
+    console.print("AUROC: correct vs incorrect responses by follow-up rate (0.5 = no signal); within: same-query "
+                  "pairs only; top-1: the highest-rate response is correct (mixed queries), vs a random pick.")
+    return 0

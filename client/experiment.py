@@ -1,0 +1,326 @@
+"""Experiments as files: a YAML grid of models x datasets x modes (x temperatures, samples, perturbations)
+run into one resumable results file, `<out_dir>/<name>/results.jsonl`, then reported.
+
+Models are serving manifests (launched for the duration, see `serve`) or plain endpoints. Every model x
+dataset x mode is one `client.pipeline.ProbeRun` appending to the same file; rerunning skips records that
+are already `ok`, so an interrupted experiment resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from client.dataset import DatasetItem
+from client.errors import UserError
+from client.perturb import PERTURBATIONS
+
+Mode = Literal["raw", "chat"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelEntry(_Strict):
+    """A model: a serving manifest (path relative to the experiment file), or an endpoint."""
+
+    manifest: str | None = Field(default=None, description="serving manifest YAML (launched for the run)")
+    base_url: str | None = Field(default=None, description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
+    model: str | None = Field(default=None, description="model name sent in requests (endpoint models)")
+    tokenizer: str | None = Field(default=None, description="tokenizer with the chat template (raw mode)")
+    chat_template: str | None = None
+    enable_thinking: bool | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    max_tokens: int | None = Field(default=None, ge=1, description="overrides the experiment's max_tokens")
+    send_stop_token_ids: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ModelEntry:
+        if self.manifest is None and (self.base_url is None or self.model is None):
+            raise ValueError("give either `manifest`, or `base_url` and `model`")
+        if self.manifest is not None and self.base_url is not None:
+            raise ValueError("give `manifest` or `base_url`, not both")
+        return self
+
+    @property
+    def label(self) -> str:
+        return Path(self.manifest).stem if self.manifest else str(self.model)
+
+
+class DatasetEntry(_Strict):
+    """A dataset: built-in `NAME[:split]` or a JSONL path (relative to the experiment file)."""
+
+    spec: str
+    name: str | None = Field(default=None, description="name recorded in results (default: from the spec)")
+    limit: int | None = Field(default=None, ge=1)
+    shuffle_seed: int | None = None
+    assistant_from: Literal["dataset", "model", "auto"] | None = None
+
+
+class JudgeEntry(_Strict):
+    """One judge of the panel (see judges.llm_judge.JudgeConfig for all fields)."""
+
+    model: str
+    base_url: str
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    max_tokens: int = Field(default=4096, ge=16)
+    concurrency: int = Field(default=16, ge=1)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+class Experiment(_Strict):
+    """The whole grid. Unknown keys are errors (typos must not silently change an experiment)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
+    description: str | None = None
+    models: list[ModelEntry] = Field(min_length=1)
+    datasets: list[DatasetEntry] = Field(min_length=1)
+    temperatures: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
+    samples: int = Field(default=1, ge=1)
+    perturbations: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
+    modes: list[Mode] = Field(default_factory=lambda: ["raw"], min_length=1)
+    assistant_from: Literal["dataset", "model", "auto"] = "auto"
+    assistant_samples: int = Field(default=1, ge=1, description=">1: N sampled assistant turns per query (rerank)")
+    assistant_temperature: float = Field(default=0.0, ge=0)
+    assistant_max_tokens: int = Field(default=1024, ge=1)
+    max_tokens: int = Field(default=256, ge=1)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int = 0
+    limit: int | None = Field(default=None, ge=1, description="default per-dataset limit")
+    shuffle_seed: int | None = None
+    concurrency: int = Field(default=64, ge=1)
+    request_timeout: float = Field(default=300.0, gt=0)
+    max_retries: int = Field(default=5, ge=0)
+    judges: list[JudgeEntry] = Field(default_factory=list)
+    out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _dataset_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"spec": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("perturbations")
+    @classmethod
+    def _known_perturbations(cls, value: list[str]) -> list[str]:
+        unknown = [v for v in value if v not in PERTURBATIONS]
+        if unknown:
+            raise ValueError(f"unknown perturbation {unknown[0]!r} (choose from {', '.join(PERTURBATIONS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Experiment:
+        for field in ("temperatures", "perturbations", "modes"):
+            values = getattr(self, field)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{field}: repeated values {values}")
+        if self.assistant_samples > 1:
+            if self.assistant_from == "dataset":
+                raise ValueError("assistant_samples > 1 needs assistant_from: model")
+            if self.assistant_temperature == 0:
+                raise ValueError("assistant_samples > 1 needs assistant_temperature > 0 (greedy answers are equal)")
+        return self
+
+
+def _describe(path: Path, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"]) or "experiment"
+        parts.append(f"{loc}: {err['msg']}")
+    more = f" (+{len(exc.errors()) - 3} more)" if len(exc.errors()) > 3 else ""
+    return f"{path}: " + "; ".join(parts) + more
+
+
+def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
+    """Parse and validate an experiment file -> (experiment, its directory). Errors name the file and key."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"experiment file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of settings at the top level")
+    try:
+        return Experiment.model_validate(data), path.parent
+    except ValidationError as exc:
+        raise UserError(_describe(path, exc)) from None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One `ProbeRun`: a model on a dataset in one mode."""
+
+    model_index: int
+    dataset_index: int
+    mode: Mode
+
+
+def plan(exp: Experiment) -> list[Unit]:
+    """The grid in run order: per model (one server launch), every dataset, every mode."""
+    return [Unit(m, d, mode) for m, d, mode in itertools.product(
+        range(len(exp.models)), range(len(exp.datasets)), exp.modes)]
+
+
+def planned_records(exp: Experiment, items_per_dataset: list[int]) -> int:
+    per_item = len(exp.temperatures) * exp.samples * len(exp.perturbations) * exp.assistant_samples
+    return len(exp.models) * len(exp.modes) * per_item * sum(items_per_dataset)
+
+
+def resolve(base: Path, value: str | None) -> str | None:
+    """A path relative to the experiment file (absolute paths, hub ids and names are left alone)."""
+    if value is None:
+        return None
+    candidate = base / value
+    return str(candidate) if not Path(value).is_absolute() and candidate.exists() else value
+
+
+def load_items(entry: DatasetEntry, exp: Experiment, base: Path) -> tuple[str, list[DatasetItem]]:
+    from client.loaders import load_dataset_spec, parse_spec
+
+    builtin, _ = parse_spec(entry.spec)
+    spec = entry.spec if builtin is not None else (resolve(base, entry.spec) or entry.spec)
+    name, items = load_dataset_spec(spec, limit=entry.limit or exp.limit,
+                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
+                                    else exp.shuffle_seed)
+    return entry.name or name, items
+
+
+def assistant_source(entry: DatasetEntry, exp: Experiment, items: list[DatasetItem]) -> Literal["dataset", "model"]:
+    choice = entry.assistant_from or exp.assistant_from
+    if exp.assistant_samples > 1:
+        return "model"
+    if choice == "auto":
+        return "dataset" if all(i.ends_with_assistant for i in items) else "model"
+    return choice
+
+
+def expand_assistant_samples(items: list[DatasetItem], n: int) -> list[DatasetItem]:
+    """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample) so the model answers each
+    query N times with different seeds; `userturn rerank` groups them back by query_id."""
+    if n == 1:
+        return items
+    out = []
+    for item in items:
+        for j in range(n):
+            meta = {**(item.meta or {}), "query_id": item.id, "assistant_sample": j}
+            out.append(item.model_copy(update={"id": f"{item.id}#a{j}", "meta": meta}))
+    return out
+
+
+def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
+    """Keep the resolved experiment next to its results (provenance of the run)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"source": str(source), "experiment": exp.model_dump(mode="json")}
+    (run_dir / "experiment.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def model_args(entry: ModelEntry, exp: Experiment, base: Path) -> argparse.Namespace:
+    """The flags `client.cli_probe.serving` reads, for one model entry."""
+    return argparse.Namespace(
+        manifest=resolve(base, entry.manifest), base_url=[entry.base_url] if entry.base_url else None,
+        model=entry.model, api_key_env=entry.api_key_env,
+    )
+
+
+def _panel(exp: Experiment) -> Any:
+    if not exp.judges:
+        return None
+    from judges.llm_judge import JudgeConfig
+    from judges.panel import JudgePanel, PanelConfig
+
+    configs = [JudgeConfig(**j.model_dump(), request_timeout=exp.request_timeout, max_retries=exp.max_retries)
+               for j in exp.judges]
+    return JudgePanel(PanelConfig(judges=configs))
+
+
+async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
+                         progress: bool = True) -> tuple[Path, list[Any]]:
+    """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
+    from client import scoring
+    from client.cli_probe import build_renderer, pipeline_hooks, serving
+    from client.endpoint import Endpoint, EndpointConfig
+    from client.pipeline import ProbeRun, ProbeSettings
+
+    run_dir = Path(out_dir or exp.out_dir) / exp.name
+    results = run_dir / "results.jsonl"
+    datasets = [load_items(entry, exp, base) for entry in exp.datasets]  # before any server starts
+    names = [name for name, _ in datasets]
+    if len(set(names)) != len(names):
+        raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
+    for name, items in datasets:
+        scoring.preflight(name, items)
+    write_manifest(run_dir, exp, source)
+    summaries: list[Any] = []
+    panel = _panel(exp)
+    try:
+        if panel is not None:
+            await panel.check()
+        for entry in exp.models:
+            with serving(model_args(entry, exp, base)) as server:
+                defaults = server["probe"]
+                renderer = None
+                if "raw" in exp.modes:
+                    renderer = build_renderer(entry.tokenizer or defaults.get("tokenizer"),
+                                              entry.chat_template or defaults.get("chat_template"),
+                                              entry.enable_thinking if entry.enable_thinking is not None
+                                              else defaults.get("enable_thinking"))
+                endpoints = [Endpoint(EndpointConfig(base_url=url, api_key_env=entry.api_key_env,
+                                                     request_timeout=exp.request_timeout,
+                                                     max_retries=exp.max_retries, concurrency=exp.concurrency))
+                             for url in server["base_urls"]]
+                try:
+                    for endpoint in endpoints:
+                        await endpoint.check()
+                    for (name, items), dataset in zip(datasets, exp.datasets, strict=True):
+                        probe_items = expand_assistant_samples(items, exp.assistant_samples)
+                        for mode in exp.modes:
+                            settings = ProbeSettings(
+                                model=server["model"], dataset=name, temperatures=exp.temperatures,
+                                samples=exp.samples, max_tokens=entry.max_tokens or exp.max_tokens, seed=exp.seed,
+                                top_p=exp.top_p, perturbations=exp.perturbations, mode=mode,
+                                assistant_from=assistant_source(dataset, exp, items),
+                                assistant_temperature=exp.assistant_temperature,
+                                assistant_max_tokens=exp.assistant_max_tokens,
+                                send_stop_token_ids=bool(entry.send_stop_token_ids
+                                                         if entry.send_stop_token_ids is not None
+                                                         else defaults.get("send_stop_token_ids")),
+                                extra_body=dict(defaults.get("extra_body") or {}),
+                                concurrency=exp.concurrency,
+                            )
+                            run = ProbeRun(probe_items, settings, endpoints=endpoints,
+                                           renderer=renderer if mode == "raw" else None, out_path=str(results),
+                                           judge=panel, progress=progress,
+                                           progress_title=f"{exp.name}: {server['model']} on {name} ({mode})",
+                                           **pipeline_hooks())
+                            summaries.append(await run.run())
+                finally:
+                    for endpoint in endpoints:
+                        await endpoint.aclose()
+    finally:
+        if panel is not None:
+            await panel.aclose()
+    return results, summaries
+
+
+def print_report(results: Path) -> None:
+    """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
+    from rich.console import Console
+
+    from judges.report import load_results, summarise
+    from judges.report_table import print_report as render
+
+    render(Console(stderr=False), summarise(load_results(results)), None, str(results))

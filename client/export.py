@@ -1,0 +1,93 @@
+"""Judged conversations as training data (TRL conversational JSONL) for collaboration-oriented post-training.
+
+* `sft`:        {"messages": [...probed conversation, {"role": "user", "content": <genuine follow-up>}]}
+* `preference`: {"prompt": [...probed conversation], "chosen": [{"role": "user", ...genuine}],
+                 "rejected": [{"role": "user", ...degenerate}]} for the same context (same key minus sample):
+                 the i-th genuine sample is paired with the i-th degenerate one, so each record is used once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from client.records import ProbeRecord
+
+GENUINE = "genuine_followup"
+Format = Literal["sft", "preference"]
+
+
+@dataclass
+class ExportStats:
+    """What an export used and what it skipped, and why."""
+
+    records: int = 0
+    written: int = 0
+    skipped_error: int = 0
+    skipped_unlabeled: int = 0
+    skipped_not_genuine: int = 0
+    unpaired: int = 0
+    by_label: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def context_key(record: ProbeRecord) -> tuple[str, str, str, str, str, float]:
+    """The record's identity without the sample index: samples sharing it saw the same conversation."""
+    return (record.model, record.dataset, record.item_id, record.mode, record.perturbation, record.temperature)
+
+
+def _conversation(record: ProbeRecord) -> list[dict[str, Any]]:
+    return [{"role": m.role, "content": m.content} for m in record.messages]
+
+
+def _usable(records: Iterable[ProbeRecord], stats: ExportStats) -> list[ProbeRecord]:
+    usable = []
+    for record in records:
+        stats.records += 1
+        if record.status != "ok" or record.user_turn is None:
+            stats.skipped_error += 1
+        elif record.label is None:
+            stats.skipped_unlabeled += 1
+        else:
+            stats.by_label[record.label] += 1
+            usable.append(record)
+    return usable
+
+
+def sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[str, Any]]:
+    rows = []
+    for record in _usable(records, stats):
+        if record.label != GENUINE:
+            stats.skipped_not_genuine += 1
+            continue
+        rows.append({"messages": [*_conversation(record), {"role": "user", "content": record.user_turn}]})
+    return rows
+
+
+def preference_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[str, Any]]:
+    groups: dict[tuple, list[ProbeRecord]] = defaultdict(list)
+    for record in _usable(records, stats):
+        groups[context_key(record)].append(record)
+    rows = []
+    for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
+        group = sorted(groups[key], key=lambda r: r.sample)
+        genuine = [r for r in group if r.label == GENUINE]
+        degenerate = [r for r in group if r.label != GENUINE]
+        pairs = min(len(genuine), len(degenerate))
+        stats.unpaired += len(group) - 2 * pairs
+        for good, bad in zip(genuine[:pairs], degenerate[:pairs], strict=True):
+            rows.append({
+                "prompt": _conversation(good),
+                "chosen": [{"role": "user", "content": good.user_turn}],
+                "rejected": [{"role": "user", "content": bad.user_turn}],
+            })
+    return rows
+
+
+def export_rows(records: Iterable[ProbeRecord], fmt: Format) -> tuple[list[dict[str, Any]], ExportStats]:
+    """Training rows in `fmt` plus counts of what was skipped."""
+    stats = ExportStats()
+    rows = sft_rows(records, stats) if fmt == "sft" else preference_rows(records, stats)
+    stats.written = len(rows)
+    return rows, stats
