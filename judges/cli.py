@@ -1,9 +1,175 @@
-"""Subcommands of this package (being built)."""
+"""Subcommands `userturn judge`, `userturn report` and `userturn judge-eval`, and the judge flags for `probe`."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from client.errors import UserError
+from client.jsonl import JsonlWriter
+from judges.panel import JudgePanel, add_judge_arguments, panel_from_args
+
+__all__ = ["JudgePanel", "add_judge_arguments", "panel_from_args", "register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this package's subcommands to the `userturn` parser."""
+    """Add `judge`, `report` and `judge-eval` to the `userturn` parser."""
+    judge = sub.add_parser(
+        "judge", help="label the generated user turns of a results file (resumable)",
+        description="Label every generated user turn of RESULTS.jsonl with one or more judge models (rule "
+                    "pre-labels first) and write the records to --out. Rerunning resumes: keys whose output "
+                    "record already has an ok verdict from every judge are skipped.")
+    judge.add_argument("results", metavar="RESULTS.jsonl")
+    judge.add_argument("--out", default=None, metavar="OUT.jsonl",
+                       help="judged records (default: RESULTS.judged.jsonl beside the input)")
+    judge.add_argument("--force", action="store_true",
+                       help="re-ask judges that already have an ok verdict in the input file")
+    judge.add_argument("--keep-verdicts", action="store_true",
+                       help="keep verdicts of judges outside this panel on the records (they do not vote)")
+    judge.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
+    judge.set_defaults(func=judge_command)
+
+    report = sub.add_parser(
+        "report", help="follow-up rate per model x dataset x perturbation x temperature",
+        description="Summarise a (judged) results file: n, follow-ups, follow-up rate with a Wilson 95%% interval, "
+                    "label mix, judge failures and task accuracy per model x dataset x mode x perturbation x "
+                    "temperature.")
+    report.add_argument("results", metavar="RESULTS.jsonl")
+    report.add_argument("--json", action="store_true", help="print the groups as a JSON array instead of a table")
+    report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report")
+    report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures as PNG files to DIR")
+    report.set_defaults(func=report_command)
+
+    evaluate = sub.add_parser(
+        "judge-eval", help="score a judge against a hand-labelled gold file",
+        description="Judge every item of GOLD.jsonl and report accuracy, per-label precision/recall and the "
+                    "confusion matrix. Gold lines: {id, label, user_turn, messages | query [+ response]}.")
+    evaluate.add_argument("gold", metavar="GOLD.jsonl")
+    evaluate.add_argument("--with-rules", action="store_true",
+                          help="apply the rule pre-labels first, as `judge` does (default: judges see every item)")
+    evaluate.add_argument("--json", action="store_true", help="print the scores as JSON")
+    evaluate.add_argument("--out", default=None, metavar="PRED.jsonl", help="write the judged items (with gold)")
+    add_judge_arguments(evaluate, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
+    evaluate.set_defaults(func=judge_eval_command)
+
+
+def judge_command(args: argparse.Namespace) -> int:
+    from judges.run_judge import default_out_path, judge_file, print_summary
+
+    results = Path(args.results)
+    out = Path(args.out) if args.out else default_out_path(results)
+    panel = panel_from_args(args)
+    assert panel is not None  # --judge-model is required here
+    panel.config.keep_other_verdicts = args.keep_verdicts
+
+    async def run() -> int:
+        async with panel:
+            summary = await judge_file(results, out, panel, workers=args.judge_concurrency,
+                                       progress=not args.no_progress)
+        print_summary(summary)
+        return 0
+
+    return asyncio.run(run())
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from judges.agreement import panel_agreements
+    from judges.report import load_results, summarise, to_json_rows
+    from judges.report_table import print_report
+
+    records = load_results(args.results)
+    groups = summarise(records)
+    agreements = panel_agreements(records)
+    figures: dict[str, bytes] | None = None
+    if args.plots or args.html:
+        figures, why = _figures(groups, required=bool(args.plots))
+        if args.plots and figures:
+            from judges.plots import write_plots
+
+            paths = write_plots(figures, args.plots)
+            print(f"userturn report: wrote {len(paths)} plots to {args.plots}", file=sys.stderr)
+        if args.html:
+            from judges.html_report import render_html, write_html
+
+            path = write_html(render_html(records, groups, agreements, figures, args.results, why), args.html)
+            print(f"userturn report: wrote {path}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=220)
+        print_report(console, groups, agreements, args.results)
+    return 0
+
+
+def _figures(groups: list, required: bool) -> tuple[dict[str, bytes] | None, str]:
+    from judges.plots import render_figures
+
+    try:
+        return render_figures(groups), ""
+    except UserError as exc:
+        if required:
+            raise
+        return None, str(exc)
+
+
+def judge_eval_command(args: argparse.Namespace) -> int:
+    from judges.evaluate import evaluate, load_gold
+
+    items = load_gold(args.gold)
+    panel = panel_from_args(args)
+    assert panel is not None
+    panel.config.judge_all = not args.with_rules
+
+    async def run() -> tuple[list, list]:
+        async with panel:
+            await panel.check()
+            return await evaluate(items, panel, workers=args.judge_concurrency)
+
+    scores, judged = asyncio.run(run())
+    if args.out:
+        with JsonlWriter(args.out) as writer:
+            for record in judged:
+                writer.write(record)
+    if args.json:
+        sys.stdout.write(orjson.dumps([s.model_dump() for s in scores], option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    for s in scores:
+        _print_score(console, s)
+    return 0
+
+
+def _print_score(console: Console, s: object) -> None:
+    from judges.evaluate import ERROR, JudgeScore
+    from judges.taxonomy import SHORT
+
+    assert isinstance(s, JudgeScore)
+    acc = "—" if s.accuracy is None else f"{100 * s.accuracy:.1f}%"
+    kappa = "—" if s.cohen_kappa is None else f"{s.cohen_kappa:.3f}"
+    console.print(f"[bold]{s.judge}[/]: accuracy {acc} on {s.scored}/{s.items} items "
+                  f"(judge failures {s.failures}), Cohen's κ vs gold {kappa}")
+    per = Table(header_style="bold")
+    for col in ("label", "precision", "recall", "F1", "gold", "predicted"):
+        per.add_column(col, justify="left" if col == "label" else "right")
+    for row in s.per_label:
+        per.add_row(row.label, *("—" if v is None else f"{v:.3f}" for v in (row.precision, row.recall, row.f1)),
+                    str(row.support), str(row.predicted))
+    console.print(per)
+    confusion = Table(title="confusion (rows: gold, columns: predicted)", title_justify="left", header_style="bold")
+    confusion.add_column("gold \\ pred")
+    columns = [*SHORT, ERROR]
+    for col in columns:
+        confusion.add_column(SHORT.get(col, col), justify="right")
+    for gold_label, row in s.confusion.items():
+        if sum(row.values()):
+            confusion.add_row(gold_label, *(str(row[c]) for c in columns))
+    console.print(confusion)

@@ -1,0 +1,158 @@
+"""`userturn judge-eval`: score a judge (or panel) against a hand-labelled gold file.
+
+Gold format: JSONL, one object per line with a gold `label` (one of the seven), the generated `user_turn`, and the
+conversation as `messages` ([{role, content}], as in a results record) or as `query` (+ `response`). An `id` or
+`key` names the line (default: its line number). Any judged results record therefore works as gold once its
+`label` has been checked by a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from client.errors import UserError
+from client.records import LABELS, Label, Message, ProbeRecord
+from judges.agreement import cohen_kappa
+from judges.panel import JudgePanel
+
+PANEL = "panel (majority)"
+ERROR = "error"
+
+
+class GoldItem(BaseModel):
+    id: str
+    label: Label
+    user_turn: str = ""
+    messages: list[Message] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flexible(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError("each line must be a JSON object")
+        data = dict(data)
+        if data.get("id") is None and data.get("key") is None:
+            raise ValueError("needs an `id` (or `key`)")
+        data["id"] = str(data["id"] if data.get("id") is not None else data["key"])
+        if data.get("user_turn") is None:
+            data["user_turn"] = ""
+        if not data.get("messages"):
+            if "query" not in data:
+                raise ValueError("needs `messages` or `query`")
+            data["messages"] = [{"role": "user", "content": str(data["query"])}]
+            if data.get("response") is not None:
+                data["messages"].append({"role": "assistant", "content": str(data["response"])})
+        return data
+
+    def as_record(self) -> ProbeRecord:
+        return ProbeRecord(key=f"gold|{self.id}", model="gold", dataset="gold", item_id=self.id, temperature=0.0,
+                           sample=0, seed=0, messages=self.messages, user_turn=self.user_turn, status="ok")
+
+
+def load_gold(path: str | Path) -> list[GoldItem]:
+    """Read a gold file; any bad line is a UserError naming file:line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"gold file not found: {path}")
+    items: list[GoldItem] = []
+    seen: set[str] = set()
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = orjson.loads(raw)
+                if isinstance(obj, dict) and obj.get("id") is None and obj.get("key") is None:
+                    obj["id"] = str(number)
+                item = GoldItem.model_validate(obj)
+            except orjson.JSONDecodeError as exc:
+                raise UserError(f"{path}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(p) for p in err["loc"]) or "line"
+                raise UserError(f"{path}:{number}: not a gold item ({loc}: {err['msg']})") from None
+            if item.id in seen:
+                raise UserError(f"{path}:{number}: duplicate id {item.id!r}")
+            seen.add(item.id)
+            items.append(item)
+    if not items:
+        raise UserError(f"gold file is empty: {path}")
+    return items
+
+
+class LabelScore(BaseModel):
+    label: str
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    support: int
+    predicted: int
+
+
+class JudgeScore(BaseModel):
+    """How one judge (or the panel majority) matches the gold labels."""
+
+    judge: str
+    items: int
+    scored: int = Field(description="items with a label from this judge (failures excluded)")
+    failures: int
+    accuracy: float | None
+    cohen_kappa: float | None
+    per_label: list[LabelScore]
+    confusion: dict[str, dict[str, int]] = Field(description="gold label -> predicted label (or 'error') -> count")
+
+
+def score(judge: str, gold: list[str], predicted: list[str | None]) -> JudgeScore:
+    """Accuracy over labelled items, per-label precision/recall/F1, kappa vs gold, confusion matrix."""
+    pairs = [(g, p) for g, p in zip(gold, predicted, strict=True) if p is not None]
+    confusion = {g: dict.fromkeys([*LABELS, ERROR], 0) for g in LABELS}
+    for g, p in zip(gold, predicted, strict=True):
+        confusion[g][p or ERROR] += 1
+    per_label = []
+    gold_counts, pred_counts = Counter(g for g, _ in pairs), Counter(p for _, p in pairs)
+    for label in LABELS:
+        tp = sum(g == p == label for g, p in pairs)
+        precision = tp / pred_counts[label] if pred_counts[label] else None
+        recall = tp / gold_counts[label] if gold_counts[label] else None
+        f1 = (2 * precision * recall / (precision + recall)
+              if precision is not None and recall is not None and precision + recall else None)
+        per_label.append(LabelScore(label=label, precision=precision, recall=recall, f1=f1,
+                                    support=gold_counts[label], predicted=pred_counts[label]))
+    return JudgeScore(
+        judge=judge, items=len(gold), scored=len(pairs), failures=len(gold) - len(pairs),
+        accuracy=sum(g == p for g, p in pairs) / len(pairs) if pairs else None,
+        cohen_kappa=cohen_kappa([g for g, _ in pairs], [p for _, p in pairs]) if pairs else None,
+        per_label=per_label, confusion=confusion,
+    )
+
+
+async def evaluate(items: list[GoldItem], panel: JudgePanel, workers: int = 16) -> tuple[list[JudgeScore],
+                                                                                           list[ProbeRecord]]:
+    """Judge every gold item with the panel; score each judge and, for several, the majority."""
+    semaphore = asyncio.Semaphore(max(1, workers))
+
+    async def one(item: GoldItem) -> ProbeRecord:
+        async with semaphore:
+            return await panel.judge(item.as_record())
+
+    judged = await asyncio.gather(*(one(item) for item in items))
+    gold = [item.label for item in items]
+    scores = []
+    for name in panel.names:
+        predicted = []
+        for record in judged:
+            verdict = next((v for v in record.judges if v.judge == name), None)
+            predicted.append(verdict.label if verdict and verdict.status == "ok" else
+                             (record.label if verdict is None and record.label_source == "rule" else None))
+        scores.append(score(name, gold, predicted))
+    if len(panel.names) > 1:
+        scores.append(score(PANEL, gold, [r.label for r in judged]))
+    for item, record in zip(items, judged, strict=True):
+        record.meta = {"gold_label": item.label}
+    return scores, judged

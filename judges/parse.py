@@ -1,0 +1,113 @@
+"""Turn a judge's reply into a validated verdict: strip reasoning, find the JSON object, validate it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from client.records import Label
+from judges.taxonomy import normalise_label
+
+_THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.IGNORECASE)
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+_DECODER = json.JSONDecoder()
+
+
+class JudgeOutput(BaseModel):
+    """The structured output asked of a judge (rationale first, so the label follows the reasoning)."""
+
+    rationale: str = Field(default="", description="one short sentence")
+    label: Label
+
+    @field_validator("label", mode="before")
+    @classmethod
+    def _normalise(cls, value: Any) -> Any:
+        return normalise_label(value) or value
+
+    @field_validator("rationale", mode="before")
+    @classmethod
+    def _rationale_to_str(cls, value: Any) -> Any:
+        return "" if value is None else str(value)
+
+
+def response_schema() -> dict[str, Any]:
+    """`response_format` for OpenAI-compatible structured output (strict JSON schema)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "rationale": {"type": "string"},
+            "label": {"type": "string", "enum": list(Label.__args__)},  # type: ignore[attr-defined]
+        },
+        "required": ["rationale", "label"],
+        "additionalProperties": False,
+    }
+    return {"type": "json_schema", "json_schema": {"name": "judge_verdict", "strict": True, "schema": schema}}
+
+
+class ParseError(ValueError):
+    """The reply held no valid verdict object."""
+
+
+def strip_reasoning(text: str) -> str:
+    """Drop <think>...</think> blocks; text after a lone closing tag; nothing after an unclosed opening tag."""
+    text = _THINK_BLOCK.sub("", text)
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end():]
+    opened = _THINK_OPEN.search(text)
+    if opened:
+        text = text[: opened.start()]
+    return text.strip()
+
+
+def _candidates(text: str) -> list[Any]:
+    """JSON values found in the text: the whole text, fenced blocks, then every object starting at a '{'."""
+    found: list[Any] = []
+    for chunk in [text, *(m.group(1) for m in _FENCE.finditer(text))]:
+        with contextlib.suppress(ValueError):
+            found.append(json.loads(chunk))
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = _DECODER.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        found.append(value)
+    return found
+
+
+def parse_verdict(content: str | None) -> JudgeOutput:
+    """The first JSON object in the reply that validates as `JudgeOutput`. Raises ParseError otherwise."""
+    if content is None or not content.strip():
+        raise ParseError("empty reply")
+    text = strip_reasoning(content)
+    if not text:
+        raise ParseError("reply held only reasoning (no answer after </think>)")
+    last_error = "no JSON object found"
+    for value in _candidates(text):
+        if not isinstance(value, dict):
+            continue
+        try:
+            return JudgeOutput.model_validate(value)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            last_error = f"{'.'.join(str(p) for p in err['loc']) or 'object'}: {err['msg']}"
+    raise ParseError(last_error)
+
+
+def message_text(data: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(content, finish_reason) of the first choice of a chat completion; content parts are joined."""
+    try:
+        choice = data["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        return None, None
+    message = choice.get("message") or {}
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return (content if isinstance(content, str) else None), choice.get("finish_reason")

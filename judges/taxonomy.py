@@ -1,0 +1,38 @@
+"""The label taxonomy for generated user turns (names match `client.records.Label`)."""
+
+from __future__ import annotations
+
+from client.records import LABELS, Label
+
+FOLLOWUP: Label = "genuine_followup"
+
+DESCRIPTIONS: dict[str, str] = {
+    "genuine_followup": "reacts to the assistant's actual answer: asks about a step, pushes back, builds on it",
+    "restates_query": "repeats or paraphrases the original question",
+    "assistant_continuation": "answers as the assistant (identity drift), including leaked role tokens",
+    "meta_commentary": "talks about the conversation or its own reasoning instead of speaking as the user",
+    "generic": "filler (\"thanks\", \"ok\") with no grounding in the answer",
+    "unrelated_query": "a new request with no connection to the conversation",
+    "empty": "nothing, or only whitespace / special tokens",
+}
+
+SHORT: dict[str, str] = {
+    "genuine_followup": "GF",
+    "restates_query": "RQ",
+    "assistant_continuation": "AC",
+    "meta_commentary": "MC",
+    "generic": "GE",
+    "unrelated_query": "UQ",
+    "empty": "EM",
+}
+
+assert set(DESCRIPTIONS) == set(LABELS) == set(SHORT), "taxonomy out of sync with client.records.Label"
+
+
+def normalise_label(value: object) -> str | None:
+    """Map a judge's spelling ('Genuine follow-up', 'GENUINE_FOLLOWUP') to a label name; None if unknown."""
+    if not isinstance(value, str):
+        return None
+    text = "_".join(value.strip().strip("\"'`.").lower().replace("-", " ").replace("_", " ").split())
+    text = text.replace("follow_up", "followup")
+    return text if text in LABELS else None
