@@ -102,6 +102,9 @@ def _first_error(exc: Exception) -> str:
     return str(exc).split("\n")[0]
 
 
+_to_json = ProbeRecord.__pydantic_serializer__.to_json
+
+
 class JsonlWriter:
     """Append records as complete lines; each `write` reaches the kernel before it returns."""
 
@@ -114,7 +117,7 @@ class JsonlWriter:
         self.written = 0
 
     def write(self, record: ProbeRecord) -> None:
-        line = orjson.dumps(record.model_dump(mode="json", exclude_none=False)) + b"\n"
+        line = _to_json(record) + b"\n"
         view = memoryview(line)
         while view:
             n = os.write(self._fd, view)

@@ -249,7 +249,7 @@ class ProbeRun:
 
     # ----- records --------------------------------------------------------------------------------------------
     def _base_fields(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
-                     messages: list[Message], context: dict[str, Any]) -> dict[str, Any]:
+                     messages: list[Message], context: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
         s = self.settings
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
@@ -257,7 +257,8 @@ class ProbeRun:
         return {
             "key": key, "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
             "perturbation": perturbation, "temperature": temperature, "sample": sample,
-            "seed": sample_seed(s.seed, item.id, temperature, sample, perturbation, s.mode),
+            "seed": seed if seed is not None else sample_seed(s.seed, item.id, temperature, sample, perturbation,
+                                                               s.mode),
             "messages": messages, "assistant_source": context.get("assistant_source", "dataset"),
             "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
             "reference_answer": item.answer, "correct": context.get("correct"),
@@ -350,7 +351,7 @@ class ProbeRun:
         if s.extra_body:
             payload.update(s.extra_body)
         fields = self._base_fields(job.key, job.item, job.perturbation, job.temperature, job.sample, job.messages,
-                                   job.context)
+                                   job.context, job.seed)
         fields["prompt_sha256"] = job.prompt_sha256
         if self.limiter.active:
             await self.limiter.acquire(job.estimated_tokens)
@@ -377,7 +378,8 @@ class ProbeRun:
             if self.limiter.tokens is not None:
                 self.limiter.settle(job.estimated_tokens, usage_model.total_tokens)
         stops = self.renderer.stop if (self.renderer and s.mode == "raw") else []
-        return ProbeRecord(
+        # Hot path: every field here was built by this module from validated inputs, so skip re-validation.
+        return ProbeRecord.model_construct(
             **fields,
             user_turn=clean_user_turn(text, stops),
             finish_reason=choice.get("finish_reason"),
