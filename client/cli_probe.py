@@ -32,6 +32,8 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--request-timeout", type=float, default=300.0, metavar="S",
                    help="per-attempt deadline in seconds; a hung request is cut and retried (default 300)")
     g.add_argument("--max-retries", type=int, default=5, help="retries after the first attempt (default 5)")
+    g.add_argument("--http-backend", choices=["aiohttp", "httpx"], default="aiohttp",
+                   help="aiohttp (default, fastest) or httpx (the httpx API, e.g. for respx or httpx proxies)")
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -200,7 +202,8 @@ async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argpa
                   base_urls: list[str], renderer: Any) -> ProbeSummary:
     endpoints = [
         Endpoint(EndpointConfig(base_url=url, api_key_env=args.api_key_env, request_timeout=args.request_timeout,
-                                max_retries=args.max_retries, concurrency=settings.concurrency))
+                                max_retries=args.max_retries, concurrency=settings.concurrency,
+                                http_backend=args.http_backend))
         for url in base_urls
     ]
     judge = None
