@@ -1,0 +1,86 @@
+"""`userturn export`: SFT and preference rows from judged records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from client.cli import main
+from client.export import export_rows
+from client.jsonl import JsonlWriter
+from client.records import ProbeRecord, record_key
+
+CONVO = [{"role": "user", "content": "What is 3 + 4?"}, {"role": "assistant", "content": "7"}]
+
+
+def rec(sample: int, label: str | None, turn: str | None = None, *, status: str = "ok", item: str = "i1",
+        perturbation: str = "none", temperature: float = 1.0) -> ProbeRecord:
+    return ProbeRecord(
+        key=record_key("m", "d", item, perturbation, temperature, sample), model="m", dataset="d", item_id=item,
+        perturbation=perturbation, temperature=temperature, sample=sample, seed=sample, messages=CONVO,
+        status=status, user_turn=turn if turn is not None else (f"turn {sample}" if status == "ok" else None),
+        label=label,
+    )
+
+
+RECORDS = [
+    rec(0, "genuine_followup", "Why is it 7?"),
+    rec(1, "restates_query", "What is 3 + 4?"),
+    rec(2, "genuine_followup", "And 3 + 5?"),
+    rec(3, "empty", ""),
+    rec(4, "generic"),
+    rec(5, None),
+    rec(6, None, status="error"),
+    rec(0, "genuine_followup", "ok thanks, and 4+4?", perturbation="wrong_answer"),  # no partner in its group
+]
+
+
+def test_sft_rows_append_the_genuine_follow_up():
+    rows, stats = export_rows(RECORDS, "sft")
+    assert rows[0] == {"messages": [*CONVO, {"role": "user", "content": "Why is it 7?"}]}
+    assert [r["messages"][-1]["content"] for r in rows] == ["Why is it 7?", "And 3 + 5?", "ok thanks, and 4+4?"]
+    assert (stats.records, stats.written, stats.skipped_unlabeled, stats.skipped_error) == (8, 3, 1, 1)
+    assert stats.skipped_not_genuine == 3
+
+
+def test_preference_pairs_within_the_same_context_use_each_record_once():
+    rows, stats = export_rows(RECORDS, "preference")
+    assert rows == [
+        {"prompt": CONVO, "chosen": [{"role": "user", "content": "Why is it 7?"}],
+         "rejected": [{"role": "user", "content": "What is 3 + 4?"}]},
+        {"prompt": CONVO, "chosen": [{"role": "user", "content": "And 3 + 5?"}],
+         "rejected": [{"role": "user", "content": ""}]},
+    ]
+    assert stats.unpaired == 2  # sample 4 (generic) of `none`, and the lone wrong_answer record
+    assert stats.by_label["genuine_followup"] == 3
+
+
+def test_different_temperatures_are_different_contexts():
+    rows, _ = export_rows([rec(0, "genuine_followup", temperature=0.0), rec(0, "generic", temperature=1.0)],
+                          "preference")
+    assert rows == []
+
+
+def test_cli_writes_file_and_reports_counts(tmp_path: Path, capsys):
+    results = tmp_path / "results.jsonl"
+    with JsonlWriter(results) as writer:
+        for record in RECORDS:
+            writer.write(record)
+    out = tmp_path / "sft.jsonl"
+    assert main(["export", str(results), "--format", "sft", "--out", str(out)]) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 3 and lines[0]["messages"][-1]["role"] == "user"
+    err = capsys.readouterr().err
+    assert "exported 3 sft rows from 8 records" in err and "1 unlabeled, 1 without a generation" in err
+    assert main(["export", str(results), "--format", "preference"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_cli_nothing_to_export_and_missing_file(tmp_path: Path, capsys):
+    results = tmp_path / "r.jsonl"
+    with JsonlWriter(results) as writer:
+        writer.write(rec(0, None))
+    assert main(["export", str(results), "--format", "sft"]) == 1
+    assert "judge the results first" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "missing.jsonl"), "--format", "sft"]) == 2
+    assert "results file not found" in capsys.readouterr().err
