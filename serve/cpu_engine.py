@@ -1,0 +1,371 @@
+"""The embedded CPU engine: an OpenAI-compatible server around `transformers` generate (no GPU needed).
+
+Routes: GET /health, GET /health_generate, GET /v1/models, POST /v1/completions (text prompt; stop strings and
+stop token ids, n, seed, max_tokens, temperature, top_p; returns finish_reason, matched_stop and usage, like SGLang),
+POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
+Requests run one at a time on a single inference thread; it is a laptop/CI engine, not a throughput engine.
+Run: `python -m serve.cpu_engine --model PATH_OR_HUB_ID --port 8000` (extra: `pip install 'userturn[cpu]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from serve.tiny_model import is_tiny_model
+
+DEFAULT_MAX_TOKENS = 256
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+
+class EngineConfig(BaseModel):
+    """What `python -m serve.cpu_engine` was started with."""
+
+    model: str
+    tokenizer: str | None = None
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    dtype: str = "auto"
+    seed: int | None = None
+    context_length: int | None = None
+    chat_template: str | None = None
+    trust_remote_code: bool = False
+    revision: str | None = None
+    threads: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.served_model_name or self.model
+
+
+class SamplingRequest(BaseModel):
+    """The sampling fields shared by both completion routes (unknown OpenAI fields are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1, le=64)
+    seed: int | None = None
+    stop: list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    skip_special_tokens: bool = True
+    ignore_eos: bool = False
+    stream: bool = False
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_list(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("stop")
+    @classmethod
+    def _non_empty_stops(cls, v: list[str]) -> list[str]:
+        return [s for s in v if s]
+
+
+class CompletionRequest(SamplingRequest):
+    prompt: str | list[str]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | None = None
+
+
+class ChatRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass
+class Sequence:
+    """One generated continuation after stop handling."""
+
+    text: str
+    finish_reason: str
+    matched_stop: str | int | None
+    completion_tokens: int
+
+
+def finish_sequence(
+    token_ids: list[int],
+    *,
+    stop_token_ids: set[int],
+    stop_strings: list[str],
+    max_tokens: int,
+    pad_token_id: int | None,
+    decode: Any,
+) -> Sequence:
+    """Cut a generated token list at the first stop token, then at the earliest stop string (both excluded)."""
+    ids = list(token_ids)
+    matched: str | int | None = None
+    reason: str | None = None
+    for i, tok in enumerate(ids):
+        if tok in stop_token_ids:
+            matched, reason, ids, used = tok, "stop", ids[:i], i + 1
+            break
+    else:
+        while ids and pad_token_id is not None and ids[-1] == pad_token_id:
+            ids.pop()  # padding after a sequence that a stop string finished early
+        used = len(ids)
+    text = decode(ids)
+    hits = [(text.find(s), s) for s in stop_strings if s in text]
+    if hits:
+        pos, stop = min(hits)
+        text, matched, reason = text[:pos], stop, "stop"
+    if reason is None:
+        reason = "length" if used >= max_tokens else "stop"
+    return Sequence(text=text, finish_reason=reason, matched_stop=matched, completion_tokens=used)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+class Generator:
+    """Holds the model and tokenizer; `generate` runs on one dedicated thread."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.cfg = cfg
+        self.torch = torch
+        dtype = {"auto": torch.float32, "half": torch.float16, "float16": torch.float16,
+                 "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
+        kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.model, **kw)
+        if cfg.chat_template:
+            self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
+        self.model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype, **kw)
+        self.model.eval()
+        gen_eos = self.model.generation_config.eos_token_id
+        eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
+        if self.tokenizer.eos_token_id is not None:
+            eos.append(self.tokenizer.eos_token_id)
+        self.eos_ids: list[int] = sorted(set(eos))
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos or [0])[0]
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.context_length: int | None = cfg.context_length or limit
+        self.smoke = is_tiny_model(cfg.model) if Path(cfg.model).is_dir() else False
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+
+    def _max_tokens(self, req: SamplingRequest, prompt_len: int) -> int:
+        wanted = req.max_tokens or req.max_completion_tokens
+        if self.context_length is not None:
+            room = self.context_length - prompt_len
+            if wanted is not None and wanted > room:
+                raise ApiError(400, f"prompt ({prompt_len} tokens) + max_tokens ({wanted}) exceeds the context "
+                               f"length ({self.context_length})")
+            if room < 1:
+                raise ApiError(400, f"prompt ({prompt_len} tokens) fills the context length ({self.context_length})")
+            return wanted or min(DEFAULT_MAX_TOKENS, room)
+        return wanted or DEFAULT_MAX_TOKENS
+
+    def generate(self, prompt: str, req: SamplingRequest) -> tuple[list[Sequence], int]:
+        """Blocking: n continuations of `prompt` with the request's sampling and stops."""
+        torch = self.torch
+        enc = self.tokenizer(prompt, return_tensors="pt")
+        prompt_len = int(enc["input_ids"].shape[-1])
+        max_tokens = self._max_tokens(req, prompt_len)
+        stop_ids = set() if req.ignore_eos else set(self.eos_ids)
+        stop_ids |= set(req.stop_token_ids)
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_tokens,
+            "num_return_sequences": req.n,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": sorted(stop_ids) or None,
+        }
+        if req.temperature > 0:
+            kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k or 0)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if req.stop:
+            kwargs.update(stop_strings=req.stop, tokenizer=self.tokenizer)
+        seed = req.seed if req.seed is not None else self.cfg.seed
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.inference_mode():
+            out = self.model.generate(**enc, **kwargs)
+
+        def decode(ids: list[int]) -> str:
+            return self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
+
+        seqs = [
+            finish_sequence(row[prompt_len:].tolist(), stop_token_ids=stop_ids, stop_strings=req.stop,
+                            max_tokens=max_tokens, pad_token_id=self.pad_id, decode=decode)
+            for row in out
+        ]
+        return seqs, prompt_len
+
+    async def run(self, prompt: str, req: SamplingRequest) -> tuple[list[Sequence], int]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, self.generate, prompt, req)
+
+    def render_chat(self, req: ChatRequest) -> str:
+        messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **req.chat_template_kwargs
+            )
+        except Exception as exc:  # template errors are the client's input problem
+            raise ApiError(400, f"chat template failed: {exc}") from None
+
+
+def _usage(prompt_tokens: int, seqs: list[Sequence]) -> dict[str, int]:
+    completion = sum(s.completion_tokens for s in seqs)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+
+
+def _error(status: int, message: str, code: str = "invalid_request_error") -> web.Response:
+    body = {"object": "error", "error": {"message": message, "type": code, "code": status}, "message": message}
+    return web.json_response(body, status=status)
+
+
+def build_app(gen: Generator) -> web.Application:
+    """The aiohttp application serving `gen`."""
+    cfg = gen.cfg
+
+    async def parse(request: web.Request, model: type[SamplingRequest]) -> Any:
+        try:
+            body = await request.json()
+        except Exception:
+            raise ApiError(400, "request body is not valid JSON") from None
+        try:
+            req = model.model_validate(body)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ApiError(400, f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        if req.stream:
+            raise ApiError(400, "stream=true is not supported by the CPU engine")
+        if req.model not in (None, "", cfg.name, cfg.model):
+            raise ApiError(404, f"model '{req.model}' is not served here (this server serves '{cfg.name}')",
+                           "model_not_found")
+        return req
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _error(exc.status, exc.message, exc.code)
+
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def health_generate(_: web.Request) -> web.Response:
+        req = SamplingRequest(max_tokens=1, temperature=0)
+        await gen.run("ping", req)
+        return web.json_response({"status": "ok"})
+
+    async def models(_: web.Request) -> web.Response:
+        card = {"id": cfg.name, "object": "model", "created": 0, "owned_by": "userturn", "root": cfg.model,
+                "max_model_len": gen.context_length, "userturn_smoke": gen.smoke}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def completions(request: web.Request) -> web.Response:
+        req: CompletionRequest = await parse(request, CompletionRequest)
+        prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        choices: list[dict[str, Any]] = []
+        all_seqs: list[Sequence] = []
+        prompt_tokens = 0
+        for p_index, prompt in enumerate(prompts):
+            seqs, n_prompt = await gen.run(prompt, req)
+            prompt_tokens += n_prompt
+            all_seqs += seqs
+            for j, s in enumerate(seqs):
+                choices.append({"index": p_index * req.n + j, "text": s.text, "logprobs": None,
+                                "finish_reason": s.finish_reason, "matched_stop": s.matched_stop})
+        return web.json_response({
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": cfg.name, "choices": choices, "usage": _usage(prompt_tokens, all_seqs),
+        })
+
+    async def chat(request: web.Request) -> web.Response:
+        req: ChatRequest = await parse(request, ChatRequest)
+        prompt = gen.render_chat(req)
+        seqs, n_prompt = await gen.run(prompt, req)
+        choices = [{"index": j, "message": {"role": "assistant", "content": s.text}, "logprobs": None,
+                    "finish_reason": s.finish_reason, "matched_stop": s.matched_stop} for j, s in enumerate(seqs)]
+        return web.json_response({
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": cfg.name, "choices": choices, "usage": _usage(n_prompt, seqs),
+        })
+
+    app = web.Application(middlewares=[errors], client_max_size=64 * 1024 * 1024)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health_generate)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+def parse_args(argv: list[str] | None = None) -> EngineConfig:
+    p = argparse.ArgumentParser(prog="python -m serve.cpu_engine", description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="model path or hub id")
+    p.add_argument("--tokenizer")
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto = float32 on CPU")
+    p.add_argument("--seed", type=int, help="default seed for requests that send none")
+    p.add_argument("--context-length", type=int)
+    p.add_argument("--chat-template", help="Jinja file overriding the tokenizer's chat template")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--revision")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    a = p.parse_args(argv)
+    return EngineConfig(**{k: v for k, v in vars(a).items() if v is not None})
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    started = time.monotonic()
+    print(f"cpu_engine: loading {cfg.model} ...", flush=True)
+    try:
+        gen = Generator(cfg)
+    except (OSError, ValueError) as exc:
+        print(f"cpu_engine: error: cannot load model {cfg.model}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    smoke = " (SMOKE RUN: tiny random-weight model, outputs are noise)" if gen.smoke else ""
+    print(f"cpu_engine: loaded in {time.monotonic() - started:.1f}s{smoke}", flush=True)
+    app = build_app(gen)
+    try:
+        web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, handle_signals=True, shutdown_timeout=1,
+                    print=lambda _msg: print(f"cpu_engine: serving on http://{cfg.host}:{cfg.port}", flush=True))
+    except OSError as exc:
+        print(f"cpu_engine: error: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}", file=sys.stderr,
+              flush=True)
+        return 1
+    print("cpu_engine: stopped", flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # nothing left to save; skips torch's slow interpreter teardown (seconds on a small CPU)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Readiness: poll a server's health routes until they answer 200, watching its PID and a startup deadline."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from serve.process import ServerProcess, ServerStartError
+
+POLL_INTERVAL_S = 0.5
+
+
+def _failure(proc: ServerProcess, what: str) -> ServerStartError:
+    tail = proc.tail()
+    lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
+    return ServerStartError(f"{proc.spec.name}: {what} (log: {proc.log_path}){lines}")
+
+
+def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: float = POLL_INTERVAL_S) -> None:
+    """Block until every health path of `proc` answers 200 in order; raise ServerStartError if it dies or the
+    monotonic `deadline` passes. Never hangs: each request is bounded by the time left."""
+    spec = proc.spec
+    started = time.monotonic()
+    with httpx.Client(trust_env=False) as client:
+        for path in spec.health_paths:
+            url = spec.url + path
+            while True:
+                code = proc.returncode()
+                if code is not None:
+                    raise _failure(proc, f"exited with code {code} during startup")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waited = time.monotonic() - started
+                    raise _failure(proc, f"not ready after {waited:.0f}s (startup_timeout; waiting for {path})")
+                try:
+                    r = client.get(url, timeout=httpx.Timeout(min(left, 60.0), connect=min(left, 2.0)))
+                    if r.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(min(poll_interval, max(deadline - time.monotonic(), 0)))

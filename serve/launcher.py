@@ -1,0 +1,200 @@
+"""`launch(manifest)`: start a manifest's servers, wait until ready, hand out base URLs, tear everything down.
+
+    with launch("manifests/quickstart-cpu.yaml") as server:
+        server.base_urls   # one per replica (or the router), each ending in /v1
+        server.model_name  # the `model` to send in requests
+        server.smoke       # True when the tiny random fallback is served
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from client.errors import UserError
+from serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, router_spec
+from serve.health import wait_until_ready
+from serve.manifest import Manifest, load_manifest
+from serve.process import ServerProcess, ServerStartError, pick_ports
+from serve.tiny_model import is_tiny_model
+
+Status = Callable[[str], None]
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
+
+
+def _stderr(msg: str) -> None:
+    print(f"userturn: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Server:
+    """What a running (or external) deployment exposes to clients."""
+
+    manifest: Manifest
+    base_urls: list[str]
+    model_name: str
+    smoke: bool = False
+    log_paths: list[Path] = field(default_factory=list)
+    replica_urls: list[str] = field(default_factory=list)
+    api_key_env: str | None = None
+    processes: list[ServerProcess] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return self.base_urls[0]
+
+    def dead(self) -> list[ServerProcess]:
+        """Launched processes that have exited since startup."""
+        return [p for p in self.processes if not p.alive]
+
+
+def v1(url: str) -> str:
+    """Normalise a root or /v1 URL to end in /v1."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def tiny_model_dir() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "userturn" / "tiny-random"
+
+
+def resolve_cpu_model(m: Manifest, status: Status = _stderr) -> tuple[str, bool]:
+    """(local model path, smoke) for the embedded engine: a local dir as is, a hub id downloaded (or taken from the
+    cache), and with `fallback: tiny-random` a tiny random model when the hub cannot be reached."""
+    model = m.resolve_path(m.model) or ""
+    if Path(model).expanduser().exists():
+        return model, is_tiny_model(model)
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(model, revision=m.revision, allow_patterns=HUB_PATTERNS, etag_timeout=10)
+        return path, False
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        if m.fallback != "tiny-random":
+            where = f"{m.source}: model" if m.source else "model"
+            raise UserError(f"{where}: cannot get {model!r} from the Hugging Face hub ({type(exc).__name__}: "
+                            f"{reason[:160]}); use a local path or set fallback: tiny-random") from None
+        status(f"hub unreachable for {model} ({type(exc).__name__}); serving a tiny random-weight model instead: "
+               "SMOKE RUN, outputs are noise")
+        return str(build_tiny_model_subprocess(tiny_model_dir())), True
+
+
+def build_tiny_model_subprocess(out_dir: Path) -> Path:
+    """Build the tiny model in a child process: the launcher itself stays free of torch (memory, exit time)."""
+    if is_tiny_model(out_dir):
+        return out_dir
+    proc = subprocess.run([sys.executable, "-m", "serve.tiny_model", str(out_dir)], capture_output=True, text=True,
+                          timeout=300, check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"cannot build the tiny fallback model in {out_dir}: {last}")
+    return out_dir
+
+
+def check_installed(m: Manifest) -> None:
+    """One-line UserError naming the extra to install when the engine is missing."""
+    if m.command:
+        return
+    if m.engine == "sglang" and importlib.util.find_spec("sglang") is None:
+        raise UserError("engine 'sglang' is not installed: pip install 'userturn[sglang]' (on a CUDA machine)")
+    if m.engine == "transformers":
+        for mod in ("torch", "transformers"):
+            if importlib.util.find_spec(mod) is None:
+                raise UserError(f"engine 'transformers' needs {mod}: pip install 'userturn[cpu]'")
+    if m.engine == "llamacpp" and shutil.which(LLAMA_SERVER) is None:
+        raise UserError(f"engine 'llamacpp' needs {LLAMA_SERVER} on PATH: install llama.cpp "
+                        "(https://github.com/ggml-org/llama.cpp) or set command:")
+    if m.router is not None and importlib.util.find_spec("sglang_router") is None:
+        raise UserError("router 'sglang' is not installed: pip install sglang-router")
+
+
+def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable) -> tuple[list[LaunchSpec],
+                                                                                          LaunchSpec | None]:
+    """The processes `launch` would start (ports resolved), without starting them: used by --dry-run."""
+    where = str(m.source) if m.source else "manifest"
+    ports = pick_ports(m.host, m.port, m.replicas + (1 if m.router else 0), where=where)
+    if m.router is not None and m.router.port:
+        ports[-1] = pick_ports(m.host, m.router.port, 1, where=f"{where}: router")[0]
+    specs = replica_specs(m, ports[: m.replicas], model=model, python=python)
+    router = router_spec(m, specs, ports[-1], python=python) if m.router is not None else None
+    return specs, router
+
+
+@contextlib.contextmanager
+def _terminate_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP into SystemExit (main thread only) so the `with` block tears servers down."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None, status: Status | None = _stderr,
+           grace_s: float = 15.0) -> Iterator[Server]:
+    """Start every replica (and the router), wait until all are ready, yield a `Server`; on exit, error, Ctrl-C or
+    SIGTERM stop every process group. Startup failures raise `ServerStartError` with the last log lines."""
+    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    say = status or (lambda _msg: None)
+    if m.engine == "external":
+        assert m.base_url is not None
+        url = v1(m.base_url)
+        yield Server(manifest=m, base_urls=[url], model_name=m.request_model_name, replica_urls=[url],
+                     api_key_env=m.api_key_env)
+        return
+    check_installed(m)
+    model, smoke = None, False
+    if m.engine == "transformers" and not m.command:
+        model, smoke = resolve_cpu_model(m, say)
+    specs, router = plan(m, model=model)
+    logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    procs = [ServerProcess(s, logs / f"{s.name}-{s.port}-{stamp}.log") for s in specs]
+    all_procs = list(procs)
+    with _terminate_on_sigterm():
+        try:
+            deadline = time.monotonic() + m.timeout_s
+            for p in procs:
+                say(f"starting {p.spec.name} on port {p.spec.port} (log: {p.log_path})")
+                p.start()
+            for p in procs:
+                wait_until_ready(p, deadline)
+            base_urls = replica_urls = [v1(s.url) for s in specs]
+            if router is not None:
+                rp = ServerProcess(router, logs / f"{router.name}-{router.port}-{stamp}.log")
+                all_procs.append(rp)
+                say(f"starting router on port {router.port} (log: {rp.log_path})")
+                rp.start()
+                wait_until_ready(rp, time.monotonic() + 120.0)
+                base_urls = [v1(router.url)]
+            yield Server(manifest=m, base_urls=base_urls, model_name=m.request_model_name, smoke=smoke,
+                         log_paths=[p.log_path for p in all_procs], replica_urls=replica_urls,
+                         api_key_env=m.api_key_env, processes=all_procs)
+        finally:
+            for p in reversed(all_procs):
+                p.stop(grace_s)
+
+
+__all__ = ["Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]

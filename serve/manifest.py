@@ -1,0 +1,268 @@
+"""Serving manifests: one YAML file per model, validated by pydantic (unknown keys are errors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from client.errors import UserError
+
+Engine = Literal["sglang", "transformers", "llamacpp", "external"]
+GPU_ENGINES: frozenset[str] = frozenset({"sglang", "llamacpp"})
+DEFAULT_STARTUP_TIMEOUT_S: dict[str, float] = {"sglang": 1800.0, "transformers": 600.0, "llamacpp": 900.0}
+# Readiness probes per engine, polled in order: the first must answer 200, then the next, ...
+DEFAULT_HEALTH_PATHS: dict[str, tuple[str, ...]] = {
+    "sglang": ("/health_generate", "/v1/models"),
+    "transformers": ("/health", "/v1/models"),
+    "llamacpp": ("/health", "/v1/models"),
+    "custom": ("/v1/models",),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ProbeDefaults(_Strict):
+    """Probe-side settings for this model family, so `userturn probe --manifest M` needs no other flags."""
+
+    tokenizer: str | None = Field(default=None, description="tokenizer (hub id or path) used to render prompts")
+    renderer: Literal["chat_template", "harmony"] = Field(
+        default="chat_template", description="how prompts are rendered: the tokenizer's Jinja template or Harmony"
+    )
+    chat_template: str | None = Field(default=None, description="Jinja template file overriding the tokenizer's")
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra template variables")
+    enable_thinking: bool | None = Field(default=None, description="passed to the template when not None")
+    stop: list[str] = Field(default_factory=list, description="stop strings for the raw user-turn completion")
+    stop_token_ids: list[int] = Field(default_factory=list, description="stop token ids (sent when supported)")
+    send_stop_token_ids: bool = False
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperatures: list[float] | None = None
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
+
+
+class RouterConfig(_Strict):
+    """An sglang-router in front of the replicas (one URL, cache-aware balancing)."""
+
+    kind: Literal["sglang"] = "sglang"
+    port: int = Field(default=0, ge=0, le=65535)
+    policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = "cache_aware"
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class SlurmConfig(_Strict):
+    """Settings for `--emit slurm`."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = "04:00:00"
+    cpus_per_task: int = Field(default=16, ge=1)
+    mem: str | None = "0"
+    python: str = "python3"
+    setup: list[str] = Field(default_factory=list, description="shell lines run before the server (module load ...)")
+    sbatch_args: list[str] = Field(default_factory=list, description="extra '#SBATCH' options, e.g. --exclusive")
+    dist_port: int = Field(default=50000, ge=1, le=65535, description="port for --dist-init-addr on the first node")
+
+
+class K8sConfig(_Strict):
+    """Settings for `--emit k8s`."""
+
+    image: str = "lmsysorg/sglang:latest"
+    namespace: str | None = None
+    hf_token_secret: str | None = Field(default=None, description="Secret holding HF_TOKEN (key 'token')")
+    cache_pvc: str | None = Field(default=None, description="PVC mounted at /root/.cache/huggingface")
+    shm_size: str = "32Gi"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    cpu: str | None = None
+    memory: str | None = None
+
+
+class ClusterConfig(_Strict):
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    k8s: K8sConfig = Field(default_factory=K8sConfig)
+
+
+class Manifest(_Strict):
+    """How to serve one model (or reach one endpoint), plus its probe defaults."""
+
+    name: str | None = Field(default=None, description="label; defaults to the file name without .yaml")
+    engine: Engine
+    model: str | None = Field(default=None, description="model path or hub id")
+    revision: str | None = None
+    tokenizer: str | None = Field(default=None, description="tokenizer path if it differs from the model")
+    served_model_name: str | None = Field(default=None, description="name sent in requests; defaults to `model`")
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port")
+    tp_size: int = Field(default=1, ge=1)
+    dp_size: int = Field(default=1, ge=1)
+    nnodes: int = Field(default=1, ge=1)
+    dist_init_addr: str | None = Field(default=None, description="host:port of node 0 for multi-node")
+    gpus: int | None = Field(default=None, ge=0, description="GPUs one replica needs across its nodes")
+    gpu_ids: list[int] | None = Field(default=None, description="GPUs to slice among replicas (default: 0..N-1)")
+    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
+    context_length: int | None = Field(default=None, ge=1)
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    seed: int | None = None
+    chat_template: str | None = Field(default=None, description="server-side chat template override (file)")
+    reasoning_parser: str | None = None
+    trust_remote_code: bool = False
+    load_format: str | None = Field(default=None, description="e.g. sglang's 'dummy' (random weights)")
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout: float | None = Field(default=None, gt=0, description="seconds; default per engine")
+    replicas: int = Field(default=1, ge=1)
+    router: RouterConfig | None = None
+    command: Annotated[list[str] | None, Field(min_length=1)] = Field(
+        default=None,
+        description="custom launch command (argv) for any OpenAI-compatible server, e.g. vLLM; placeholders "
+        "{host} {port} {model} {served_model_name} are filled in",
+    )
+    health_paths: list[str] | None = Field(default=None, description="readiness routes polled in order")
+    base_url: str | None = Field(default=None, description="engine external: the endpoint (…/v1)")
+    api_key_env: str | None = Field(default=None, description="env var holding the API key")
+    fallback: Literal["none", "tiny-random"] = Field(
+        default="none", description="tiny-random: if the hub is unreachable serve a tiny random model (smoke run)"
+    )
+    probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    source: Path | None = Field(default=None, exclude=True, description="the YAML file (set by load_manifest)")
+
+    @field_validator("health_paths")
+    @classmethod
+    def _paths_start_with_slash(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            for p in v:
+                if not p.startswith("/"):
+                    raise ValueError(f"health path {p!r} must start with '/'")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        e = self.engine
+        if e == "external":
+            if not self.base_url:
+                raise ValueError("engine 'external' needs base_url")
+            if self.command or self.replicas > 1:
+                raise ValueError("engine 'external' launches nothing: drop command/replicas")
+        else:
+            if self.base_url:
+                raise ValueError("base_url is only for engine 'external'")
+            if not self.model and not self.command:
+                raise ValueError(f"engine '{e}' needs model (a path or hub id)")
+        if e != "sglang":
+            for field, default in (("tp_size", 1), ("dp_size", 1), ("nnodes", 1)):
+                if getattr(self, field) != default and not self.command:
+                    raise ValueError(f"{field} is only supported by engine 'sglang'")
+            for field in ("mem_fraction_static", "dist_init_addr", "reasoning_parser", "load_format"):
+                if getattr(self, field) is not None and not self.command:
+                    raise ValueError(f"{field} is only supported by engine 'sglang'")
+        if self.router is not None and e != "sglang":
+            raise ValueError("router is only supported with engine 'sglang'")
+        if self.fallback == "tiny-random" and e != "transformers":
+            raise ValueError("fallback 'tiny-random' needs engine 'transformers'")
+        if self.nnodes > 1 and self.replicas > 1:
+            raise ValueError("multi-node (nnodes > 1) serves one replica: use replicas: 1")
+        if self.gpus is not None and self.gpus and self.gpus < self.tp_size:
+            raise ValueError(f"gpus ({self.gpus}) is smaller than tp_size ({self.tp_size})")
+        if self.gpus is not None and self.gpus % self.nnodes:
+            raise ValueError(f"gpus ({self.gpus}) must split evenly over nnodes ({self.nnodes})")
+        return self
+
+    # ----- derived values -----
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        return self.source.stem if self.source else (self.served_model_name or self.model or "model")
+
+    @property
+    def request_model_name(self) -> str:
+        """The `model` to send in requests."""
+        return self.served_model_name or self.model or self.label
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica uses across all its nodes (0 for the CPU engine)."""
+        if self.gpus is not None:
+            return self.gpus
+        if self.engine in GPU_ENGINES:
+            return self.tp_size * self.dp_size
+        return 0
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus_per_replica // self.nnodes
+
+    @property
+    def timeout_s(self) -> float:
+        return self.startup_timeout or DEFAULT_STARTUP_TIMEOUT_S.get(self.engine, 600.0)
+
+    @property
+    def readiness_paths(self) -> tuple[str, ...]:
+        if self.health_paths:
+            return tuple(self.health_paths)
+        return DEFAULT_HEALTH_PATHS["custom" if self.command else self.engine]
+
+    def resolve_path(self, value: str | None) -> str | None:
+        """A value written as a relative path (./x, ../x) is relative to the manifest file; others pass as is."""
+        if value is None:
+            return None
+        if value.startswith("~"):
+            return str(Path(value).expanduser())
+        if value.startswith(("./", "../")) and self.source is not None:
+            return str((self.source.parent / value).resolve())
+        return value
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p.startswith("function-"))]
+    return ".".join(parts) or "(top level)"
+
+
+def format_validation_error(path: Path | str, exc: ValidationError) -> str:
+    """One line: `file: key.path: message` (first error, with a count of the others)."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = _loc(first["loc"])
+    msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{path}: {loc}: {msg}{more}"
+
+
+def parse_manifest(data: Any, path: Path | str = "<manifest>") -> Manifest:
+    """Validate already-parsed YAML data; errors become one-line UserErrors naming the file and key."""
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, exc)) from None
+    if isinstance(path, Path):
+        manifest.source = path
+    return manifest
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and validate a manifest YAML file; every problem is a one-line UserError naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{p}: manifest not found") from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read manifest: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{where}: invalid YAML: {problem}") from None
+    return parse_manifest(data, p)
