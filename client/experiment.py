@@ -180,6 +180,14 @@ def planned_records(exp: Experiment, items_per_dataset: list[int]) -> int:
     return len(exp.models) * len(exp.modes) * per_item * sum(items_per_dataset)
 
 
+def check_files(exp: Experiment, source: Path) -> None:
+    """Every manifest the experiment names exists (an error names the file and key)."""
+    for index, entry in enumerate(exp.models):
+        if entry.manifest is not None and not (source.parent / entry.manifest).is_file() \
+                and not Path(entry.manifest).is_file():
+            raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}")
+
+
 def resolve(base: Path, value: str | None) -> str | None:
     """A path relative to the experiment file (absolute paths, hub ids and names are left alone)."""
     if value is None:
@@ -321,6 +329,8 @@ def print_report(results: Path) -> None:
     from rich.console import Console
 
     from judges.report import load_results, summarise
-    from judges.report_table import print_report as render
+    from judges.report_table import groups_table
 
-    render(Console(stderr=False), summarise(load_results(results)), None, str(results))
+    console = Console()
+    console.print(groups_table(summarise(load_results(results)), f"userturn report: {results}"))
+    console.print(f"(full report with judge agreement and plots: userturn report {results})")

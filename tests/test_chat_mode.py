@@ -41,4 +41,4 @@ def test_conversation_ending_with_user_gets_a_no_reply_marker():
 def test_reasoning_is_not_carried_and_hash_is_of_the_text():
     out = role_flip_messages([m("user", "q"), Message(role="assistant", content="a", reasoning_content="secret")])
     assert "reasoning_content" not in out[-1].model_dump()
-    assert CHAT_MODE_PROMPT_SHA256 == hashlib.sha256(CHAT_MODE_PROMPT.encode()).hexdigest()
+    assert hashlib.sha256(CHAT_MODE_PROMPT.encode()).hexdigest() == CHAT_MODE_PROMPT_SHA256

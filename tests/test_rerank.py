@@ -58,8 +58,8 @@ def test_rerank_agreement_metrics():
 
 
 def test_ties_for_top_split_evenly_and_groups_by_perturbation():
-    records = responses("q", [(True, [X]), (False, [X])]) + [
-        rec("q", 0, 0, True, G, perturbation="generic"), rec("q", 1, 0, False, X, perturbation="generic")]
+    records = [*responses("q", [(True, [X]), (False, [X])]),
+               rec("q", 0, 0, True, G, perturbation="generic"), rec("q", 1, 0, False, X, perturbation="generic")]
     rows = {r.perturbation: r for r in rerank(records)}
     assert rows["none"].top1 == 0.5 and rows["none"].within_auroc == 0.5
     assert rows["generic"].top1 == 1.0

@@ -1,0 +1,129 @@
+"""Experiment files: schema, errors naming file and key, grid planning, assistant samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from client.cli import main
+from client.dataset import DatasetItem
+from client.errors import UserError
+from client.experiment import (
+    Experiment,
+    assistant_source,
+    check_files,
+    expand_assistant_samples,
+    load_experiment,
+    plan,
+    planned_records,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = """
+name: t1
+models:
+  - base_url: http://127.0.0.1:1/v1
+    model: m
+datasets: [data.jsonl]
+"""
+
+
+def test_minimal_defaults(tmp_path: Path):
+    exp, base = load_experiment(write(tmp_path, BASE))
+    assert base == tmp_path
+    assert exp.temperatures == [0.0] and exp.samples == 1 and exp.perturbations == ["none"] and exp.modes == ["raw"]
+    assert exp.datasets[0].spec == "data.jsonl"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("temperature: [0.5]\n", r"exp.yaml: temperature: Extra inputs are not permitted"),
+    ("perturbations: [none, shuffle]\n", r"perturbations: Value error, unknown perturbation 'shuffle'"),
+    ("modes: [raw, api]\n", r"modes.1: Input should be 'raw' or 'chat'"),
+    ("samples: 0\n", r"samples: Input should be greater than or equal to 1"),
+    ("temperatures: [0, 0]\n", r"temperatures: repeated values"),
+    ("assistant_samples: 4\nassistant_from: model\n", r"assistant_samples > 1 needs assistant_temperature > 0"),
+])
+def test_errors_name_the_file_and_key(tmp_path: Path, extra: str, message: str):
+    with pytest.raises(UserError, match=message):
+        load_experiment(write(tmp_path, BASE + extra))
+
+
+def test_model_entry_needs_one_kind(tmp_path: Path):
+    text = "name: t\nmodels:\n  - model: m\ndatasets: [gsm8k]\n"
+    with pytest.raises(UserError, match=r"models.0: Value error, give either `manifest`, or `base_url` and `model`"):
+        load_experiment(write(tmp_path, text))
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path):
+    with pytest.raises(UserError, match=r"exp.yaml:2: invalid YAML \(mapping values are not allowed here\)"):
+        load_experiment(write(tmp_path, "name: t\nfoo: bar: baz\n"))
+    with pytest.raises(UserError, match="experiment file not found"):
+        load_experiment(tmp_path / "nope.yaml")
+
+
+def test_missing_manifest_is_named(tmp_path: Path):
+    path = write(tmp_path, "name: t\nmodels:\n  - manifest: m.yaml\ndatasets: [gsm8k]\n")
+    exp, _ = load_experiment(path)
+    with pytest.raises(UserError, match=r"exp.yaml: models.0.manifest: file not found: m.yaml"):
+        check_files(exp, path)
+    (tmp_path / "m.yaml").write_text("engine: external\n")
+    check_files(exp, path)
+
+
+def test_plan_order_and_size():
+    exp = Experiment.model_validate({
+        "name": "g", "models": [{"base_url": "u", "model": "a"}, {"base_url": "u", "model": "b"}],
+        "datasets": ["x", "y"], "modes": ["raw", "chat"], "temperatures": [0, 1], "samples": 3,
+        "perturbations": ["none", "generic"],
+    })
+    units = plan(exp)
+    assert len(units) == 8
+    assert [(u.model_index, u.dataset_index, u.mode) for u in units[:3]] == [(0, 0, "raw"), (0, 0, "chat"),
+                                                                           (0, 1, "raw")]
+    assert planned_records(exp, [10, 5]) == 2 * 2 * (2 * 3 * 2) * 15
+
+
+def test_assistant_samples_copies_items_with_query_ids():
+    item = DatasetItem(id="q1", messages=[{"role": "user", "content": "hi"}], answer="3", meta={"scorer": "gsm8k"})
+    copies = expand_assistant_samples([item], 3)
+    assert [c.id for c in copies] == ["q1#a0", "q1#a1", "q1#a2"]
+    assert copies[2].meta == {"scorer": "gsm8k", "query_id": "q1", "assistant_sample": 2}
+    assert copies[0].answer == "3"
+    assert expand_assistant_samples([item], 1) == [item]
+
+
+def test_assistant_source_auto():
+    exp = Experiment.model_validate({"name": "a", "models": [{"base_url": "u", "model": "m"}], "datasets": ["x"]})
+    answered = DatasetItem(id="1", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    open_ = DatasetItem(id="2", messages=[{"role": "user", "content": "q"}])
+    assert assistant_source(exp.datasets[0], exp, [answered]) == "dataset"
+    assert assistant_source(exp.datasets[0], exp, [answered, open_]) == "model"
+
+
+def test_shipped_experiments_validate():
+    smoke, _ = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    assert smoke.models[0].manifest == "../manifests/quickstart-cpu.yaml"
+    assert smoke.datasets[0].spec == "data/smoke.jsonl"
+    paper, _ = load_experiment(ROOT / "experiments" / "paper.yaml")
+    assert paper.temperatures == [0.0, 0.3, 0.6, 1.0, 1.2]
+    assert [d.spec for d in paper.datasets] == ["gsm8k", "ifeval", "mt-bench", "healthbench", "coval"]
+    assert len(paper.models) >= 10
+
+
+def test_dry_run_prints_the_plan(tmp_path: Path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n'
+                    '{"id": "b", "messages": [{"role": "user", "content": "q2"}]}\n')
+    path = write(tmp_path, BASE + "temperatures: [0, 1]\nsamples: 2\n")
+    assert main(["run", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("t1: 1 probe runs, 8 records planned")
