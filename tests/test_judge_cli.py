@@ -1,0 +1,214 @@
+"""`userturn judge` and `userturn judge-eval` end to end: a real judge server process on 127.0.0.1, and respx."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import respx
+
+from client.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "judges"
+SERVER = FIXTURES / "judge_server.py"
+EXPECTED = {
+    "followup": ("genuine_followup", "judge"), "thanks": ("generic", "judge"), "restate": ("restates_query", "rule"),
+    "empty": ("empty", "rule"), "leak": ("assistant_continuation", "rule"),
+    "pizza": ("unrelated_query", "judge"), "meta": ("meta_commentary", "judge"),
+    "sure": ("assistant_continuation", "judge"), "failed": (None, None),
+}
+
+
+class JudgeServer:
+    def __init__(self, *flags: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(SERVER), "--port", "0", *flags], stdout=subprocess.PIPE,
+                                     text=True)
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("READY "), line
+        self.base_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/stats", timeout=5) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def server() -> Iterator[JudgeServer]:
+    srv = JudgeServer()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    path = tmp_path / "results.jsonl"
+    shutil.copy(FIXTURES / "results_small.jsonl", path)
+    return path
+
+
+def read(path: Path) -> dict[str, dict]:
+    return {r["item_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "client.cli", *argv], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+
+
+@pytest.mark.slow
+def test_judge_end_to_end_against_real_server(server: JudgeServer, results: Path) -> None:
+    proc = run_cli("judge", str(results), "--judge-base-url", server.base_url, "--judge-model", "keyword-judge",
+                   "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    out = results.with_name("results.judged.jsonl")
+    records = read(out)
+    assert {k: (r["label"], r["label_source"]) for k, r in records.items()} == EXPECTED
+    assert records["failed"]["status"] == "error" and records["failed"]["judges"] == []
+    verdict = records["followup"]["judges"][0]
+    assert verdict["judge"] == "keyword-judge" and len(verdict["prompt_sha256"]) == 64
+    assert "judged 5, rule labels 3, judge failures 0, generation errors carried 1" in proc.stderr
+    assert server.stats() == {"requests": 5, "with_schema": 5, "refused": 0}
+    # Resumable: a rerun finds every key done and asks nothing.
+    again = run_cli("judge", str(results), "--judge-base-url", server.base_url, "--judge-model", "keyword-judge",
+                    "--no-progress")
+    assert again.returncode == 0 and "already done 9" in again.stderr
+    assert server.stats()["requests"] == 5
+    # The report reads the judged file.
+    report = run_cli("report", str(out), "--json")
+    [group] = json.loads(report.stdout)
+    assert (group["n"], group["followups"], group["generation_errors"]) == (8, 1, 1)
+
+
+@pytest.mark.slow
+def test_schema_less_reasoning_server_falls_back_once(results: Path) -> None:
+    srv = JudgeServer("--no-schema", "--think")
+    try:
+        out = results.with_name("out.jsonl")
+        code = main(["judge", str(results), "--out", str(out), "--judge-base-url", srv.base_url,
+                     "--judge-model", "kw", "--concurrency", "1", "--no-progress"])
+        assert code == 0
+        assert {k: r["label"] for k, r in read(out).items()} == {k: v[0] for k, v in EXPECTED.items()}
+        assert srv.stats() == {"requests": 6, "with_schema": 1, "refused": 1}
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_judge_eval_against_real_server(server: JudgeServer, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    pred = tmp_path / "pred.jsonl"
+    code = main(["judge-eval", str(FIXTURES / "gold_small.jsonl"), "--judge-base-url", server.base_url,
+                 "--judge-model", "kw", "--json", "--out", str(pred)])
+    assert code == 0
+    [score] = json.loads(capsys.readouterr().out)
+    assert (score["items"], score["scored"], score["failures"]) == (8, 8, 0)
+    assert score["accuracy"] == pytest.approx(7 / 8)
+    gf = next(s for s in score["per_label"] if s["label"] == "genuine_followup")
+    assert (gf["precision"], gf["recall"], gf["support"]) == (1.0, pytest.approx(2 / 3), 3)
+    assert score["confusion"]["genuine_followup"]["generic"] == 1
+    assert score["confusion"]["unrelated_query"]["unrelated_query"] == 2
+    assert sum(1 for _ in pred.open()) == 8
+    # Table output names the numbers too.
+    assert main(["judge-eval", str(FIXTURES / "gold_small.jsonl"), "--judge-base-url", server.base_url,
+                 "--judge-model", "kw"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy 87.5% on 8/8 items" in out and "confusion" in out
+
+
+def test_unreachable_judge_is_one_line_and_keeps_completed_records(results: Path) -> None:
+    out = results.with_name("results.judged.jsonl")
+    out.write_text(results.read_text().splitlines()[0] + "\n")  # a completed record from an earlier run
+    before = out.read_bytes()
+    proc = run_cli("judge", str(results), "--judge-base-url", f"http://127.0.0.1:{free_port()}/v1",
+                   "--judge-model", "kw", "--no-progress")
+    assert proc.returncode == 3
+    assert proc.stderr.count("\n") == 1 and "cannot reach" in proc.stderr and "Traceback" not in proc.stderr
+    assert out.read_bytes() == before
+
+
+def test_endpoint_lost_mid_run_aborts_and_resumes(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = "http://judge.test/v1"
+    out = results.with_name("out.jsonl")
+    ok = httpx.Response(200, json={"choices": [{"message": {"content": '{"rationale": "r", "label": "generic"}'},
+                                                "finish_reason": "stop"}]})
+    argv = ["judge", str(results), "--out", str(out), "--judge-base-url", base, "--judge-model", "kw",
+            "--concurrency", "1", "--judge-max-retries", "0", "--no-progress"]
+    with respx.mock(using="httpx", base_url=base) as mock:
+        mock.get("/models").mock(return_value=httpx.Response(200, json={"data": [{"id": "kw"}]}))
+        mock.post("/chat/completions").mock(side_effect=[ok, ok, httpx.ConnectError("refused")])
+        assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "judge kw: connection error" in err
+    partial = read(out)
+    judged = [r for r in partial.values() if r["label_source"] == "judge"]
+    assert len(judged) == 2 and all(r["judge_status"] == "ok" for r in judged)
+    with respx.mock(using="httpx", base_url=base) as mock:
+        mock.get("/models").mock(return_value=httpx.Response(200, json={"data": [{"id": "kw"}]}))
+        route = mock.post("/chat/completions").mock(return_value=ok)
+        assert main(argv) == 0
+    assert route.call_count == 3  # only what was missing
+    final = read(out)
+    assert len(final) == 9 and all(r["label"] for k, r in final.items() if k != "failed")
+
+
+def test_judge_failures_are_counted_and_retried_on_rerun(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = "http://judge.test/v1"
+    out = results.with_name("out.jsonl")
+    garbage = httpx.Response(200, json={"choices": [{"message": {"content": "no idea"}, "finish_reason": "stop"}]})
+    argv = ["judge", str(results), "--out", str(out), "--judge-base-url", base, "--judge-model", "kw",
+            "--judge-reasks", "1", "--no-progress"]
+    with respx.mock(using="httpx", base_url=base) as mock:
+        mock.get("/models").mock(return_value=httpx.Response(404))
+        route = mock.post("/chat/completions").mock(return_value=garbage)
+        assert main(argv) == 0
+        assert route.call_count == 10  # 5 records x (ask + 1 re-ask)
+    err = capsys.readouterr().err
+    assert "judge failures 5" in err and "rerun the same command" in err
+    failed = [r for r in read(out).values() if r["judge_status"] == "error"]
+    assert len(failed) == 5 and all(r["label"] is None and r["judges"][0]["raw"] == "no idea" for r in failed)
+    ok = httpx.Response(200, json={"choices": [{"message": {"content": '{"label": "generic"}'}}]})
+    with respx.mock(using="httpx", base_url=base) as mock:
+        mock.get("/models").mock(return_value=httpx.Response(404))
+        route = mock.post("/chat/completions").mock(return_value=ok)
+        assert main(argv) == 0
+        assert route.call_count == 5
+    assert all(r["judge_status"] in ("ok", None) for r in read(out).values())
+
+
+def test_bad_inputs(tmp_path: Path, results: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    judge = ["--judge-base-url", "http://judge.test/v1", "--judge-model", "kw", "--no-progress"]
+    assert main(["judge", str(tmp_path / "missing.jsonl"), *judge]) == 2
+    assert "results file not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(results.read_text().splitlines()[0] + "\n{not json\n" + results.read_text().splitlines()[1] + "\n")
+    assert main(["judge", str(bad), *judge]) == 2
+    assert f"{bad}:2:" in capsys.readouterr().err
+    assert main(["judge", str(results), "--out", str(results), *judge]) == 2
+    assert "must differ" in capsys.readouterr().err
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"id": 1, "query": "q", "user_turn": "t", "label": "genuine_followup"}\n'
+                    '{"id": 2, "user_turn": "t", "label": "generic"}\n')
+    assert main(["judge-eval", str(gold), *judge[:4]]) == 2
+    err = capsys.readouterr().err
+    assert f"{gold}:2:" in err and "messages` or `query`" in err
+    gold.write_text('{"id": 1, "query": "q", "user_turn": "t", "label": "great"}\n')
+    assert main(["judge-eval", str(gold), *judge[:4]]) == 2
+    assert f"{gold}:1: not a gold item (label" in capsys.readouterr().err
