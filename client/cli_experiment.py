@@ -45,9 +45,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from client.cli_probe import run_async
-    from client.experiment import load_experiment, load_items, plan, planned_records, print_report, run_experiment
+    from client.experiment import (
+        check_files,
+        load_experiment,
+        load_items,
+        plan,
+        planned_records,
+        print_report,
+        run_experiment,
+    )
 
     exp, base = load_experiment(args.experiment)
+    check_files(exp, Path(args.experiment))
     if args.dry_run:
         counts = [len(load_items(entry, exp, base)[1]) for entry in exp.datasets]
         print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts)} records planned "
