@@ -1,0 +1,118 @@
+"""Stop strings and stop token ids for a generated user turn, derived from the tokenizer files.
+
+The template tells where a user turn ends: render `[user S1, assistant S2]` and read the special tokens
+between S1 and S2 (Qwen3: `<|im_end|>`, `<|im_start|>`; GLM: `<|assistant|>`; gpt-oss: `<|end|>`, `<|start|>`).
+The tokenizer adds its end-of-sequence tokens (tokenizer_config `eos_token`, generation_config `eos_token_id`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    """One added token of a tokenizer (`added_tokens_decoder` / tokenizer.json `added_tokens`)."""
+
+    id: int
+    content: str
+    special: bool
+
+
+def token_text(value: Any) -> str | None:
+    """Text of a token entry in tokenizer_config.json: a string or an AddedToken dict (`{"content": ...}`)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def added_tokens(config: Mapping[str, Any], tokenizer_json: Mapping[str, Any] | None) -> dict[str, AddedToken]:
+    """Added tokens by content, from tokenizer.json `added_tokens` and tokenizer_config `added_tokens_decoder`."""
+    tokens: dict[str, AddedToken] = {}
+    for entry in (tokenizer_json or {}).get("added_tokens") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("content"), str) and isinstance(entry.get("id"), int):
+            tokens[entry["content"]] = AddedToken(entry["id"], entry["content"], bool(entry.get("special")))
+    for key, entry in (config.get("added_tokens_decoder") or {}).items():
+        content = token_text(entry)
+        if content is not None and str(key).lstrip("-").isdigit():
+            tokens[content] = AddedToken(int(key), content, bool(entry.get("special")))
+    return tokens
+
+
+def leading_special_tokens(gap: str, specials: Iterable[str]) -> list[str]:
+    """The run of special tokens starting at the first one in `gap`, separated by whitespace only.
+
+    `gap` is the text between the end of a user message and the start of the assistant's reply. The run stops
+    at the first non-special text (a role name, `<think>`): Qwen3 `<|im_end|>\\n<|im_start|>assistant\\n` gives
+    `<|im_end|>`, `<|im_start|>`. Starting at the first special token skips text a template appends to user turns
+    (GLM's `/nothink`).
+    """
+    ordered = sorted(set(specials), key=len, reverse=True)
+    if not ordered:
+        return []
+    pattern = re.compile("|".join(re.escape(tok) for tok in ordered))
+    first = pattern.search(gap)
+    if first is None:
+        return []
+    run: list[str] = []
+    pos = first.start()
+    while True:
+        while pos < len(gap) and gap[pos].isspace():
+            pos += 1
+        match = pattern.match(gap, pos)
+        if match is None:
+            return run
+        if match.group() not in run:
+            run.append(match.group())
+        pos = match.end()
+
+
+def end_of_turn_stops(gap: str, tokens: Mapping[str, AddedToken]) -> list[str]:
+    """Stops that end a user turn, read from the text between a user message and the assistant reply.
+
+    Special tokens first (see `leading_special_tokens`); a template without special tokens (plain-text role
+    markers such as `### Assistant:`) gives the first non-blank line of the gap instead.
+    """
+    run = leading_special_tokens(gap, (tok.content for tok in tokens.values() if tok.special))
+    if run:
+        return run
+    lines = [line.strip() for line in gap.strip().splitlines() if line.strip()]
+    return lines[:1]
+
+
+def eos_stops(
+    config: Mapping[str, Any],
+    generation_config: Mapping[str, Any] | None,
+    tokens: Mapping[str, AddedToken],
+) -> list[str]:
+    """End-of-sequence token texts: tokenizer_config `eos_token`, then generation_config `eos_token_id`(s)."""
+    by_id = {tok.id: tok.content for tok in tokens.values()}
+    out: list[str] = []
+    eos = token_text(config.get("eos_token"))
+    if eos:
+        out.append(eos)
+    ids = (generation_config or {}).get("eos_token_id")
+    for token_id in ids if isinstance(ids, list) else [ids]:
+        if isinstance(token_id, int) and token_id in by_id and by_id[token_id] not in out:
+            out.append(by_id[token_id])
+    return out
+
+
+def merge_stops(*groups: Iterable[str]) -> list[str]:
+    """Concatenate stop lists in order, without duplicates or empty strings."""
+    out: list[str] = []
+    for group in groups:
+        for stop in group:
+            if stop and stop not in out:
+                out.append(stop)
+    return out
+
+
+def stop_token_ids(stops: Iterable[str], tokens: Mapping[str, AddedToken]) -> list[int]:
+    """Ids of the stops that are single added tokens (plain-text stops have no id)."""
+    return [tokens[stop].id for stop in stops if stop in tokens]
