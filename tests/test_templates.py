@@ -431,3 +431,36 @@ def test_leading_special_tokens():
     assert leading_special_tokens("no specials", specials) == []
     tokens = {"<|x|>": AddedToken(5, "<|x|>", False)}
     assert end_of_turn_stops("\n\n### Response:\n", tokens) == ["### Response:"]
+
+
+def test_hub_id_downloads_only_small_files(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    asked: list[tuple[str, str]] = []
+
+    def fake_download(repo_id, filename, revision=None):
+        asked.append((repo_id, filename))
+        if not (QWEN_DIR / filename).is_file():
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
+        return str(QWEN_DIR / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    renderer = PromptRenderer.load("Qwen/Qwen3-8B")
+    assert renderer.family == "qwen3" and renderer.stop == ["<|im_end|>", "<|im_start|>"]
+    assert renderer.count_tokens("hello") == 1
+    assert {name for _, name in asked} == {"tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                                           "special_tokens_map.json", "generation_config.json", "tokenizer.json"}
+    assert all(repo == "Qwen/Qwen3-8B" for repo, _ in asked)
+
+
+def test_hub_repo_without_tokenizer_config(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    def fake_download(repo_id, filename, revision=None):
+        raise EntryNotFoundError(filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    with pytest.raises(UserError, match=r"hub id org/model: no tokenizer_config\.json in the repository"):
+        PromptRenderer.load("org/model")
