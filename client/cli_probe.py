@@ -7,10 +7,9 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from client.dataset import DatasetItem, load_jsonl
+from client.dataset import DatasetItem
 from client.endpoint import Endpoint, EndpointConfig
 from client.errors import UserError
 from client.pipeline import ProbeRun, ProbeSettings, ProbeSummary
@@ -86,18 +85,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    from judges import cli as judges_cli
+    from judges import add_judge_arguments
 
-    adder = getattr(judges_cli, "add_judge_arguments", None)
-    if adder is not None:
-        adder(parser)
+    add_judge_arguments(parser)
 
 
 def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None) -> tuple[str, list[DatasetItem]]:
     """A local JSONL file or a built-in dataset name -> (dataset name, items)."""
-    path = Path(spec)
-    if (path.suffix in (".jsonl", ".json") or path.exists() or "/" in spec) and shuffle_seed is None:
-        return path.stem, load_jsonl(path, limit=limit)
     from client.loaders import load_dataset_spec
 
     return load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed)
@@ -162,8 +156,13 @@ def _bool(value: str | None) -> bool | None:
 
 
 async def probe_main(args: argparse.Namespace) -> int:
+    from client.perturb import validate
+    from client.scoring import preflight
+
+    perturbations = validate(args.perturb or ["none"])
     name, items = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed)
     dataset_name = args.dataset_name or name
+    preflight(dataset_name, items)
     with serving(args) as server:
         defaults = server["probe"]
         tokenizer = args.tokenizer or defaults.get("tokenizer")
@@ -184,7 +183,7 @@ async def probe_main(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens or defaults.get("max_tokens") or 256,
             seed=args.seed,
             top_p=args.top_p,
-            perturbations=args.perturb or ["none"],
+            perturbations=perturbations,
             mode=args.mode,
             assistant_from=assistant_from,
             assistant_temperature=args.assistant_temperature,
@@ -193,6 +192,7 @@ async def probe_main(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             rpm=args.rpm,
             tpm=args.tpm,
+            extra_body=dict(defaults.get("extra_body") or {}),
         )
         summary = await execute(items, settings, args, server["base_urls"], renderer)
     return report_summary(summary, args.out)
@@ -215,20 +215,18 @@ async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argpa
                        progress=not args.no_progress, **pipeline_hooks())
         return await run.run()
     finally:
-        if judge is not None and hasattr(judge, "aclose"):
+        if judge is not None:
             await judge.aclose()
         for endpoint in endpoints:
             await endpoint.aclose()
 
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
-    from judges import cli as judges_cli
+    """The inline judge panel from --judge-* flags, checked before any generation; None without judges."""
+    from judges import panel_from_args
 
-    factory = getattr(judges_cli, "panel_from_args", None)
-    if factory is None:
-        return None
-    panel = factory(args)
-    if panel is not None and hasattr(panel, "check"):
+    panel = panel_from_args(args)
+    if panel is not None:
         await panel.check()
     return panel
 

@@ -436,7 +436,12 @@ class ProbeRun:
         for job in jobs:
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
             if self.judge is not None and record.status == "ok":
-                record = await self.judge.judge(record)
+                try:
+                    judged = await self.judge.judge(record)
+                except EndpointError:
+                    writer.write(record)  # keep the generation; `userturn judge` can label it later
+                    raise
+                record = judged
                 self._count_judged(record)
             writer.write(record)
             c.done += 1
@@ -449,7 +454,7 @@ class ProbeRun:
         c = self.counters
         if record.label_source == "rule":
             c.rule_labels += 1
-        if record.judge_status == "error":
+        elif record.judge_status == "error":
             c.judge_failures += 1
         elif record.label is not None:
             c.judged += 1
