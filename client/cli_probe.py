@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -46,6 +47,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chat-template", default=None, metavar="FILE", help="override the tokenizer's chat template")
     g.add_argument("--enable-thinking", choices=["true", "false"], default=None,
                    help="pass enable_thinking to the chat template (e.g. Qwen3, GLM)")
+    g.add_argument("--template-kwarg", action="append", default=None, metavar="KEY=VALUE",
+                   help="extra chat-template variable (repeatable), e.g. reasoning_effort=high for gpt-oss; "
+                        "VALUE is parsed as JSON when it can be")
     g.add_argument("--temperature", type=float, action="append", default=None, metavar="T",
                    help="sampling temperature (repeat for a sweep; default 0)")
     g.add_argument("--samples", type=int, default=1, metavar="K", help="samples per item and temperature")
@@ -134,12 +138,28 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         }
 
 
-def build_renderer(tokenizer: str | None, chat_template: str | None, enable_thinking: bool | None):
+def build_renderer(tokenizer: str | None, chat_template: str | None, enable_thinking: bool | None,
+                   template_kwargs: dict[str, Any] | None = None):
     from client.templates import PromptRenderer
 
     if not tokenizer:
         raise UserError("--tokenizer is required in raw mode (the model's chat template renders the prompt)")
-    return PromptRenderer.load(tokenizer, chat_template=chat_template, enable_thinking=enable_thinking)
+    return PromptRenderer.load(tokenizer, chat_template=chat_template, enable_thinking=enable_thinking,
+                               template_kwargs=template_kwargs or None)
+
+
+def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
+    """`KEY=VALUE` pairs -> dict; VALUE parsed as JSON when possible (true, 3, "x"), else kept as text."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--template-kwarg {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
 
 
 def pipeline_hooks() -> dict[str, Any]:
@@ -172,7 +192,7 @@ async def probe_main(args: argparse.Namespace) -> int:
         renderer = None
         if args.mode == "raw":
             renderer = build_renderer(tokenizer, args.chat_template or defaults.get("chat_template"),
-                                      enable_thinking)
+                                      enable_thinking, parse_template_kwargs(args.template_kwarg))
         assistant_from = args.assistant_from or (
             "dataset" if all(i.ends_with_assistant for i in items) else "model")
         settings = ProbeSettings(
