@@ -49,6 +49,7 @@ class Server:
     replica_urls: list[str] = field(default_factory=list)
     api_key_env: str | None = None
     processes: list[ServerProcess] = field(default_factory=list)
+    model_path: str | None = None  # what the server loaded (a local dir for the CPU engine, e.g. the tiny model)
 
     @property
     def base_url(self) -> str:
@@ -191,7 +192,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
                 base_urls = [v1(router.url)]
             yield Server(manifest=m, base_urls=base_urls, model_name=m.request_model_name, smoke=smoke,
                          log_paths=[p.log_path for p in all_procs], replica_urls=replica_urls,
-                         api_key_env=m.api_key_env, processes=all_procs)
+                         api_key_env=m.api_key_env, processes=all_procs, model_path=model or m.resolve_path(m.model))
         finally:
             for p in reversed(all_procs):
                 p.stop(grace_s)

@@ -1,0 +1,38 @@
+"""Shared pytest fixtures. Each helper appends its own clearly marked block."""
+
+from __future__ import annotations
+
+# ======================================================================================================
+# serve/ fixtures (owner: serve helper): the tiny random-weight model and ONE real CPU-engine process
+# per test session (startup takes tens of seconds on a 2-core CI box).
+# ======================================================================================================
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Qwen3 ChatML model + tokenizer on disk (built once per session)."""
+    from serve.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def cpu_engine_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real `serve.cpu_engine` process serving the tiny model, launched through `serve.launcher.launch`.
+    Yields the `serve.launcher.Server` (base_urls[0] ends in /v1, model_name is 'tiny')."""
+    from serve.launcher import launch
+    from serve.manifest import parse_manifest
+
+    manifest = parse_manifest({
+        "engine": "transformers", "model": str(tiny_model_dir), "served_model_name": "tiny", "seed": 0,
+        "startup_timeout": 300, "extra_args": ["--threads", "1"],
+    })
+    with launch(manifest, log_dir=tmp_path_factory.mktemp("serve-logs"), status=None) as server:
+        yield server
+# ======================================================================================================
+# end of serve/ fixtures
+# ======================================================================================================

@@ -1,0 +1,130 @@
+"""The embedded CPU engine: stop handling (unit) and the real HTTP server process (session fixture)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from serve.cpu_engine import CompletionRequest, finish_sequence
+
+VOCAB = {1: "he", 2: "llo", 3: " wor", 4: "ld", 5: "!", 9: "<eos>", 0: "<pad>"}
+
+
+def decode(ids: list[int]) -> str:
+    return "".join(VOCAB[i] for i in ids)
+
+
+def finish(ids: list[int], stops: list[str] | None = None, stop_ids: set[int] | None = None, max_tokens: int = 10):
+    return finish_sequence(ids, stop_token_ids=stop_ids if stop_ids is not None else {9},
+                           stop_strings=stops or [], max_tokens=max_tokens, pad_token_id=0, decode=decode)
+
+
+def test_stop_token_is_excluded_and_reported() -> None:
+    s = finish([1, 2, 9, 0, 0])
+    assert (s.text, s.finish_reason, s.matched_stop, s.completion_tokens) == ("hello", "stop", 9, 3)
+
+
+def test_earliest_stop_string_wins_and_is_cut() -> None:
+    s = finish([1, 2, 3, 4, 5], stops=["!", "wor"])
+    assert (s.text, s.finish_reason, s.matched_stop) == ("hello ", "stop", "wor")
+
+
+def test_stop_string_inside_a_token_and_trailing_padding() -> None:
+    s = finish([1, 2, 3, 0, 0], stops=["ll"])
+    assert (s.text, s.matched_stop, s.completion_tokens) == ("he", "ll", 3)
+
+
+def test_length_when_budget_used() -> None:
+    s = finish([1, 2, 3], max_tokens=3)
+    assert (s.text, s.finish_reason, s.matched_stop) == ("hello wor", "length", None)
+
+
+def test_stop_string_before_stop_token() -> None:
+    s = finish([1, 2, 5, 9], stops=["llo"])
+    assert (s.text, s.matched_stop, s.finish_reason) == ("he", "llo", "stop")
+
+
+def test_request_validation() -> None:
+    r = CompletionRequest.model_validate({"prompt": "x", "stop": "a", "logprobs": None, "echo": False})
+    assert r.stop == ["a"] and r.temperature == 1.0 and r.n == 1
+    assert CompletionRequest.model_validate({"prompt": "x", "stop": None}).stop == []
+    assert CompletionRequest.model_validate({"prompt": "x", "stop": ["", "b"]}).stop == ["b"]
+
+
+# ----- against the real process -----
+
+USER_HEADER_PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4.<|im_end|>\n<|im_start|>user\n"
+
+
+@pytest.fixture(scope="module")
+def client(cpu_engine_server) -> httpx.Client:
+    with httpx.Client(base_url=cpu_engine_server.base_url, timeout=60, trust_env=False) as c:
+        yield c
+
+
+def complete(client: httpx.Client, **body) -> dict:
+    r = client.post("/completions", json={"model": "tiny", **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.slow
+def test_raw_completion_at_user_header_returns_text(client: httpx.Client) -> None:
+    data = complete(client, prompt=USER_HEADER_PROMPT, max_tokens=8, temperature=0)
+    assert data["object"] == "text_completion" and data["model"] == "tiny"
+    (choice,) = data["choices"]
+    assert isinstance(choice["text"], str) and choice["text"]
+    assert choice["finish_reason"] == "length" and choice["matched_stop"] is None
+    assert data["usage"]["completion_tokens"] == 8 and data["usage"]["prompt_tokens"] > 10
+
+
+@pytest.mark.slow
+def test_stop_string_cuts_the_greedy_output(client: httpx.Client) -> None:
+    full = complete(client, prompt=USER_HEADER_PROMPT, max_tokens=16, temperature=0)["choices"][0]["text"]
+    stop = next(full[i:i + 2] for i in range(2, len(full) - 1) if "\ufffd" not in full[i:i + 2])
+    cut = complete(client, prompt=USER_HEADER_PROMPT, max_tokens=16, temperature=0, stop=[stop])["choices"][0]
+    assert cut["text"] == full[: full.index(stop)]
+    assert cut["finish_reason"] == "stop" and cut["matched_stop"] == stop
+
+
+@pytest.mark.slow
+def test_seed_n_and_temperature(client: httpx.Client) -> None:
+    body = {"prompt": USER_HEADER_PROMPT, "max_tokens": 8, "temperature": 1.0, "n": 3}
+    a = complete(client, seed=11, **body)
+    b = complete(client, seed=11, **body)
+    c = complete(client, seed=12, **body)
+    texts = lambda d: [ch["text"] for ch in d["choices"]]  # noqa: E731
+    assert [ch["index"] for ch in a["choices"]] == [0, 1, 2]
+    assert texts(a) == texts(b), "same seed, same samples"
+    assert texts(a) != texts(c), "another seed, other samples"
+    assert len(set(texts(a))) > 1, "n samples differ at temperature 1"
+    assert a["usage"]["completion_tokens"] == 24
+
+
+@pytest.mark.slow
+def test_chat_completion(client: httpx.Client) -> None:
+    r = client.post("/chat/completions", json={
+        "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": False}})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["object"] == "chat.completion"
+    assert data["choices"][0]["message"]["role"] == "assistant"
+    assert data["usage"]["completion_tokens"] == 4
+
+
+@pytest.mark.slow
+def test_routes_and_errors(client: httpx.Client, cpu_engine_server) -> None:
+    root = cpu_engine_server.base_url.removesuffix("/v1")
+    assert httpx.get(root + "/health", trust_env=False).json() == {"status": "ok"}
+    assert httpx.get(root + "/health_generate", trust_env=False, timeout=60).status_code == 200
+    models = client.get("/models").json()["data"]
+    assert models[0]["id"] == "tiny" and models[0]["userturn_smoke"] is True
+    wrong = client.post("/completions", json={"model": "other", "prompt": "x"})
+    assert wrong.status_code == 404 and "not served here" in wrong.json()["error"]["message"]
+    assert client.post("/completions", json={"prompt": "x", "stream": True}).status_code == 400
+    too_long = client.post("/completions", json={"prompt": "x", "max_tokens": 10**6})
+    assert too_long.status_code == 400 and "context length" in too_long.json()["error"]["message"]
+    assert client.post("/completions", content=b"{not json").status_code == 400
+    bad = client.post("/completions", json={"prompt": "x", "n": 0})
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("n:")

@@ -1,0 +1,218 @@
+"""Command building for every engine, GPU slicing across replicas, and `userturn serve --dry-run`."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from client.cli import main
+from client.errors import UserError
+from serve.commands import (
+    cpu_engine_argv,
+    custom_argv,
+    gpu_slices,
+    llamacpp_argv,
+    replica_specs,
+    root_url,
+    router_spec,
+    server_argv,
+    sglang_argv,
+)
+from serve.manifest import parse_manifest
+
+FULL_SGLANG = {
+    "engine": "sglang", "model": "Qwen/Qwen3.5-397B-A17B", "tokenizer": "Qwen/Qwen3.5-397B-A17B",
+    "served_model_name": "qwen-big", "host": "0.0.0.0", "port": 30000, "tp_size": 16, "dp_size": 1, "nnodes": 2,
+    "dist_init_addr": "10.0.0.1:50000", "mem_fraction_static": 0.85, "context_length": 32768, "dtype": "bfloat16",
+    "seed": 7, "chat_template": "/t/chat.jinja", "reasoning_parser": "qwen3", "trust_remote_code": True,
+    "load_format": "dummy", "extra_args": ["--enable-metrics"],
+}
+
+
+def flags(argv: list[str]) -> dict[str, str | None]:
+    """`--flag value` / bare `--flag` pairs of an argv (after the module)."""
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(argv):
+        if argv[i].startswith("-"):
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[argv[i]] = argv[i + 1]
+                i += 2
+                continue
+            out[argv[i]] = None
+        i += 1
+    return out
+
+
+def test_sglang_flags_exactly() -> None:
+    m = parse_manifest(FULL_SGLANG)
+    argv = sglang_argv(m, port=30000, python="python", node_rank=1)
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    assert argv == [
+        "python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-397B-A17B",
+        "--tokenizer-path", "Qwen/Qwen3.5-397B-A17B", "--host", "0.0.0.0", "--port", "30000", "--tp-size", "16",
+        "--dp-size", "1", "--mem-fraction-static", "0.85", "--context-length", "32768", "--dtype", "bfloat16",
+        "--random-seed", "7", "--chat-template", "/t/chat.jinja", "--reasoning-parser", "qwen3",
+        "--trust-remote-code", "--load-format", "dummy", "--nnodes", "2", "--node-rank", "1",
+        "--dist-init-addr", "10.0.0.1:50000", "--served-model-name", "qwen-big", "--enable-metrics",
+    ]
+
+
+def test_sglang_minimal_omits_unset_options() -> None:
+    m = parse_manifest({"engine": "sglang", "model": "m/x"})
+    f = flags(sglang_argv(m, port=1234, python="python")[3:])
+    assert f["--served-model-name"] == "m/x" and f["--port"] == "1234" and f["--dtype"] == "auto"
+    for absent in ("--nnodes", "--node-rank", "--dist-init-addr", "--load-format", "--trust-remote-code",
+                   "--random-seed", "--mem-fraction-static", "--reasoning-parser", "--chat-template"):
+        assert absent not in f
+
+
+def test_sglang_multinode_needs_dist_init_addr() -> None:
+    m = parse_manifest({**FULL_SGLANG, "dist_init_addr": None})
+    with pytest.raises(UserError, match="dist_init_addr"):
+        sglang_argv(m, port=1)
+
+
+def test_cpu_engine_argv(tmp_path: Path) -> None:
+    m = parse_manifest({"engine": "transformers", "model": "/models/tiny", "served_model_name": "tiny", "seed": 3,
+                        "context_length": 2048, "dtype": "bfloat16", "chat_template": "/t.jinja",
+                        "tokenizer": "/tok", "trust_remote_code": True})
+    argv = cpu_engine_argv(m, port=8000, python="py", threads=2)
+    assert argv[:5] == ["py", "-m", "serve.cpu_engine", "--model", "/models/tiny"]
+    f = flags(argv[3:])
+    assert f == {"--model": "/models/tiny", "--tokenizer": "/tok", "--host": "127.0.0.1", "--port": "8000",
+                 "--served-model-name": "tiny", "--dtype": "bfloat16", "--seed": "3", "--context-length": "2048",
+                 "--chat-template": "/t.jinja", "--trust-remote-code": None, "--threads": "2"}
+    assert cpu_engine_argv(m, port=8000, model="/cache/tiny")[4] == "/cache/tiny"
+
+
+def test_cpu_engine_argv_parses_in_the_engine() -> None:
+    """What the launcher builds is exactly what the engine's argparse accepts."""
+    from serve.cpu_engine import parse_args
+
+    m = parse_manifest({"engine": "transformers", "model": "/m", "seed": 1, "context_length": 99, "port": 5})
+    cfg = parse_args(cpu_engine_argv(m, port=5, threads=1)[3:])
+    assert (cfg.model, cfg.port, cfg.seed, cfg.context_length, cfg.threads, cfg.name) == ("/m", 5, 1, 99, 1, "/m")
+
+
+def test_llamacpp_argv(tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"")
+    m = parse_manifest({"engine": "llamacpp", "model": str(gguf), "served_model_name": "q", "context_length": 4096,
+                        "seed": 1})
+    argv = llamacpp_argv(m, port=8080)
+    assert argv[:3] == ["llama-server", "-m", str(gguf)]
+    f = flags(argv)
+    assert f["--alias"] == "q" and f["--ctx-size"] == "4096" and f["--seed"] == "1" and "--jinja" in f
+    assert f["--n-gpu-layers"] == "999"
+    hub = parse_manifest({"engine": "llamacpp", "model": "unsloth/Qwen3-0.6B-GGUF:Q4_K_M", "gpus": 0})
+    argv = llamacpp_argv(hub, port=1)
+    assert argv[1:3] == ["-hf", "unsloth/Qwen3-0.6B-GGUF:Q4_K_M"] and "--n-gpu-layers" not in argv
+
+
+def test_custom_command_placeholders() -> None:
+    m = parse_manifest({"engine": "sglang", "model": "org/m", "served_model_name": "m",
+                        "command": ["vllm", "serve", "{model}", "--port", "{port}", "--host", "{host}",
+                                    "--served-model-name", "{served_model_name}", '{"json": {"kept": 1}}']})
+    assert custom_argv(m, port=9) == ["vllm", "serve", "org/m", "--port", "9", "--host", "127.0.0.1",
+                                      "--served-model-name", "m", '{"json": {"kept": 1}}']
+    assert server_argv(m, port=9)[0] == "vllm"
+    assert m.readiness_paths == ("/v1/models",)
+
+
+def test_external_has_no_command() -> None:
+    m = parse_manifest({"engine": "external", "base_url": "http://x/v1"})
+    with pytest.raises(UserError, match="launches nothing"):
+        server_argv(m, port=1)
+
+
+def test_gpu_slices_per_replica() -> None:
+    m = parse_manifest({"engine": "sglang", "model": "x", "tp_size": 2, "replicas": 3})
+    assert gpu_slices(m, None) == ["0,1", "2,3", "4,5"]
+    assert gpu_slices(m, "4,5,6,7,0,1") == ["4,5", "6,7", "0,1"]
+    with pytest.raises(UserError, match="need 6 GPUs, CUDA_VISIBLE_DEVICES lists 4"):
+        gpu_slices(m, "0,1,2,3")
+    explicit = parse_manifest({"engine": "sglang", "model": "x", "gpu_ids": [3, 1], "replicas": 2})
+    assert gpu_slices(explicit, "0") == ["3", "1"]
+    single = parse_manifest({"engine": "sglang", "model": "x", "tp_size": 8})
+    assert gpu_slices(single, None) == [None], "one replica keeps the inherited CUDA_VISIBLE_DEVICES"
+    cpu = parse_manifest({"engine": "transformers", "model": "x", "replicas": 2})
+    assert gpu_slices(cpu, None) == [None, None]
+
+
+def test_replica_specs_distinct_ports_devices_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    m = parse_manifest({"engine": "sglang", "model": "x", "replicas": 2, "env": {"A": "1"}, "name": "q"})
+    specs = replica_specs(m, [31000, 31001], python="python")
+    assert [s.port for s in specs] == [31000, 31001]
+    assert [s.env for s in specs] == [{"A": "1", "CUDA_VISIBLE_DEVICES": "0"}, {"A": "1", "CUDA_VISIBLE_DEVICES": "1"}]
+    assert [s.name for s in specs] == ["q-r0", "q-r1"]
+    assert flags(specs[1].argv)["--port"] == "31001"
+    cpu = parse_manifest({"engine": "transformers", "model": "x", "replicas": 2})
+    assert [flags(s.argv)["--threads"] for s in replica_specs(cpu, [1, 2], cpu_count=8)] == ["4", "4"]
+
+
+def test_router_command() -> None:
+    m = parse_manifest({"engine": "sglang", "model": "x", "replicas": 2, "router": {"policy": "round_robin"}})
+    specs = replica_specs(m, [31000, 31001], python="python")
+    r = router_spec(m, specs, 32000, python="python")
+    assert r.argv == ["python", "-m", "sglang_router.launch_router", "--worker-urls", "http://127.0.0.1:31000",
+                      "http://127.0.0.1:31001", "--host", "127.0.0.1", "--port", "32000", "--policy", "round_robin"]
+
+
+def test_root_url_uses_loopback_for_wildcards() -> None:
+    assert root_url("0.0.0.0", 5) == "http://127.0.0.1:5"
+    assert root_url("::1", 5) == "http://[::1]:5"
+    assert root_url("node7", 5) == "http://node7:5"
+
+
+def manifest_file(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_dry_run_prints_quoted_commands_with_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = manifest_file(tmp_path, {"engine": "sglang", "model": "/models/my model", "port": 41000, "replicas": 2,
+                                 "env": {"NCCL_DEBUG": "INFO"}, "load_format": "dummy", "name": "demo"})
+    assert main(["serve", str(p), "--dry-run"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    commands = [line for line in out if not line.startswith("#")]
+    assert len(commands) == 2
+    first = shlex.split(commands[0])
+    assert first[:2] == ["CUDA_VISIBLE_DEVICES=0", "NCCL_DEBUG=INFO"]
+    assert first[3:5] == ["-m", "sglang.launch_server"]
+    assert "'/models/my model'" in commands[0], "arguments are shell-quoted"
+    assert flags(first)["--port"] == "41000" and flags(shlex.split(commands[1]))["--port"] == "41001"
+    assert shlex.split(commands[1])[0] == "CUDA_VISIBLE_DEVICES=1"
+    assert out[0] == "# demo-r0: ready when /health_generate then /v1/models answer 200 on http://127.0.0.1:41000"
+
+
+def test_dry_run_port_in_use_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = manifest_file(tmp_path, {"engine": "sglang", "model": "x", "port": port})
+        assert main(["serve", str(p), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"userturn: error: port {port} on 127.0.0.1 is already in use ({p}: port)"
+
+
+def test_dry_run_external_and_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = manifest_file(tmp_path, {"engine": "external", "base_url": "http://h:1/v1"})
+    assert main(["serve", str(p), "--dry-run"]) == 0
+    assert "nothing to launch" in capsys.readouterr().out
+    bad = manifest_file(tmp_path, {"engine": "sglang", "model": "x", "tpsize": 2})
+    assert main(["serve", str(bad), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == f"userturn: error: {bad}: tpsize: unknown key"
+
+
+def test_out_without_emit_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = manifest_file(tmp_path, {"engine": "sglang", "model": "x"})
+    assert main(["serve", str(p), "--out", str(tmp_path / "x")]) == 2
+    assert "--out goes with --emit" in capsys.readouterr().err

@@ -1,0 +1,314 @@
+"""Launching real processes: readiness, base URLs, replicas, startup failures/timeouts, and no orphans ever."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+import serve.launcher as launcher
+from client.errors import UserError
+from serve.launcher import ServerStartError, launch, resolve_cpu_model
+from serve.manifest import parse_manifest
+from serve.process import ServerProcess
+
+FAKE_SERVER = textwrap.dedent('''
+    """A stand-in OpenAI-compatible server: /health and /v1/models answer 200; it also starts a grandchild."""
+    import http.server, json, os, subprocess, sys, threading
+    port, pidfile = int(sys.argv[1]), sys.argv[2]
+    die_after = float(sys.argv[3]) if len(sys.argv) > 3 else 0
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(pidfile, "a") as fh:
+        fh.write(f"{os.getpid()} {child.pid}\\n")
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"object": "list", "data": [{"id": "fake"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    if die_after:
+        threading.Timer(die_after, lambda: os._exit(3)).start()
+    print(f"fake server on {port}", flush=True)
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+''')
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> tuple[Path, Path]:
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    return script, tmp_path / "pids.txt"
+
+
+def fake_manifest(script: Path, pidfile: Path, *extra: str, **fields) -> dict:
+    return {"engine": "sglang", "model": "fake", "served_model_name": "fake", "startup_timeout": 30,
+            "command": [sys.executable, str(script), "{port}", str(pidfile), *extra], **fields}
+
+
+def recorded_pids(pidfile: Path) -> list[int]:
+    return [int(p) for line in pidfile.read_text().splitlines() for p in line.split()]
+
+
+def assert_all_gone(pids: list[int], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    alive = pids
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"orphaned processes: {alive}")
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_launch_ready_then_teardown_kills_group_and_grandchildren(fake, tmp_path: Path) -> None:
+    script, pidfile = fake
+    m = parse_manifest(fake_manifest(script, pidfile, name="fk"))
+    with launch(m, log_dir=tmp_path / "logs", status=None) as server:
+        (url,) = server.base_urls
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert server.model_name == "fake" and server.smoke is False
+        assert httpx.get(url + "/models", trust_env=False).json()["data"][0]["id"] == "fake"
+        assert server.log_paths[0].name.startswith("fk-r0-") and server.log_paths[0].exists()
+        pgid = server.processes[0].pid
+        pids = recorded_pids(pidfile)
+        assert os.getpgid(pids[1]) == pgid, "the grandchild is in the server's process group"
+    assert group_gone(pgid)
+    assert_all_gone(pids)
+
+
+@pytest.mark.slow
+def test_replicas_get_distinct_ports_and_all_answer(fake, tmp_path: Path) -> None:
+    script, pidfile = fake
+    m = parse_manifest(fake_manifest(script, pidfile, replicas=2))
+    with launch(m, log_dir=tmp_path, status=None) as server:
+        assert len(server.base_urls) == 2 and len(set(server.base_urls)) == 2
+        assert server.replica_urls == server.base_urls
+        for url in server.base_urls:
+            assert httpx.get(url + "/models", trust_env=False).status_code == 200
+        pids = recorded_pids(pidfile)
+        assert len(pids) == 4
+    assert_all_gone(pids)
+
+
+@pytest.mark.slow
+def test_server_that_dies_at_startup_reports_last_log_lines(tmp_path: Path) -> None:
+    code = ("import sys; print('loading weights'); print('Traceback (most recent call last):'); "
+            "print('  File \"model.py\", line 1'); print('RuntimeError: CUDA out of memory', flush=True); sys.exit(1)")
+    m = parse_manifest({"engine": "sglang", "model": "x", "name": "oom", "command": [sys.executable, "-c", code]})
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as info, launch(m, log_dir=tmp_path, status=None):
+        pass
+    msg = str(info.value)
+    assert time.monotonic() - started < 10
+    assert "\n" not in msg
+    assert msg.startswith("oom-r0: exited with code 1 during startup")
+    assert msg.endswith('; last log lines: loading weights | Traceback (most recent call last): |   File "model.py", '
+                        'line 1 | RuntimeError: CUDA out of memory')
+    assert str(tmp_path) in msg, "the error names the log file"
+    assert info.value.exit_code == 4
+
+
+@pytest.mark.slow
+def test_server_that_hangs_after_traceback_times_out_cleanly(tmp_path: Path) -> None:
+    code = ("import os, time; print('Traceback (most recent call last):'); print('ValueError: boom', flush=True); "
+            "open(os.environ['PIDFILE'], 'w').write(str(os.getpid())); time.sleep(600)")
+    pidfile = tmp_path / "pid"
+    m = parse_manifest({"engine": "sglang", "model": "x", "name": "hang", "startup_timeout": 2,
+                        "env": {"PIDFILE": str(pidfile)}, "command": [sys.executable, "-c", code]})
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as info, launch(m, log_dir=tmp_path, status=None):
+        pass
+    assert 1.5 < time.monotonic() - started < 15
+    msg = str(info.value)
+    assert msg.startswith("hang-r0: not ready after 2s (startup_timeout; waiting for /v1/models)")
+    assert "ValueError: boom" in msg
+    assert_all_gone([int(pidfile.read_text())])
+
+
+@pytest.mark.slow
+def test_server_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('stubborn', flush=True); "
+            "time.sleep(600)")
+    m = parse_manifest({"engine": "sglang", "model": "x", "command": [sys.executable, "-c", code]})
+    from serve.commands import replica_specs
+
+    (spec,) = replica_specs(m, [1])
+    proc = ServerProcess(spec, tmp_path / "s.log")
+    proc.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    proc.stop(grace_s=0.5)
+    assert time.monotonic() - started < 5
+    assert proc.returncode() == -signal.SIGKILL
+    assert group_gone(proc.pid)
+
+
+def test_missing_executable_is_one_line(tmp_path: Path) -> None:
+    m = parse_manifest({"engine": "sglang", "model": "x", "command": ["no-such-server-binary", "{port}"]})
+    with pytest.raises(ServerStartError, match="cannot start 'no-such-server-binary': not found on PATH"), \
+            launch(m, log_dir=tmp_path, status=None):
+        pass
+
+
+def test_port_in_use_names_the_port(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        m = parse_manifest({"engine": "sglang", "model": "x", "port": port, "command": ["true"]})
+        with pytest.raises(UserError) as info, launch(m, log_dir=tmp_path, status=None):
+            pass
+    assert str(info.value) == f"port {port} on 127.0.0.1 is already in use (manifest: port)"
+
+
+@pytest.mark.parametrize(
+    ("engine", "missing", "needle"),
+    [
+        ("sglang", "sglang", "pip install 'userturn[sglang]'"),
+        ("transformers", "torch", "pip install 'userturn[cpu]'"),
+        ("transformers", "transformers", "pip install 'userturn[cpu]'"),
+    ],
+)
+def test_engine_not_installed(monkeypatch: pytest.MonkeyPatch, engine: str, missing: str, needle: str) -> None:
+    real = launcher.importlib.util.find_spec
+    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == missing else real(name))
+    with pytest.raises(UserError) as info, launch(parse_manifest({"engine": engine, "model": "x"}), status=None):
+        pass
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_llamacpp_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher.shutil, "which", lambda _name: None)
+    with pytest.raises(UserError, match="needs llama-server on PATH"), \
+            launch(parse_manifest({"engine": "llamacpp", "model": "x.gguf"}), status=None):
+        pass
+
+
+def test_router_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = launcher.importlib.util.find_spec
+    monkeypatch.setattr(launcher.importlib.util, "find_spec",
+                        lambda name: object() if name == "sglang" else None if name == "sglang_router" else real(name))
+    m = parse_manifest({"engine": "sglang", "model": "x", "replicas": 2, "router": {}})
+    with pytest.raises(UserError, match="pip install sglang-router"), launch(m, status=None):
+        pass
+
+
+def test_external_launches_nothing() -> None:
+    m = parse_manifest({"engine": "external", "base_url": "https://api.example.com", "api_key_env": "K",
+                        "served_model_name": "gpt-x"})
+    with launch(m) as server:
+        assert server.base_urls == ["https://api.example.com/v1"]
+        assert server.model_name == "gpt-x" and server.api_key_env == "K" and server.processes == []
+
+
+def hub_down(*_a, **_k):
+    raise OSError("Name or service not known")
+
+
+def test_fallback_to_tiny_model_when_hub_unreachable(monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub_down)
+    monkeypatch.setattr(launcher, "tiny_model_dir", lambda: tiny_model_dir)
+    said: list[str] = []
+    m = parse_manifest({"engine": "transformers", "model": "Qwen/Qwen3-0.6B", "fallback": "tiny-random"})
+    path, smoke = resolve_cpu_model(m, said.append)
+    assert (path, smoke) == (str(tiny_model_dir), True)
+    assert len(said) == 1 and "hub unreachable for Qwen/Qwen3-0.6B" in said[0] and "SMOKE RUN" in said[0]
+
+
+def test_no_fallback_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub_down)
+    m = parse_manifest({"engine": "transformers", "model": "Qwen/Qwen3-0.6B"})
+    with pytest.raises(UserError, match=r"cannot get 'Qwen/Qwen3-0.6B' from the Hugging Face hub .*fallback"):
+        resolve_cpu_model(m)
+
+
+def test_local_model_dir_is_used_as_is(tiny_model_dir: Path) -> None:
+    m = parse_manifest({"engine": "transformers", "model": str(tiny_model_dir)})
+    assert resolve_cpu_model(m) == (str(tiny_model_dir), True)
+
+
+@pytest.mark.slow
+def test_tiny_model_is_built_in_a_child_process(tmp_path: Path) -> None:
+    out = launcher.build_tiny_model_subprocess(tmp_path / "tiny")
+    assert launcher.is_tiny_model(out) and (out / "config.json").exists() and (out / "tokenizer.json").exists()
+
+
+def run_cli(manifest: Path, tmp_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "client.cli", "serve", str(manifest), "--log-dir", str(tmp_path / "logs")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_ready_line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("ready: http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+    return line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
+def test_cli_serve_stops_everything_on_signal(fake, tmp_path: Path, sig: int, code: int) -> None:
+    script, pidfile = fake
+    manifest = tmp_path / "fake.yaml"
+    manifest.write_text(yaml.safe_dump(fake_manifest(script, pidfile)))
+    proc = run_cli(manifest, tmp_path)
+    try:
+        line = wait_ready_line(proc)
+        assert "model=fake" in line
+        pids = recorded_pids(pidfile)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_all_gone(pids)
+
+
+@pytest.mark.slow
+def test_cli_serve_reports_a_server_that_dies_later(fake, tmp_path: Path) -> None:
+    script, pidfile = fake
+    manifest = tmp_path / "fake.yaml"
+    manifest.write_text(yaml.safe_dump(fake_manifest(script, pidfile, "2", name="flaky")))
+    proc = run_cli(manifest, tmp_path)
+    try:
+        wait_ready_line(proc)
+        assert proc.wait(timeout=30) == 4
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().strip().splitlines()[-1]
+    assert err.startswith("userturn: error: flaky-r0 exited with code 3") and "fake server on" in err
+    assert_all_gone(recorded_pids(pidfile))
