@@ -1,0 +1,119 @@
+"""client/dataset.py: DatasetItem coercions and load_jsonl's file:line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from client.dataset import DatasetItem, load_jsonl
+from client.errors import UserError
+
+CONVERSATION = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}]
+
+
+def item(id_: object = "a", **extra: object) -> dict[str, object]:
+    return {"id": id_, "messages": CONVERSATION, **extra}
+
+
+def write_lines(path: Path, *lines: object) -> Path:
+    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines),
+                    encoding="utf-8")
+    return path
+
+
+def test_loads_items_in_order_with_optional_fields(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item("a"), "", "   ",
+                       item("b", answer="4", meta={"split": "test"}),
+                       {"id": "c", "messages": [{"role": "user", "content": "hi", "name": "x"}]})
+    items = load_jsonl(path)
+    assert [i.id for i in items] == ["a", "b", "c"]
+    assert items[0].answer is None
+    assert items[1].answer == "4"
+    assert items[1].meta == {"split": "test"}
+    assert items[0].ends_with_assistant
+    assert not items[2].ends_with_assistant
+    assert items[2].messages[0].model_extra == {"name": "x"}  # extra message keys are kept
+
+
+def test_numeric_id_and_answer_become_strings(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item(7, answer=42), item(8, answer=0.5))
+    items = load_jsonl(path)
+    assert [(i.id, i.answer) for i in items] == [("7", "42"), ("8", "0.5")]
+
+
+def test_limit_stops_early(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item("a"), item("b"), "{broken")
+    assert [i.id for i in load_jsonl(path, limit=2)] == ["a", "b"]  # the broken line is never read
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=rf"^dataset not found: {tmp_path}/nope.jsonl$"):
+        load_jsonl(tmp_path / "nope.jsonl")
+
+
+def test_directory_is_not_a_dataset(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="dataset not found"):
+        load_jsonl(tmp_path)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["empty", "blank-lines"])
+def test_empty_file(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(content)
+    with pytest.raises(UserError, match=rf"^{path}: no items$"):
+        load_jsonl(path)
+
+
+@pytest.mark.parametrize(("bad", "expected"), [
+    ('{"id": "b", "messages": [', r"invalid JSON \(.+\)"),
+    ("not json at all", r"invalid JSON \(.+\)"),
+    ('["a", "b"]', r"expected a JSON object, got list"),
+    ('"just a string"', r"expected a JSON object, got str"),
+    ({"id": "b"}, r"messages: Field required"),
+    ({"messages": CONVERSATION}, r"id: Field required"),
+    ({"id": "b", "messages": []}, r"messages: List should have at least 1 item"),
+    ({"id": "b", "messages": [{"role": "bot", "content": "hi"}]}, r"messages\.0\.role: Input should be 'system'"),
+    ({"id": "b", "messages": [{"role": "user"}]}, r"messages\.0\.content: Field required"),
+    ({"id": "b", "messages": [{"role": "user", "content": None}]}, r"messages\.0\.content: Input should be"),
+    ({"id": "b", "messages": "hello"}, r"messages: Input should be a valid list"),
+    ({"id": ["b"], "messages": CONVERSATION}, r"id: Input should be a valid string"),
+    ({"id": "b", "messages": CONVERSATION, "meta": "x"}, r"meta: Input should be a valid dictionary"),
+], ids=["truncated-json", "not-json", "array", "string", "no-messages", "no-id", "empty-messages", "wrong-role",
+        "no-content", "null-content", "messages-not-list", "id-list", "meta-not-dict"])
+def test_bad_line_names_file_and_line(tmp_path: Path, bad: object, expected: str) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item("a"), "", bad, item("c"))
+    with pytest.raises(UserError) as info:
+        load_jsonl(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: "), message
+    assert "\n" not in message
+    assert re.search(expected, message), message
+
+
+def test_duplicate_id_names_both_lines(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item("a"), item("b"), item("a"))
+    with pytest.raises(UserError, match=rf"^{path}:3: duplicate id 'a' \(first on line 1\)$"):
+        load_jsonl(path)
+
+
+def test_duplicate_after_int_coercion(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item(1), item("1"))
+    with pytest.raises(UserError, match=r":2: duplicate id '1'"):
+        load_jsonl(path)
+
+
+def test_non_utf8_line_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(json.dumps(item("a")).encode() + b"\n" + b'{"id": "\xff\xfe"}\n')
+    with pytest.raises(UserError, match=rf"^{path}:2: invalid JSON"):
+        load_jsonl(path)
+
+
+def test_dataset_item_model_directly() -> None:
+    parsed = DatasetItem.model_validate(item("z", answer=3))
+    assert parsed.id == "z"
+    assert parsed.answer == "3"
+    assert parsed.messages[1].role == "assistant"
