@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from client.endpoint import (
     server_message,
 )
 from client.errors import EndpointError
+from client.http_backends import HttpReply
 
 BASE = "http://mock.test/v1"
 OK_BODY = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}], "usage": {"prompt_tokens": 1}}
@@ -363,9 +365,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_check_unreachable_names_url() -> None:
+@pytest.mark.parametrize("backend", ["httpx", "aiohttp"])
+async def test_check_unreachable_names_url(backend: str) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
-    async with Endpoint(EndpointConfig(base_url=url, request_timeout=5)) as ep:
+    async with Endpoint(EndpointConfig(base_url=url, request_timeout=5, http_backend=backend)) as ep:
         with pytest.raises(EndpointError) as info:
             await ep.check()
     assert f"cannot reach {url}/models" in str(info.value)
@@ -395,16 +398,22 @@ def test_parse_retry_after(value: str | None, expected: float | None) -> None:
     ({"error": {"detail": "x"}}, "x"),
 ])
 def test_server_message(body: object, expected: str) -> None:
-    assert server_message(httpx.Response(400, json=body)) == expected
+    assert server_message(HttpReply(400, json.dumps(body).encode(), "Bad Request", None)) == expected
 
 
 def test_server_message_text_and_empty() -> None:
-    assert server_message(httpx.Response(502, text="  Bad\ngateway ")) == "Bad gateway"
-    assert server_message(httpx.Response(502, text="x" * 1000)) == "x" * 300
-    assert server_message(httpx.Response(502)) == "Bad Gateway"
+    assert server_message(HttpReply(502, b"  Bad\ngateway ", "Bad Gateway", None)) == "Bad gateway"
+    assert server_message(HttpReply(502, b"x" * 1000, "Bad Gateway", None)) == "x" * 300
+    assert server_message(HttpReply(502, b"", "Bad Gateway", None)) == "Bad Gateway"
+    assert server_message(HttpReply(502, b"\xff\xfe", "", None)) == "\ufffd\ufffd"
+    assert server_message(HttpReply(502, b"", "", None)) == "no message"
 
 
-# --- real sockets -----------------------------------------------------------------------------------------------
+# --- real sockets (both HTTP backends) -------------------------------------------------------------------------
+
+@pytest.fixture(params=["httpx", "aiohttp"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 async def completion(ep: Endpoint) -> object:
     return await ep.post_json("completions", {"model": "m", "prompt": "<|im_start|>user\nhello", "n": 2})
@@ -417,10 +426,10 @@ async def completion(ep: Endpoint) -> object:
     ["--fail-mode", "close"],
     ["--fail-mode", "invalid-json"],
 ], ids=["503", "429", "close", "invalid-json"])
-async def test_real_server_faults_are_retried(fault: list[str]) -> None:
+async def test_real_server_faults_are_retried(fault: list[str], backend: str) -> None:
     with LoopbackServer("--fail-first", "2", *fault) as server:
-        async with Endpoint(EndpointConfig(base_url=server.base_url, max_retries=3, backoff_initial=0.01,
-                                           backoff_max=0.02, request_timeout=10)) as ep:
+        async with Endpoint(EndpointConfig(base_url=server.base_url, http_backend=backend, max_retries=3,
+                                           backoff_initial=0.01, backoff_max=0.02, request_timeout=10)) as ep:
             result = await ep.post_json("completions", {"model": "m", "prompt": "<|im_start|>user\nhi", "n": 2})
             assert ep.stats.retries == 2
         stats = server.stats()
@@ -433,10 +442,10 @@ async def test_real_server_faults_are_retried(fault: list[str]) -> None:
 
 
 @pytest.mark.slow
-async def test_real_server_slow_attempt_is_cut_by_deadline() -> None:
+async def test_real_server_slow_attempt_is_cut_by_deadline(backend: str) -> None:
     with LoopbackServer("--fail-first", "1", "--fail-mode", "slow", "--slow-ms", "5000") as server:
-        async with Endpoint(EndpointConfig(base_url=server.base_url, request_timeout=0.5, backoff_initial=0.01,
-                                           backoff_max=0.02)) as ep:
+        async with Endpoint(EndpointConfig(base_url=server.base_url, http_backend=backend, request_timeout=0.5,
+                                           backoff_initial=0.01, backoff_max=0.02)) as ep:
             start = time.monotonic()
             result = await ep.post_json("completions", {"prompt": "hi"})
             elapsed = time.monotonic() - start
@@ -445,9 +454,9 @@ async def test_real_server_slow_attempt_is_cut_by_deadline() -> None:
 
 
 @pytest.mark.slow
-async def test_real_server_retry_after_is_waited_out() -> None:
+async def test_real_server_retry_after_is_waited_out(backend: str) -> None:
     with LoopbackServer("--fail-first", "1", "--fail-status", "429", "--retry-after", "0.4") as server:
-        async with Endpoint(EndpointConfig(base_url=server.base_url, backoff_initial=0.01)) as ep:
+        async with Endpoint(EndpointConfig(base_url=server.base_url, http_backend=backend, backoff_initial=0.01)) as ep:
             start = time.monotonic()
             result = await ep.post_json("completions", {"prompt": "hi"})
             elapsed = time.monotonic() - start
@@ -456,10 +465,10 @@ async def test_real_server_retry_after_is_waited_out() -> None:
 
 
 @pytest.mark.slow
-async def test_real_server_exhausted_and_fatal_and_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_real_server_exhausted_and_fatal_and_preflight(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     with LoopbackServer("--fail-first", "100", "--fail-status", "502", "--api-key", "right") as server:
-        config = EndpointConfig(base_url=server.base_url, max_retries=2, backoff_initial=0.01, backoff_max=0.02,
-                                api_key_env="UT_LOOPBACK_KEY")
+        config = EndpointConfig(base_url=server.base_url, http_backend=backend, max_retries=2, backoff_initial=0.01,
+                                backoff_max=0.02, api_key_env="UT_LOOPBACK_KEY")
         monkeypatch.setenv("UT_LOOPBACK_KEY", "wrong")
         async with Endpoint(config) as ep:
             with pytest.raises(EndpointError, match="refused the API key"):
@@ -481,9 +490,9 @@ async def test_real_server_exhausted_and_fatal_and_preflight(monkeypatch: pytest
 
 
 @pytest.mark.slow
-async def test_real_server_many_concurrent_requests() -> None:
+async def test_real_server_many_concurrent_requests(backend: str) -> None:
     with LoopbackServer("--latency-ms", "5") as server:
-        async with Endpoint(EndpointConfig(base_url=server.base_url, concurrency=32)) as ep:
+        async with Endpoint(EndpointConfig(base_url=server.base_url, http_backend=backend, concurrency=32)) as ep:
             results = await asyncio.gather(*(completion(ep) for _ in range(300)))
             assert ep.stats.inflight == {}
             assert ep.stats.retries == 0
@@ -493,11 +502,16 @@ async def test_real_server_many_concurrent_requests() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="bug: a dropped connection is reported as 'timeout after Ns' "
-                                        "(httpx-aiohttp maps ServerDisconnectedError to ConnectTimeout)")
-async def test_real_server_dropped_connection_is_not_called_a_timeout() -> None:
+@pytest.mark.parametrize("backend", [
+    pytest.param("httpx", marks=pytest.mark.xfail(strict=True, reason=(
+        "bug: with the httpx backend a dropped connection is reported as 'timeout after Ns' (httpx-aiohttp "
+        "maps aiohttp.ServerDisconnectedError to httpx.ConnectTimeout, which HttpxBackend turns into TimeoutError)"))),
+    "aiohttp",
+])
+async def test_real_server_dropped_connection_is_not_called_a_timeout(backend: str) -> None:
     with LoopbackServer("--fail-first", "1", "--fail-mode", "close") as server:
-        async with Endpoint(EndpointConfig(base_url=server.base_url, max_retries=0)) as ep:
+        async with Endpoint(EndpointConfig(base_url=server.base_url, max_retries=0, http_backend=backend)) as ep:
             with pytest.raises(RequestFailed) as info:
                 await completion(ep)
     assert "timeout" not in info.value.reason
+    assert info.value.reason.startswith("connection error: ")
