@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from serve.tiny_model import is_tiny_model
 
@@ -60,7 +60,7 @@ class SamplingRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=1)
+    top_k: int | None = Field(default=None, ge=-1)
     n: int = Field(default=1, ge=1, le=64)
     seed: int | None = None
     stop: list[str] = Field(default_factory=list)
@@ -68,6 +68,14 @@ class SamplingRequest(BaseModel):
     skip_special_tokens: bool = True
     ignore_eos: bool = False
     stream: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_mean_defaults(cls, data: Any) -> Any:
+        """OpenAI clients send explicit nulls for unset fields: treat them as absent."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -201,7 +209,8 @@ class Generator:
             "eos_token_id": sorted(stop_ids) or None,
         }
         if req.temperature > 0:
-            kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k or 0)
+            top_k = req.top_k if req.top_k and req.top_k > 0 else 0  # SGLang/vLLM: -1 (or unset) = no top-k
+            kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=top_k)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if req.stop:

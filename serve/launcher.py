@@ -126,9 +126,12 @@ def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable)
                                                                                           LaunchSpec | None]:
     """The processes `launch` would start (ports resolved), without starting them: used by --dry-run."""
     where = str(m.source) if m.source else "manifest"
-    ports = pick_ports(m.host, m.port, m.replicas + (1 if m.router else 0), where=where)
-    if m.router is not None and m.router.port:
-        ports[-1] = pick_ports(m.host, m.router.port, 1, where=f"{where}: router")[0]
+    ports = pick_ports(m.host, m.port, m.replicas, where=where)
+    if m.router is not None:
+        router_port = pick_ports(m.host, m.router.port, 1, where=f"{where}: router")[0]
+        while m.router.port == 0 and router_port in ports:  # the OS may hand back a replica's port
+            router_port = pick_ports(m.host, 0, 1)[0]
+        ports.append(router_port)
     specs = replica_specs(m, ports[: m.replicas], model=model, python=python)
     router = router_spec(m, specs, ports[-1], python=python) if m.router is not None else None
     return specs, router

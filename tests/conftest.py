@@ -31,8 +31,25 @@ def cpu_engine_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFac
         "engine": "transformers", "model": str(tiny_model_dir), "served_model_name": "tiny", "seed": 0,
         "startup_timeout": 300, "extra_args": ["--threads", "1"],
     })
+    import os
+    import time
+
+    import psutil
+
     with launch(manifest, log_dir=tmp_path_factory.mktemp("serve-logs"), status=None) as server:
+        pgid = server.processes[0].pid
+        pids = [pgid, *(c.pid for c in psutil.Process(pgid).children(recursive=True))]
         yield server
+    # Teardown must leave no process: the group is gone and so is every process it had.
+    try:
+        os.killpg(pgid, 0)
+        raise AssertionError(f"process group {pgid} of the CPU engine survived teardown")
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 5
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if psutil.pid_exists(p)], "CPU engine processes survived teardown"
 # ======================================================================================================
 # end of serve/ fixtures
 # ======================================================================================================

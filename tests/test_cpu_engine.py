@@ -49,6 +49,9 @@ def test_request_validation() -> None:
     assert r.stop == ["a"] and r.temperature == 1.0 and r.n == 1
     assert CompletionRequest.model_validate({"prompt": "x", "stop": None}).stop == []
     assert CompletionRequest.model_validate({"prompt": "x", "stop": ["", "b"]}).stop == ["b"]
+    nulls = CompletionRequest.model_validate({"prompt": "x", "temperature": None, "top_p": None, "n": None,
+                                              "seed": None, "max_tokens": None})
+    assert (nulls.temperature, nulls.top_p, nulls.n, nulls.seed, nulls.max_tokens) == (1.0, 1.0, 1, None, None)
 
 
 # ----- against the real process -----

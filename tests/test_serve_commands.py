@@ -170,6 +170,17 @@ def test_root_url_uses_loopback_for_wildcards() -> None:
     assert root_url("node7", 5) == "http://node7:5"
 
 
+def free_ports(n: int) -> int:
+    """A base port with n consecutive free ports (fixed ports in tests would collide with other processes)."""
+    from serve.process import pick_ports, port_is_free
+
+    for _ in range(50):
+        base = pick_ports("127.0.0.1", 0, 1)[0]
+        if base + n <= 65535 and all(port_is_free("127.0.0.1", base + i) for i in range(n)):
+            return base
+    raise RuntimeError("no block of free ports")
+
+
 def manifest_file(tmp_path: Path, data: dict) -> Path:
     p = tmp_path / "m.yaml"
     p.write_text(yaml.safe_dump(data))
@@ -177,7 +188,8 @@ def manifest_file(tmp_path: Path, data: dict) -> Path:
 
 
 def test_dry_run_prints_quoted_commands_with_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    p = manifest_file(tmp_path, {"engine": "sglang", "model": "/models/my model", "port": 41000, "replicas": 2,
+    base = free_ports(2)
+    p = manifest_file(tmp_path, {"engine": "sglang", "model": "/models/my model", "port": base, "replicas": 2,
                                  "env": {"NCCL_DEBUG": "INFO"}, "load_format": "dummy", "name": "demo"})
     assert main(["serve", str(p), "--dry-run"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
@@ -187,9 +199,9 @@ def test_dry_run_prints_quoted_commands_with_env(tmp_path: Path, capsys: pytest.
     assert first[:2] == ["CUDA_VISIBLE_DEVICES=0", "NCCL_DEBUG=INFO"]
     assert first[3:5] == ["-m", "sglang.launch_server"]
     assert "'/models/my model'" in commands[0], "arguments are shell-quoted"
-    assert flags(first)["--port"] == "41000" and flags(shlex.split(commands[1]))["--port"] == "41001"
+    assert flags(first)["--port"] == str(base) and flags(shlex.split(commands[1]))["--port"] == str(base + 1)
     assert shlex.split(commands[1])[0] == "CUDA_VISIBLE_DEVICES=1"
-    assert out[0] == "# demo-r0: ready when /health_generate then /v1/models answer 200 on http://127.0.0.1:41000"
+    assert out[0] == f"# demo-r0: ready when /health_generate then /v1/models answer 200 on http://127.0.0.1:{base}"
 
 
 def test_dry_run_port_in_use_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,3 +228,17 @@ def test_out_without_emit_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixt
     p = manifest_file(tmp_path, {"engine": "sglang", "model": "x"})
     assert main(["serve", str(p), "--out", str(tmp_path / "x")]) == 2
     assert "--out goes with --emit" in capsys.readouterr().err
+
+
+def test_dry_run_with_router(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = free_ports(3)
+    p = manifest_file(tmp_path, {"engine": "sglang", "model": "x", "port": base, "replicas": 2, "name": "rt",
+                                 "router": {"port": base + 2, "policy": "cache_aware"}})
+    assert main(["serve", str(p), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    router = shlex.split(lines[-1])
+    assert lines[-2] == f"# rt-router: ready when /health then /v1/models answer 200 on http://127.0.0.1:{base + 2}"
+    assert router[1:3] == ["-m", "sglang_router.launch_router"]
+    i = router.index("--worker-urls")
+    assert router[i + 1:i + 3] == [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
+    assert flags(router[i + 3:]) == {"--host": "127.0.0.1", "--port": str(base + 2), "--policy": "cache_aware"}
