@@ -38,7 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 STOP_TOKEN = "<|im_end|>"
-SPECIAL_TOKEN = re.compile(r"<\|[^|>]*\|>")
+SPECIAL_TOKEN = re.compile(r"<\|[^|>]*\|>(?:system|user|assistant)?")
 FaultMode = Literal["status", "close", "invalid-json", "slow"]
 
 

