@@ -70,6 +70,10 @@ def run_command(args: argparse.Namespace) -> int:
     print_report(results)
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
+    not_applicable = sum(s.not_applicable for s in summaries)
+    if not_applicable:
+        print(f"userturn: {not_applicable} samples skipped: their perturbation does not apply to the item "
+              "(e.g. wrong_answer without a number)", file=sys.stderr)
     if errors:
         print(f"userturn: {errors} samples failed (see `error` in {results}); rerun the same command to retry them",
               file=sys.stderr)

@@ -125,16 +125,20 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             raise UserError("--model is required with --base-url")
         yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "smoke": False}
         return
-    from serve import launch, load_manifest
+    from serve.launcher import launch
+    from serve.manifest import load_manifest
 
     manifest = load_manifest(args.manifest)
     with launch(manifest) as server:
-        probe_defaults = manifest.probe.model_dump(exclude_none=True) if getattr(manifest, "probe", None) else {}
+        probe_defaults = manifest.probe.model_dump(exclude_none=True)
+        if server.smoke:
+            # The tiny random-weight fallback model: its own tokenizer and template, not the hub's.
+            probe_defaults.update(tokenizer=server.model_path, chat_template=None, chat_template_kwargs={})
         yield {
             "base_urls": args.base_url or server.base_urls,
             "model": args.model or server.model_name,
             "probe": probe_defaults,
-            "smoke": bool(getattr(server, "smoke", False)),
+            "smoke": server.smoke,
         }
 
 
@@ -192,7 +196,8 @@ async def probe_main(args: argparse.Namespace) -> int:
         renderer = None
         if args.mode == "raw":
             renderer = build_renderer(tokenizer, args.chat_template or defaults.get("chat_template"),
-                                      enable_thinking, parse_template_kwargs(args.template_kwarg))
+                                      enable_thinking, {**(defaults.get("chat_template_kwargs") or {}),
+                                                        **parse_template_kwargs(args.template_kwarg)})
         assistant_from = args.assistant_from or (
             "dataset" if all(i.ends_with_assistant for i in items) else "model")
         settings = ProbeSettings(
@@ -257,6 +262,9 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
         f"already done {summary.skipped}) in {summary.elapsed_s:.1f}s ({summary.req_per_s:.1f} req/s)",
         file=sys.stderr,
     )
+    if summary.not_applicable:
+        print(f"userturn: {summary.not_applicable} samples skipped: their perturbation does not apply to the item "
+              "(e.g. wrong_answer without a number)", file=sys.stderr)
     if summary.errors:
         print(f"userturn: {summary.errors} samples failed (see `error` in {out}); rerun the same command to retry "
               "them", file=sys.stderr)

@@ -66,15 +66,24 @@ class DatasetEntry(_Strict):
 
 
 class JudgeEntry(_Strict):
-    """One judge of the panel (see judges.llm_judge.JudgeConfig for all fields)."""
+    """One judge of the panel (see judges.llm_judge.JudgeConfig for all fields).
+
+    `model: self` judges with the model under test on its own endpoint (the report flags it self-judged).
+    """
 
     model: str
-    base_url: str
+    base_url: str | None = Field(default=None, description="judge endpoint; not needed for `model: self`")
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = 0.0
     max_tokens: int = Field(default=4096, ge=16)
     concurrency: int = Field(default=16, ge=1)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _endpoint_known(self) -> JudgeEntry:
+        if self.model != "self" and not self.base_url:
+            raise ValueError("a judge needs `base_url` (or `model: self` to judge with the model under test)")
+        return self
 
 
 class Experiment(_Strict):
@@ -244,14 +253,19 @@ def model_args(entry: ModelEntry, exp: Experiment, base: Path) -> argparse.Names
     )
 
 
-def _panel(exp: Experiment) -> Any:
+def _panel(exp: Experiment, server: dict[str, Any]) -> Any:
+    """The judge panel for one served model; `model: self` entries point at that model's own endpoint."""
     if not exp.judges:
         return None
     from judges.llm_judge import JudgeConfig
     from judges.panel import JudgePanel, PanelConfig
 
-    configs = [JudgeConfig(**j.model_dump(), request_timeout=exp.request_timeout, max_retries=exp.max_retries)
-               for j in exp.judges]
+    configs = []
+    for j in exp.judges:
+        fields = j.model_dump()
+        if j.model == "self":
+            fields.update(model=server["model"], base_url=server["base_urls"][0])
+        configs.append(JudgeConfig(**fields, request_timeout=exp.request_timeout, max_retries=exp.max_retries))
     return JudgePanel(PanelConfig(judges=configs))
 
 
@@ -273,19 +287,20 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         scoring.preflight(name, items)
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
-    panel = _panel(exp)
-    try:
-        if panel is not None:
-            await panel.check()
-        for entry in exp.models:
-            with serving(model_args(entry, exp, base)) as server:
+    for entry in exp.models:
+        with serving(model_args(entry, exp, base)) as server:
+            panel = _panel(exp, server)
+            try:
+                if panel is not None:
+                    await panel.check()
                 defaults = server["probe"]
                 renderer = None
                 if "raw" in exp.modes:
                     renderer = build_renderer(entry.tokenizer or defaults.get("tokenizer"),
                                               entry.chat_template or defaults.get("chat_template"),
                                               entry.enable_thinking if entry.enable_thinking is not None
-                                              else defaults.get("enable_thinking"))
+                                              else defaults.get("enable_thinking"),
+                                              defaults.get("chat_template_kwargs"))
                 endpoints = [Endpoint(EndpointConfig(base_url=url, api_key_env=entry.api_key_env,
                                                      request_timeout=exp.request_timeout,
                                                      max_retries=exp.max_retries, concurrency=exp.concurrency))
@@ -318,9 +333,9 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                 finally:
                     for endpoint in endpoints:
                         await endpoint.aclose()
-    finally:
-        if panel is not None:
-            await panel.aclose()
+            finally:
+                if panel is not None:
+                    await panel.aclose()
     return results, summaries
 
 
@@ -332,5 +347,7 @@ def print_report(results: Path) -> None:
     from judges.report_table import groups_table
 
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=220)
     console.print(groups_table(summarise(load_results(results)), f"userturn report: {results}"))
     console.print(f"(full report with judge agreement and plots: userturn report {results})")

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from client.dataset import DatasetItem
 from client.endpoint import Endpoint, EndpointError, RequestFailed
 from client.jsonl import JsonlWriter, read_records
+from client.perturb import PerturbationNotApplicable
 from client.progress import Progress, RunCounters
 from client.ratelimit import RateLimiter
 from client.records import Message, ProbeRecord, Usage, record_key, sha256_text
@@ -97,6 +98,7 @@ class ProbeSummary:
     elapsed_s: float
     judged: int = 0
     judge_failures: int = 0
+    not_applicable: int = 0
 
     @property
     def req_per_s(self) -> float:
@@ -237,6 +239,9 @@ class ProbeRun:
                         perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, index, perturbation),
                         pool=pool,
                     )
+                except PerturbationNotApplicable:
+                    self.counters.not_applicable += len(keys)  # e.g. wrong_answer on a text without a number
+                    continue
                 except ValueError as exc:
                     for t, k, key in keys:
                         yield self._error_record(key, item, perturbation, t, k, turn.messages,
@@ -429,7 +434,8 @@ class ProbeRun:
             await self.progress.stop()
             writer.close()
         return ProbeSummary(total=len(keys), skipped=c.skipped, ok=c.ok, errors=c.errors,
-                            elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures)
+                            elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
+                            not_applicable=c.not_applicable)
 
     async def _worker(self, jobs: Iterator[Job | ProbeRecord], writer: JsonlWriter) -> None:
         c = self.counters

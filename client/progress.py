@@ -28,6 +28,7 @@ class RunCounters:
     judged: int = 0
     judge_failures: int = 0
     rule_labels: int = 0
+    not_applicable: int = 0  # samples whose perturbation does not apply to the item (no record written)
     started: float = field(default_factory=time.monotonic)
 
     def elapsed(self) -> float:

@@ -33,6 +33,9 @@ Status = Callable[[str], None]
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
 
 
+SMOKE_MODEL_NAME = "tiny-random-smoke"
+
+
 def _stderr(msg: str) -> None:
     print(f"userturn: {msg}", file=sys.stderr, flush=True)
 
@@ -172,6 +175,8 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
     model, smoke = None, False
     if m.engine == "transformers" and not m.command:
         model, smoke = resolve_cpu_model(m, say)
+        if smoke:  # never record noise from the random fallback under the real model's name
+            m = m.model_copy(update={"served_model_name": SMOKE_MODEL_NAME})
     specs, router = plan(m, model=model)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
     stamp = time.strftime("%Y%m%d-%H%M%S")
