@@ -46,6 +46,8 @@ def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset not found: {path}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {limit})")
     items: list[DatasetItem] = []
     seen: dict[str, int] = {}
     with path.open("rb") as fh:

@@ -264,6 +264,9 @@ class Endpoint:
                     return await self._attempt(url, body), made
         except RetryableError as last:
             raise RequestFailed(f"{last.reason} (gave up after {made + 1} attempts)", attempts=made + 1) from None
+        except RequestFailed as failed:  # a non-retryable answer after some retries: count them all
+            failed.attempts = made + 1
+            raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _count_retry(self, state: RetryCallState) -> None:

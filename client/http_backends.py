@@ -54,7 +54,11 @@ class HttpxBackend:
     async def _send(self, method: str, url: str, body: bytes | None) -> HttpReply:
         try:
             response = await self.client.request(method, url, content=body)
-        except httpx.TimeoutException:
+        except httpx.TimeoutException as exc:
+            cause = exc.__cause__
+            # httpx-aiohttp maps a dropped connection (ServerDisconnectedError) to ConnectTimeout: undo that.
+            if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, aiohttp.ServerTimeoutError):
+                raise TransportFailure(_describe(cause)) from None
             raise TimeoutError from None
         except httpx.TransportError as exc:
             raise TransportFailure(_describe(exc)) from None

@@ -30,7 +30,11 @@ class ReadReport:
 
 
 def _cut_torn_tail(path: Path) -> bool:
-    """Truncate a final line without a newline (a write cut by a kill). Returns True if it cut."""
+    """Make the file end at a line boundary before appending. Returns True if it cut a torn line.
+
+    A final line without a newline is a write cut by a kill: it is cut, unless it is a complete record that
+    only lacks its newline (the reader counts such a line as done), in which case the newline is added.
+    """
     size = path.stat().st_size
     if size == 0:
         return False
@@ -41,17 +45,31 @@ def _cut_torn_tail(path: Path) -> bool:
         # Walk back to the previous newline.
         pos = size
         chunk = 65536
+        start_of_tail = 0
         while pos > 0:
             start = max(0, pos - chunk)
             fh.seek(start)
             block = fh.read(pos - start)
             idx = block.rfind(b"\n")
             if idx >= 0:
-                fh.truncate(start + idx + 1)
-                return True
+                start_of_tail = start + idx + 1
+                break
             pos = start
-        fh.truncate(0)
+        fh.seek(start_of_tail)
+        if _is_record(fh.read()):
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
+            return False
+        fh.truncate(start_of_tail)
         return True
+
+
+def _is_record(raw: bytes) -> bool:
+    try:
+        ProbeRecord.model_validate(orjson.loads(raw))
+    except (orjson.JSONDecodeError, ValidationError):
+        return False
+    return True
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:

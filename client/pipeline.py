@@ -383,8 +383,8 @@ class ProbeRun:
             if self.limiter.tokens is not None:
                 self.limiter.settle(job.estimated_tokens, usage_model.total_tokens)
         stops = self.renderer.stop if (self.renderer and s.mode == "raw") else []
-        # Hot path: every field here was built by this module from validated inputs, so skip re-validation.
-        return ProbeRecord.model_construct(
+        # Validated construction: measured faster than model_construct here (default_factory introspection).
+        return ProbeRecord(
             **fields,
             user_turn=clean_user_turn(text, stops),
             finish_reason=choice.get("finish_reason"),

@@ -31,8 +31,8 @@ class TokenBucket:
         amount = min(float(amount), self.capacity)
         async with self._lock:  # FIFO: waiters are served in arrival order
             self._refill()
-            while self._level < amount:
-                await asyncio.sleep((amount - self._level) / self.rate)
+            while self._level < amount - 1e-9:
+                await asyncio.sleep(max((amount - self._level) / self.rate, 0.001))
                 self._refill()
             self._level -= amount
 

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from loopback_server import LoopbackServer
 
 from client.jsonl import read_records
-from loopback_server import LoopbackServer
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,7 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
         assert 0 < len(partial) < 300
         resumed = subprocess.run(args, capture_output=True, text=True, timeout=180)
         assert resumed.returncode == 0, resumed.stderr
-    records, report = read_records(out)
+    records, _report = read_records(out)
     assert len(records) == 300 and all(r.status == "ok" for r in records.values())
     lines = [json.loads(line) for line in out.read_text().splitlines()]  # every line parses
     ok_keys = [x["key"] for x in lines if x["status"] == "ok"]

@@ -311,7 +311,7 @@ async def test_max_retries_zero_means_one_attempt(mock: respx.MockRouter) -> Non
     assert "connection error: ConnectError" in info.value.reason
 
 
-@pytest.mark.xfail(strict=True, reason="bug: attempts made before a non-retryable 4xx are not counted")
+
 async def test_attempts_count_includes_retries_before_a_4xx(mock: respx.MockRouter) -> None:
     route = mock.post("/completions").mock(side_effect=[httpx.Response(503), httpx.Response(503),
                                                         httpx.Response(400, text="bad")])
@@ -502,12 +502,7 @@ async def test_real_server_many_concurrent_requests(backend: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [
-    pytest.param("httpx", marks=pytest.mark.xfail(strict=True, reason=(
-        "bug: with the httpx backend a dropped connection is reported as 'timeout after Ns' (httpx-aiohttp "
-        "maps aiohttp.ServerDisconnectedError to httpx.ConnectTimeout, which HttpxBackend turns into TimeoutError)"))),
-    "aiohttp",
-])
+@pytest.mark.parametrize("backend", ["httpx", "aiohttp"])
 async def test_real_server_dropped_connection_is_not_called_a_timeout(backend: str) -> None:
     with LoopbackServer("--fail-first", "1", "--fail-mode", "close") as server:
         async with Endpoint(EndpointConfig(base_url=server.base_url, max_retries=0, http_backend=backend)) as ep:

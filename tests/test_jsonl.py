@@ -171,8 +171,6 @@ def test_non_strict_read_skips_and_lists_bad_lines(tmp_path: Path) -> None:
     assert report.skipped[1].startswith(f"{path}:3:")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a valid last record without its newline is counted by read_records "
-                                        "but then deleted by JsonlWriter's torn-tail cut")
 def test_reader_and_writer_agree_on_a_record_missing_only_its_newline(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     path.write_bytes(line_of(make_record(1)) + line_of(make_record(2))[:-1])
