@@ -8,12 +8,13 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from client.dataset import DatasetItem
-from client.endpoint import Endpoint, EndpointConfig
 from client.errors import UserError
-from client.pipeline import ProbeRun, ProbeSettings, ProbeSummary
+
+if TYPE_CHECKING:  # the heavy modules load when a command runs, not when the parser is built
+    from client.dataset import DatasetItem
+    from client.pipeline import ProbeSettings, ProbeSummary
 
 
 def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -181,6 +182,7 @@ def _bool(value: str | None) -> bool | None:
 
 async def probe_main(args: argparse.Namespace) -> int:
     from client.perturb import validate
+    from client.pipeline import ProbeSettings
     from client.scoring import preflight
 
     perturbations = validate(args.perturb or ["none"])
@@ -225,6 +227,9 @@ async def probe_main(args: argparse.Namespace) -> int:
 
 async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argparse.Namespace,
                   base_urls: list[str], renderer: Any) -> ProbeSummary:
+    from client.endpoint import Endpoint, EndpointConfig
+    from client.pipeline import ProbeRun
+
     endpoints = [
         Endpoint(EndpointConfig(base_url=url, api_key_env=args.api_key_env, request_timeout=args.request_timeout,
                                 max_retries=args.max_retries, concurrency=settings.concurrency,

@@ -8,12 +8,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+if TYPE_CHECKING:  # rich loads only when the live view is shown
+    from rich.live import Live
+    from rich.table import Table
 
-from client.endpoint import EndpointStats
+    from client.endpoint import EndpointStats
 
 
 @dataclass
@@ -93,6 +94,8 @@ class Progress:
         return text
 
     def _table(self) -> Table:
+        from rich.table import Table
+
         s = self.snapshot()
         table = Table(title=self.title, show_header=False, box=None, pad_edge=False)
         table.add_column(style="bold")
@@ -122,6 +125,9 @@ class Progress:
         if not self.enabled:
             return
         if self.rich:
+            from rich.console import Console
+            from rich.live import Live
+
             self._live = Live(self._table(), console=Console(file=self.stream), refresh_per_second=4, transient=False)
             self._live.start()
         self._task = asyncio.get_running_loop().create_task(self._loop())

@@ -1,10 +1,28 @@
 """Judges: label generated user turns (rules, then judge models), measure agreement, and report.
 
 Public API: `JudgePanel` (await panel.judge(record) -> labelled copy), `PanelConfig`, `JudgeConfig`,
-`JudgeCounters`, `add_judge_arguments(parser)`, `panel_from_args(args)`.
+`JudgeCounters`, `add_judge_arguments(parser)`, `panel_from_args(args)`. Loaded on first use, so building the
+CLI parser stays cheap.
 """
 
-from judges.llm_judge import JudgeConfig
-from judges.panel import JudgeCounters, JudgePanel, PanelConfig, add_judge_arguments, panel_from_args
+from __future__ import annotations
 
-__all__ = ["JudgeConfig", "JudgeCounters", "JudgePanel", "PanelConfig", "add_judge_arguments", "panel_from_args"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "JudgeConfig": "judges.llm_judge",
+    "JudgeCounters": "judges.panel",
+    "JudgePanel": "judges.panel",
+    "PanelConfig": "judges.panel",
+    "panel_from_args": "judges.panel",
+    "add_judge_arguments": "judges.arguments",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'judges' has no attribute {name!r}")

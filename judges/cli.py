@@ -6,16 +6,15 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-
-import orjson
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from client.errors import UserError
-from client.jsonl import JsonlWriter
-from judges.panel import JudgePanel, add_judge_arguments, panel_from_args
+from judges.arguments import add_judge_arguments
 
-__all__ = ["JudgePanel", "add_judge_arguments", "panel_from_args", "register"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["add_judge_arguments", "register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def judge_command(args: argparse.Namespace) -> int:
+    from judges.panel import panel_from_args
     from judges.run_judge import default_out_path, judge_file, print_summary
 
     results = Path(args.results)
@@ -80,6 +80,9 @@ def judge_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
+    import orjson
+    from rich.console import Console
+
     from judges.agreement import panel_agreements
     from judges.report import load_results, summarise, to_json_rows
     from judges.report_table import print_report
@@ -122,7 +125,12 @@ def _figures(groups: list, required: bool) -> tuple[dict[str, bytes] | None, str
 
 
 def judge_eval_command(args: argparse.Namespace) -> int:
+    import orjson
+    from rich.console import Console
+
+    from client.jsonl import JsonlWriter
     from judges.evaluate import evaluate, load_gold
+    from judges.panel import panel_from_args
 
     items = load_gold(args.gold)
     panel = panel_from_args(args)
@@ -149,6 +157,8 @@ def judge_eval_command(args: argparse.Namespace) -> int:
 
 
 def _print_score(console: Console, s: object) -> None:
+    from rich.table import Table
+
     from judges.evaluate import ERROR, JudgeScore
     from judges.taxonomy import SHORT
 

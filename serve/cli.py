@@ -6,12 +6,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from client.errors import UserError
-from serve.emit import render
-from serve.launcher import launch, plan
-from serve.manifest import Manifest, load_manifest
-from serve.process import ServerStartError
+
+if TYPE_CHECKING:
+    from serve.manifest import Manifest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from serve.emit import render
+    from serve.launcher import plan
+    from serve.manifest import load_manifest
+
     m = load_manifest(args.manifest)
     if args.emit:
         text = render(m, args.emit)
@@ -61,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(m: Manifest, log_dir: Path | None) -> int:
+    from serve.launcher import launch
+    from serve.process import ServerStartError
+
     with launch(m, log_dir=log_dir) as server:
         if m.engine == "external":
             print(f"external endpoint {server.base_url} (nothing launched)")

@@ -174,8 +174,9 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
     check_installed(m)
     model, smoke = None, False
     if m.engine == "transformers" and not m.command:
+        asked_for = m.resolve_path(m.model) or ""
         model, smoke = resolve_cpu_model(m, say)
-        if smoke:  # never record noise from the random fallback under the real model's name
+        if smoke and model != asked_for:  # the fallback: never record its noise under the real model's name
             m = m.model_copy(update={"served_model_name": SMOKE_MODEL_NAME})
     specs, router = plan(m, model=model)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
