@@ -28,6 +28,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -297,6 +298,11 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
         print(f"  {run.name:<16}{run.wall_s:>9.2f}{run.wall_req_s:>14,.0f}{inner:>16}{run.peak_rss_mb:>13.0f}")
     inner_text = f"{ratio_inner:.2f}x" if ratio_inner is not None else "-"
     print(f"  userturn / raw: {ratio_wall:.2f}x (wall), {inner_text} (in-run)")
+    # Each repetition runs raw then userturn back to back; the median of those paired ratios is robust to the
+    # machine's drift between repetitions (a shared 2-core VM varies by +-30% from minute to minute).
+    pairs = sorted(u.wall_req_s / r.wall_req_s for r, u in zip(result.raw, result.userturn, strict=True))
+    paired = statistics.median(pairs)
+    print(f"  paired ratios (wall): {', '.join(f'{p:.2f}' for p in pairs)}; median {paired:.2f}x")
     checks = []
     if s.target_req_s is not None:
         checks.append(f"req/s >= {s.target_req_s:,.0f}: {verdict(ut.wall_req_s >= s.target_req_s)} (wall)")
@@ -307,7 +313,7 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     print("  targets: " + "; ".join(checks))
     return {"scenario": asdict(s), "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
             "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
-            "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner}
+            "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner, "ratio_paired_median": paired}
 
 
 def print_profile(work: Path, kind: str) -> None:

@@ -143,7 +143,7 @@ class Endpoint:
             headers["authorization"] = f"Bearer {key}"
         self._backend: Backend = make_backend(
             config.http_backend, headers=headers, concurrency=config.concurrency,
-            connect_timeout=min(10.0, config.request_timeout),
+            connect_timeout=min(10.0, config.request_timeout), request_timeout=config.request_timeout,
         )
         self._ids = itertools.count()
         self._backoff = wait_exponential_jitter(
@@ -184,8 +184,7 @@ class Endpoint:
 
     async def _attempt(self, url: str, body: bytes) -> dict[str, Any]:
         try:
-            async with asyncio.timeout(self.config.request_timeout):
-                reply = await self._backend.post(url, body)
+            reply = await self._backend.post(url, body)  # the backend enforces the per-attempt deadline
         except TimeoutError:
             raise RetryableError(f"timeout after {self.config.request_timeout:g}s") from None
         except TransportFailure as exc:

@@ -25,7 +25,7 @@ from client.jsonl import JsonlWriter, read_records
 from client.perturb import PerturbationNotApplicable
 from client.progress import Progress, RunCounters
 from client.ratelimit import RateLimiter
-from client.records import Message, ProbeRecord, Usage, record_key, sha256_text
+from client.records import Message, ProbeRecord, record_key, sha256_text
 from client.seeds import sample_seed
 
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
@@ -76,17 +76,15 @@ class ProbeSettings(BaseModel):
 
 @dataclass(slots=True)
 class Job:
+    """One sample to request. `shared` holds the record fields common to its (item, perturbation)."""
+
     key: str
-    item: DatasetItem
-    perturbation: str
     temperature: float
     sample: int
     seed: int
-    messages: list[Message]
     payload_base: dict[str, Any]
-    prompt_sha256: str
     estimated_tokens: int
-    context: dict[str, Any]
+    shared: dict[str, Any]
 
 
 @dataclass
@@ -179,7 +177,8 @@ class ProbeRun:
             title=progress_title or f"userturn probe {settings.model} on {settings.dataset}",
             enabled=progress,
         )
-        self._fatal: BaseException | None = None
+        self._path = "chat/completions" if settings.mode == "chat" else "completions"
+        self._stops = renderer.stop if (renderer is not None and settings.mode == "raw") else []
 
     # ----- planning -------------------------------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -248,32 +247,37 @@ class ProbeRun:
                                                  f"perturbation failed: {exc}", context)
                     continue
                 payload, prompt_sha, estimate = self._payload_base(messages)
+                shared = self._shared_fields(item, perturbation, messages, context)
+                shared["prompt_sha256"] = prompt_sha
                 for t, k, key in keys:
                     seed = sample_seed(s.seed, item.id, t, k, perturbation, s.mode)
-                    yield Job(key, item, perturbation, t, k, seed, messages, payload, prompt_sha, estimate, context)
+                    yield Job(key, t, k, seed, payload, estimate, shared)
 
     # ----- records --------------------------------------------------------------------------------------------
-    def _base_fields(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
-                     messages: list[Message], context: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
+    def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
+                       context: dict[str, Any]) -> dict[str, Any]:
+        """Record fields shared by every sample of one (item, perturbation)."""
         s = self.settings
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
             meta["assistant_turn"] = context["assistant_text"]
         return {
-            "key": key, "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
-            "perturbation": perturbation, "temperature": temperature, "sample": sample,
-            "seed": seed if seed is not None else sample_seed(s.seed, item.id, temperature, sample, perturbation,
-                                                               s.mode),
-            "messages": messages, "assistant_source": context.get("assistant_source", "dataset"),
+            "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
+            "perturbation": perturbation, "messages": messages,
+            "assistant_source": context.get("assistant_source", "dataset"),
             "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
             "reference_answer": item.answer, "correct": context.get("correct"),
             "task_scores": context.get("task_scores"), "meta": meta or None,
         }
 
     def _error_record(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
-                      messages: list[Message], error: str, context: dict[str, Any], attempts: int = 0) -> ProbeRecord:
-        fields = self._base_fields(key, item, perturbation, temperature, sample, messages, context)
-        return ProbeRecord(**fields, status="error", error=error, attempts=attempts)
+                      messages: list[Message], error: str, context: dict[str, Any]) -> ProbeRecord:
+        s = self.settings
+        return ProbeRecord(
+            **self._shared_fields(item, perturbation, messages, context), key=key, temperature=temperature,
+            sample=sample, seed=sample_seed(s.seed, item.id, temperature, sample, perturbation, s.mode),
+            status="error", error=error, attempts=0,
+        )
 
     # ----- the assistant turn ---------------------------------------------------------------------------------
     async def _assistant_turns(self, existing: dict[str, ProbeRecord]) -> dict[str, AssistantTurn]:
@@ -355,15 +359,13 @@ class ProbeRun:
             payload["top_p"] = s.top_p
         if s.extra_body:
             payload.update(s.extra_body)
-        fields = self._base_fields(job.key, job.item, job.perturbation, job.temperature, job.sample, job.messages,
-                                   job.context, job.seed)
-        fields["prompt_sha256"] = job.prompt_sha256
+        fields = {**job.shared, "key": job.key, "temperature": job.temperature, "sample": job.sample,
+                  "seed": job.seed}
         if self.limiter.active:
             await self.limiter.acquire(job.estimated_tokens)
         endpoint = next(self._next_endpoint)
-        path = "chat/completions" if s.mode == "chat" else "completions"
         try:
-            result = await endpoint.post_json(path, payload)
+            result = await endpoint.post_json(self._path, payload)
         except RequestFailed as exc:
             return ProbeRecord(**fields, status="error", error=exc.reason, attempts=exc.attempts)
         try:
@@ -375,22 +377,21 @@ class ProbeRun:
             return ProbeRecord(**fields, status="error", error=f"malformed completion body ({exc})",
                                attempts=result.attempts, latency_s=result.latency_s)
         usage = result.data.get("usage")
-        usage_model = Usage(**{k: usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}) \
-            if isinstance(usage, dict) else None
-        if usage_model is not None:
-            endpoint.stats.prompt_tokens += usage_model.prompt_tokens or 0
-            endpoint.stats.completion_tokens += usage_model.completion_tokens or 0
+        if isinstance(usage, dict):
+            stats = endpoint.stats
+            stats.prompt_tokens += usage.get("prompt_tokens") or 0
+            stats.completion_tokens += usage.get("completion_tokens") or 0
             if self.limiter.tokens is not None:
-                self.limiter.settle(job.estimated_tokens, usage_model.total_tokens)
-        stops = self.renderer.stop if (self.renderer and s.mode == "raw") else []
-        # Validated construction: measured faster than model_construct here (default_factory introspection).
+                self.limiter.settle(job.estimated_tokens, usage.get("total_tokens"))
+        else:
+            usage = None
         return ProbeRecord(
             **fields,
-            user_turn=clean_user_turn(text, stops),
+            user_turn=clean_user_turn(text, self._stops),
             finish_reason=choice.get("finish_reason"),
             matched_stop=choice.get("matched_stop"),
             status="ok",
-            usage=usage_model,
+            usage=usage,
             latency_s=round(result.latency_s, 6),
             attempts=result.attempts,
         )
