@@ -7,6 +7,7 @@ torn tail, so the next run never glues a new record onto it. Readers keep the la
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -124,26 +125,49 @@ _to_json = ProbeRecord.__pydantic_serializer__.to_json
 
 
 class JsonlWriter:
-    """Append records as complete lines; each `write` reaches the kernel before it returns."""
+    """Append records as complete lines.
 
-    def __init__(self, path: str | Path) -> None:
+    Unbatched (default), each `write` reaches the kernel before it returns. With `per_tick=True` (the probe's
+    hot path, inside a running event loop) the lines of all records completed in the same loop iteration go
+    out in one `write()` at the end of that iteration: still before any further network I/O is processed, so
+    a kill loses only requests whose answers were being handled at that instant, never a completed line.
+    """
+
+    def __init__(self, path: str | Path, *, per_tick: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             _cut_torn_tail(self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.written = 0
+        self._per_tick = per_tick
+        self._pending: list[bytes] = []
 
     def write(self, record: ProbeRecord) -> None:
         line = _to_json(record) + b"\n"
-        view = memoryview(line)
+        self.written += 1
+        if not self._per_tick:
+            self._write_all(line)
+            return
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._pending.append(line)
+
+    def flush(self) -> None:
+        if self._pending and self._fd >= 0:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._write_all(data)
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
         while view:
             n = os.write(self._fd, view)
             view = view[n:]
-        self.written += 1
 
     def close(self) -> None:
         if self._fd >= 0:
+            self.flush()
             os.close(self._fd)
             self._fd = -1
 

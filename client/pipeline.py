@@ -417,7 +417,7 @@ class ProbeRun:
         c = self.counters
         c.total = len(keys) - len(done)
         c.skipped = len(done)
-        writer = JsonlWriter(self.out_path)
+        writer = JsonlWriter(self.out_path, per_tick=True)
         started = time.monotonic()
         self.progress.start()
         try:
