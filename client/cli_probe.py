@@ -124,7 +124,8 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             raise UserError("--base-url or --manifest is required")
         if not args.model:
             raise UserError("--model is required with --base-url")
-        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "smoke": False}
+        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "smoke": False,
+               "api_key_env": args.api_key_env}
         return
     from serve.launcher import launch
     from serve.manifest import load_manifest
@@ -134,12 +135,14 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         probe_defaults = manifest.probe.model_dump(exclude_none=True)
         if server.smoke:
             # The tiny random-weight fallback model: its own tokenizer and template, not the hub's.
-            probe_defaults.update(tokenizer=server.model_path, chat_template=None, chat_template_kwargs={})
+            probe_defaults.update(tokenizer=server.model_path, chat_template=None, chat_template_kwargs={}, stop=[],
+                                  stop_token_ids=[])
         yield {
             "base_urls": args.base_url or server.base_urls,
             "model": args.model or server.model_name,
             "probe": probe_defaults,
             "smoke": server.smoke,
+            "api_key_env": server.api_key_env or args.api_key_env,
         }
 
 
@@ -220,18 +223,20 @@ async def probe_main(args: argparse.Namespace) -> int:
             rpm=args.rpm,
             tpm=args.tpm,
             extra_body=dict(defaults.get("extra_body") or {}),
+            extra_stop=list(defaults.get("stop") or []),
+            extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
         )
-        summary = await execute(items, settings, args, server["base_urls"], renderer)
+        summary = await execute(items, settings, args, server["base_urls"], renderer, server["api_key_env"])
     return report_summary(summary, args.out)
 
 
 async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argparse.Namespace,
-                  base_urls: list[str], renderer: Any) -> ProbeSummary:
+                  base_urls: list[str], renderer: Any, api_key_env: str) -> ProbeSummary:
     from client.endpoint import Endpoint, EndpointConfig
     from client.pipeline import ProbeRun
 
     endpoints = [
-        Endpoint(EndpointConfig(base_url=url, api_key_env=args.api_key_env, request_timeout=args.request_timeout,
+        Endpoint(EndpointConfig(base_url=url, api_key_env=api_key_env, request_timeout=args.request_timeout,
                                 max_retries=args.max_retries, concurrency=settings.concurrency,
                                 http_backend=args.http_backend))
         for url in base_urls

@@ -301,7 +301,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                                               entry.enable_thinking if entry.enable_thinking is not None
                                               else defaults.get("enable_thinking"),
                                               defaults.get("chat_template_kwargs"))
-                endpoints = [Endpoint(EndpointConfig(base_url=url, api_key_env=entry.api_key_env,
+                endpoints = [Endpoint(EndpointConfig(base_url=url, api_key_env=server["api_key_env"],
                                                      request_timeout=exp.request_timeout,
                                                      max_retries=exp.max_retries, concurrency=exp.concurrency))
                              for url in server["base_urls"]]
@@ -322,6 +322,8 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                                                          if entry.send_stop_token_ids is not None
                                                          else defaults.get("send_stop_token_ids")),
                                 extra_body=dict(defaults.get("extra_body") or {}),
+                                extra_stop=list(defaults.get("stop") or []),
+                                extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
                                 concurrency=exp.concurrency,
                             )
                             run = ProbeRun(probe_items, settings, endpoints=endpoints,

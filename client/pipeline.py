@@ -68,6 +68,8 @@ class ProbeSettings(BaseModel):
     assistant_temperature: float = 0.0
     assistant_max_tokens: int = Field(default=1024, ge=1)
     send_stop_token_ids: bool = False
+    extra_stop: list[str] = Field(default_factory=list, description="stops added to the template-derived ones")
+    extra_stop_token_ids: list[int] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     concurrency: int = Field(default=64, ge=1)
     rpm: float | None = None
@@ -178,7 +180,11 @@ class ProbeRun:
             enabled=progress,
         )
         self._path = "chat/completions" if settings.mode == "chat" else "completions"
-        self._stops = renderer.stop if (renderer is not None and settings.mode == "raw") else []
+        self._stops: list[str] = []
+        self._stop_ids: list[int] = []
+        if renderer is not None and settings.mode == "raw":
+            self._stops = list(dict.fromkeys([*renderer.stop, *settings.extra_stop]))
+            self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
 
     # ----- planning -------------------------------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -202,9 +208,9 @@ class ProbeRun:
             return payload, sha256_text(text), (len(text) // 4 + s.max_tokens) if s.tpm else 0
         assert self.renderer is not None
         prompt = self.renderer.user_turn_prompt(messages)
-        payload = {"model": s.model, "prompt": prompt, "max_tokens": s.max_tokens, "stop": self.renderer.stop}
-        if s.send_stop_token_ids and self.renderer.stop_token_ids:
-            payload["stop_token_ids"] = self.renderer.stop_token_ids
+        payload = {"model": s.model, "prompt": prompt, "max_tokens": s.max_tokens, "stop": self._stops}
+        if s.send_stop_token_ids and self._stop_ids:
+            payload["stop_token_ids"] = self._stop_ids
         estimate = 0
         if s.tpm:
             counted = self.renderer.count_tokens(prompt)

@@ -154,3 +154,34 @@ def test_401_is_one_line_and_keeps_results(tmp_path):
     records, report = read_records(out)
     assert len(records) == 1 and not report.torn_tail
     assert "sekret" not in out.read_text()
+
+
+def test_probe_with_an_external_manifest_needs_no_server_flags(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 2)
+    manifest = tmp_path / "loop.yaml"
+    manifest.write_text(
+        f"name: loop\nengine: external\nbase_url: {server.base_url}\nserved_model_name: loopback\n"
+        f"probe:\n  tokenizer: {QWEN_DIR}\n  stop: ['###']\n  send_stop_token_ids: true\n  max_tokens: 7\n")
+    out = tmp_path / "out.jsonl"
+    proc = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    records, _ = read_records(out)
+    assert len(records) == 2 and {r.model for r in records.values()} == {"loopback"}
+
+
+def test_bad_manifest_is_one_line(tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text("name: bad\nengine: external\nbase_url: http://127.0.0.1:9/v1\nbogus_key: 1\n")
+    proc = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(tmp_path / "o.jsonl"))
+    assert_one_line_error(proc, 2, "bad.yaml", "bogus_key")
+
+
+def test_template_kwargs_parse():
+    from client.cli_probe import parse_template_kwargs
+    from client.errors import UserError
+
+    assert parse_template_kwargs(["reasoning_effort=high", "n=3", "flag=true"]) == {
+        "reasoning_effort": "high", "n": 3, "flag": True}
+    with pytest.raises(UserError, match="KEY=VALUE"):
+        parse_template_kwargs(["novalue"])

@@ -250,3 +250,29 @@ def test_text_helpers():
     assert strip_reasoning("partial</think> Hi") == "Hi"
     assert clean_user_turn("Why?<|im_end|>", ["<|im_end|>"]) == "Why?"
     assert clean_user_turn("Why?", ["<|im_end|>"]) == "Why?"
+
+
+async def test_manifest_stops_are_added_to_the_template_ones(tmp_path):
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        route = mock.post("/completions").mock(side_effect=completion)
+        await run(tmp_path, settings(temperatures=[0.0], samples=1, send_stop_token_ids=True,
+                                     extra_stop=["###", "<|im_end|>"], extra_stop_token_ids=[9]), its=items(1))
+    sent = json.loads(route.calls[0].request.content)
+    assert sent["stop"] == ["<|im_end|>", "###"] and sent["stop_token_ids"] == [7, 9]
+
+
+class UnreachableJudge:
+    async def judge(self, record: ProbeRecord) -> ProbeRecord:
+        raise EndpointError("cannot reach http://judge.test/v1")
+
+
+async def test_unreachable_judge_keeps_the_generation_and_stops(tmp_path):
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/completions").mock(side_effect=completion)
+        with pytest.raises(EndpointError, match=r"judge\.test"):
+            await run(tmp_path, settings(temperatures=[0.0], samples=1, concurrency=1), its=items(2),
+                      judge=UnreachableJudge())
+    records, _ = read_records(tmp_path / "out.jsonl")
+    assert len(records) == 1
+    rec = next(iter(records.values()))
+    assert rec.status == "ok" and rec.user_turn and rec.label is None and rec.judges == []
