@@ -123,12 +123,12 @@ class HarmonyRenderer:
         reasoning_effort: str = "medium",
         model_identity: str | None = None,
     ) -> None:
-        import openai_harmony as oh
-
         if reasoning_effort not in REASONING_EFFORTS:
             raise UserError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {reasoning_effort!r}")
+        self.encoding = load_encoding()  # a one-line UserError when openai-harmony is not installed
+        import openai_harmony as oh
+
         self._oh = oh
-        self.encoding = load_encoding()
         if today is None:
             today = date.today()
         self.today = today if isinstance(today, str) else today.strftime("%Y-%m-%d")
