@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from pydantic import ValidationError
 
 from client import __version__
 from client.errors import UserError
@@ -21,8 +24,15 @@ def _registrars() -> list[Registrar]:
     return [register_probe, register_judges, register_serve, register_experiment]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the full usage is one `--help` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="userturn",
         description="Measure interaction awareness: have a model write the next user turn, judge it, report.",
     )
@@ -42,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"userturn: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ValidationError as exc:  # a setting that slipped past the flag checks: still one line
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or exc.title
+        print(f"userturn: error: {where}: {err['msg']}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("userturn: interrupted; completed records are kept, rerun the same command to resume",
               file=sys.stderr)

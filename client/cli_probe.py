@@ -17,6 +17,34 @@ if TYPE_CHECKING:  # the heavy modules load when a command runs, not when the pa
     from client.pipeline import ProbeSettings, ProbeSummary
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every command that talks to a model endpoint."""
     g = parser.add_argument_group("endpoint")
@@ -27,12 +55,13 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    "supplies base URL, model name, tokenizer and stops; the server is shut down afterwards")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key (optional for local servers; never written)")
-    g.add_argument("--concurrency", type=int, default=64, help="requests in flight (default 64)")
-    g.add_argument("--rpm", type=float, default=None, help="requests-per-minute limit")
-    g.add_argument("--tpm", type=float, default=None, help="tokens-per-minute limit (prompt + max tokens)")
-    g.add_argument("--request-timeout", type=float, default=300.0, metavar="S",
+    g.add_argument("--concurrency", type=positive_int, default=64, help="requests in flight (default 64)")
+    g.add_argument("--rpm", type=positive_float, default=None, help="requests-per-minute limit")
+    g.add_argument("--tpm", type=positive_float, default=None, help="tokens-per-minute limit (prompt + max tokens)")
+    g.add_argument("--request-timeout", type=positive_float, default=300.0, metavar="S",
                    help="per-attempt deadline in seconds; a hung request is cut and retried (default 300)")
-    g.add_argument("--max-retries", type=int, default=5, help="retries after the first attempt (default 5)")
+    g.add_argument("--max-retries", type=non_negative_int, default=5,
+                   help="retries after the first attempt (default 5)")
     g.add_argument("--http-backend", choices=["aiohttp", "httpx"], default="aiohttp",
                    help="aiohttp (default, fastest) or httpx (the httpx API, e.g. for respx or httpx proxies)")
 
@@ -51,14 +80,14 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--template-kwarg", action="append", default=None, metavar="KEY=VALUE",
                    help="extra chat-template variable (repeatable), e.g. reasoning_effort=high for gpt-oss; "
                         "VALUE is parsed as JSON when it can be")
-    g.add_argument("--temperature", type=float, action="append", default=None, metavar="T",
+    g.add_argument("--temperature", type=non_negative_float, action="append", default=None, metavar="T",
                    help="sampling temperature (repeat for a sweep; default 0)")
-    g.add_argument("--samples", type=int, default=1, metavar="K", help="samples per item and temperature")
-    g.add_argument("--max-tokens", type=int, default=None, metavar="M",
+    g.add_argument("--samples", type=positive_int, default=1, metavar="K", help="samples per item and temperature")
+    g.add_argument("--max-tokens", type=positive_int, default=None, metavar="M",
                    help="max tokens of the user turn (default: manifest probe default, else 256)")
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=0, metavar="S", help="run seed; each sample's seed derives from it")
-    g.add_argument("--limit", type=int, default=None, metavar="N", help="first N items only")
+    g.add_argument("--limit", type=positive_int, default=None, metavar="N", help="first N items only")
     g.add_argument("--shuffle-seed", type=int, default=None, help="shuffle items deterministically before --limit")
     g.add_argument("--perturb", action="append", default=None, metavar="NAME",
                    help="perturbation of the assistant turn (repeatable): none, wrong_answer, truncate, swap, "
@@ -68,8 +97,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
                    help="where the assistant turn comes from (default: dataset if the item ends with one, "
                         "else model)")
-    g.add_argument("--assistant-temperature", type=float, default=0.0)
-    g.add_argument("--assistant-max-tokens", type=int, default=1024)
+    g.add_argument("--assistant-temperature", type=non_negative_float, default=0.0)
+    g.add_argument("--assistant-max-tokens", type=positive_int, default=1024)
     g.add_argument("--send-stop-token-ids", action="store_true",
                    help="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn token "
                         "is not an EOS, e.g. gpt-oss <|end|>)")

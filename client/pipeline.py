@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from client.dataset import DatasetItem
 from client.endpoint import Endpoint, EndpointError, RequestFailed
+from client.errors import UserError
 from client.jsonl import JsonlWriter, read_records
 from client.perturb import PerturbationNotApplicable
 from client.progress import Progress, RunCounters
@@ -418,7 +419,7 @@ class ProbeRun:
         existing, _ = read_records(self.out_path)
         keys = self.keys()
         if len(set(keys)) != len(keys):
-            raise ValueError("duplicate keys in the plan (repeated temperatures or perturbations?)")
+            raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
         done = {k for k in keys if (r := existing.get(k)) is not None and r.status == "ok"}
         c = self.counters
         c.total = len(keys) - len(done)

@@ -185,3 +185,26 @@ def test_template_kwargs_parse():
         "reasoning_effort": "high", "n": 3, "flag": True}
     with pytest.raises(UserError, match="KEY=VALUE"):
         parse_template_kwargs(["novalue"])
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--samples", "0"], "--samples: must be at least 1"),
+    (["--concurrency", "-3"], "--concurrency: must be at least 1"),
+    (["--temperature", "-1"], "--temperature: must be 0 or more"),
+    (["--request-timeout", "0"], "--request-timeout: must be positive"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_flags_are_one_line(tmp_path, flags, needle):
+    proc = probe("--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--dataset", "x.jsonl",
+                 "--out", str(tmp_path / "o.jsonl"), *flags, timeout=30)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("userturn") and " error: " in lines[0], proc.stderr
+    assert needle in lines[0], proc.stderr
+
+
+def test_repeated_temperature_is_one_line(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    proc = probe("--base-url", server.base_url, "--model", "m", "--dataset", str(data), "--out",
+                 str(tmp_path / "o.jsonl"), "--tokenizer", QWEN_DIR, "--temperature", "1", "--temperature", "1.0")
+    assert_one_line_error(proc, 2, "planned twice")
