@@ -8,7 +8,6 @@ and keys already `ok` in that file are skipped, so rerunning the same command re
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import re
 import time
@@ -28,6 +27,7 @@ from client.progress import Progress, RunCounters
 from client.ratelimit import RateLimiter
 from client.records import Message, ProbeRecord, record_key, sha256_text
 from client.seeds import sample_seed
+from client.workers import run_all
 
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
@@ -412,7 +412,7 @@ class ProbeRun:
             for index, value in feed:
                 results[index] = await work(value)
 
-        await asyncio.gather(*(worker() for _ in range(min(self.settings.concurrency, len(inputs)))))
+        await run_all(worker() for _ in range(min(self.settings.concurrency, len(inputs))))
         return results
 
     async def run(self) -> ProbeSummary:
@@ -430,14 +430,7 @@ class ProbeRun:
         try:
             turns = await self._assistant_turns(existing)
             jobs = self._jobs(done, turns)
-            workers = [asyncio.create_task(self._worker(jobs, writer)) for _ in range(self.settings.concurrency)]
-            try:
-                await asyncio.gather(*workers)
-            except BaseException:
-                for w in workers:
-                    w.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
-                raise
+            await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
         finally:
             await self.progress.stop()
             writer.close()

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from client.errors import UserError
 from client.jsonl import JsonlWriter, read_records
 from client.records import ProbeRecord
+from client.workers import run_all
 from judges.panel import JudgeCounters, JudgePanel
 
 PLAIN_PROGRESS_EVERY_S = 30.0
@@ -103,14 +104,7 @@ async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, worker
             writer.write(record)
         if bar is not None:
             bar.start()
-        tasks = [asyncio.create_task(worker()) for _ in range(max(1, min(workers, len(todo))))]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        await run_all(worker() for _ in range(max(1, min(workers, len(todo)))))
     finally:
         if bar is not None:
             bar.stop()
