@@ -144,7 +144,10 @@ class JsonlWriter:
         self._pending: list[bytes] = []
 
     def write(self, record: ProbeRecord) -> None:
-        line = _to_json(record) + b"\n"
+        self.write_line(_to_json(record) + b"\n")
+
+    def write_line(self, line: bytes) -> None:
+        """Append one record already serialised as a complete JSON line (see `records.ok_record_line`)."""
         self.written += 1
         if not self._per_tick:
             self._write_all(line)

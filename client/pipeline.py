@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from client.dataset import DatasetItem
 from client.endpoint import Endpoint, EndpointError, RequestFailed
@@ -25,7 +25,7 @@ from client.jsonl import JsonlWriter, read_records
 from client.perturb import PerturbationNotApplicable
 from client.progress import Progress, RunCounters
 from client.ratelimit import RateLimiter
-from client.records import Message, ProbeRecord, record_key, sha256_text
+from client.records import Message, ProbeRecord, ok_record_line, record_key, sha256_text, shared_json
 from client.seeds import sample_seed
 from client.workers import run_all
 
@@ -88,6 +88,7 @@ class Job:
     payload_base: dict[str, Any]
     estimated_tokens: int
     shared: dict[str, Any]
+    shared_json: dict[str, Any] | None  # `shared` in JSON form, for fast ok lines (None when a judge needs models)
 
 
 @dataclass
@@ -256,9 +257,10 @@ class ProbeRun:
                 payload, prompt_sha, estimate = self._payload_base(messages)
                 shared = self._shared_fields(item, perturbation, messages, context)
                 shared["prompt_sha256"] = prompt_sha
+                base = shared_json(shared) if self.judge is None else None
                 for t, k, key in keys:
                     seed = sample_seed(s.seed, item.id, t, k, perturbation, s.mode)
-                    yield Job(key, t, k, seed, payload, estimate, shared)
+                    yield Job(key, t, k, seed, payload, estimate, shared, base)
 
     # ----- records --------------------------------------------------------------------------------------------
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
@@ -357,7 +359,8 @@ class ProbeRun:
         return self._with_answer(item, content, reasoning)
 
     # ----- the probe ------------------------------------------------------------------------------------------
-    async def _probe(self, job: Job) -> ProbeRecord:
+    async def _probe(self, job: Job) -> ProbeRecord | bytes:
+        """One sample's record: an ok record as a ready JSON line (fast path), else a `ProbeRecord`."""
         s = self.settings
         payload = dict(job.payload_base)
         payload["temperature"] = job.temperature
@@ -386,22 +389,35 @@ class ProbeRun:
         usage = result.data.get("usage")
         if isinstance(usage, dict):
             stats = endpoint.stats
-            stats.prompt_tokens += usage.get("prompt_tokens") or 0
-            stats.completion_tokens += usage.get("completion_tokens") or 0
+            prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if type(prompt_tokens) is int:  # counts of another type are left to the record's validation
+                stats.prompt_tokens += prompt_tokens
+            if type(completion_tokens) is int:
+                stats.completion_tokens += completion_tokens
             if self.limiter.tokens is not None:
-                self.limiter.settle(job.estimated_tokens, usage.get("total_tokens"))
+                total = usage.get("total_tokens")
+                self.limiter.settle(job.estimated_tokens, total if type(total) is int else None)
         else:
             usage = None
-        return ProbeRecord(
-            **fields,
-            user_turn=clean_user_turn(text, self._stops),
-            finish_reason=choice.get("finish_reason"),
-            matched_stop=choice.get("matched_stop"),
-            status="ok",
-            usage=usage,
-            latency_s=round(result.latency_s, 6),
-            attempts=result.attempts,
-        )
+        user_turn = clean_user_turn(text, self._stops)
+        latency = round(result.latency_s, 6)
+        if job.shared_json is not None:
+            line = ok_record_line(
+                job.shared_json, key=job.key, temperature=job.temperature, sample=job.sample, seed=job.seed,
+                user_turn=user_turn, finish_reason=choice.get("finish_reason"),
+                matched_stop=choice.get("matched_stop"), usage=usage, latency_s=latency, attempts=result.attempts,
+            )
+            if line is not None:
+                return line
+        try:
+            return ProbeRecord(**fields, user_turn=user_turn, finish_reason=choice.get("finish_reason"),
+                               matched_stop=choice.get("matched_stop"), status="ok", usage=usage, latency_s=latency,
+                               attempts=result.attempts)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            return ProbeRecord(**fields, status="error", attempts=result.attempts, latency_s=latency,
+                               error=f"malformed completion body ({where}: {error['msg']})")
 
     async def _fan_out(self, inputs: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
         """Run `work` over inputs with the concurrency limit, preserving order."""
@@ -442,6 +458,11 @@ class ProbeRun:
         c = self.counters
         for job in jobs:
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
+            if type(record) is bytes:  # an ok record, already serialised
+                writer.write_line(record)
+                c.done += 1
+                c.ok += 1
+                continue
             if self.judge is not None and record.status == "ok":
                 try:
                     judged = await self.judge.judge(record)

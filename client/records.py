@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
@@ -110,3 +111,65 @@ def record_key(
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fast lines for ok records (the probe's hot path)
+
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def shared_json(shared: dict) -> dict:
+    """The JSON form of the fields every sample of one (item, perturbation) shares, in `ProbeRecord` field order.
+
+    Built by validating and dumping one placeholder `ProbeRecord`, so the schema and its serialiser decide every
+    shared value; `ok_record_line` then only fills in the per-sample fields.
+    """
+    placeholder = ProbeRecord(**shared, key="", temperature=0.0, sample=0, seed=0, status="ok")
+    return placeholder.model_dump(mode="json")
+
+
+def ok_record_line(
+    base: dict,
+    *,
+    key: str,
+    temperature: float,
+    sample: int,
+    seed: int,
+    user_turn: str,
+    finish_reason: object,
+    matched_stop: object,
+    usage: object,
+    latency_s: float,
+    attempts: int,
+) -> bytes | None:
+    """One ok record as a JSON line, byte-identical to `ProbeRecord(...).model_dump_json()` + newline.
+
+    `base` comes from `shared_json`. Returns None when a server-supplied value is not already of the schema's
+    type (e.g. a numeric `finish_reason`, a string token count): the caller then builds a `ProbeRecord`, whose
+    validation decides. ~10x cheaper than validating and dumping a model per sample.
+    """
+    if finish_reason is not None and type(finish_reason) is not str:
+        return None
+    if matched_stop is not None and type(matched_stop) is not str and type(matched_stop) is not int:
+        return None
+    if usage is not None:
+        if type(usage) is not dict:
+            return None
+        counts = {name: usage.get(name) for name in _USAGE_FIELDS}
+        for value in counts.values():
+            if value is not None and type(value) is not int:
+                return None
+        usage = counts
+    record = base.copy()  # keeps ProbeRecord's field order; the updates below replace values in place
+    record["key"] = key
+    record["temperature"] = float(temperature)
+    record["sample"] = sample
+    record["seed"] = seed
+    record["user_turn"] = user_turn
+    record["finish_reason"] = finish_reason
+    record["matched_stop"] = matched_stop
+    record["usage"] = usage
+    record["latency_s"] = latency_s
+    record["attempts"] = attempts
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)

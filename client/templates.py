@@ -306,9 +306,39 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: 
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+class CachedSandbox(ImmutableSandboxedEnvironment):
+    """transformers' sandbox with its two per-access checks memoised; what it allows and refuses is unchanged.
+
+    `is_safe_attribute` depends only on the object's type and the attribute name (name prefixes and `isinstance`
+    tests against builtin and abstract types), so its answer is cached per (type, name). `is_safe_callable` reads
+    two marker attributes that a builtin method cannot carry, so builtin methods (`.startswith`, `.split`...)
+    skip the lookups. Together they take about a third off a Qwen3 render.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._safe_attributes: dict[tuple[type, str], bool] = {}
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        key = (type(obj), attr)
+        try:
+            return self._safe_attributes[key]
+        except KeyError:
+            safe = self._safe_attributes[key] = super().is_safe_attribute(obj, attr, value)
+            return safe
+
+    def is_safe_callable(self, obj: Any) -> bool:
+        if type(obj) is _BUILTIN_METHOD:
+            return True
+        return super().is_safe_callable(obj)
+
+
+_BUILTIN_METHOD = type("".startswith)
+
+
 def compile_template(source: str, now: datetime) -> jinja2.Template:
     """Compile a chat template in the environment transformers uses; `strftime_now` reads the frozen `now`."""
-    env = ImmutableSandboxedEnvironment(
+    env = CachedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception

@@ -139,6 +139,26 @@ async def test_retries_exhausted_make_error_records_not_empty_turns(tmp_path):
         assert "HTTP 503" in rec.error and "gave up after 3 attempts" in rec.error
 
 
+async def test_off_schema_completion_values_are_validated_not_fatal(tmp_path):
+    """Values the fast ok-line path does not take go through ProbeRecord: coerced where the schema allows,
+    an error record naming the field where it does not; the run goes on either way."""
+
+    def odd(request: httpx.Request) -> httpx.Response:
+        item = json.loads(request.content)["prompt"].count("What is 1")
+        choice = {"index": 0, "text": "Really?", "finish_reason": 5 if item else "stop"}
+        return httpx.Response(200, json={"choices": [choice], "usage": {"prompt_tokens": "10", "total_tokens": 12}})
+
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/completions").mock(side_effect=odd)
+        summary = await run(tmp_path, settings(temperatures=[0.0], samples=1))
+    assert summary.ok == 2 and summary.errors == 1
+    records = read_records(tmp_path / "out.jsonl")[0]
+    bad = records["m|d|q1|raw|none|t=0|s=0"]
+    assert bad.status == "error" and bad.user_turn is None and "finish_reason" in bad.error
+    good = records["m|d|q0|raw|none|t=0|s=0"]
+    assert good.usage.prompt_tokens == 10 and good.user_turn == "Really?"
+
+
 async def test_fatal_401_stops_the_run_and_keeps_written_records(tmp_path):
     seen = {"n": 0}
 

@@ -380,6 +380,37 @@ def test_broken_template_is_user_error():
         renderer.user_turn_prompt(CONVERSATIONS[0])
 
 
+@pytest.mark.parametrize("source", [
+    "{{ ''.__class__.__mro__ }}",                      # private attributes
+    "{{ messages.__class__ }}",
+    "{% set xs = [] %}{{ xs.append(1) }}{{ xs }}",      # mutating a list (immutable sandbox)
+    "{% set d = {} %}{{ d.update({'a': 1}) }}",
+    "{{ '{0.__class__}'.format(messages) }}",          # str.format escapes through the formatter
+    "{{ (messages | first).content.upper() }}|{{ messages | map(attribute='role') | join(',') }}",
+    "{{ raise_exception.__globals__ }}",
+    "{% for m in messages %}{{ m.content.split(' ')[0].strip() }}{% endfor %}",
+])
+def test_cached_sandbox_allows_and_refuses_what_transformers_sandbox_does(source):
+    """The memoised safety checks (twice per type/name, builtin methods) decide exactly as the stock sandbox."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from client.templates import CachedSandbox
+
+    def outcome(env_class):
+        env = env_class()
+        env.globals["raise_exception"] = lambda message: message
+        template = env.from_string(source)
+        results = []
+        for _ in range(2):  # the second pass runs on the memoised answers
+            try:
+                results.append(template.render(messages=CONVERSATIONS[0]))
+            except Exception as exc:  # the exception type is what is compared
+                results.append(type(exc).__name__)
+        return results
+
+    assert outcome(CachedSandbox) == outcome(ImmutableSandboxedEnvironment)
+
+
 def test_template_that_drops_the_last_user_message():
     renderer = PromptRenderer.load(str(QWEN_DIR), chat_template="{% for m in messages[:-1] %}{{ m.content }}"
                                                                 "{% endfor %}")

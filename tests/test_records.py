@@ -1,0 +1,66 @@
+"""The record schema's fast ok-line path matches the pydantic model byte for byte, and defers to it on odd values."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.records import Message, ProbeRecord, ok_record_line, record_key, shared_json
+
+SHARED = {
+    "model": "qwen3", "dataset": "gsm8k", "item_id": "q7", "mode": "raw", "perturbation": "wrong_answer",
+    "messages": [Message(role="user", content="Wie viel ist 2+2? 🙂\n\t\"quoted\" \\ \x00"),
+                 Message(role="assistant", content="4 \u2028 done", reasoning_content="short")],
+    "assistant_source": "model", "template_sha256": "t" * 64, "prompt_sha256": "p" * 64,
+    "reference_answer": "4", "correct": True, "task_scores": {"gsm8k": 1.0}, "meta": {"level": 3, "tags": ["a"]},
+}
+
+SAMPLE = {"key": "k|1", "temperature": 0.7, "sample": 3, "seed": 123456789, "user_turn": "Why 4? <|im_end|> é",
+          "finish_reason": "stop", "matched_stop": "<|im_end|>", "latency_s": 0.012345, "attempts": 2}
+
+USAGE = {"prompt_tokens": 300, "completion_tokens": 12, "total_tokens": 312}
+
+
+def model_line(**sample) -> bytes:
+    usage = sample.pop("usage")
+    return ProbeRecord(**SHARED, **sample, usage=usage, status="ok").model_dump_json().encode() + b"\n"
+
+
+@pytest.mark.parametrize("changes", [
+    {},
+    {"usage": None, "finish_reason": None, "matched_stop": None},
+    {"matched_stop": 151645, "temperature": 1e-7, "latency_s": 1e16},
+    {"temperature": 1, "user_turn": ""},
+    {"usage": {**USAGE, "prompt_tokens_details": {"cached_tokens": 0}}},  # extra keys: dropped, as Usage does
+    {"usage": {"completion_tokens": 5}},  # missing counts: null, as Usage does
+])
+def test_ok_line_is_byte_identical_to_the_model(changes):
+    sample = {**SAMPLE, "usage": USAGE, **changes}
+    fast = ok_record_line(shared_json(SHARED), **sample)
+    assert fast == model_line(**sample)
+    assert ProbeRecord.model_validate_json(fast).temperature == float(sample["temperature"])
+
+
+def test_shared_json_is_reused_without_leaking_between_samples():
+    base = shared_json(SHARED)
+    first = ok_record_line(base, **{**SAMPLE, "usage": USAGE})
+    second = ok_record_line(base, **{**SAMPLE, "key": "k|2", "sample": 4, "usage": None})
+    assert base["key"] == "" and base["usage"] is None
+    assert ProbeRecord.model_validate_json(first).key == "k|1"
+    assert ProbeRecord.model_validate_json(second).usage is None
+
+
+@pytest.mark.parametrize("changes", [
+    {"finish_reason": 1},
+    {"matched_stop": True},
+    {"matched_stop": 1.5},
+    {"usage": [1, 2]},
+    {"usage": {"prompt_tokens": "300"}},
+    {"usage": {"total_tokens": 12.0}},
+])
+def test_odd_server_values_are_left_to_the_model(changes):
+    assert ok_record_line(shared_json(SHARED), **{**SAMPLE, "usage": USAGE, **changes}) is None
+
+
+def test_record_key_is_readable_and_normalises_temperature():
+    assert record_key("m", "d", "q1", "none", 1, 0) == record_key("m", "d", "q1", "none", 1.0, 0)
+    assert record_key("m", "d", "q1", "none", 0.7, 2, "chat") == "m|d|q1|chat|none|t=0.7|s=2"
