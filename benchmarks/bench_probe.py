@@ -72,6 +72,11 @@ class ClientRun:
     wall_s: float
     inner_req_s: float | None
     peak_rss_mb: float
+    cpu_s: float  # user + system CPU time of the client process (wait4), robust to a busy host
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        return self.cpu_s / self.requests * 1e6
 
     @property
     def wall_req_s(self) -> float:
@@ -83,6 +88,24 @@ class ScenarioResult:
     scenario: Scenario
     raw: list[ClientRun] = field(default_factory=list)
     userturn: list[ClientRun] = field(default_factory=list)
+    steal_pct: float = 0.0
+
+
+def cpu_times() -> list[int]:
+    """The machine-wide CPU time counters of /proc/stat (Linux; empty elsewhere)."""
+    try:
+        with open("/proc/stat") as fh:
+            return [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def steal_percent(before: list[int], after: list[int]) -> float:
+    """Share of CPU time the hypervisor gave to other guests between two `cpu_times()` readings."""
+    if len(before) < 8 or len(after) < 8:
+        return 0.0
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    return 100 * delta[7] / max(1, sum(delta))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -181,8 +204,8 @@ def peak_rss_kb(pid: int) -> int | None:
     return None
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, str]:
-    """Run `cmd`; return (wall seconds, peak RSS MB of that process, stdout, stderr).
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str, str]:
+    """Run `cmd`; return (wall seconds, peak RSS MB of that process, its CPU seconds, stdout, stderr).
 
     The peak is VmHWM polled every 10 ms (exact for the child's own image). `ru_maxrss` from wait4 is only a
     fallback: after a (v)fork + exec it also counts the parent's resident set, which would inflate the figure.
@@ -216,17 +239,17 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
     out, err = chunks["out"].decode(), chunks["err"].decode()
     if process.returncode != 0:
         sys.exit(f"bench_probe: {cmd[0]} failed with exit {process.returncode}:\n{err[-2000:]}")
-    return wall, (peak or usage.ru_maxrss) / 1024, out, err
+    return wall, (peak or usage.ru_maxrss) / 1024, usage.ru_utime + usage.ru_stime, out, err
 
 
 def run_raw(server: LoopbackServer, payloads: Path, requests: int, concurrency: int) -> ClientRun:
     cmd = [sys.executable, __file__, "--raw-worker", "--url", f"{server.base_url}/completions",
            "--payloads", str(payloads), "--concurrency", str(concurrency)]
-    wall, rss, out, _ = run_measured(cmd)
+    wall, rss, cpu, out, _ = run_measured(cmd)
     result = json.loads(out.strip().splitlines()[-1])
     if result["ok"] != requests:
         sys.exit(f"bench_probe: raw loop got {result['ok']} good answers of {requests}")
-    return ClientRun("raw aiohttp", requests, wall, requests / result["elapsed_s"], rss)
+    return ClientRun("raw aiohttp", requests, wall, requests / result["elapsed_s"], rss, cpu)
 
 
 def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int, requests: int, concurrency: int,
@@ -244,7 +267,7 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
     else:
         cmd = [*userturn_cmd, *args]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    wall, rss, stdout, stderr = run_measured(cmd, env)
+    wall, rss, cpu, stdout, stderr = run_measured(cmd, env)
     match = SUMMARY_RATE.search(stdout + stderr)
     from client.jsonl import read_records
 
@@ -253,7 +276,7 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
     if good != requests:
         sys.exit(f"bench_probe: userturn wrote {good} ok records of {requests}:\n{stderr[-2000:]}")
     out.unlink()
-    return ClientRun("userturn probe", requests, wall, float(match.group(1)) if match else None, rss)
+    return ClientRun("userturn probe", requests, wall, float(match.group(1)) if match else None, rss, cpu)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -292,10 +315,12 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     ratio_inner = (ut.inner_req_s / raw.inner_req_s) if ut.inner_req_s and raw.inner_req_s else None
     print(f"\nScenario {s.number}: server latency {s.latency_ms:g} ms, concurrency {s.concurrency}, "
           f"{raw.requests} requests (best of {len(result.raw)})")
-    print(f"  {'client':<16}{'wall s':>9}{'req/s (wall)':>14}{'req/s (in-run)':>16}{'peak RSS MB':>13}")
+    print(f"  {'client':<16}{'wall s':>9}{'req/s (wall)':>14}{'req/s (in-run)':>16}{'peak RSS MB':>13}"
+          f"{'CPU us/req':>12}")
     for run in (raw, ut):
         inner = f"{run.inner_req_s:,.0f}" if run.inner_req_s else "-"
-        print(f"  {run.name:<16}{run.wall_s:>9.2f}{run.wall_req_s:>14,.0f}{inner:>16}{run.peak_rss_mb:>13.0f}")
+        print(f"  {run.name:<16}{run.wall_s:>9.2f}{run.wall_req_s:>14,.0f}{inner:>16}{run.peak_rss_mb:>13.0f}"
+              f"{run.cpu_us_per_request:>12.0f}")
     inner_text = f"{ratio_inner:.2f}x" if ratio_inner is not None else "-"
     print(f"  userturn / raw: {ratio_wall:.2f}x (wall), {inner_text} (in-run)")
     # Each repetition runs raw then userturn back to back; the median of those paired ratios is robust to the
@@ -303,6 +328,14 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     pairs = sorted(u.wall_req_s / r.wall_req_s for r, u in zip(result.raw, result.userturn, strict=True))
     paired = statistics.median(pairs)
     print(f"  paired ratios (wall): {', '.join(f'{p:.2f}' for p in pairs)}; median {paired:.2f}x")
+    # Client CPU time per request (whole process: start-up, work, exit) barely moves when the host is busy; with
+    # both clients CPU-bound on the same server, raw CPU / userturn CPU is the throughput ratio to expect on a
+    # quiet machine.
+    raw_cpu = statistics.median(r.cpu_us_per_request for r in result.raw)
+    ut_cpu = statistics.median(u.cpu_us_per_request for u in result.userturn)
+    cpu_ratio = raw_cpu / ut_cpu
+    print(f"  client CPU per request (median): raw {raw_cpu:.0f} us, userturn {ut_cpu:.0f} us; "
+          f"raw / userturn {cpu_ratio:.2f}x; CPU steal by the host during the runs {result.steal_pct:.0f}%")
     checks = []
     if s.target_req_s is not None:
         checks.append(f"req/s >= {s.target_req_s:,.0f}: {verdict(ut.wall_req_s >= s.target_req_s)} (wall)")
@@ -313,7 +346,8 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     print("  targets: " + "; ".join(checks))
     return {"scenario": asdict(s), "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
             "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
-            "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner, "ratio_paired_median": paired}
+            "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner, "ratio_paired_median": paired,
+            "cpu_ratio": cpu_ratio, "steal_pct": result.steal_pct}
 
 
 def print_profile(work: Path, kind: str) -> None:
@@ -385,12 +419,14 @@ def main() -> None:
             scenario = SCENARIOS[number]
             result = ScenarioResult(scenario)
             with LoopbackServer("--latency-ms", str(scenario.latency_ms), "--model", "bench") as server:
+                before = cpu_times()
                 for i in range(args.repeat):
                     result.raw.append(run_raw(server, payloads, args.requests, scenario.concurrency))
                     profile = args.profile if i == args.repeat - 1 else None
                     result.userturn.append(run_userturn(server, dataset, work, samples, args.requests,
                                                         scenario.concurrency, tokenizer, profile,
                                                         shlex.split(args.userturn_cmd)))
+                result.steal_pct = steal_percent(before, cpu_times())
                 answered = server.stats().get("answered", 0)
             expected = 2 * args.repeat * args.requests
             if answered != expected:

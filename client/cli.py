@@ -9,7 +9,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from client import __version__
+from client import __version__, collector
 from client.errors import UserError
 
 Registrar = Callable[[argparse._SubParsersAction], None]
@@ -47,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI. Every subcommand sets `func(args) -> int`; UserError becomes one line and an exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not getattr(args, "loads_inputs_first", False):
+        collector.release()  # the command has nothing heavy to load: collect as usual from here
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
@@ -63,5 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry() -> int:
+    """The `userturn` console script: `main` with the collector held off through start-up (see client.collector)."""
+    collector.hold()
+    try:
+        return main()
+    finally:
+        collector.before_exit()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from client import collector
 from client.errors import UserError
 
 if TYPE_CHECKING:  # the heavy modules load when a command runs, not when the parser is built
@@ -115,7 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_endpoint_arguments(parser)
     add_probe_arguments(parser)
     _add_judge_arguments(parser)
-    parser.set_defaults(func=probe_command)
+    parser.set_defaults(func=probe_command, loads_inputs_first=True)
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -277,6 +278,7 @@ async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argpa
         judge = await _judge_panel(args)
         run = ProbeRun(items, settings, endpoints=endpoints, renderer=renderer, out_path=args.out, judge=judge,
                        progress=not args.no_progress, **pipeline_hooks())
+        collector.release()  # inputs are loaded: collect again for the run itself
         return await run.run()
     finally:
         if judge is not None:
@@ -287,6 +289,8 @@ async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argpa
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
     """The inline judge panel from --judge-* flags, checked before any generation; None without judges."""
+    if not args.judge_model and not args.judge_base_url:
+        return None  # nothing to judge with: skip loading the judge modules (start-up time)
     from judges import panel_from_args
 
     panel = panel_from_args(args)

@@ -14,20 +14,16 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel, Field
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
 from client.errors import EndpointError
 from client.http_backends import Backend, HttpReply, TransportFailure, make_backend
+
+if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never pays its import
+    from tenacity import RetryCallState
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 FATAL_STATUS = frozenset({401, 403, 404})  # the whole run is wrong: abort, keep completed records
@@ -146,9 +142,7 @@ class Endpoint:
             connect_timeout=min(10.0, config.request_timeout), request_timeout=config.request_timeout,
         )
         self._ids = itertools.count()
-        self._backoff = wait_exponential_jitter(
-            multiplier=config.backoff_initial, max=config.backoff_max, jitter=config.backoff_initial
-        )
+        self._backoff: Any = None
 
     async def aclose(self) -> None:
         await self._backend.aclose()
@@ -209,6 +203,12 @@ class Endpoint:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, RetryableError) and exc.retry_after is not None:
             return exc.retry_after
+        if self._backoff is None:
+            from tenacity import wait_exponential_jitter
+
+            c = self.config
+            self._backoff = wait_exponential_jitter(multiplier=c.backoff_initial, max=c.backoff_max,
+                                                    jitter=c.backoff_initial)
         return self._backoff(state)
 
     async def post_json(self, path: str, payload: dict[str, Any]) -> CallResult:
@@ -248,6 +248,8 @@ class Endpoint:
         """Retry after a first retryable failure; returns (data, attempts made here)."""
         self.stats.retries += 1
         await asyncio.sleep(first.retry_after if first.retry_after is not None else self.config.backoff_initial)
+        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(RetryableError),
             stop=stop_after_attempt(self.config.max_retries),

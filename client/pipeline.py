@@ -369,22 +369,20 @@ class ProbeRun:
             payload["top_p"] = s.top_p
         if s.extra_body:
             payload.update(s.extra_body)
-        fields = {**job.shared, "key": job.key, "temperature": job.temperature, "sample": job.sample,
-                  "seed": job.seed}
         if self.limiter.active:
             await self.limiter.acquire(job.estimated_tokens)
         endpoint = next(self._next_endpoint)
         try:
             result = await endpoint.post_json(self._path, payload)
         except RequestFailed as exc:
-            return ProbeRecord(**fields, status="error", error=exc.reason, attempts=exc.attempts)
+            return ProbeRecord(**self._fields(job), status="error", error=exc.reason, attempts=exc.attempts)
         try:
             choice = result.data["choices"][0]
             text = strip_reasoning(choice["message"].get("content") or "") if s.mode == "chat" else choice["text"]
             if not isinstance(text, str):
                 raise TypeError("text is not a string")
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            return ProbeRecord(**fields, status="error", error=f"malformed completion body ({exc})",
+            return ProbeRecord(**self._fields(job), status="error", error=f"malformed completion body ({exc})",
                                attempts=result.attempts, latency_s=result.latency_s)
         usage = result.data.get("usage")
         if isinstance(usage, dict):
@@ -409,6 +407,7 @@ class ProbeRun:
             )
             if line is not None:
                 return line
+        fields = self._fields(job)
         try:
             return ProbeRecord(**fields, user_turn=user_turn, finish_reason=choice.get("finish_reason"),
                                matched_stop=choice.get("matched_stop"), status="ok", usage=usage, latency_s=latency,
@@ -418,6 +417,11 @@ class ProbeRun:
             where = ".".join(str(p) for p in error["loc"])
             return ProbeRecord(**fields, status="error", attempts=result.attempts, latency_s=latency,
                                error=f"malformed completion body ({where}: {error['msg']})")
+
+    @staticmethod
+    def _fields(job: Job) -> dict[str, Any]:
+        """The record fields known before the request (for records built as models, off the fast path)."""
+        return {**job.shared, "key": job.key, "temperature": job.temperature, "sample": job.sample, "seed": job.seed}
 
     async def _fan_out(self, inputs: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
         """Run `work` over inputs with the concurrency limit, preserving order."""
