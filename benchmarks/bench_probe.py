@@ -14,7 +14,13 @@ concurrency, one after the other:
 
 Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
 (raw: its own timer; userturn: the rate in its final summary line) and peak RSS of that process
-(VmHWM of that process, polled). The userturn results file is checked: N ok records.
+(VmHWM of that process, polled), and its CPU time per request (user + system, from wait4). The userturn results
+file is checked: N ok records.
+
+Verdicts: each repetition runs raw then userturn back to back, and the ratio target is checked on the median of
+those paired ratios, which a shared VM's minute-to-minute drift (+-30% here) moves far less than a best-of
+comparison; req/s and RSS are checked on the best run. The CPU-time ratio and the host's CPU steal are printed
+beside them as a noise check: on a busy host wall ratios fall apart first.
 """
 
 from __future__ import annotations
@@ -338,9 +344,9 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
           f"raw / userturn {cpu_ratio:.2f}x; CPU steal by the host during the runs {result.steal_pct:.0f}%")
     checks = []
     if s.target_req_s is not None:
-        checks.append(f"req/s >= {s.target_req_s:,.0f}: {verdict(ut.wall_req_s >= s.target_req_s)} (wall)")
+        checks.append(f"req/s >= {s.target_req_s:,.0f}: {verdict(ut.wall_req_s >= s.target_req_s)} (best, wall)")
     if s.target_ratio is not None:
-        checks.append(f">= {s.target_ratio}x raw: {verdict(ratio_wall >= s.target_ratio)} (wall)")
+        checks.append(f">= {s.target_ratio}x raw: {verdict(paired >= s.target_ratio)} (paired median, wall)")
     if s.target_rss_mb is not None:
         checks.append(f"peak RSS <= {s.target_rss_mb:.0f} MB: {verdict(ut.peak_rss_mb <= s.target_rss_mb)}")
     print("  targets: " + "; ".join(checks))

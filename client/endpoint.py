@@ -211,13 +211,14 @@ class Endpoint:
                                                     jitter=c.backoff_initial)
         return self._backoff(state)
 
-    async def post_json(self, path: str, payload: dict[str, Any]) -> CallResult:
-        """POST `payload` to `path`, retrying retryable failures. Raises RequestFailed when it gives up.
+    async def post_json(self, path: str, payload: dict[str, Any] | bytes) -> CallResult:
+        """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures. Raises RequestFailed
+        when it gives up.
 
         Fatal statuses (401/403/404) raise EndpointError so the caller can stop the run.
         """
         url = self.url(path)
-        body = orjson.dumps(payload)
+        body = payload if type(payload) is bytes else orjson.dumps(payload)
         stats = self.stats
         token = next(self._ids)
         start = time.monotonic()

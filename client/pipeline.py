@@ -86,6 +86,7 @@ class Job:
     sample: int
     seed: int
     payload_base: dict[str, Any]
+    body_prefix: bytes | None  # `payload_base` serialised up to the per-sample fields (see ProbeRun._body_prefix)
     estimated_tokens: int
     shared: dict[str, Any]
     shared_json: dict[str, Any] | None  # `shared` in JSON form, for fast ok lines (None when a judge needs models)
@@ -258,9 +259,10 @@ class ProbeRun:
                 shared = self._shared_fields(item, perturbation, messages, context)
                 shared["prompt_sha256"] = prompt_sha
                 base = shared_json(shared) if self.judge is None else None
+                prefix = self._body_prefix(payload)
                 for t, k, key in keys:
                     seed = sample_seed(s.seed, item.id, t, k, perturbation, s.mode)
-                    yield Job(key, t, k, seed, payload, estimate, shared, base)
+                    yield Job(key, t, k, seed, payload, prefix, estimate, shared, base)
 
     # ----- records --------------------------------------------------------------------------------------------
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
@@ -362,13 +364,11 @@ class ProbeRun:
     async def _probe(self, job: Job) -> ProbeRecord | bytes:
         """One sample's record: an ok record as a ready JSON line (fast path), else a `ProbeRecord`."""
         s = self.settings
-        payload = dict(job.payload_base)
-        payload["temperature"] = job.temperature
-        payload["seed"] = job.seed
-        if s.top_p is not None:
-            payload["top_p"] = s.top_p
-        if s.extra_body:
-            payload.update(s.extra_body)
+        payload: dict[str, Any] | bytes
+        if job.body_prefix is not None:
+            payload = b'%s%s,"seed":%d}' % (job.body_prefix, orjson.dumps(job.temperature), job.seed)
+        else:
+            payload = self._payload(job)
         if self.limiter.active:
             await self.limiter.acquire(job.estimated_tokens)
         endpoint = next(self._next_endpoint)
@@ -417,6 +417,28 @@ class ProbeRun:
             where = ".".join(str(p) for p in error["loc"])
             return ProbeRecord(**fields, status="error", attempts=result.attempts, latency_s=latency,
                                error=f"malformed completion body ({where}: {error['msg']})")
+
+    def _payload(self, job: Job) -> dict[str, Any]:
+        s = self.settings
+        payload = dict(job.payload_base)
+        payload["temperature"] = job.temperature
+        payload["seed"] = job.seed
+        if s.top_p is not None:
+            payload["top_p"] = s.top_p
+        payload.update(s.extra_body)  # the user's extra body wins, as documented
+        return payload
+
+    def _body_prefix(self, payload_base: dict[str, Any]) -> bytes | None:
+        """The request body of one (item, perturbation) up to its per-sample fields, serialised once: each sample
+        appends its temperature and seed. None when --extra-body sets either (then the dict path applies)."""
+        s = self.settings
+        if "temperature" in s.extra_body or "seed" in s.extra_body:
+            return None
+        fixed = dict(payload_base)
+        if s.top_p is not None:
+            fixed["top_p"] = s.top_p
+        fixed.update(s.extra_body)
+        return orjson.dumps(fixed)[:-1] + b',"temperature":'
 
     @staticmethod
     def _fields(job: Job) -> dict[str, Any]:
