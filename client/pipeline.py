@@ -85,8 +85,7 @@ class Job:
     temperature: float
     sample: int
     seed: int
-    payload_base: dict[str, Any]
-    body_prefix: bytes | None  # `payload_base` serialised up to the per-sample fields (see ProbeRun._body_prefix)
+    body_prefix: bytes  # the request body up to the per-sample fields (see ProbeRun._body_prefix)
     estimated_tokens: int
     shared: dict[str, Any]
     shared_json: dict[str, Any] | None  # `shared` in JSON form, for fast ok lines (None when a judge needs models)
@@ -183,6 +182,8 @@ class ProbeRun:
             enabled=progress,
         )
         self._path = "chat/completions" if settings.mode == "chat" else "completions"
+        self._send_temperature = "temperature" not in settings.extra_body
+        self._send_seed = "seed" not in settings.extra_body
         self._stops: list[str] = []
         self._stop_ids: list[int] = []
         if renderer is not None and settings.mode == "raw":
@@ -262,7 +263,7 @@ class ProbeRun:
                 prefix = self._body_prefix(payload)
                 for t, k, key in keys:
                     seed = sample_seed(s.seed, item.id, t, k, perturbation, s.mode)
-                    yield Job(key, t, k, seed, payload, prefix, estimate, shared, base)
+                    yield Job(key, t, k, seed, prefix, estimate, shared, base)
 
     # ----- records --------------------------------------------------------------------------------------------
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
@@ -364,16 +365,17 @@ class ProbeRun:
     async def _probe(self, job: Job) -> ProbeRecord | bytes:
         """One sample's record: an ok record as a ready JSON line (fast path), else a `ProbeRecord`."""
         s = self.settings
-        payload: dict[str, Any] | bytes
-        if job.body_prefix is not None:
-            payload = b'%s%s,"seed":%d}' % (job.body_prefix, orjson.dumps(job.temperature), job.seed)
-        else:
-            payload = self._payload(job)
+        body = job.body_prefix
+        if self._send_temperature:
+            body += b',"temperature":' + orjson.dumps(job.temperature)
+        if self._send_seed:
+            body += b',"seed":%d' % job.seed
+        body += b"}"
         if self.limiter.active:
             await self.limiter.acquire(job.estimated_tokens)
         endpoint = next(self._next_endpoint)
         try:
-            result = await endpoint.post_json(self._path, payload)
+            result = await endpoint.post_json(self._path, body)
         except RequestFailed as exc:
             return ProbeRecord(**self._fields(job), status="error", error=exc.reason, attempts=exc.attempts)
         try:
@@ -418,27 +420,15 @@ class ProbeRun:
             return ProbeRecord(**fields, status="error", attempts=result.attempts, latency_s=latency,
                                error=f"malformed completion body ({where}: {error['msg']})")
 
-    def _payload(self, job: Job) -> dict[str, Any]:
+    def _body_prefix(self, payload_base: dict[str, Any]) -> bytes:
+        """The request body of one (item, perturbation) without its closing brace, serialised once: every sample
+        appends its temperature and seed, unless --extra-body sets them (the user's extra body wins)."""
         s = self.settings
-        payload = dict(job.payload_base)
-        payload["temperature"] = job.temperature
-        payload["seed"] = job.seed
-        if s.top_p is not None:
-            payload["top_p"] = s.top_p
-        payload.update(s.extra_body)  # the user's extra body wins, as documented
-        return payload
-
-    def _body_prefix(self, payload_base: dict[str, Any]) -> bytes | None:
-        """The request body of one (item, perturbation) up to its per-sample fields, serialised once: each sample
-        appends its temperature and seed. None when --extra-body sets either (then the dict path applies)."""
-        s = self.settings
-        if "temperature" in s.extra_body or "seed" in s.extra_body:
-            return None
         fixed = dict(payload_base)
         if s.top_p is not None:
             fixed["top_p"] = s.top_p
         fixed.update(s.extra_body)
-        return orjson.dumps(fixed)[:-1] + b',"temperature":'
+        return orjson.dumps(fixed)[:-1]
 
     @staticmethod
     def _fields(job: Job) -> dict[str, Any]:
