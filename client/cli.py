@@ -10,7 +10,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from client import __version__, collector
-from client.errors import UserError
+from client.errors import UserError, first_error
 
 Registrar = Callable[[argparse._SubParsersAction], None]
 
@@ -55,9 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"userturn: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except ValidationError as exc:  # a setting that slipped past the flag checks: still one line
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or exc.title
-        print(f"userturn: error: {where}: {err['msg']}", file=sys.stderr)
+        print(f"userturn: error: {first_error(exc, exc.title)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("userturn: interrupted; completed records are kept, rerun the same command to resume",

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from client.errors import UserError
+from client.errors import UserError, first_error
 from client.records import Message
 
 
@@ -36,9 +36,7 @@ class DatasetItem(BaseModel):
 
 
 def _describe(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "item"
-    return f"{loc}: {err['msg']}"
+    return first_error(exc, "item")
 
 
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:

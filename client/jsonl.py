@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from client.errors import UserError
+from client.errors import UserError, first_error
 from client.records import ProbeRecord
 
 
@@ -115,9 +115,7 @@ def read_records(path: str | Path, *, strict: bool = True) -> tuple[dict[str, Pr
 
 def _first_error(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "record"
-        return f"{loc}: {err['msg']}"
+        return first_error(exc, "record")
     return str(exc).split("\n")[0]
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from client.dataset import DatasetItem
 from client.endpoint import Endpoint, EndpointError, RequestFailed
-from client.errors import UserError
+from client.errors import UserError, first_error
 from client.jsonl import JsonlWriter, read_records
 from client.perturb import PerturbationNotApplicable
 from client.progress import Progress, RunCounters
@@ -415,10 +415,8 @@ class ProbeRun:
                                matched_stop=choice.get("matched_stop"), status="ok", usage=usage, latency_s=latency,
                                attempts=result.attempts)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(p) for p in error["loc"])
             return ProbeRecord(**fields, status="error", attempts=result.attempts, latency_s=latency,
-                               error=f"malformed completion body ({where}: {error['msg']})")
+                               error=f"malformed completion body ({first_error(exc)})")
 
     def _body_prefix(self, payload_base: dict[str, Any]) -> bytes:
         """The request body of one (item, perturbation) without its closing brace, serialised once: every sample

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from client.errors import UserError
+from client.errors import UserError, first_error
 from client.records import LABELS, Label, Message, ProbeRecord
 from judges.agreement import cohen_kappa
 from judges.panel import JudgePanel
@@ -74,9 +74,7 @@ def load_gold(path: str | Path) -> list[GoldItem]:
             except orjson.JSONDecodeError as exc:
                 raise UserError(f"{path}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
             except ValidationError as exc:
-                err = exc.errors()[0]
-                loc = ".".join(str(p) for p in err["loc"]) or "line"
-                raise UserError(f"{path}:{number}: not a gold item ({loc}: {err['msg']})") from None
+                raise UserError(f"{path}:{number}: not a gold item ({first_error(exc, 'line')})") from None
             if item.id in seen:
                 raise UserError(f"{path}:{number}: duplicate id {item.id!r}")
             seen.add(item.id)

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from client.errors import first_error
 from client.records import Label
 from judges.taxonomy import normalise_label
 
@@ -95,8 +96,7 @@ def parse_verdict(content: str | None) -> JudgeOutput:
         try:
             return JudgeOutput.model_validate(value)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            last_error = f"{'.'.join(str(p) for p in err['loc']) or 'object'}: {err['msg']}"
+            last_error = first_error(exc, "object")
     raise ParseError(last_error)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from client.errors import first_error
 from serve.tiny_model import is_tiny_model
 
 DEFAULT_MAX_TOKENS = 256
@@ -267,8 +268,7 @@ def build_app(gen: Generator) -> web.Application:
         try:
             req = model.model_validate(body)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ApiError(400, f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+            raise ApiError(400, first_error(exc)) from None
         if req.stream:
             raise ApiError(400, "stream=true is not supported by the CPU engine")
         if req.model not in (None, "", cfg.name, cfg.model):

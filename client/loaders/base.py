@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from client.dataset import DatasetItem
-from client.errors import UserError
+from client.errors import UserError, first_error
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,4 @@ def build_item(**fields: Any) -> DatasetItem:
     try:
         return DatasetItem.model_validate(fields)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "item"
-        raise RowError(f"{loc}: {err['msg']}") from None
+        raise RowError(first_error(exc, "item")) from None
