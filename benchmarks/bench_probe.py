@@ -142,9 +142,8 @@ def write_dataset(path: Path, items: int) -> None:
 def write_payloads(dataset: Path, out: Path, samples: int, max_tokens: int, tokenizer: Path) -> int:
     """The raw loop's request bodies: the same prompts `userturn probe` renders, one JSON body per line."""
     import orjson
-
-    from client.dataset import load_jsonl
-    from client.templates import PromptRenderer
+    from userturn.client.dataset import load_jsonl
+    from userturn.client.templates import PromptRenderer
 
     renderer = PromptRenderer.load(str(tokenizer))
     count = 0
@@ -265,7 +264,7 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
             "--out", str(out), "--tokenizer", str(tokenizer), "--samples", str(samples), "--temperature", "1.0",
             "--concurrency", str(concurrency), "--no-progress"]
     if profile == "cprofile":
-        cmd = [sys.executable, "-m", "cProfile", "-o", str(work / "userturn.prof"), "-m", "client.cli", *args]
+        cmd = [sys.executable, "-m", "cProfile", "-o", str(work / "userturn.prof"), "-m", "userturn", *args]
     elif profile == "py-spy":
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         cmd = [py_spy, "record", "--format", "raw", "-o", str(work / "userturn.pyspy.txt"), "--rate", "250",
@@ -275,7 +274,7 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     wall, rss, cpu, stdout, stderr = run_measured(cmd, env)
     match = SUMMARY_RATE.search(stdout + stderr)
-    from client.jsonl import read_records
+    from userturn.client.jsonl import read_records
 
     records, _ = read_records(out)
     good = sum(r.status == "ok" for r in records.values())

@@ -8,18 +8,17 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pydantic import ValidationError
-
-from client import __version__, collector
-from client.errors import UserError, first_error
+from userturn.client import __version__, collector
+from userturn.client.errors import UserError, first_error
 
 Registrar = Callable[[argparse._SubParsersAction], None]
 
 
 def _registrars() -> list[Registrar]:
-    from client.cli_experiment import register as register_experiment
-    from client.cli_probe import register as register_probe
-    from judges.cli import register as register_judges
-    from serve.cli import register as register_serve
+    from userturn.client.cli_experiment import register as register_experiment
+    from userturn.client.cli_probe import register as register_probe
+    from userturn.judges.cli import register as register_judges
+    from userturn.serve.cli import register as register_serve
 
     return [register_probe, register_judges, register_serve, register_experiment]
 

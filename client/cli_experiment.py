@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import orjson
-
-from client.errors import UserError
+from userturn.client.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from client.cli_probe import run_async
-    from client.experiment import (
+    from userturn.client.cli_probe import run_async
+    from userturn.client.experiment import (
         check_files,
         load_experiment,
         load_items,
@@ -82,7 +81,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _records(path: str) -> list:
-    from client.jsonl import read_records
+    from userturn.client.jsonl import read_records
 
     if not Path(path).is_file():
         raise UserError(f"results file not found: {path}")
@@ -93,7 +92,7 @@ def _records(path: str) -> list:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from client.export import export_rows
+    from userturn.client.export import export_rows
 
     rows, stats = export_rows(_records(args.results), args.format)
     data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
@@ -119,7 +118,7 @@ def _fmt(value: float | None) -> str:
 
 
 def rerank_command(args: argparse.Namespace) -> int:
-    from client.rerank import as_dicts, rerank
+    from userturn.client.rerank import as_dicts, rerank
 
     rows = rerank(_records(args.results))
     if args.json:

@@ -10,12 +10,12 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from client import collector
-from client.errors import UserError
+from userturn.client import collector
+from userturn.client.errors import UserError
 
 if TYPE_CHECKING:  # the heavy modules load when a command runs, not when the parser is built
-    from client.dataset import DatasetItem
-    from client.pipeline import ProbeSettings, ProbeSummary
+    from userturn.client.dataset import DatasetItem
+    from userturn.client.pipeline import ProbeSettings, ProbeSummary
 
 
 def positive_int(text: str) -> int:
@@ -120,14 +120,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    from judges import add_judge_arguments
+    from userturn.judges import add_judge_arguments
 
     add_judge_arguments(parser)
 
 
 def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None) -> tuple[str, list[DatasetItem]]:
     """A local JSONL file or a built-in dataset name -> (dataset name, items)."""
-    from client.loaders import load_dataset_spec
+    from userturn.client.loaders import load_dataset_spec
 
     return load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed)
 
@@ -157,8 +157,8 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "smoke": False,
                "api_key_env": args.api_key_env}
         return
-    from serve.launcher import launch
-    from serve.manifest import load_manifest
+    from userturn.serve.launcher import launch
+    from userturn.serve.manifest import load_manifest
 
     manifest = load_manifest(args.manifest)
     with launch(manifest) as server:
@@ -178,7 +178,7 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
 
 def build_renderer(tokenizer: str | None, chat_template: str | None, enable_thinking: bool | None,
                    template_kwargs: dict[str, Any] | None = None):
-    from client.templates import PromptRenderer
+    from userturn.client.templates import PromptRenderer
 
     if not tokenizer:
         raise UserError("--tokenizer is required in raw mode (the model's chat template renders the prompt)")
@@ -202,9 +202,9 @@ def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
 
 def pipeline_hooks() -> dict[str, Any]:
     """Perturbations, task scoring and the chat-mode role flip."""
-    from client.chat_mode import role_flip_messages
-    from client.perturb import perturb
-    from client.scoring import score
+    from userturn.client.chat_mode import role_flip_messages
+    from userturn.client.perturb import perturb
+    from userturn.client.scoring import score
 
     return {"perturb": perturb, "scorer": score, "role_flip": role_flip_messages}
 
@@ -214,9 +214,9 @@ def _bool(value: str | None) -> bool | None:
 
 
 async def probe_main(args: argparse.Namespace) -> int:
-    from client.perturb import validate
-    from client.pipeline import ProbeSettings
-    from client.scoring import preflight
+    from userturn.client.perturb import validate
+    from userturn.client.pipeline import ProbeSettings
+    from userturn.client.scoring import preflight
 
     perturbations = validate(args.perturb or ["none"])
     name, items = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed)
@@ -262,8 +262,8 @@ async def probe_main(args: argparse.Namespace) -> int:
 
 async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argparse.Namespace,
                   base_urls: list[str], renderer: Any, api_key_env: str) -> ProbeSummary:
-    from client.endpoint import Endpoint, EndpointConfig
-    from client.pipeline import ProbeRun
+    from userturn.client.endpoint import Endpoint, EndpointConfig
+    from userturn.client.pipeline import ProbeRun
 
     endpoints = [
         Endpoint(EndpointConfig(base_url=url, api_key_env=api_key_env, request_timeout=args.request_timeout,
@@ -291,7 +291,7 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     """The inline judge panel from --judge-* flags, checked before any generation; None without judges."""
     if not args.judge_model and not args.judge_base_url:
         return None  # nothing to judge with: skip loading the judge modules (start-up time)
-    from judges import panel_from_args
+    from userturn.judges import panel_from_args
 
     panel = panel_from_args(args)
     if panel is not None:

@@ -7,9 +7,8 @@ from typing import Any
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError, field_validator
-
-from client.errors import UserError, first_error
-from client.records import Message
+from userturn.client.errors import UserError, first_error
+from userturn.client.records import Message
 
 
 class DatasetItem(BaseModel):

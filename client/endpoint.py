@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel, Field
-
-from client.errors import EndpointError
-from client.http_backends import Backend, HttpReply, TransportFailure, make_backend
+from userturn.client.errors import EndpointError
+from userturn.client.http_backends import Backend, HttpReply, TransportFailure, make_backend
 
 if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never pays its import
     from tenacity import RetryCallState

@@ -17,10 +17,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from client.dataset import DatasetItem
-from client.errors import UserError
-from client.perturb import PERTURBATIONS
+from userturn.client.dataset import DatasetItem
+from userturn.client.errors import UserError
+from userturn.client.perturb import PERTURBATIONS
 
 Mode = Literal["raw", "chat"]
 
@@ -206,7 +205,7 @@ def resolve(base: Path, value: str | None) -> str | None:
 
 
 def load_items(entry: DatasetEntry, exp: Experiment, base: Path) -> tuple[str, list[DatasetItem]]:
-    from client.loaders import load_dataset_spec, parse_spec
+    from userturn.client.loaders import load_dataset_spec, parse_spec
 
     builtin, _ = parse_spec(entry.spec)
     spec = entry.spec if builtin is not None else (resolve(base, entry.spec) or entry.spec)
@@ -257,8 +256,8 @@ def _panel(exp: Experiment, server: dict[str, Any]) -> Any:
     """The judge panel for one served model; `model: self` entries point at that model's own endpoint."""
     if not exp.judges:
         return None
-    from judges.llm_judge import JudgeConfig
-    from judges.panel import JudgePanel, PanelConfig
+    from userturn.judges.llm_judge import JudgeConfig
+    from userturn.judges.panel import JudgePanel, PanelConfig
 
     configs = []
     for j in exp.judges:
@@ -272,10 +271,10 @@ def _panel(exp: Experiment, server: dict[str, Any]) -> Any:
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
-    from client import scoring
-    from client.cli_probe import build_renderer, pipeline_hooks, serving
-    from client.endpoint import Endpoint, EndpointConfig
-    from client.pipeline import ProbeRun, ProbeSettings
+    from userturn.client import scoring
+    from userturn.client.cli_probe import build_renderer, pipeline_hooks, serving
+    from userturn.client.endpoint import Endpoint, EndpointConfig
+    from userturn.client.pipeline import ProbeRun, ProbeSettings
 
     run_dir = Path(out_dir or exp.out_dir) / exp.name
     results = run_dir / "results.jsonl"
@@ -344,9 +343,8 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
     from rich.console import Console
-
-    from judges.report import load_results, summarise
-    from judges.report_table import groups_table
+    from userturn.judges.report import load_results, summarise
+    from userturn.judges.report_table import groups_table
 
     console = Console()
     if not console.is_terminal:

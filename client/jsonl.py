@@ -15,9 +15,8 @@ from pathlib import Path
 
 import orjson
 from pydantic import ValidationError
-
-from client.errors import UserError, first_error
-from client.records import ProbeRecord
+from userturn.client.errors import UserError, first_error
+from userturn.client.records import ProbeRecord
 
 
 @dataclass

@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from client.errors import UserError
-from client.records import Message
-from client.scoring import find_final_number
+from userturn.client.errors import UserError
+from userturn.client.records import Message
+from userturn.client.scoring import find_final_number
 
 PERTURBATIONS: tuple[str, ...] = ("none", "wrong_answer", "truncate", "swap", "remove", "generic")
 GENERIC_RESPONSE = "I'm not able to help with that right now."

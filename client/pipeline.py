@@ -17,17 +17,16 @@ from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError
-
-from client.dataset import DatasetItem
-from client.endpoint import Endpoint, EndpointError, RequestFailed
-from client.errors import UserError, first_error
-from client.jsonl import JsonlWriter, read_records
-from client.perturb import PerturbationNotApplicable
-from client.progress import Progress, RunCounters
-from client.ratelimit import RateLimiter
-from client.records import Message, ProbeRecord, ok_record_line, record_key, sha256_text, shared_json
-from client.seeds import sample_seed
-from client.workers import run_all
+from userturn.client.dataset import DatasetItem
+from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed
+from userturn.client.errors import UserError, first_error
+from userturn.client.jsonl import JsonlWriter, read_records
+from userturn.client.perturb import PerturbationNotApplicable
+from userturn.client.progress import Progress, RunCounters
+from userturn.client.ratelimit import RateLimiter
+from userturn.client.records import Message, ProbeRecord, ok_record_line, record_key, sha256_text, shared_json
+from userturn.client.seeds import sample_seed
+from userturn.client.workers import run_all
 
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 

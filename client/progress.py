@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # rich loads only when the live view is shown
     from rich.live import Live
     from rich.table import Table
-
-    from client.endpoint import EndpointStats
+    from userturn.client.endpoint import EndpointStats
 
 
 @dataclass

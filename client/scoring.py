@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from client.dataset import DatasetItem
-from client.errors import UserError
+from userturn.client.dataset import DatasetItem
+from userturn.client.errors import UserError
 
 Score = tuple[bool | None, dict[str, float] | None]
 

@@ -29,10 +29,17 @@ import jinja2.utils
 import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
-
-from client.errors import UserError
-from client.records import Message, sha256_text
-from client.stops import AddedToken, added_tokens, end_of_turn_stops, eos_stops, merge_stops, stop_token_ids, token_text
+from userturn.client.errors import UserError
+from userturn.client.records import Message, sha256_text
+from userturn.client.stops import (
+    AddedToken,
+    added_tokens,
+    end_of_turn_stops,
+    eos_stops,
+    merge_stops,
+    stop_token_ids,
+    token_text,
+)
 
 SENTINEL = "USERTURNSENTINEL7f3a9c"
 _PROBE_A, _PROBE_B = "USERTURNPROBEAAA41e2", "USERTURNPROBEBBB58d0"
@@ -498,7 +505,7 @@ class PromptRenderer:
             extra["enable_thinking"] = enable_thinking
         use_harmony = (family == "gpt-oss" and chat_template is None) if harmony is None else harmony
         if use_harmony:
-            from client.harmony_render import HarmonyRenderer
+            from userturn.client.harmony_render import HarmonyRenderer
 
             backend = HarmonyRenderer(today=now, reasoning_effort=str(extra.get("reasoning_effort", "medium")),
                                       model_identity=extra.get("model_identity"))

@@ -11,12 +11,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "JudgeConfig": "judges.llm_judge",
-    "JudgeCounters": "judges.panel",
-    "JudgePanel": "judges.panel",
-    "PanelConfig": "judges.panel",
-    "panel_from_args": "judges.panel",
-    "add_judge_arguments": "judges.arguments",
+    "JudgeConfig": "userturn.judges.llm_judge",
+    "JudgeCounters": "userturn.judges.panel",
+    "JudgePanel": "userturn.judges.panel",
+    "PanelConfig": "userturn.judges.panel",
+    "panel_from_args": "userturn.judges.panel",
+    "add_judge_arguments": "userturn.judges.arguments",
 }
 
 __all__ = sorted(_EXPORTS)

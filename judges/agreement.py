@@ -11,8 +11,7 @@ from collections.abc import Iterable, Sequence
 from itertools import combinations
 
 from pydantic import BaseModel
-
-from client.records import ProbeRecord
+from userturn.client.records import ProbeRecord
 
 
 def majority_label(votes: Sequence[str]) -> str | None:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from client.errors import UserError
-from judges.arguments import add_judge_arguments
+from userturn.client.errors import UserError
+from userturn.judges.arguments import add_judge_arguments
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,8 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def judge_command(args: argparse.Namespace) -> int:
-    from judges.panel import panel_from_args
-    from judges.run_judge import default_out_path, judge_file, print_summary
+    from userturn.judges.panel import panel_from_args
+    from userturn.judges.run_judge import default_out_path, judge_file, print_summary
 
     results = Path(args.results)
     out = Path(args.out) if args.out else default_out_path(results)
@@ -82,10 +82,9 @@ def judge_command(args: argparse.Namespace) -> int:
 def report_command(args: argparse.Namespace) -> int:
     import orjson
     from rich.console import Console
-
-    from judges.agreement import panel_agreements
-    from judges.report import load_results, summarise, to_json_rows
-    from judges.report_table import print_report
+    from userturn.judges.agreement import panel_agreements
+    from userturn.judges.report import load_results, summarise, to_json_rows
+    from userturn.judges.report_table import print_report
 
     records = load_results(args.results)
     groups = summarise(records)
@@ -94,12 +93,12 @@ def report_command(args: argparse.Namespace) -> int:
     if args.plots or args.html:
         figures, why = _figures(groups, required=bool(args.plots))
         if args.plots and figures:
-            from judges.plots import write_plots
+            from userturn.judges.plots import write_plots
 
             paths = write_plots(figures, args.plots)
             print(f"userturn report: wrote {len(paths)} plots to {args.plots}", file=sys.stderr)
         if args.html:
-            from judges.html_report import render_html, write_html
+            from userturn.judges.html_report import render_html, write_html
 
             path = write_html(render_html(records, groups, agreements, figures, args.results, why), args.html)
             print(f"userturn report: wrote {path}", file=sys.stderr)
@@ -114,7 +113,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def _figures(groups: list, required: bool) -> tuple[dict[str, bytes] | None, str]:
-    from judges.plots import render_figures
+    from userturn.judges.plots import render_figures
 
     try:
         return render_figures(groups), ""
@@ -127,10 +126,9 @@ def _figures(groups: list, required: bool) -> tuple[dict[str, bytes] | None, str
 def judge_eval_command(args: argparse.Namespace) -> int:
     import orjson
     from rich.console import Console
-
-    from client.jsonl import JsonlWriter
-    from judges.evaluate import evaluate, load_gold
-    from judges.panel import panel_from_args
+    from userturn.client.jsonl import JsonlWriter
+    from userturn.judges.evaluate import evaluate, load_gold
+    from userturn.judges.panel import panel_from_args
 
     items = load_gold(args.gold)
     panel = panel_from_args(args)
@@ -158,9 +156,8 @@ def judge_eval_command(args: argparse.Namespace) -> int:
 
 def _print_score(console: Console, s: object) -> None:
     from rich.table import Table
-
-    from judges.evaluate import ERROR, JudgeScore
-    from judges.taxonomy import SHORT
+    from userturn.judges.evaluate import ERROR, JudgeScore
+    from userturn.judges.taxonomy import SHORT
 
     assert isinstance(s, JudgeScore)
     acc = "—" if s.accuracy is None else f"{100 * s.accuracy:.1f}%"

@@ -15,11 +15,10 @@ from typing import Any
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError, model_validator
-
-from client.errors import UserError, first_error
-from client.records import LABELS, Label, Message, ProbeRecord
-from judges.agreement import cohen_kappa
-from judges.panel import JudgePanel
+from userturn.client.errors import UserError, first_error
+from userturn.client.records import LABELS, Label, Message, ProbeRecord
+from userturn.judges.agreement import cohen_kappa
+from userturn.judges.panel import JudgePanel
 
 PANEL = "panel (majority)"
 ERROR = "error"

@@ -7,14 +7,13 @@ import datetime as dt
 from pathlib import Path
 
 import jinja2
-
-from client.errors import UserError
-from client.records import LABELS, ProbeRecord
-from judges.agreement import PanelAgreement
-from judges.prelabel import query_and_response
-from judges.report import GroupSummary, is_self_judged
-from judges.report_table import fmt_ci, fmt_rate
-from judges.taxonomy import DESCRIPTIONS, SHORT
+from userturn.client.errors import UserError
+from userturn.client.records import LABELS, ProbeRecord
+from userturn.judges.agreement import PanelAgreement
+from userturn.judges.prelabel import query_and_response
+from userturn.judges.report import GroupSummary, is_self_judged
+from userturn.judges.report_table import fmt_ci, fmt_rate
+from userturn.judges.taxonomy import DESCRIPTIONS, SHORT
 
 SAMPLES_PER_LABEL = 5
 CLIP = 600

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import orjson
 from pydantic import BaseModel, Field
-
-from client.errors import UserError
-from client.records import JudgeVerdict, ProbeRecord
-from judges.agreement import majority_label
-from judges.llm_judge import JudgeConfig, LLMJudge
-from judges.prelabel import RESTATE_THRESHOLD, prelabel, query_and_response
-from judges.prompt import JudgePrompt, load_prompt
+from userturn.client.errors import UserError
+from userturn.client.records import JudgeVerdict, ProbeRecord
+from userturn.judges.agreement import majority_label
+from userturn.judges.llm_judge import JudgeConfig, LLMJudge
+from userturn.judges.prelabel import RESTATE_THRESHOLD, prelabel, query_and_response
+from userturn.judges.prompt import JudgePrompt, load_prompt
 
 
 @dataclass

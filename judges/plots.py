@@ -7,10 +7,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from client.errors import UserError
-from client.records import LABELS
-from judges.report import GroupSummary
-from judges.taxonomy import SHORT
+from userturn.client.errors import UserError
+from userturn.client.records import LABELS
+from userturn.judges.report import GroupSummary
+from userturn.judges.taxonomy import SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "label_mix")
 

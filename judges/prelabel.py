@@ -11,7 +11,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from client.records import JudgeVerdict, Label, ProbeRecord
+from userturn.client.records import JudgeVerdict, Label, ProbeRecord
 
 RESTATE_THRESHOLD = 0.9
 

@@ -8,9 +8,8 @@ from importlib import resources
 from pathlib import Path
 
 import jinja2
-
-from client.errors import UserError
-from client.records import sha256_text
+from userturn.client.errors import UserError
+from userturn.client.records import sha256_text
 
 DEFAULT_PROMPT = "judge_v1.md"
 _SECTION = re.compile(r"^# (system|user)[ \t]*$", re.MULTILINE)
@@ -55,7 +54,7 @@ def parse_prompt(text: str, name: str) -> JudgePrompt:
 def load_prompt(path: str | Path | None = None) -> JudgePrompt:
     """Load a prompt file (default: the packaged judges/prompts/judge_v1.md)."""
     if path is None:
-        text = resources.files("judges").joinpath("prompts", DEFAULT_PROMPT).read_text(encoding="utf-8")
+        text = resources.files("userturn.judges").joinpath("prompts", DEFAULT_PROMPT).read_text(encoding="utf-8")
         return parse_prompt(text, DEFAULT_PROMPT)
     path = Path(path)
     if not path.is_file():

@@ -12,12 +12,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-
-from client.errors import UserError
-from client.jsonl import read_records
-from client.records import LABELS, ProbeRecord
-from judges.stats import wilson_interval
-from judges.taxonomy import FOLLOWUP
+from userturn.client.errors import UserError
+from userturn.client.jsonl import read_records
+from userturn.client.records import LABELS, ProbeRecord
+from userturn.judges.stats import wilson_interval
+from userturn.judges.taxonomy import FOLLOWUP
 
 
 class GroupSummary(BaseModel):

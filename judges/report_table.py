@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
-
-from judges.agreement import PanelAgreement
-from judges.report import GroupSummary
-from judges.taxonomy import SHORT
+from userturn.judges.agreement import PanelAgreement
+from userturn.judges.report import GroupSummary
+from userturn.judges.taxonomy import SHORT
 
 
 def fmt_rate(value: float | None) -> str:

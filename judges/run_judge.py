@@ -10,12 +10,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from client.errors import UserError
-from client.jsonl import JsonlWriter, read_records
-from client.records import ProbeRecord
-from client.workers import run_all
-from judges.panel import JudgeCounters, JudgePanel
+from userturn.client.errors import UserError
+from userturn.client.jsonl import JsonlWriter, read_records
+from userturn.client.records import ProbeRecord
+from userturn.client.workers import run_all
+from userturn.judges.panel import JudgeCounters, JudgePanel
 
 PLAIN_PROGRESS_EVERY_S = 30.0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client.records import LABELS, Label
+from userturn.client.records import LABELS, Label
 
 FOLLOWUP: Label = "genuine_followup"
 

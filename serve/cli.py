@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from client.errors import UserError
+from userturn.client.errors import UserError
 
 if TYPE_CHECKING:
-    from serve.manifest import Manifest
+    from userturn.serve.manifest import Manifest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,9 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from serve.emit import render
-    from serve.launcher import plan
-    from serve.manifest import load_manifest
+    from userturn.serve.emit import render
+    from userturn.serve.launcher import plan
+    from userturn.serve.manifest import load_manifest
 
     m = load_manifest(args.manifest)
     if args.emit:
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(m: Manifest, log_dir: Path | None) -> int:
-    from serve.launcher import launch
-    from serve.process import ServerStartError
+    from userturn.serve.launcher import launch
+    from userturn.serve.process import ServerStartError
 
     with launch(m, log_dir=log_dir) as server:
         if m.engine == "external":

@@ -8,12 +8,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.errors import UserError
-from serve.manifest import GPU_ENGINES, Manifest
+from userturn.client.errors import UserError
+from userturn.serve.manifest import GPU_ENGINES, Manifest
 
 SGLANG_MODULE = "sglang.launch_server"
 ROUTER_MODULE = "sglang_router.launch_router"
-CPU_ENGINE_MODULE = "serve.cpu_engine"
+CPU_ENGINE_MODULE = "userturn.serve.cpu_engine"
 LLAMA_SERVER = "llama-server"
 ROUTER_HEALTH_PATHS = ("/health", "/v1/models")
 

@@ -8,10 +8,9 @@ import shlex
 from typing import Any, Literal
 
 import yaml
-
-from client.errors import UserError
-from serve.commands import server_argv, sglang_argv
-from serve.manifest import Manifest
+from userturn.client.errors import UserError
+from userturn.serve.commands import server_argv, sglang_argv
+from userturn.serve.manifest import Manifest
 
 CLUSTER_PORT = 30000
 NODE_RANK = "__USERTURN_NODE_RANK__"

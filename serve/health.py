@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
-
-from serve.process import ServerProcess, ServerStartError
+from userturn.serve.process import ServerProcess, ServerStartError
 
 POLL_INTERVAL_S = 0.5
 

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.errors import UserError
-from serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, router_spec
-from serve.health import wait_until_ready
-from serve.manifest import Manifest, load_manifest
-from serve.process import ServerProcess, ServerStartError, pick_ports
-from serve.tiny_model import is_tiny_model
+from userturn.client.errors import UserError
+from userturn.serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, router_spec
+from userturn.serve.health import wait_until_ready
+from userturn.serve.manifest import Manifest, load_manifest
+from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
+from userturn.serve.tiny_model import is_tiny_model
 
 Status = Callable[[str], None]
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
@@ -100,7 +100,7 @@ def build_tiny_model_subprocess(out_dir: Path) -> Path:
     """Build the tiny model in a child process: the launcher itself stays free of torch (memory, exit time)."""
     if is_tiny_model(out_dir):
         return out_dir
-    proc = subprocess.run([sys.executable, "-m", "serve.tiny_model", str(out_dir)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "userturn.serve.tiny_model", str(out_dir)], capture_output=True, text=True,
                           timeout=300, check=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

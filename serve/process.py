@@ -13,8 +13,8 @@ import weakref
 from collections import deque
 from pathlib import Path
 
-from client.errors import UserError
-from serve.commands import LaunchSpec
+from userturn.client.errors import UserError
+from userturn.serve.commands import LaunchSpec
 
 DEFAULT_GRACE_S = 15.0
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()

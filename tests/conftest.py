@@ -15,7 +15,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Qwen3 ChatML model + tokenizer on disk (built once per session)."""
-    from serve.tiny_model import build_tiny_model
+    from userturn.serve.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
@@ -24,8 +24,8 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cpu_engine_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real `serve.cpu_engine` process serving the tiny model, launched through `serve.launcher.launch`.
     Yields the `serve.launcher.Server` (base_urls[0] ends in /v1, model_name is 'tiny')."""
-    from serve.launcher import launch
-    from serve.manifest import parse_manifest
+    from userturn.serve.launcher import launch
+    from userturn.serve.manifest import parse_manifest
 
     manifest = parse_manifest({
         "engine": "transformers", "model": str(tiny_model_dir), "served_model_name": "tiny", "seed": 0,

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from client.records import JudgeVerdict, ProbeRecord
-from judges.agreement import cohen_kappa, fleiss_kappa, fleiss_kappa_counts, majority_label, panel_agreements
-from judges.stats import wilson_interval
+from userturn.client.records import JudgeVerdict, ProbeRecord
+from userturn.judges.agreement import cohen_kappa, fleiss_kappa, fleiss_kappa_counts, majority_label, panel_agreements
+from userturn.judges.stats import wilson_interval
 
 
 def test_majority_and_tie_break() -> None:

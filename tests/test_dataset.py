@@ -7,9 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from client.dataset import DatasetItem, load_jsonl
-from client.errors import UserError
+from userturn.client.dataset import DatasetItem, load_jsonl
+from userturn.client.errors import UserError
 
 CONVERSATION = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}]
 

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from client.cli import main
-from client.errors import UserError
-from serve.emit import render_k8s, render_slurm
-from serve.manifest import load_manifest, parse_manifest
+from userturn.client.cli import main
+from userturn.client.errors import UserError
+from userturn.serve.emit import render_k8s, render_slurm
+from userturn.serve.manifest import load_manifest, parse_manifest
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 MULTI = {

@@ -18,8 +18,7 @@ import httpx
 import pytest
 import respx
 from loopback_server import LoopbackServer
-
-from client.endpoint import (
+from userturn.client.endpoint import (
     MAX_RETRY_AFTER_S,
     Endpoint,
     EndpointConfig,
@@ -27,8 +26,8 @@ from client.endpoint import (
     parse_retry_after,
     server_message,
 )
-from client.errors import EndpointError
-from client.http_backends import HttpReply
+from userturn.client.errors import EndpointError
+from userturn.client.http_backends import HttpReply
 
 BASE = "http://mock.test/v1"
 OK_BODY = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}], "usage": {"prompt_tokens": 1}}

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from client.cli import main
-from client.dataset import DatasetItem
-from client.errors import UserError
-from client.experiment import (
+from userturn.client.cli import main
+from userturn.client.dataset import DatasetItem
+from userturn.client.errors import UserError
+from userturn.client.experiment import (
     Experiment,
     assistant_source,
     check_files,

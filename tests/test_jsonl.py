@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from client.errors import UserError
-from client.jsonl import JsonlWriter, read_records
-from client.records import Message, ProbeRecord, record_key
+from userturn.client.errors import UserError
+from userturn.client.jsonl import JsonlWriter, read_records
+from userturn.client.records import Message, ProbeRecord, record_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,8 +182,8 @@ def test_reader_and_writer_agree_on_a_record_missing_only_its_newline(tmp_path: 
 WRITER_SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
-from client.jsonl import JsonlWriter
-from client.records import ProbeRecord, record_key
+from userturn.client.jsonl import JsonlWriter
+from userturn.client.records import ProbeRecord, record_key
 writer = JsonlWriter(sys.argv[1])
 i = 0
 while True:

@@ -14,8 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-
-from client.cli import main
+from userturn.client.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "judges"
 SERVER = FIXTURES / "judge_server.py"
@@ -69,7 +68,7 @@ def free_port() -> int:
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "client.cli", *argv], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "userturn", *argv], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parent.parent)
 
 

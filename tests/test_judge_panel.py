@@ -8,12 +8,11 @@ import json
 import httpx
 import pytest
 import respx
-
-from client.errors import UserError
-from client.records import JudgeVerdict, Message, ProbeRecord
-from judges.arguments import add_judge_arguments
-from judges.llm_judge import JudgeConfig
-from judges.panel import JudgePanel, PanelConfig, panel_from_args
+from userturn.client.errors import UserError
+from userturn.client.records import JudgeVerdict, Message, ProbeRecord
+from userturn.judges.arguments import add_judge_arguments
+from userturn.judges.llm_judge import JudgeConfig
+from userturn.judges.panel import JudgePanel, PanelConfig, panel_from_args
 
 URL_A, URL_B, URL_C = "http://a.test/v1", "http://b.test/v1", "http://c.test/v1"
 

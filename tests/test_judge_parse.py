@@ -6,11 +6,10 @@ import hashlib
 from importlib import resources
 
 import pytest
-
-from client.errors import UserError
-from judges.parse import ParseError, message_text, parse_verdict, response_schema, strip_reasoning
-from judges.prompt import load_prompt, parse_prompt
-from judges.taxonomy import normalise_label
+from userturn.client.errors import UserError
+from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema, strip_reasoning
+from userturn.judges.prompt import load_prompt, parse_prompt
+from userturn.judges.taxonomy import normalise_label
 
 
 @pytest.mark.parametrize("reply", [
@@ -68,7 +67,7 @@ def test_message_text() -> None:
 
 def test_packaged_prompt_is_versioned_and_hashed() -> None:
     prompt = load_prompt()
-    raw = resources.files("judges").joinpath("prompts", "judge_v1.md").read_bytes()
+    raw = resources.files("userturn.judges").joinpath("prompts", "judge_v1.md").read_bytes()
     assert prompt.name == "judge_v1.md"
     assert prompt.sha256 == hashlib.sha256(raw).hexdigest()
     system, user = prompt.messages("What is 2+2?", "", "why {{ 4 }}?")

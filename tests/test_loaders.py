@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from client.errors import UserError
-from client.loaders import BUILTINS, hub, load_dataset_spec
+from userturn.client.errors import UserError
+from userturn.client.loaders import BUILTINS, hub, load_dataset_spec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 FILES = {"openai/gsm8k": "gsm8k", "google/IFEval": "ifeval", "HuggingFaceH4/mt_bench_prompts": "mt_bench",

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from client.errors import UserError
-from serve.manifest import Manifest, load_manifest, parse_manifest
+from userturn.client.errors import UserError
+from userturn.serve.manifest import Manifest, load_manifest, parse_manifest
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 PAPER_MODELS = {
@@ -159,6 +158,6 @@ def test_manifest_schema_forbids_extra_everywhere() -> None:
     def forbid(model: type) -> bool:
         return model.model_config.get("extra") == "forbid"
 
-    from serve.manifest import ClusterConfig, K8sConfig, ProbeDefaults, RouterConfig, SlurmConfig
+    from userturn.serve.manifest import ClusterConfig, K8sConfig, ProbeDefaults, RouterConfig, SlurmConfig
 
     assert all(forbid(t) for t in (Manifest, ProbeDefaults, RouterConfig, SlurmConfig, K8sConfig, ClusterConfig))

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
-
-from client.jsonl import read_records
+from userturn.client.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +49,7 @@ def test_probe_cli_against_the_embedded_engine(cpu_engine_server, tiny_model_dir
                                                          {"role": "assistant", "content": "4"}]}) + "\n")
     out = tmp_path / "out.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "client.cli", "probe", "--base-url", cpu_engine_server.base_urls[0],
+        [sys.executable, "-m", "userturn", "probe", "--base-url", cpu_engine_server.base_urls[0],
          "--model", cpu_engine_server.model_name, "--dataset", str(data), "--out", str(out),
          "--tokenizer", str(tiny_model_dir), "--temperature", "0", "--temperature", "1", "--samples", "2",
          "--max-tokens", "8", "--send-stop-token-ids", "--no-progress"],

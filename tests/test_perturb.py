@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from client.errors import UserError
-from client.perturb import GENERIC_RESPONSE, PERTURBATIONS, PerturbationNotApplicable, perturb, validate
-from client.records import Message
-from client.scoring import find_final_number
+from userturn.client.errors import UserError
+from userturn.client.perturb import GENERIC_RESPONSE, PERTURBATIONS, PerturbationNotApplicable, perturb, validate
+from userturn.client.records import Message
+from userturn.client.scoring import find_final_number
 
 
 def convo(answer: str, query: str = "How many?") -> list[Message]:

@@ -7,13 +7,12 @@ import json
 import httpx
 import pytest
 import respx
-
-from client.dataset import DatasetItem
-from client.endpoint import Endpoint, EndpointConfig
-from client.errors import EndpointError
-from client.jsonl import read_records
-from client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
-from client.records import Message, ProbeRecord
+from userturn.client.dataset import DatasetItem
+from userturn.client.endpoint import Endpoint, EndpointConfig
+from userturn.client.errors import EndpointError
+from userturn.client.jsonl import read_records
+from userturn.client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
+from userturn.client.records import Message, ProbeRecord
 
 BASE = "http://probe.test/v1"
 

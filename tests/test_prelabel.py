@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from client.records import Message, ProbeRecord
-from judges.prelabel import apply_rules, normalise_text, prelabel, query_and_response
+from userturn.client.records import Message, ProbeRecord
+from userturn.judges.prelabel import apply_rules, normalise_text, prelabel, query_and_response
 
 QUERY = "How many clips did Natalia sell altogether in April and May?"
 

@@ -6,8 +6,8 @@ import asyncio
 import io
 import time
 
-from client.endpoint import EndpointStats
-from client.progress import Progress, RunCounters
+from userturn.client.endpoint import EndpointStats
+from userturn.client.progress import Progress, RunCounters
 
 
 class Tty(io.StringIO):

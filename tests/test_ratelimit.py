@@ -7,9 +7,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-
-import client.ratelimit as ratelimit
-from client.ratelimit import RateLimiter, TokenBucket
+import userturn.client.ratelimit as ratelimit
+from userturn.client.ratelimit import RateLimiter, TokenBucket
 
 
 class FakeClock:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from client.records import Message, ProbeRecord, ok_record_line, record_key, shared_json
+from userturn.client.records import Message, ProbeRecord, ok_record_line, record_key, shared_json
 
 SHARED = {
     "model": "qwen3", "dataset": "gsm8k", "item_id": "q7", "mode": "raw", "perturbation": "wrong_answer",

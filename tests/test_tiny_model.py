@@ -6,8 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from serve.tiny_model import SPECIAL_TOKENS, build_tiny_model, is_tiny_model, training_corpus
+from userturn.serve.tiny_model import SPECIAL_TOKENS, build_tiny_model, is_tiny_model, training_corpus
 
 pytest.importorskip("transformers")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from client.workers import run_all
+from userturn.client.workers import run_all
 
 
 async def test_all_workers_finish():

@@ -9,10 +9,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from client.dataset import DatasetItem, load_jsonl
-from client.errors import UserError
-from client.loaders import coval, gsm8k, healthbench, hub, ifeval, mt_bench
-from client.loaders.base import BuiltinDataset, HubSource, RowError
+from userturn.client.dataset import DatasetItem, load_jsonl
+from userturn.client.errors import UserError
+from userturn.client.loaders import coval, gsm8k, healthbench, hub, ifeval, mt_bench
+from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError
 
 BUILTINS: dict[str, BuiltinDataset] = {
     d.name: d for d in (gsm8k.DATASET, ifeval.DATASET, mt_bench.DATASET, healthbench.DATASET, coval.DATASET)

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-
-from client.dataset import DatasetItem
-from client.errors import UserError, first_error
+from userturn.client.dataset import DatasetItem
+from userturn.client.errors import UserError, first_error
 
 
 @dataclass(frozen=True)

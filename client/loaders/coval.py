@@ -11,8 +11,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from client.dataset import DatasetItem
-from client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, chat_messages, require, text_of
+from userturn.client.dataset import DatasetItem
+from userturn.client.loaders.base import (
+    BuiltinDataset,
+    HubSource,
+    RowError,
+    build_item,
+    chat_messages,
+    require,
+    text_of,
+)
 
 
 def parse_ranking(ranking: str) -> dict[str, int]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from client.dataset import DatasetItem
-from client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, require
+from userturn.client.dataset import DatasetItem
+from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, require
 
 CALCULATOR = re.compile(r"<<[^<>]*>>")
 FINAL = re.compile(r"^\s*####\s*(?P<answer>.+?)\s*$", re.MULTILINE)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.dataset import DatasetItem
-from client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, chat_messages, require
+from userturn.client.dataset import DatasetItem
+from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, chat_messages, require
 
 REPO = "openai/healthbench"
 FILES = {

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from client.errors import UserError
+from userturn.client.errors import UserError
 
 
 @contextlib.contextmanager

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.dataset import DatasetItem
-from client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, require
+from userturn.client.dataset import DatasetItem
+from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, require
 
 
 def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
