@@ -100,8 +100,8 @@ def build_tiny_model_subprocess(out_dir: Path) -> Path:
     """Build the tiny model in a child process: the launcher itself stays free of torch (memory, exit time)."""
     if is_tiny_model(out_dir):
         return out_dir
-    proc = subprocess.run([sys.executable, "-m", "userturn.serve.tiny_model", str(out_dir)], capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = subprocess.run([sys.executable, "-m", "userturn.serve.tiny_model", str(out_dir)], capture_output=True,
+                          text=True, timeout=300, check=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"cannot build the tiny fallback model in {out_dir}: {last}")
