@@ -103,6 +103,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--send-stop-token-ids", action="store_true",
                    help="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn token "
                         "is not an EOS, e.g. gpt-oss <|end|>)")
+    g.add_argument("--allow-special-tokens", action="store_true",
+                   help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
+                        "forge turns); their records get special_tokens_in_content: true")
     g.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
 
 
@@ -277,7 +280,8 @@ async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argpa
             await endpoint.check()
         judge = await _judge_panel(args)
         run = ProbeRun(items, settings, endpoints=endpoints, renderer=renderer, out_path=args.out, judge=judge,
-                       progress=not args.no_progress, **pipeline_hooks())
+                       progress=not args.no_progress, allow_special_tokens=args.allow_special_tokens,
+                       **pipeline_hooks())
         collector.release()  # inputs are loaded: collect again for the run itself
         return await run.run()
     finally:

@@ -1,41 +1,143 @@
-"""Dataset items: `{"id", "messages", "answer"?, "meta"?}`, read from local JSONL with file:line errors."""
+"""Dataset items: `{"id", "messages", "answer"?, "meta"?}`, read from local JSONL with file:line errors.
+
+Hostile or broken lines are refused before any request, each with one line naming `file:line`: invalid JSON or
+UTF-8 (lone surrogates included), a line over `MAX_LINE_BYTES`, nesting deeper than `MAX_DEPTH`, a key given twice
+in one object, and fields of the wrong type (see the README's *Hostile input* section).
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator
 from userturn.client.errors import UserError, first_error
 from userturn.client.records import Message
+
+MAX_LINE_BYTES = 16 << 20  # 16 MiB: ~4M tokens of text, far beyond any context window
+MAX_DEPTH = 32  # objects/arrays nested in one line; a conversation with tool calls needs ~6
+MAX_ID_CHARS = 1024
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 class DatasetItem(BaseModel):
     """One conversation to probe. Ends with an assistant turn, or is answered by the model first."""
 
-    id: str
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
     messages: list[Message] = Field(min_length=1)
     answer: str | None = None
     meta: dict[str, Any] | None = None
+    _where: str | None = PrivateAttr(default=None)
 
     @field_validator("id", mode="before")
     @classmethod
     def _id_to_str(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("id must be a string or an integer, not a boolean")
         return str(value) if isinstance(value, int) else value
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_printable(cls, value: str) -> str:
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError("id must not contain control characters (newline, tab, NUL, ...)")
+        return value
 
     @field_validator("answer", mode="before")
     @classmethod
     def _answer_to_str(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("answer must be a string or a number, not a boolean")
         return str(value) if isinstance(value, int | float) else value
+
+    @field_validator("messages")
+    @classmethod
+    def _known_extras_have_their_types(cls, messages: list[Message]) -> list[Message]:
+        for index, message in enumerate(messages):
+            extra = message.model_extra or {}
+            for name in REASONING_FIELDS:
+                if extra.get(name) is not None and not isinstance(extra[name], str):
+                    raise ValueError(f"message {index}: {name} must be a string")
+            calls = extra.get("tool_calls")
+            if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+                raise ValueError(f"message {index}: tool_calls must be a list of objects")
+        return messages
 
     @property
     def ends_with_assistant(self) -> bool:
         return self.messages[-1].role == "assistant"
 
+    @property
+    def where(self) -> str | None:
+        """Where the item was read (`data.jsonl:12`, `gsm8k (openai/gsm8k) row 41`), for error messages."""
+        return self._where
+
+    def located(self, where: str) -> DatasetItem:
+        """This item, remembering where it was read."""
+        self._where = where
+        return self
+
 
 def _describe(exc: ValidationError) -> str:
     return first_error(exc, "item")
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """Depth of nested objects/arrays (a flat object is 1), counted without recursion; stops past `limit`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} appears twice in one object")
+            seen.add(key)
+    return obj
+
+
+_STRICT_KEYS = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys)
+
+
+def parse_line(raw: bytes) -> dict[str, Any]:
+    """One dataset line as a JSON object; ValueError saying what is wrong with it."""
+    try:
+        obj = orjson.loads(raw)  # strict: valid UTF-8 only, no lone surrogates, no NaN, depth <= 1024
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if nesting_depth(obj, MAX_DEPTH) > MAX_DEPTH:
+        raise ValueError(f"nested more than {MAX_DEPTH} levels deep (objects/arrays within each other)")
+    _STRICT_KEYS.decode(raw.decode("utf-8"))  # orjson keeps the last of repeated keys silently: ~5 us a line
+    return obj
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, stripped line) for each non-blank line; a line over MAX_LINE_BYTES is a UserError."""
+    with path.open("rb") as fh:
+        number = 0
+        while raw := fh.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise UserError(f"{path}:{number}: line longer than {MAX_LINE_BYTES >> 20} MiB")
+            raw = raw.strip()
+            if raw:
+                yield number, raw
 
 
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
@@ -47,27 +149,21 @@ def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
         raise UserError(f"--limit must be at least 1 (got {limit})")
     items: list[DatasetItem] = []
     seen: dict[str, int] = {}
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            raw = raw.strip()
-            if not raw:
-                continue
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
-            try:
-                item = DatasetItem.model_validate(obj)
-            except ValidationError as exc:
-                raise UserError(f"{path}:{number}: {_describe(exc)}") from None
-            if item.id in seen:
-                raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
-            seen[item.id] = number
-            items.append(item)
-            if limit is not None and len(items) >= limit:
-                break
+    for number, raw in _lines(path):
+        try:
+            obj = parse_line(raw)
+        except ValueError as exc:
+            raise UserError(f"{path}:{number}: {exc}") from None
+        try:
+            item = DatasetItem.model_validate(obj).located(f"{path}:{number}")
+        except ValidationError as exc:
+            raise UserError(f"{path}:{number}: {_describe(exc)}") from None
+        if item.id in seen:
+            raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
+        seen[item.id] = number
+        items.append(item)
+        if limit is not None and len(items) >= limit:
+            break
     if not items:
         raise UserError(f"{path}: no items")
     return items

@@ -25,6 +25,7 @@ from typing import Any
 
 from userturn.client.errors import UserError
 from userturn.client.records import sha256_text
+from userturn.client.special_tokens import SpecialTokens
 
 O200K_FILE = "o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
@@ -149,6 +150,11 @@ class HarmonyRenderer:
         ids = [end, start, *sorted(i for i in self.encoding.stop_tokens() if i not in (end, start))]
         self.stop_token_ids: list[int] = ids
         self.stop: list[str] = [self.encoding.decode_utf8([i]) for i in ids]
+
+    @property
+    def special_tokens(self) -> SpecialTokens:
+        """Every harmony special token (`<|start|>`, `<|message|>`, `<|reserved_200013|>`, ...)."""
+        return SpecialTokens(self.encoding.special_tokens_set)
 
     def _special_id(self, text: str) -> int:
         (token_id,) = self.encoding.encode(text, allowed_special={text})

@@ -24,8 +24,17 @@ from userturn.client.jsonl import JsonlWriter, read_records
 from userturn.client.perturb import PerturbationNotApplicable
 from userturn.client.progress import Progress, RunCounters
 from userturn.client.ratelimit import RateLimiter
-from userturn.client.records import Message, ProbeRecord, ok_record_line, record_key, sha256_text, shared_json
+from userturn.client.records import (
+    Message,
+    ProbeRecord,
+    check_key_format,
+    ok_record_line,
+    record_key,
+    sha256_text,
+    shared_json,
+)
 from userturn.client.seeds import sample_seed
+from userturn.client.special_tokens import SpecialTokens, check_items
 from userturn.client.workers import run_all
 
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
@@ -157,6 +166,7 @@ class ProbeRun:
         role_flip: RoleFlipFn | None = None,
         progress: bool = True,
         progress_title: str | None = None,
+        allow_special_tokens: bool = False,
     ) -> None:
         if settings.mode == "raw" and renderer is None:
             raise ValueError("raw mode needs a chat-template renderer")
@@ -173,6 +183,9 @@ class ProbeRun:
         self.scorer = scorer
         self.role_flip = role_flip
         self.limiter = RateLimiter(settings.rpm, settings.tpm)
+        self.allow_special_tokens = allow_special_tokens
+        self.special_tokens: SpecialTokens | None = getattr(renderer, "special_tokens", None) \
+            if settings.mode == "raw" else None
         self.counters = RunCounters()
         self.progress = Progress(
             self.counters,
@@ -279,6 +292,8 @@ class ProbeRun:
             "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
             "reference_answer": item.answer, "correct": context.get("correct"),
             "task_scores": context.get("task_scores"), "meta": meta or None,
+            "special_tokens_in_content": None if self.special_tokens is None
+            else self.special_tokens.first_in(messages) is not None,
         }
 
     def _error_record(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
@@ -445,7 +460,11 @@ class ProbeRun:
         return results
 
     async def run(self) -> ProbeSummary:
+        check_items(self.items, self.special_tokens, allow=self.allow_special_tokens,
+                    tokenizer=getattr(self.renderer, "name", self.settings.model))
         existing, _ = read_records(self.out_path)
+        for record in existing.values():
+            check_key_format(record.schema_version, self.out_path, record.key)
         keys = self.keys()
         if len(set(keys)) != len(keys):
             raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")

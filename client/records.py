@@ -10,8 +10,12 @@ from typing import Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
+from userturn.client.errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+KEY_FORMAT_SINCE = 2  # schema 1 keys joined fields unescaped and rounded the temperature (`:g`)
+KEY_SEPARATOR = "|"
+_KEY_ESCAPES = str.maketrans({"%": "%25", "|": "%7C"})
 
 Label = Literal[
     "genuine_followup",
@@ -94,6 +98,14 @@ class ProbeRecord(BaseModel):
     judge_status: Literal["ok", "error"] | None = None
     judges: list[JudgeVerdict] = Field(default_factory=list)
     meta: dict | None = None
+    special_tokens_in_content: bool | None = Field(
+        default=None, description="true: the probed messages contain the tokenizer's special tokens (allowed with "
+        "--allow-special-tokens); false: checked, none; null: not checked (no tokenizer, or an older record)")
+
+
+def key_field(text: str) -> str:
+    """One text field of a key: `%` and `|` percent-encoded, everything else kept as is (readable)."""
+    return text.translate(_KEY_ESCAPES)
 
 
 def record_key(
@@ -105,8 +117,23 @@ def record_key(
     sample: int,
     mode: str = "raw",
 ) -> str:
-    """Stable, human-readable identity of one sample; resume matches on it."""
-    return f"{model}|{dataset}|{item_id}|{mode}|{perturbation}|t={float(temperature):g}|s={sample}"
+    """Stable, human-readable, unambiguous identity of one sample; resume matches on it.
+
+    `model|dataset|item_id|mode|perturbation|t=T|s=K`: text fields have `%` and `|` percent-encoded (so no two
+    samples share a key), `T` is `repr(float(temperature))` (the shortest text that reads back as the same float:
+    0.7 and 0.7000001 differ; 1 and 1.0 are the same float, `t=1.0`).
+    """
+    fields = (model, dataset, item_id, mode, perturbation)
+    return KEY_SEPARATOR.join([*map(key_field, fields), f"t={float(temperature)!r}", f"s={int(sample)}"])
+
+
+def check_key_format(schema_version: int, path: object, key: str) -> None:
+    """UserError when a results file holds a record whose key is in the pre-2 format (resume cannot match it)."""
+    if schema_version < KEY_FORMAT_SINCE:
+        raise UserError(
+            f"{path}: record {key!r} has schema_version {schema_version}: its key is in the old format (fields "
+            f"joined unescaped, temperature rounded), so resuming would probe its samples again; write to a new "
+            f"--out file (this one still works with judge, report and export)")
 
 
 def sha256_text(text: str) -> str:

@@ -1,8 +1,9 @@
 """Render the probe prompt with the model's own chat template, cut so it ends at an open user header.
 
 `PromptRenderer.user_turn_prompt(messages)` renders `messages + [user SENTINEL]` with the model's template and
-cuts at the sentinel: the prompt is exactly what the model saw in training up to the user header (no header is
-ever appended by hand; reasoning is dropped from history exactly as the template drops it).
+cuts at the sentinel (random per renderer, so no content can hold it): the prompt is exactly what the model saw in
+training up to the user header (no header is ever appended by hand; reasoning is dropped from history exactly as
+the template drops it).
 
 Rendering is byte-identical to `transformers`' `tokenizer.apply_chat_template(..., tokenize=False)` without
 importing transformers: the tokenizer files are read here and the template is compiled once with jinja2 the way
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
 from userturn.client.errors import UserError
 from userturn.client.records import Message, sha256_text
+from userturn.client.special_tokens import SpecialTokens
 from userturn.client.stops import (
     AddedToken,
     added_tokens,
@@ -41,7 +44,7 @@ from userturn.client.stops import (
     token_text,
 )
 
-SENTINEL = "USERTURNSENTINEL7f3a9c"
+SENTINEL_PREFIX = "USERTURNSENTINEL"  # + 32 random hex digits per renderer
 _PROBE_A, _PROBE_B = "USERTURNPROBEAAA41e2", "USERTURNPROBEBBB58d0"
 TOKENIZER_FILES = (
     "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -408,6 +411,16 @@ def tokenizer_prefix(files: TokenizerFiles, bos_token: str | None) -> str:
     return "".join(from_processor)
 
 
+def tokenizer_special_tokens(files: TokenizerFiles, variables: Mapping[str, str] | None = None,
+                             tokens: Mapping[str, AddedToken] | None = None) -> SpecialTokens:
+    """The tokenizer's special tokens: added tokens marked `special` and the named ones (`bos_token`, ...)."""
+    if variables is None:
+        variables = special_token_variables(files.config, files.special_tokens_map)
+    if tokens is None:
+        tokens = added_tokens(files.config, files.tokenizer_json)
+    return SpecialTokens([*(t.content for t in tokens.values() if t.special), *variables.values()])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The renderer
 
@@ -432,8 +445,16 @@ class JinjaBackend:
         try:
             return self.template.render(messages=list(messages), tools=None, documents=None,
                                         add_generation_prompt=add_generation_prompt, **self.variables)
-        except jinja2.TemplateError as exc:
-            raise UserError(f"chat template of {self.name} failed: {exc}") from exc
+        except Exception as exc:  # a template is code: whatever it raises (TypeError, RecursionError) is its failure
+            detail = _first_line(exc)
+            if not isinstance(exc, jinja2.TemplateError):
+                detail = f"{type(exc).__name__}: {detail}"
+            raise UserError(f"chat template of {self.name} failed: {detail}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else "no message"
 
 
 class PromptRenderer:
@@ -456,6 +477,7 @@ class PromptRenderer:
         strip_prefix: str = "",
         tokenizer_json_path: Path | None = None,
         count_fn: Any = None,
+        special_tokens: SpecialTokens | None = None,
     ) -> None:
         self.name = name
         self.family = family
@@ -470,6 +492,8 @@ class PromptRenderer:
         self._tokenizer: Any = None
         self._cache: OrderedDict[bytes, str] = OrderedDict()
         self._counts: OrderedDict[str, int] = OrderedDict()
+        self.special_tokens = special_tokens or SpecialTokens(())
+        self.sentinel = SENTINEL_PREFIX + secrets.token_hex(16)  # content cannot hold what it cannot guess
 
     @classmethod
     def load(
@@ -510,7 +534,8 @@ class PromptRenderer:
             backend = HarmonyRenderer(today=now, reasoning_effort=str(extra.get("reasoning_effort", "medium")),
                                       model_identity=extra.get("model_identity"))
             return cls(name=name_or_path, family="gpt-oss", backend=backend, template_sha256=backend.template_sha256,
-                       stop=backend.stop, stop_token_ids=backend.stop_token_ids, count_fn=backend.count_tokens)
+                       stop=backend.stop, stop_token_ids=backend.stop_token_ids, count_fn=backend.count_tokens,
+                       special_tokens=tokenizer_special_tokens(files, variables) | backend.special_tokens)
         backend = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
         tokens = added_tokens(files.config, files.tokenizer_json)
         stop = merge_stops(_end_of_turn(backend, tokens), eos_stops(files.config, files.generation_config, tokens))
@@ -519,6 +544,7 @@ class PromptRenderer:
             stop=stop, stop_token_ids=stop_token_ids(stop, tokens),
             strip_prefix=tokenizer_prefix(files, variables.get("bos_token")),
             tokenizer_json_path=files.tokenizer_json_path,
+            special_tokens=tokenizer_special_tokens(files, variables, tokens),
         )
 
     # -- rendering --------------------------------------------------------------------------------------------
@@ -529,9 +555,11 @@ class PromptRenderer:
         if (cached := self._cache.get(key)) is not None:
             return cached
         if user_turn:
-            text = self.backend.render([*converted, {"role": "user", "content": SENTINEL}],
+            if self.sentinel.encode() in key:  # 128 random bits: only content that read this renderer's memory
+                raise UserError(f"message content contains the prompt renderer's sentinel {self.sentinel}")
+            text = self.backend.render([*converted, {"role": "user", "content": self.sentinel}],
                                        add_generation_prompt=False)
-            cut = text.find(SENTINEL)
+            cut = text.find(self.sentinel)
             if cut < 0:
                 raise UserError(f"chat template of {self.name} dropped the final user message; cannot cut the prompt"
                                 " at the user header")

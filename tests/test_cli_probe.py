@@ -63,7 +63,7 @@ def test_probe_writes_records_and_resumes_without_requests(server, tmp_path):
     assert "wrote 12 records" in first.stderr
     records, report = read_records(out)
     assert len(records) == 12 and report.lines == 12
-    rec = records["loopback|data|q1|raw|none|t=1|s=1"]
+    rec = records["loopback|data|q1|raw|none|t=1.0|s=1"]
     assert rec.status == "ok" and rec.user_turn and rec.finish_reason == "stop"
     assert len(rec.template_sha256) == 64 and len(rec.prompt_sha256) == 64
     assert len({r.seed for r in records.values()}) == 12

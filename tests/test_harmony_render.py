@@ -12,11 +12,12 @@ import pytest
 from userturn.client import harmony_render
 from userturn.client.errors import UserError
 from userturn.client.harmony_render import O200K_FILE, O200K_SHA256, HarmonyRenderer, ensure_o200k_base
-from userturn.client.templates import SENTINEL, PromptRenderer, template_messages
+from userturn.client.templates import PromptRenderer, template_messages
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 GPT_OSS_TEMPLATE = FIXTURES / "gpt-oss.jinja"
 NOW = datetime(2025, 8, 5, 9, 0)
+MARK = "USERTURNTESTMARK"  # where the reference rendering is cut, as the renderer cuts at its sentinel
 
 CONVERSATIONS: list[list[dict]] = [
     [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}],
@@ -105,8 +106,8 @@ def test_no_vocab_source_is_user_error(tmp_path, monkeypatch):
 @pytest.mark.parametrize("conv", CONVERSATIONS)
 def test_matches_gpt_oss_template_without_system(hf_tokenizer, conv):
     renderer = HarmonyRenderer(today=NOW)
-    theirs = hf(hf_tokenizer, [*conv, {"role": "user", "content": SENTINEL}])
-    ours = renderer.render(template_messages([*conv, {"role": "user", "content": SENTINEL}]),
+    theirs = hf(hf_tokenizer, [*conv, {"role": "user", "content": MARK}])
+    ours = renderer.render(template_messages([*conv, {"role": "user", "content": MARK}]),
                            add_generation_prompt=False)
     assert ours == theirs
     assert renderer.render(template_messages(conv), add_generation_prompt=True) == hf(hf_tokenizer, conv, True)

