@@ -116,3 +116,78 @@ def test_dataset_item_model_directly() -> None:
     assert parsed.id == "z"
     assert parsed.answer == "3"
     assert parsed.messages[1].role == "assistant"
+
+
+# -- hostile lines: each is one file:line error, never a traceback later in the run --------------------------------
+
+USER, ASSISTANT = json.dumps(CONVERSATION[0]), json.dumps(CONVERSATION[1])
+DEEP_OBJECT = '{"a":' * 40 + "1" + "}" * 40
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (f'{{"id": "b", "messages": [{USER}, {ASSISTANT}], "meta": {{"x": {nested(300)}}}}}',
+     r"nested more than 32 levels deep"),
+    (f'{{"id": "b", "messages": [{USER}, {ASSISTANT}], "meta": {DEEP_OBJECT}}}',
+     r"nested more than 32 levels deep"),
+    (f'{{"id": "b", "messages": [{USER}, {{"role": "assistant", "content": "4", "x": {nested(40)}}}]}}',
+     r"nested more than 32 levels deep"),
+    (f'{{"id": "b", "id": "c", "messages": [{USER}, {ASSISTANT}]}}', r"key 'id' appears twice in one object"),
+    (f'{{"id": "b", "messages": [{{"role": "user", "content": "q", "content": "r"}}, {ASSISTANT}]}}',
+     r"key 'content' appears twice in one object"),
+    (f'{{"id": "b", "messages": [{{"role": "user", "content": "q\\ud800"}}, {ASSISTANT}]}}',
+     r"invalid JSON \(.*surrogate"),
+    (f'{{"id": true, "messages": [{USER}, {ASSISTANT}]}}', r"id: .*not a boolean"),
+    (f'{{"id": "", "messages": [{USER}, {ASSISTANT}]}}', r"id: String should have at least 1 character"),
+    (f'{{"id": "a\\u0000b", "messages": [{USER}, {ASSISTANT}]}}', r"id: .*control characters"),
+    (f'{{"id": "a\\nb", "messages": [{USER}, {ASSISTANT}]}}', r"id: .*control characters"),
+    (f'{{"id": "{"x" * 1025}", "messages": [{USER}, {ASSISTANT}]}}', r"id: String should have at most 1024"),
+    (f'{{"id": "b", "answer": false, "messages": [{USER}, {ASSISTANT}]}}', r"answer: .*not a boolean"),
+    (f'{{"id": "b", "answer": {"9" * 400}, "messages": [{USER}, {ASSISTANT}]}}', r"invalid JSON"),
+    (f'{{"id": "b", "messages": [{USER}, {{"role": "assistant", "content": "4", "reasoning_content": {{"x": 1}}}}]}}',
+     r"message 1: reasoning_content must be a string"),
+    (f'{{"id": "b", "messages": [{USER}, {{"role": "assistant", "content": "4", "tool_calls": "zzz"}}]}}',
+     r"message 1: tool_calls must be a list of objects"),
+], ids=["deep-array-300", "deep-object-40", "deep-message-extra", "repeated-key", "repeated-key-in-message",
+        "lone-surrogate", "bool-id", "empty-id", "nul-in-id", "newline-in-id", "long-id", "bool-answer", "huge-int",
+        "reasoning-not-text", "tool-calls-not-list"])
+def test_hostile_line_names_file_and_line(tmp_path: Path, raw: str, expected: str) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item("a"), raw, item("c"))
+    with pytest.raises(UserError) as info:
+        load_jsonl(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:2: ") and "\n" not in message, message
+    assert re.search(expected, message), message
+
+
+def test_nesting_at_the_bound_is_accepted(tmp_path: Path) -> None:
+    # item (1) > meta (2) > 30 nested arrays (3..32)
+    path = write_lines(tmp_path / "d.jsonl", f'{{"id": "a", "messages": [{USER}], "meta": {{"x": {nested(30)}}}}}')
+    assert load_jsonl(path)[0].meta == {"x": json.loads(nested(30))}
+
+
+def test_line_over_the_size_bound_is_refused_without_reading_it_whole(tmp_path: Path, monkeypatch) -> None:
+    from userturn.client import dataset
+
+    monkeypatch.setattr(dataset, "MAX_LINE_BYTES", 1 << 20)
+    huge = json.dumps(item("b", meta={"blob": "x" * (2 << 20)}))
+    path = write_lines(tmp_path / "d.jsonl", item("a"), huge)
+    with pytest.raises(UserError, match=rf"^{path}:2: line longer than 1 MiB$"):
+        load_jsonl(path)
+
+
+def test_items_remember_where_they_were_read(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item("a"), "", item("b"))
+    assert [i.where for i in load_jsonl(path)] == [f"{path}:1", f"{path}:3"]
+    assert DatasetItem.model_validate(item("z")).where is None
+
+
+def test_text_oddities_that_are_valid_are_kept(tmp_path: Path) -> None:
+    odd = "NUL \x00, RTL \u202e, BOM \ufeff, astral 🙂, max int 18446744073709551615"
+    path = write_lines(tmp_path / "d.jsonl", {"id": 7, "messages": [{"role": "user", "content": odd}],
+                                              "meta": {"n": 18446744073709551615}})
+    parsed = load_jsonl(path)[0]
+    assert parsed.messages[0].content == odd and parsed.meta == {"n": 18446744073709551615}

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from userturn.client.records import Message, ProbeRecord, ok_record_line, record_key, shared_json
+from userturn.client.errors import UserError
+from userturn.client.records import (
+    SCHEMA_VERSION,
+    Message,
+    ProbeRecord,
+    check_key_format,
+    ok_record_line,
+    record_key,
+    shared_json,
+)
 
 SHARED = {
     "model": "qwen3", "dataset": "gsm8k", "item_id": "q7", "mode": "raw", "perturbation": "wrong_answer",
@@ -63,3 +72,36 @@ def test_odd_server_values_are_left_to_the_model(changes):
 def test_record_key_is_readable_and_normalises_temperature():
     assert record_key("m", "d", "q1", "none", 1, 0) == record_key("m", "d", "q1", "none", 1.0, 0)
     assert record_key("m", "d", "q1", "none", 0.7, 2, "chat") == "m|d|q1|chat|none|t=0.7|s=2"
+    assert record_key("Qwen/Qwen3-8B", "gsm8k", "test-00042", "none", 0, 0) == \
+        "Qwen/Qwen3-8B|gsm8k|test-00042|raw|none|t=0.0|s=0"
+
+
+def test_record_key_escapes_the_separator_so_fields_cannot_collide():
+    assert record_key("m", "d", "x|y", "none", 0.7, 0) == "m|d|x%7Cy|raw|none|t=0.7|s=0"
+    assert record_key("m", "d|x", "y", "none", 0.7, 0) == "m|d%7Cx|y|raw|none|t=0.7|s=0"
+    assert record_key("m", "d", "x%7Cy", "none", 0.7, 0) == "m|d|x%257Cy|raw|none|t=0.7|s=0"  # `%` escaped first
+    texts = ["", "|", "%", "%7C", "a|", "|a", "a%|b", "%25"]
+    fields = [(m, d, i, p) for m in texts for d in texts for i in texts for p in ("none", "x|y")]
+    keys = {record_key(m, d, i, p, 0.0, 0) for m, d, i, p in fields}
+    assert len(keys) == len(fields)  # no two field tuples share a key
+    assert all(key.count("|") == 6 for key in keys)
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.7, 0.7000001), (1e-7, 1.0000001e-7), (0.1 + 0.2, 0.3), (1e16, 1e16 + 2)])
+def test_record_key_keeps_the_temperature_as_given(a, b):
+    assert record_key("m", "d", "q", "none", a, 0) != record_key("m", "d", "q", "none", b, 0)
+    assert record_key("m", "d", "q", "none", b, 0).split("|")[5] == f"t={b!r}"
+    assert float(record_key("m", "d", "q", "none", a, 0).split("|")[5][2:]) == a  # reads back as the same float
+
+
+def test_old_format_keys_are_refused_with_one_line():
+    check_key_format(SCHEMA_VERSION, "out.jsonl", "m|d|q|raw|none|t=0.0|s=0")
+    with pytest.raises(UserError, match=r"^out\.jsonl: record 'm\|d\|q\|raw\|none\|t=0\|s=0' has schema_version 1"):
+        check_key_format(1, "out.jsonl", "m|d|q|raw|none|t=0|s=0")
+
+
+def test_special_tokens_flag_is_in_the_schema_and_optional():
+    record = ProbeRecord(**SHARED, **SAMPLE, status="ok")
+    assert record.special_tokens_in_content is None  # older records (and chat mode) say nothing
+    line = ok_record_line(shared_json({**SHARED, "special_tokens_in_content": True}), **{**SAMPLE, "usage": None})
+    assert ProbeRecord.model_validate_json(line).special_tokens_in_content is True
