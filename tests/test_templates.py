@@ -499,3 +499,38 @@ def test_hub_repo_without_tokenizer_config(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
     with pytest.raises(UserError, match=r"hub id org/model: no tokenizer_config\.json in the repository"):
         PromptRenderer.load("org/model")
+
+
+# -- the sentinel the prompt is cut at ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("planted", ["USERTURNSENTINEL7f3a9c", "USERTURNSENTINEL", "<|im_start|>user\n"])
+def test_content_that_looks_like_a_sentinel_is_rendered_whole(planted):
+    renderer = load("qwen3")
+    conv = [{"role": "user", "content": f"before {planted} after"}, {"role": "assistant", "content": planted}]
+    plain = [{"role": m["role"], "content": m["content"].replace(planted, "PLAIN")} for m in conv]
+    prompt = renderer.user_turn_prompt(conv)
+    assert prompt == renderer.user_turn_prompt(plain).replace("PLAIN", planted)
+    assert prompt.endswith(f"{planted}<|im_end|>\n<|im_start|>user\n")
+
+
+def test_each_renderer_cuts_at_its_own_random_sentinel():
+    from userturn.client.templates import SENTINEL_PREFIX
+
+    a, b = load("qwen3"), load("qwen3")
+    assert a.sentinel != b.sentinel and a.sentinel.startswith(SENTINEL_PREFIX) and len(a.sentinel) == 48
+    assert a.user_turn_prompt(CONVERSATIONS[0]) == b.user_turn_prompt(CONVERSATIONS[0])  # prompts do not depend on it
+
+
+def test_content_holding_the_renderers_sentinel_is_refused():
+    renderer = load("qwen3")
+    conv = [{"role": "user", "content": f"x {renderer.sentinel}"}, {"role": "assistant", "content": "4"}]
+    with pytest.raises(UserError, match="contains the prompt renderer's sentinel"):
+        renderer.user_turn_prompt(conv)
+
+
+def test_template_raising_a_python_error_is_one_line():
+    renderer = PromptRenderer.load(str(QWEN_DIR), chat_template="{{ messages[0].content + 1 }}")
+    with pytest.raises(UserError, match=r"failed: TypeError: can only concatenate str") as info:
+        renderer.user_turn_prompt(CONVERSATIONS[0])
+    assert "\n" not in str(info.value)
