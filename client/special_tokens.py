@@ -62,14 +62,26 @@ class SpecialTokens:
     def first_in(self, messages: Sequence[BaseModel | Mapping[str, Any]]) -> str | None:
         """`messages.N.field: '<token>'` for the first special token in any text of the messages, or None."""
         for index, message in enumerate(messages):
-            raw = message.model_dump() if isinstance(message, BaseModel) else message
-            for path, text in _strings(raw):
+            for path, text in _message_strings(message):
                 if (token := self.find(text)) is not None:
                     return f"messages.{index}.{path}: {token!r}"
         return None
 
     def __repr__(self) -> str:
         return f"SpecialTokens({len(self.tokens)} tokens)"
+
+
+def _message_strings(message: BaseModel | Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field, text) of every string in one message: fields and extra keys, nested values walked."""
+    if isinstance(message, BaseModel):  # the attributes directly: ~10x cheaper than iterating the model
+        fields: Iterable[tuple[str, Any]] = [*message.__dict__.items(), *(message.__pydantic_extra__ or {}).items()]
+    else:
+        fields = message.items()
+    for key, value in fields:
+        if isinstance(value, str):
+            yield key, value
+        elif isinstance(value, Mapping | list | tuple):
+            yield from _strings(value, key)
 
 
 def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
