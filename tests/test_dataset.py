@@ -138,6 +138,8 @@ def nested(depth: int) -> str:
     (f'{{"id": "b", "id": "c", "messages": [{USER}, {ASSISTANT}]}}', r"key 'id' appears twice in one object"),
     (f'{{"id": "b", "messages": [{{"role": "user", "content": "q", "content": "r"}}, {ASSISTANT}]}}',
      r"key 'content' appears twice in one object"),
+    (f'{{"id" \t: "b", "messages": [{USER}], "meta": {{"k": "\\": x", "k"  :  1}}}}',
+     r"key 'k' appears twice in one object"),
     (f'{{"id": "b", "messages": [{{"role": "user", "content": "q\\ud800"}}, {ASSISTANT}]}}',
      r"invalid JSON \(.*surrogate"),
     (f'{{"id": true, "messages": [{USER}, {ASSISTANT}]}}', r"id: .*not a boolean"),
@@ -152,8 +154,8 @@ def nested(depth: int) -> str:
     (f'{{"id": "b", "messages": [{USER}, {{"role": "assistant", "content": "4", "tool_calls": "zzz"}}]}}',
      r"message 1: tool_calls must be a list of objects"),
 ], ids=["deep-array-300", "deep-object-40", "deep-message-extra", "repeated-key", "repeated-key-in-message",
-        "lone-surrogate", "bool-id", "empty-id", "nul-in-id", "newline-in-id", "long-id", "bool-answer", "huge-int",
-        "reasoning-not-text", "tool-calls-not-list"])
+        "repeated-key-spaced", "lone-surrogate", "bool-id", "empty-id", "nul-in-id", "newline-in-id", "long-id",
+        "bool-answer", "huge-int", "reasoning-not-text", "tool-calls-not-list"])
 def test_hostile_line_names_file_and_line(tmp_path: Path, raw: str, expected: str) -> None:
     path = write_lines(tmp_path / "d.jsonl", item("a"), raw, item("c"))
     with pytest.raises(UserError) as info:
@@ -191,3 +193,10 @@ def test_text_oddities_that_are_valid_are_kept(tmp_path: Path) -> None:
                                               "meta": {"n": 18446744073709551615}})
     parsed = load_jsonl(path)[0]
     assert parsed.messages[0].content == odd and parsed.meta == {"n": 18446744073709551615}
+
+
+def test_key_like_text_inside_strings_is_not_a_repeated_key(tmp_path: Path) -> None:
+    content = 'JSON in text: {"a": 1, "a": 2} and a quote \\": here'
+    path = write_lines(tmp_path / "d.jsonl", {"id": "a", "messages": [{"role": "user", "content": content}],
+                                              "meta": {"a": '"a":'}})
+    assert load_jsonl(path)[0].messages[0].content == content
