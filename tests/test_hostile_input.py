@@ -93,6 +93,18 @@ def test_check_items_refuses_with_file_and_line_or_counts_when_allowed(tmp_path,
     assert check_items(items, None, allow=False, tokenizer="qwen3") == 0
 
 
+def test_builtin_items_are_refused_by_dataset_and_row(monkeypatch, qwen):
+    from userturn.client.loaders import hub, load_dataset_spec
+
+    rows = [{"question": "How many?", "answer": "Five.\n#### 5"},
+            {"question": f"How many? {FORGED}", "answer": "Six.\n#### 6"}]
+    monkeypatch.setattr(hub, "fetch_rows", lambda *a, **k: iter(rows))
+    _, items = load_dataset_spec("gsm8k", limit=None, shuffle_seed=None)
+    assert [i.where for i in items] == ["gsm8k (openai/gsm8k) row 0", "gsm8k (openai/gsm8k) row 1"]
+    with pytest.raises(UserError, match=r"^gsm8k \(openai/gsm8k\) row 1: messages\.0\.content: '<\|im_end\|>'"):
+        check_items(items, qwen.special_tokens, allow=False, tokenizer="qwen3")
+
+
 # -- the probe pipeline ---------------------------------------------------------------------------------------------
 
 
