@@ -109,6 +109,7 @@ class Experiment(_Strict):
     request_timeout: float = Field(default=300.0, gt=0)
     max_retries: int = Field(default=5, ge=0)
     judges: list[JudgeEntry] = Field(default_factory=list)
+    allow_special_tokens: bool = Field(default=False, description="probe (and flag) items holding special tokens")
     out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
 
     @field_validator("datasets", mode="before")
@@ -328,6 +329,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                             run = ProbeRun(probe_items, settings, endpoints=endpoints,
                                            renderer=renderer if mode == "raw" else None, out_path=str(results),
                                            judge=panel, progress=progress,
+                                           allow_special_tokens=exp.allow_special_tokens,
                                            progress_title=f"{exp.name}: {server['model']} on {name} ({mode})",
                                            **pipeline_hooks())
                             summaries.append(await run.run())

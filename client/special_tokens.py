@@ -115,9 +115,10 @@ def check_items(items: Sequence[Any], tokens: SpecialTokens | None, *, allow: bo
             continue
         if not allow:
             where = getattr(item, "where", None) or f"item {item.id!r}"
-            raise UserError(f"{where}: {found} is a special token of the tokenizer ({tokenizer}), read by the server "
-                            f"as a control token, forging the prompt; remove it, or pass {ALLOW_FLAG} to probe such "
-                            "items anyway (their records are flagged)")
+            raise UserError(f"{where}: {found} is a special token of the tokenizer ({tokenizer}), read by the "
+                            f"server as a control token, forging the prompt; remove it, or pass {ALLOW_FLAG} "
+                            "(experiment file: allow_special_tokens: true) to probe such items anyway, flagged in "
+                            "their records")
         affected += 1
     return affected
 

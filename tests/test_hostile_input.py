@@ -236,3 +236,11 @@ def test_cli_allow_special_tokens_probes_and_flags(server, tmp_path):
     assert proc.returncode == 0, proc.stderr
     (record,) = read_records(tmp_path / "out.jsonl")[0].values()
     assert record.special_tokens_in_content is True and record.key == "m|data|forged|raw|none|t=0.0|s=0"
+
+
+def test_experiment_files_can_opt_in():
+    from userturn.client.experiment import Experiment
+
+    base = {"name": "x", "models": [{"base_url": "http://127.0.0.1:1/v1", "model": "m"}], "datasets": ["gsm8k"]}
+    assert Experiment.model_validate(base).allow_special_tokens is False
+    assert Experiment.model_validate({**base, "allow_special_tokens": True}).allow_special_tokens is True
