@@ -125,14 +125,19 @@ def test_a_server_killed_mid_run_stops_the_probe_with_exit_3_and_the_run_resumes
     with LoopbackServer("--latency-ms", "20") as server:
         proc = subprocess.Popen(argv(server.base_url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 env=env)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 30):
-            time.sleep(0.02)
-        assert server.process is not None
-        server.process.kill()
-        killed_at = time.monotonic()
-        _, stderr = proc.communicate(timeout=60)
-        stopped_after = time.monotonic() - killed_at
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 30):
+                time.sleep(0.02)
+            assert server.process is not None
+            server.process.kill()
+            killed_at = time.monotonic()
+            _, stderr = proc.communicate(timeout=60)
+            stopped_after = time.monotonic() - killed_at
+        finally:
+            if proc.poll() is None:  # it did not stop by itself: do not leave it running
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 3, stderr
     # one retry schedule at --max-retries 2: 0.5 s + 0.5-1 s of backoff, plus the process's exit
     assert stopped_after < 6, stopped_after
