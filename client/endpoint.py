@@ -182,9 +182,9 @@ def body_problem(data: Any, shape: ReplyShape) -> str | None:
         return None
     choices = data.get("choices")
     if not isinstance(choices, list):
-        return "no `choices` list" if choices is None else f"`choices` is a {type(choices).__name__}, not a list"
+        return "no choices list" if choices is None else f"choices is a {type(choices).__name__}, not a list"
     if not choices:
-        return "`choices` is empty"
+        return "choices is empty"
     for i, choice in enumerate(choices):
         if not isinstance(choice, dict):
             return f"choices[{i}] is not an object"

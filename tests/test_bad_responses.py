@@ -51,10 +51,10 @@ BAD_RESPONSES: list[tuple[str, str, bytes, str]] = [
     ("empty-body", "completions", body(b""), MALFORMED + "invalid JSON (0 bytes)"),
     ("json-list", "completions", body([1, 2]), MALFORMED + "JSON list instead of an object"),
     ("json-string", "completions", body("ok"), MALFORMED + "JSON str instead of an object"),
-    ("no-choices", "completions", body({"id": "x"}), MALFORMED + "no `choices` list"),
-    ("empty-choices", "completions", body({"choices": []}), MALFORMED + "`choices` is empty"),
+    ("no-choices", "completions", body({"id": "x"}), MALFORMED + "no choices list"),
+    ("empty-choices", "completions", body({"choices": []}), MALFORMED + "choices is empty"),
     ("choices-object", "completions", body({"choices": {"0": {"text": "a"}}}),
-     MALFORMED + "`choices` is a dict, not a list"),
+     MALFORMED + "choices is a dict, not a list"),
     ("choice-null", "completions", body({"choices": [None]}), MALFORMED + "choices[0] is not an object"),
     ("text-missing", "completions", body({"choices": [{"index": 0}]}), MALFORMED + "choices[0].text is missing"),
     ("text-null", "completions", body({"choices": [{"text": None}]}), MALFORMED + "choices[0].text is not a string"),
@@ -126,6 +126,36 @@ async def test_every_bad_response_is_retried_and_named_alike_by_both_backends(pa
             assert reason == want, backend
     if not expected.endswith(": "):
         assert reasons["aiohttp"] == reasons["httpx"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_both_backends_follow_a_redirect(backend: str) -> None:
+    async with RawHttpServer([]) as server, endpoint(server.base_url, backend) as ep:
+        server.script.append(http_response(b"", "307 Temporary Redirect",
+                                           {"Location": f"{server.base_url}/moved/completions"}))
+        result = await ep.post_json("completions", {"prompt": "p", "max_tokens": 4})
+    assert result.attempts == 1 and result.data["choices"][0]["text"] == "fine"
+    assert server.received[1].startswith(b"POST /v1/moved/completions ")
+    assert server.received[1].endswith(b'{"prompt":"p","max_tokens":4}')  # 307 keeps the method and the body
+
+
+@pytest.mark.slow
+def test_probe_retries_empty_choices_instead_of_failing_the_sample(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}) + "\n" for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    with LoopbackServer("--fail-first", "3", "--fail-mode", "empty-choices") as server:
+        proc = subprocess.run([sys.executable, "-m", "userturn", "probe", "--base-url", server.base_url, "--model",
+                               "loopback", "--dataset", str(data), "--out", str(out), "--tokenizer", QWEN_DIR,
+                               "--concurrency", "1", "--no-progress"],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": ""})
+        stats = server.stats()
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in records] == ["ok"] * 3
+    assert [r["attempts"] for r in records] == [4, 1, 1]  # the first sample met all three faults
+    assert stats["faults"] == 3 and stats["answered"] == 3
 
 
 # --- the response size cap ------------------------------------------------------------------------------------
