@@ -17,8 +17,12 @@ import httpx
 import pytest
 import respx
 from loopback_server import LoopbackServer
+from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig, RequestFailed
+from userturn.client.errors import EndpointError
 from userturn.client.jsonl import read_records
+from userturn.client.pipeline import ProbeRun, ProbeSettings
+from userturn.client.records import Message
 
 BASE = "http://health.test/v1"
 OK = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}
@@ -100,6 +104,40 @@ async def test_a_live_endpoint_that_refuses_one_request_is_not_down() -> None:
             with pytest.raises(RequestFailed) as alone:  # the same request with nobody else answering: down
                 await ep.post_json("completions", {"id": "unlucky"})
             assert alone.value.endpoint_down is not None
+
+
+class Renderer:
+    template_sha256 = "t" * 64
+
+    def __init__(self) -> None:
+        self.stop = ["<|im_end|>"]
+        self.stop_token_ids: list[int] = []
+
+    def user_turn_prompt(self, messages: list[Message]) -> str:
+        return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
+
+    def count_tokens(self, text: str) -> int | None:
+        return None
+
+
+@pytest.mark.parametrize("assistant_from", ["dataset", "model"])
+async def test_the_pipeline_stops_on_a_dead_endpoint_and_writes_no_error_record(tmp_path: Path,
+                                                                                assistant_from: str) -> None:
+    """Both requests the probe makes (the model's assistant turn, the user turn) stop the run, not the sample."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    out = tmp_path / "out.jsonl"
+    its = [DatasetItem.model_validate({"id": f"q{i}", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}) for i in range(20)]
+    settings = ProbeSettings(model="m", dataset="d", concurrency=4, assistant_from=assistant_from)
+    async with endpoint(url, http_backend="aiohttp", max_retries=1) as ep:
+        run = ProbeRun(its, settings, endpoints=[ep], renderer=Renderer(), out_path=str(out), progress=False)
+        with pytest.raises(EndpointError) as info:
+            await run.run()
+    message = str(info.value)
+    assert message.startswith(f"endpoint {url} is unreachable: nothing answered for ")
+    assert message.endswith(f"; completed records are kept in {out} (0 from this run): rerun the same command "
+                            "to resume")
+    assert not out.exists() or out.read_text() == ""
 
 
 # --- a real server killed mid-run -------------------------------------------------------------------------------
