@@ -306,8 +306,12 @@ class Endpoint:
             raise RetryableError(f"connection error: {detail}", kind=exc.kind) from None
         except ResponseTooLarge as exc:
             self._last_response = time.monotonic()
-            override = "--max-response-bytes" if self.config.max_response_bytes else "max_tokens"
-            raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {override}; "
+            source = "max_tokens"
+            if self.config.max_response_bytes:
+                source = "--max-response-bytes"
+            elif cap == UNBOUNDED_RESPONSE_CAP:
+                source = "the default for requests without max_tokens"
+            raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {source}; "
                                 "--max-response-bytes raises it)") from None
         self._last_response = time.monotonic()
         reply = self._scrubbed(reply)
