@@ -63,6 +63,8 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    help="per-attempt deadline in seconds; a hung request is cut and retried (default 300)")
     g.add_argument("--max-retries", type=non_negative_int, default=5,
                    help="retries after the first attempt (default 5)")
+    g.add_argument("--max-response-bytes", type=positive_int, default=None, metavar="B",
+                   help="cap on each response body (default: 256 bytes per requested token + 1 MiB)")
     g.add_argument("--http-backend", choices=["aiohttp", "httpx"], default="aiohttp",
                    help="aiohttp (default, fastest) or httpx (the httpx API, e.g. for respx or httpx proxies)")
 
@@ -271,7 +273,7 @@ async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argpa
     endpoints = [
         Endpoint(EndpointConfig(base_url=url, api_key_env=api_key_env, request_timeout=args.request_timeout,
                                 max_retries=args.max_retries, concurrency=settings.concurrency,
-                                http_backend=args.http_backend))
+                                http_backend=args.http_backend, max_response_bytes=args.max_response_bytes))
         for url in base_urls
     ]
     judge = None

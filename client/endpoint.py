@@ -1,9 +1,21 @@
 """One OpenAI-compatible endpoint: pooled HTTP, tenacity retries, error classes, live counters.
 
 Every HTTP call userturn makes (probe completions, chat completions, judge calls) goes through
-`Endpoint.post_json`, so retry policy, deadlines and error messages are the same everywhere.
+`Endpoint.post_json`, so retry policy, deadlines, response checks and error messages are the same everywhere.
 The bytes move through one of two backends (client.http_backends): `httpx` (the default; respx can mock it)
 or `aiohttp` (what `userturn probe` uses for throughput; measured ~4x faster on loopback, see README).
+
+What `post_json` guarantees its callers:
+
+- a returned body is a JSON object; for `completions` / `chat/completions` it has a non-empty `choices` list whose
+  every choice has `text` (a string) / a `message` object with `content` (string, null or a list of parts).
+  Anything else (truncated or non-JSON body, `choices: []`, a malformed HTTP header) is retried like a 5xx;
+- a body is read no further than its cap (`response_cap`: generous bytes per token x max_tokens + 1 MiB, or
+  `EndpointConfig.max_response_bytes`); an oversized response fails the request at once (not retried);
+- every server-provided text (bodies, reason phrases, exception texts) has the API keys in use scrubbed
+  (client.redact) before it reaches a message, a record or the returned data;
+- a request that used up its retries while the endpoint was unreachable carries `RequestFailed.endpoint_down`,
+  the one-line reason for the caller to stop the run (see `Endpoint._give_up`).
 """
 
 from __future__ import annotations
@@ -19,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel, Field
 from userturn.client.errors import EndpointError
-from userturn.client.http_backends import Backend, HttpReply, TransportFailure, make_backend
+from userturn.client.http_backends import Backend, HttpReply, ResponseTooLarge, TransportFailure, make_backend
+from userturn.client.redact import redact, redact_bytes, register_secret
 
 if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never pays its import
     from tenacity import RetryCallState
@@ -27,6 +40,16 @@ if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 FATAL_STATUS = frozenset({401, 403, 404})  # the whole run is wrong: abort, keep completed records
 MAX_RETRY_AFTER_S = 120.0
+
+# The response cap: what a reply of `max_tokens` tokens can take, with room to spare. 256 bytes per token is twice
+# the longest tokens of common vocabularies (~128 bytes) after JSON escaping; logprobs add an entry per alternative.
+RESPONSE_OVERHEAD_BYTES = 1 << 20  # the envelope, usage, ids and whatever extra fields a server adds
+BYTES_PER_TOKEN = 256
+LOGPROB_BYTES = 512  # one {"token", "logprob", "bytes"} entry
+UNBOUNDED_RESPONSE_CAP = 64 << 20  # a request without max_tokens
+MODELS_RESPONSE_CAP = 16 << 20  # GET /models
+AttemptKind = Literal["http", "malformed", "connect", "dropped", "timeout"]
+ReplyShape = Literal["completion", "chat"] | None
 
 
 class EndpointConfig(BaseModel):
@@ -41,28 +64,41 @@ class EndpointConfig(BaseModel):
     backoff_max: float = Field(default=30.0, ge=0)
     http_backend: Literal["httpx", "aiohttp"] = Field(
         default="httpx", description="httpx (respx-mockable) or aiohttp (faster; used by `userturn probe`)")
+    max_response_bytes: int | None = Field(
+        default=None, ge=1, description="cap on every response body; default: derived from each request's max_tokens")
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
 
 
 class RetryableError(Exception):
-    """A failure worth another attempt (429/408/5xx, reset, timeout, bad body)."""
+    """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response).
 
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    `kind` says what the attempt got: "http" (a response: a retryable status or a malformed body), "malformed" (bytes
+    that are not valid HTTP), "connect" (no connection), "dropped" (the connection broke) or "timeout".
+    """
+
+    def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.kind: AttemptKind = kind
 
 
 class RequestFailed(Exception):
-    """A request that will not succeed: a non-retryable 4xx, or retries exhausted."""
+    """A request that will not succeed: a non-retryable 4xx, an oversized response, or retries exhausted.
 
-    def __init__(self, reason: str, status: int | None = None, attempts: int = 1) -> None:
+    `endpoint_down` is set (to a one-line reason) when the retries ran out because the endpoint is unreachable: the
+    caller should stop the run rather than fail more samples (see `Endpoint._give_up`).
+    """
+
+    def __init__(self, reason: str, status: int | None = None, attempts: int = 1,
+                 endpoint_down: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
         self.attempts = attempts
+        self.endpoint_down = endpoint_down
 
 
 @dataclass
@@ -107,22 +143,93 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, min(when.timestamp() - time.time(), MAX_RETRY_AFTER_S))
 
 
+def response_cap(max_tokens: int | None, n: int = 1, logprobs: int = 0) -> int:
+    """The most bytes a response to a request for `n` x `max_tokens` tokens (with `logprobs` alternatives per token,
+    0 when not asked for) may take; `UNBOUNDED_RESPONSE_CAP` without max_tokens."""
+    if not max_tokens or max_tokens < 1:
+        return UNBOUNDED_RESPONSE_CAP
+    per_token = BYTES_PER_TOKEN + (LOGPROB_BYTES * (1 + logprobs) if logprobs else 0)
+    return RESPONSE_OVERHEAD_BYTES + max(1, n) * max_tokens * per_token
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def response_cap_for(payload: dict[str, Any]) -> int:
+    """`response_cap` from a request body's own `max_tokens` (or `max_completion_tokens`), `n` and logprobs fields
+    (`logprobs: k` of the completions API; `logprobs: true` + `top_logprobs: k` of the chat API)."""
+    max_tokens = _positive_int(payload.get("max_tokens")) or _positive_int(payload.get("max_completion_tokens"))
+    logprobs = payload.get("logprobs")
+    chat_style = logprobs is True
+    alternatives = (_positive_int(payload.get("top_logprobs")) or 1) if chat_style else (_positive_int(logprobs) or 0)
+    return response_cap(max_tokens, _positive_int(payload.get("n")) or 1, alternatives)
+
+
+def reply_shape(path: str) -> ReplyShape:
+    """What a 200 from `path` must contain: a text completion, a chat completion, or (None) any JSON object."""
+    path = path.rstrip("/")
+    if path.endswith("chat/completions"):
+        return "chat"
+    return "completion" if path.endswith("completions") else None
+
+
+def body_problem(data: Any, shape: ReplyShape) -> str | None:
+    """Why a 200's JSON is not a usable reply of `shape`, or None when it is."""
+    if not isinstance(data, dict):
+        return f"JSON {type(data).__name__} instead of an object"
+    if shape is None:
+        return None
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return "no choices list" if choices is None else f"choices is a {type(choices).__name__}, not a list"
+    if not choices:
+        return "choices is empty"
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            return f"choices[{i}] is not an object"
+        if shape == "completion":
+            if not isinstance(choice.get("text"), str):
+                return f"choices[{i}].text is {'missing' if 'text' not in choice else 'not a string'}"
+            continue
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            return f"choices[{i}].message is {'missing' if message is None else 'not an object'}"
+        if "content" not in message:
+            return f"choices[{i}].message.content is missing"
+        if not isinstance(message["content"], str | list | None):
+            return f"choices[{i}].message.content is not a string"
+    return None
+
+
+def error_text(error: Any) -> str:
+    """The message of an OpenAI-style `error` value (an object with `message` or `detail`, or a string)."""
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("detail") or error)
+    return str(error)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
 def server_message(reply: HttpReply) -> str:
-    """The server's own error message, shortened to one line."""
+    """The server's own error message, shortened to one line, with API keys scrubbed."""
+    return redact(_server_message(reply))
+
+
+def _server_message(reply: HttpReply) -> str:
     text = reply.content.decode("utf-8", "replace").strip()
     try:
         body = orjson.loads(text)
         err = body.get("error", body) if isinstance(body, dict) else body
-        if isinstance(err, dict):
-            text = str(err.get("message") or err.get("detail") or err)
-        elif isinstance(err, str):
-            text = err
+        if isinstance(err, dict | str):
+            text = error_text(err)
         elif isinstance(body, dict) and "detail" in body:
             text = str(body["detail"])
     except (orjson.JSONDecodeError, AttributeError):
         pass
-    text = " ".join(text.split())
-    return text[:300] or reply.reason or "no message"
+    return one_line(text) or reply.reason or "no message"
 
 
 class Endpoint:
@@ -136,12 +243,14 @@ class Endpoint:
         key = config.api_key()
         if key:
             headers["authorization"] = f"Bearer {key}"
+            register_secret(key, config.api_key_env)
         self._backend: Backend = make_backend(
             config.http_backend, headers=headers, concurrency=config.concurrency,
             connect_timeout=min(10.0, config.request_timeout), request_timeout=config.request_timeout,
         )
         self._ids = itertools.count()
         self._backoff: Any = None
+        self._last_response = float("-inf")  # monotonic time of the last attempt the server answered
 
     async def aclose(self) -> None:
         await self._backend.aclose()
@@ -160,11 +269,14 @@ class Endpoint:
         url = self.url("models")
         try:
             async with asyncio.timeout(min(15.0, self.config.request_timeout)):
-                reply = await self._backend.get(url)
+                reply = self._scrubbed(await self._backend.get(url, self.config.max_response_bytes
+                                                               or MODELS_RESPONSE_CAP))
         except TimeoutError:
             raise EndpointError(f"cannot reach {url}: no answer within 15s") from None
         except TransportFailure as exc:
-            raise EndpointError(f"cannot reach {url}: {exc}") from None
+            raise EndpointError(f"cannot reach {url}: {redact(exc.detail)}") from None
+        except ResponseTooLarge:
+            return []  # a model list too long to read: the real requests will tell
         if reply.status in (401, 403):
             raise EndpointError(f"{url} refused the API key (HTTP {reply.status}): "
                                 f"{server_message(reply)} (key from ${self.config.api_key_env})")
@@ -175,13 +287,34 @@ class Endpoint:
         except (orjson.JSONDecodeError, AttributeError, TypeError):
             return []
 
-    async def _attempt(self, url: str, body: bytes) -> dict[str, Any]:
+    @staticmethod
+    def _scrubbed(reply: HttpReply) -> HttpReply:
+        content, reason = redact_bytes(reply.content), redact(reply.reason)
+        return reply if content is reply.content and reason == reply.reason else reply._replace(
+            content=content, reason=reason)
+
+    async def _attempt(self, url: str, body: bytes, cap: int, shape: ReplyShape) -> dict[str, Any]:
         try:
-            reply = await self._backend.post(url, body)  # the backend enforces the per-attempt deadline
+            reply = await self._backend.post(url, body, cap)  # the backend enforces the per-attempt deadline
         except TimeoutError:
-            raise RetryableError(f"timeout after {self.config.request_timeout:g}s") from None
+            raise RetryableError(f"timeout after {self.config.request_timeout:g}s", kind="timeout") from None
         except TransportFailure as exc:
-            raise RetryableError(f"connection error: {exc}") from None
+            detail = redact(exc.detail)
+            if exc.kind == "malformed":
+                self._last_response = time.monotonic()  # the server is there, it just answered garbage
+                raise RetryableError(f"malformed response from {url}: {detail}", kind="malformed") from None
+            raise RetryableError(f"connection error: {detail}", kind=exc.kind) from None
+        except ResponseTooLarge as exc:
+            self._last_response = time.monotonic()
+            source = "max_tokens"
+            if self.config.max_response_bytes:
+                source = "--max-response-bytes"
+            elif cap == UNBOUNDED_RESPONSE_CAP:
+                source = "the default for requests without max_tokens"
+            raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {source}; "
+                                "--max-response-bytes raises it)") from None
+        self._last_response = time.monotonic()
+        reply = self._scrubbed(reply)
         status = reply.status
         if status >= 400:
             message = f"HTTP {status} from {url}: {server_message(reply)}"
@@ -191,11 +324,12 @@ class Endpoint:
         try:
             data = orjson.loads(reply.content)
         except orjson.JSONDecodeError:
-            raise RetryableError(f"invalid JSON body from {url} ({len(reply.content)} bytes)") from None
-        if not isinstance(data, dict):
-            raise RetryableError(f"unexpected JSON body from {url}: not an object")
-        if "error" in data and "choices" not in data:
-            raise RetryableError(f"error body from {url}: {str(data['error'])[:200]}")
+            raise RetryableError(f"malformed response from {url}: invalid JSON ({len(reply.content)} bytes)") from None
+        if isinstance(data, dict) and "error" in data and "choices" not in data:
+            raise RetryableError(f"error body from {url}: {redact(one_line(error_text(data['error']), 200))}")
+        problem = body_problem(data, shape)
+        if problem is not None:
+            raise RetryableError(f"malformed response from {url}: {problem}")
         return data
 
     def _wait(self, state: RetryCallState) -> float:
@@ -210,14 +344,23 @@ class Endpoint:
                                                     jitter=c.backoff_initial)
         return self._backoff(state)
 
-    async def post_json(self, path: str, payload: dict[str, Any] | bytes) -> CallResult:
+    async def post_json(self, path: str, payload: dict[str, Any] | bytes, *,
+                        response_cap: int | None = None) -> CallResult:
         """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures. Raises RequestFailed
         when it gives up.
 
+        The response body is capped at `EndpointConfig.max_response_bytes` if set, else `response_cap` if given,
+        else the cap derived from a dict payload's max_tokens (`response_cap_for`), else `UNBOUNDED_RESPONSE_CAP`.
         Fatal statuses (401/403/404) raise EndpointError so the caller can stop the run.
         """
         url = self.url(path)
-        body = payload if type(payload) is bytes else orjson.dumps(payload)
+        if type(payload) is bytes:
+            body = payload
+        else:
+            body = orjson.dumps(payload)
+            response_cap = response_cap or response_cap_for(payload)
+        cap = self.config.max_response_bytes or response_cap or UNBOUNDED_RESPONSE_CAP
+        shape = reply_shape(path)
         stats = self.stats
         token = next(self._ids)
         start = time.monotonic()
@@ -228,11 +371,12 @@ class Endpoint:
             # Fast path: one plain attempt; tenacity takes over only after a retryable failure.
             attempts = 1
             try:
-                data = await self._attempt(url, body)
+                data = await self._attempt(url, body, cap, shape)
             except RetryableError as first:
+                failed_at = time.monotonic()
                 if self.config.max_retries == 0:
-                    raise RequestFailed(first.reason, attempts=1) from None
-                data, extra = await self._retry(url, body, first)
+                    raise self._give_up(first, first, first.reason, 1, failed_at) from None
+                data, extra = await self._retry(url, body, cap, shape, first, failed_at)
                 attempts += extra
             return CallResult(data=data, attempts=attempts, latency_s=time.monotonic() - start)
         except RequestFailed as exc:
@@ -244,7 +388,21 @@ class Endpoint:
         finally:
             stats.inflight.pop(token, None)
 
-    async def _retry(self, url: str, body: bytes, first: RetryableError) -> tuple[dict[str, Any], int]:
+    def _give_up(self, first: RetryableError, last: RetryableError, reason: str, attempts: int,
+                 failed_at: float) -> RequestFailed:
+        """The RequestFailed for a request out of attempts. It marks the endpoint down when the last attempt could
+        not connect and the endpoint has answered nothing (no attempt of this request, no other request) since this
+        request's first failure: a whole retry schedule without a sign of life."""
+        down = None
+        answered = first.kind in ("http", "malformed")  # later answers move `_last_response` past `failed_at`
+        if last.kind == "connect" and not answered and self._last_response < failed_at:
+            silent = time.monotonic() - failed_at
+            down = (f"endpoint {self.base_url} is unreachable: nothing answered for {silent:.1f}s "
+                    f"({attempts} attempts; last: {last.reason})")
+        return RequestFailed(reason, attempts=attempts, endpoint_down=down)
+
+    async def _retry(self, url: str, body: bytes, cap: int, shape: ReplyShape, first: RetryableError,
+                     failed_at: float) -> tuple[dict[str, Any], int]:
         """Retry after a first retryable failure; returns (data, attempts made here)."""
         self.stats.retries += 1
         await asyncio.sleep(first.retry_after if first.retry_after is not None else self.config.backoff_initial)
@@ -262,9 +420,10 @@ class Endpoint:
             async for attempt in retrying:
                 with attempt:
                     made += 1
-                    return await self._attempt(url, body), made
+                    return await self._attempt(url, body, cap, shape), made
         except RetryableError as last:
-            raise RequestFailed(f"{last.reason} (gave up after {made + 1} attempts)", attempts=made + 1) from None
+            raise self._give_up(first, last, f"{last.reason} (gave up after {made + 1} attempts)", made + 1,
+                                failed_at) from None
         except RequestFailed as failed:  # a non-retryable answer after some retries: count them all
             failed.attempts = made + 1
             raise

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
-from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed
+from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
 from userturn.client.errors import UserError, first_error
 from userturn.client.jsonl import JsonlWriter, read_records
 from userturn.client.perturb import PerturbationNotApplicable
@@ -194,6 +194,7 @@ class ProbeRun:
             enabled=progress,
         )
         self._path = "chat/completions" if settings.mode == "chat" else "completions"
+        self._response_cap = response_cap_for({"max_tokens": settings.max_tokens, **settings.extra_body})
         self._send_temperature = "temperature" not in settings.extra_body
         self._send_seed = "seed" not in settings.extra_body
         self._stops: list[str] = []
@@ -365,6 +366,8 @@ class ProbeRun:
             message = result.data["choices"][0]["message"]
             content = message.get("content") or ""
         except RequestFailed as exc:
+            if exc.endpoint_down:
+                raise EndpointError(exc.endpoint_down) from None
             return AssistantTurn(None, "model", error=f"assistant turn failed: {exc.reason}")
         except (KeyError, IndexError, TypeError):
             return AssistantTurn(None, "model", error="assistant turn failed: malformed chat completion")
@@ -389,8 +392,10 @@ class ProbeRun:
             await self.limiter.acquire(job.estimated_tokens)
         endpoint = next(self._next_endpoint)
         try:
-            result = await endpoint.post_json(self._path, body)
+            result = await endpoint.post_json(self._path, body, response_cap=self._response_cap)
         except RequestFailed as exc:
+            if exc.endpoint_down:  # stop the run: no error records for a dead server (client.endpoint)
+                raise EndpointError(exc.endpoint_down) from None
             return ProbeRecord(**self._fields(job), status="error", error=exc.reason, attempts=exc.attempts)
         try:
             choice = result.data["choices"][0]
@@ -479,6 +484,9 @@ class ProbeRun:
             turns = await self._assistant_turns(existing)
             jobs = self._jobs(done, turns)
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
+        except EndpointError as exc:
+            raise EndpointError(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
+                                "rerun the same command to resume") from None
         finally:
             await self.progress.stop()
             writer.close()

@@ -3,8 +3,8 @@
 Run it as a process::
 
     python tests/loopback_server.py --port 0 [--latency-ms L] [--fail-first N --fail-status 503]
-                                    [--fail-mode status|close|invalid-json|slow] [--retry-after S]
-                                    [--api-key KEY]
+                                    [--fail-mode status|close|invalid-json|slow|empty-choices|huge|huge-chunked]
+                                    [--retry-after S] [--huge-bytes B] [--api-key KEY] [--echo-auth]
 
 It prints ``READY <port>`` on stdout once listening (port 0 picks a free port). Endpoints:
 
@@ -14,7 +14,9 @@ It prints ``READY <port>`` on stdout once listening (port 0 picks a free port). 
 * ``GET /v1/models``, ``GET /health``, ``GET /stats`` (request counters as JSON).
 
 Fault injection applies to the first N POSTs: an HTTP status (with an optional Retry-After), a dropped
-connection, a truncated JSON body, or a reply slower than ``--slow-ms``.
+connection, a truncated JSON body, a reply slower than ``--slow-ms``, a 200 with ``choices: []``, or a 200 whose
+text is ``--huge-bytes`` long (with a Content-Length, or chunked without one). ``--echo-auth`` makes the 401 of a
+wrong key and injected error statuses quote the request's Authorization header back, as careless servers do.
 
 From Python, `LoopbackServer` starts the process, waits for READY and exposes `base_url` and `stats()`.
 """
@@ -39,7 +41,7 @@ from pydantic import BaseModel, Field
 
 STOP_TOKEN = "<|im_end|>"
 SPECIAL_TOKEN = re.compile(r"<\|[^|>]*\|>(?:system|user|assistant)?")
-FaultMode = Literal["status", "close", "invalid-json", "slow"]
+FaultMode = Literal["status", "close", "invalid-json", "slow", "empty-choices", "huge", "huge-chunked"]
 
 
 class ServerConfig(BaseModel):
@@ -54,6 +56,8 @@ class ServerConfig(BaseModel):
     retry_after: str | None = Field(default=None, description="Retry-After header sent with injected statuses")
     slow_ms: float = Field(default=5000.0, ge=0, description="delay of a 'slow' fault")
     api_key: str | None = Field(default=None, description="require 'Authorization: Bearer KEY' when set")
+    echo_auth: bool = Field(default=False, description="quote the Authorization header in 401s and injected errors")
+    huge_bytes: int = Field(default=50_000_000, ge=0, description="text length of a 'huge' fault's reply")
     model: str = "loopback"
 
 
@@ -138,11 +142,34 @@ def build_app(config: ServerConfig) -> Any:
         return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
                             headers=headers)
 
+    def echoed(request: web.Request) -> str:
+        return f" (got Authorization: {request.headers.get('authorization')})" if config.echo_auth else ""
+
     def unauthorized(request: web.Request) -> web.Response | None:
         if config.api_key and request.headers.get("authorization") != f"Bearer {config.api_key}":
             counts["unauthorized"] += 1
-            return json_response({"error": {"message": "invalid API key", "type": "auth"}}, status=401)
+            return json_response({"error": {"message": f"invalid API key{echoed(request)}", "type": "auth"}},
+                                 status=401)
         return None
+
+    async def huge(request: web.Request, chunked: bool) -> web.StreamResponse:
+        head, tail = b'{"choices": [{"index": 0, "text": "', b'", "finish_reason": "length"}]}'
+        block = b"x" * 65536
+        if not chunked:
+            body = head + block * (config.huge_bytes // len(block)) + b"x" * (config.huge_bytes % len(block)) + tail
+            return web.Response(body=body, content_type="application/json")
+        response = web.StreamResponse(headers={"content-type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            await response.write(head)
+            for _ in range(config.huge_bytes // len(block)):
+                await response.write(block)
+            await response.write(tail)
+            await response.write_eof()
+        except ConnectionError:  # the client stopped reading (as it should, at its cap)
+            pass
+        return response
 
     async def fault(request: web.Request) -> web.StreamResponse | None:
         """Apply the injected fault to this POST if it is among the first N; None lets it through."""
@@ -153,14 +180,18 @@ def build_app(config: ServerConfig) -> Any:
         counts["faults"] += 1
         if config.fail_mode == "status":
             headers = {"retry-after": config.retry_after} if config.retry_after is not None else None
-            return json_response({"error": {"message": f"injected fault {posts}/{config.fail_first}"}},
-                                 status=config.fail_status, headers=headers)
+            message = f"injected fault {posts}/{config.fail_first}{echoed(request)}"
+            return json_response({"error": {"message": message}}, status=config.fail_status, headers=headers)
         if config.fail_mode == "close":
             assert request.transport is not None
             request.transport.abort()
             raise asyncio.CancelledError  # aiohttp drops the handler without writing a response
         if config.fail_mode == "invalid-json":
             return web.Response(body=b'{"id": "cmpl-x", "choices": [{"text": "cut', content_type="application/json")
+        if config.fail_mode == "empty-choices":
+            return json_response({"id": "cmpl-x", "object": "text_completion", "choices": []})
+        if config.fail_mode in ("huge", "huge-chunked"):
+            return await huge(request, chunked=config.fail_mode == "huge-chunked")
         await asyncio.sleep(config.slow_ms / 1000)  # "slow": answer normally, but late
         return None
 
@@ -239,10 +270,14 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added delay per generation request")
     parser.add_argument("--fail-first", type=int, default=0, help="inject a fault into the first N POSTs")
     parser.add_argument("--fail-status", type=int, default=503, help="status of injected faults (mode 'status')")
-    parser.add_argument("--fail-mode", choices=["status", "close", "invalid-json", "slow"], default="status")
+    parser.add_argument("--fail-mode", default="status",
+                        choices=["status", "close", "invalid-json", "slow", "empty-choices", "huge", "huge-chunked"])
     parser.add_argument("--retry-after", default=None, help="Retry-After header value sent with injected statuses")
     parser.add_argument("--slow-ms", type=float, default=5000.0, help="delay of the 'slow' fault")
     parser.add_argument("--api-key", default=None, help="require this bearer key")
+    parser.add_argument("--echo-auth", action="store_true",
+                        help="quote the request's Authorization header in 401s and injected error bodies")
+    parser.add_argument("--huge-bytes", type=int, default=50_000_000, help="text length of a 'huge' fault's reply")
     parser.add_argument("--model", default="loopback")
     args = parser.parse_args(argv)
     return ServerConfig(**vars(args))

@@ -1,0 +1,62 @@
+"""Keep API keys out of everything userturn prints or stores.
+
+Every `Endpoint` registers the key it sends (`register_secret`); every server-provided text (response bodies,
+reason phrases, exception texts) passes through `redact` / `redact_bytes` before it can reach stderr, a log or a
+record. A key is replaced wherever it appears literally (so also inside `Bearer <key>` or `Authorization: ...`
+echoes), percent-encoded, JSON-escaped or base64-encoded. Values shorter than `MIN_SECRET_LENGTH` (placeholders
+such as `EMPTY` that local servers accept) are not treated as secrets: scrubbing them would rewrite ordinary text.
+"""
+
+from __future__ import annotations
+
+import base64
+import urllib.parse
+
+import orjson
+
+MIN_SECRET_LENGTH = 8
+
+_forms: dict[str, str] = {}  # an encoded form of a key -> its replacement
+_byte_forms: dict[bytes, bytes] = {}
+
+
+def _encodings(value: str) -> set[str]:
+    escaped = orjson.dumps(value).decode()[1:-1]
+    return {
+        value,
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote_plus(value, safe=""),
+        escaped,
+        escaped.replace("/", "\\/"),
+        base64.b64encode(value.encode()).decode(),
+    }
+
+
+def register_secret(value: str | None, label: str) -> None:
+    """Scrub `value` (and its encoded forms) from now on, replaced by `[redacted $label]`."""
+    if not value or len(value) < MIN_SECRET_LENGTH or value in _forms:
+        return
+    replacement = f"[redacted ${label}]"
+    for form in _encodings(value):
+        _forms.setdefault(form, replacement)
+    ordered = sorted(_forms.items(), key=lambda item: len(item[0]), reverse=True)  # longest first: no partial hits
+    _forms.clear()
+    _forms.update(ordered)
+    _byte_forms.clear()
+    _byte_forms.update((form.encode(), text.encode()) for form, text in ordered)
+
+
+def redact(text: str) -> str:
+    """`text` with every registered key replaced."""
+    for form, replacement in _forms.items():
+        if form in text:
+            text = text.replace(form, replacement)
+    return text
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """`data` (e.g. a response body) with every registered key replaced; the same object when none occurs."""
+    for form, replacement in _byte_forms.items():
+        if form in data:
+            data = data.replace(form, replacement)
+    return data
