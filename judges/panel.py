@@ -142,7 +142,8 @@ class JudgePanel:
         "no_generation": nothing to judge (status "error"). "foreign": labelled by judges of another panel (other
         judge models, order or prompt) and `rejudge` is off: judging it would mix two panels in one file. "done":
         a rule label (unless `judge_all`), or labelled by this panel with an ok verdict from every judge. "todo":
-        everything else: never judged, a judge failed or is missing, or (with `rejudge`) another panel's label.
+        everything else: never judged, a judge failed or is missing, a rule hit that was judged under `judge_all`
+        when this run is without it (or the reverse), or (with `rejudge`) another panel's label.
         """
         if facts.status != "ok":
             return "no_generation"
@@ -150,6 +151,8 @@ class JudgePanel:
             return "todo" if self.config.rejudge else "foreign"
         if facts.label is not None and facts.label_source == "rule":
             return "todo" if self.config.judge_all else "done"
+        if not self.config.judge_all and any(source == "rule" for _, source, _, _ in facts.verdicts):
+            return "todo"  # judged under --judge-all; without it the rule decides (no request is sent)
         have = {judge for judge, source, status, sha in facts.verdicts
                 if source == "judge" and status == "ok" and sha == self.prompt.sha256}
         if facts.label is not None and all(name in have for name in self.names):

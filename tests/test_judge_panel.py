@@ -233,6 +233,10 @@ def test_panel_identity_is_its_judges_in_order_and_its_prompt() -> None:
     assert a.assess(facts(label=None, source=None, panel=ab.id)) == "todo"  # no label: nothing to mix
     assert a.assess(facts(label="empty", source="rule", panel=ab.id)) == "done"  # rules are no panel's
     assert make_panel(URL_A, judge_all=True).assess(facts(label="empty", source="rule")) == "todo"
+    # A rule hit the judges labelled under --judge-all goes back to the rule without it (and stays with it).
+    judged_rule_hit = facts(panel=a.id, verdicts=(("rule:empty", "rule", "ok", None), *ok_a))
+    assert a.assess(judged_rule_hit) == "todo"
+    assert make_panel(URL_A, judge_all=True).assess(judged_rule_hit) == "done"
     assert a.assess(facts(label=None, source=None, status="error")) == "no_generation"
     assert make_panel(URL_A, rejudge=True).assess(facts(panel=ab.id, verdicts=ok_a)) == "todo"
     for panel in (ab, ba, v1, a):
