@@ -309,8 +309,8 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
         print(f"userturn: {summary.not_applicable} samples skipped: their perturbation does not apply to the item "
               "(e.g. wrong_answer without a number)", file=sys.stderr)
     if summary.rejudged:
-        print(f"userturn: judged {summary.rejudged} records of earlier runs that had no label from this judge "
-              "(their generations were kept)", file=sys.stderr)
+        print(f"userturn: judged {summary.rejudged} records of earlier runs that had no complete label from this "
+              "judge panel (their generations were kept)", file=sys.stderr)
     status = 0
     if summary.errors:
         print(f"userturn: {summary.errors} samples failed (see `error` in {out}); rerun the same command to retry "
