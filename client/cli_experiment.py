@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
     run.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
     run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
+    run.add_argument("--rejudge", action="store_true",
+                     help="the results file holds labels of another judge panel (other `judges:` models or prompt): "
+                          "label those records again instead of refusing")
     run.set_defaults(func=run_command)
 
     export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
@@ -64,7 +67,7 @@ def run_command(args: argparse.Namespace) -> int:
               f" x {exp.assistant_samples} assistant samples)")
         return 0
     results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
-                                                  progress=not args.no_progress))
+                                                  progress=not args.no_progress, rejudge=args.rejudge))
     errors = sum(s.errors for s in summaries)
     print_report(results)
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
@@ -73,11 +76,18 @@ def run_command(args: argparse.Namespace) -> int:
     if not_applicable:
         print(f"userturn: {not_applicable} samples skipped: their perturbation does not apply to the item "
               "(e.g. wrong_answer without a number)", file=sys.stderr)
+    status = 0
     if errors:
         print(f"userturn: {errors} samples failed (see `error` in {results}); rerun the same command to retry them",
               file=sys.stderr)
-        return 1
-    return 0
+        status = 1
+    judge_failures = sum(s.judge_failures for s in summaries)
+    if judge_failures:
+        from userturn.judges.panel import judge_failure_line
+
+        print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
+        status = 1
+    return status
 
 
 def _records(path: str) -> list:

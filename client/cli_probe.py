@@ -314,8 +314,17 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
     if summary.not_applicable:
         print(f"userturn: {summary.not_applicable} samples skipped: their perturbation does not apply to the item "
               "(e.g. wrong_answer without a number)", file=sys.stderr)
+    if summary.rejudged:
+        print(f"userturn: judged {summary.rejudged} records of earlier runs that had no complete label from this "
+              "judge panel (their generations were kept)", file=sys.stderr)
+    status = 0
     if summary.errors:
         print(f"userturn: {summary.errors} samples failed (see `error` in {out}); rerun the same command to retry "
               "them", file=sys.stderr)
-        return 1
-    return 0
+        status = 1
+    if summary.judge_failures:
+        from userturn.judges.panel import judge_failure_line
+
+        print(judge_failure_line("userturn", summary.judge_failures, out), file=sys.stderr)
+        status = 1
+    return status

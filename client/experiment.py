@@ -253,7 +253,7 @@ def model_args(entry: ModelEntry, exp: Experiment, base: Path) -> argparse.Names
     )
 
 
-def _panel(exp: Experiment, server: dict[str, Any]) -> Any:
+def _panel(exp: Experiment, server: dict[str, Any], rejudge: bool = False) -> Any:
     """The judge panel for one served model; `model: self` entries point at that model's own endpoint."""
     if not exp.judges:
         return None
@@ -266,11 +266,11 @@ def _panel(exp: Experiment, server: dict[str, Any]) -> Any:
         if j.model == "self":
             fields.update(model=server["model"], base_url=server["base_urls"][0])
         configs.append(JudgeConfig(**fields, request_timeout=exp.request_timeout, max_retries=exp.max_retries))
-    return JudgePanel(PanelConfig(judges=configs))
+    return JudgePanel(PanelConfig(judges=configs, rejudge=rejudge))
 
 
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
-                         progress: bool = True) -> tuple[Path, list[Any]]:
+                         progress: bool = True, rejudge: bool = False) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
     from userturn.client import scoring
     from userturn.client.cli_probe import build_renderer, pipeline_hooks, serving
@@ -289,7 +289,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     summaries: list[Any] = []
     for entry in exp.models:
         with serving(model_args(entry, exp, base)) as server:
-            panel = _panel(exp, server)
+            panel = _panel(exp, server, rejudge)
             try:
                 if panel is not None:
                     await panel.check()

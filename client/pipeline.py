@@ -53,6 +53,9 @@ class Renderer(Protocol):
 
 
 class JudgeHook(Protocol):
+    """Labels a record. On resume, ok records it has not labelled are judged again
+    (`judges.backlog.pending_judgements`; a `JudgePanel` decides by its identity)."""
+
     async def judge(self, record: ProbeRecord) -> ProbeRecord: ...
 
 
@@ -109,6 +112,7 @@ class ProbeSummary:
     judged: int = 0
     judge_failures: int = 0
     not_applicable: int = 0
+    rejudged: int = 0  # ok records of earlier runs judged again (no label yet, or a judge had failed)
 
     @property
     def req_per_s(self) -> float:
@@ -474,6 +478,11 @@ class ProbeRun:
         if len(set(keys)) != len(keys):
             raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
         done = {k for k in keys if (r := existing.get(k)) is not None and r.status == "ok"}
+        backlog = None
+        if self.judge is not None:
+            from userturn.judges.backlog import pending_judgements
+
+            backlog = pending_judgements(self.out_path, done, self.judge)  # refuses a file of another panel
         c = self.counters
         c.total = len(keys) - len(done)
         c.skipped = len(done)
@@ -481,6 +490,10 @@ class ProbeRun:
         started = time.monotonic()
         self.progress.start()
         try:
+            if backlog is not None and backlog.todo:
+                records = backlog.records()
+                await run_all(self._judge_again(records, writer)
+                              for _ in range(min(self.settings.concurrency, len(backlog.todo))))
             turns = await self._assistant_turns(existing)
             jobs = self._jobs(done, turns)
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
@@ -492,7 +505,15 @@ class ProbeRun:
             writer.close()
         return ProbeSummary(total=len(keys), skipped=c.skipped, ok=c.ok, errors=c.errors,
                             elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
-                            not_applicable=c.not_applicable)
+                            not_applicable=c.not_applicable, rejudged=len(backlog.todo) if backlog else 0)
+
+    async def _judge_again(self, records: Iterator[ProbeRecord], writer: JsonlWriter) -> None:
+        """Judge ok records of earlier runs that lack this judge's label; the generation is never redone."""
+        assert self.judge is not None
+        for record in records:
+            record = await self.judge.judge(record)
+            self._count_judged(record)
+            writer.write(record)
 
     async def _worker(self, jobs: Iterator[Job | ProbeRecord], writer: JsonlWriter) -> None:
         c = self.counters

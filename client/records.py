@@ -96,6 +96,8 @@ class ProbeRecord(BaseModel):
     label: Label | None = None
     label_source: Literal["rule", "judge", "majority"] | None = None
     judge_status: Literal["ok", "error"] | None = None
+    judge_panel: str | None = Field(default=None, description="id of the judge panel that judged the record "
+                                    "(judges.panel.panel_id: its judge models in order and its prompt sha256)")
     judges: list[JudgeVerdict] = Field(default_factory=list)
     meta: dict | None = None
     special_tokens_in_content: bool | None = Field(

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "judge", help="label the generated user turns of a results file (resumable)",
         description="Label every generated user turn of RESULTS.jsonl with one or more judge models (rule "
                     "pre-labels first) and write the records to --out. Rerunning resumes: keys whose output "
-                    "record already has an ok verdict from every judge are skipped.")
+                    "record already has an ok verdict from every judge are skipped, failed judgements are asked "
+                    "again. Exit 1 when a generated record is left without a label because a judge failed.")
     judge.add_argument("results", metavar="RESULTS.jsonl")
     judge.add_argument("--out", default=None, metavar="OUT.jsonl",
                        help="judged records (default: RESULTS.judged.jsonl beside the input)")
@@ -55,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="apply the rule pre-labels first, as `judge` does (default: judges see every item)")
     evaluate.add_argument("--json", action="store_true", help="print the scores as JSON")
     evaluate.add_argument("--out", default=None, metavar="PRED.jsonl", help="write the judged items (with gold)")
-    add_judge_arguments(evaluate, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
+    add_judge_arguments(evaluate, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"),
+                        resumable=False)
     evaluate.set_defaults(func=judge_eval_command)
 
 
@@ -73,8 +75,7 @@ def judge_command(args: argparse.Namespace) -> int:
         async with panel:
             summary = await judge_file(results, out, panel, workers=args.judge_concurrency,
                                        progress=not args.no_progress)
-        print_summary(summary)
-        return 0
+        return print_summary(summary)
 
     return asyncio.run(run())
 

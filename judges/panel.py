@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, NamedTuple
 
 import orjson
 from pydantic import BaseModel, Field
@@ -28,6 +32,8 @@ class JudgeCounters:
     judge_failures: int = 0  # records no judge could label (judge_status "error")
     rule_labels: int = 0  # records labelled by a pre-label rule
     verdict_errors: int = 0  # single judge verdicts that failed (the record may still have a majority)
+    failures_with_reply: int = 0  # failed records where a judge answered: its unusable reply is in `raw`
+    failures_without_reply: int = 0  # failed records where no judge answered (request errors): only `error`
     labels: dict[str, int] = field(default_factory=dict)
 
     def followup_rate(self) -> float | None:
@@ -40,8 +46,49 @@ class PanelConfig(BaseModel):
     judge_all: bool = Field(default=False, description="send rule-labelled records to the judges too")
     force: bool = Field(default=False, description="re-ask judges that already have an ok verdict on the record")
     keep_other_verdicts: bool = Field(default=False, description="keep (non-voting) verdicts of other judges")
+    rejudge: bool = Field(default=False, description="judge again records labelled by another panel")
     restate_threshold: float = Field(default=RESTATE_THRESHOLD, gt=0, le=1)
     prompt_path: Path | None = None
+
+
+Assessment = Literal["no_generation", "done", "todo", "foreign"]
+
+
+def panel_id(judges: Sequence[str], prompt_sha256: str) -> str:
+    """The identity of a judge panel, 16 hex characters: its judge models in order (ties go to the first) and the
+    sha256 of its prompt file. Sampling settings (temperature, max tokens, extra body) are not part of it."""
+    canonical = orjson.dumps({"judges": list(judges), "prompt_sha256": prompt_sha256})
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+class JudgingFacts(NamedTuple):
+    """What deciding whether a record still needs this panel takes; read from a record or from its raw JSON."""
+
+    status: str
+    label: str | None
+    label_source: str | None
+    judge_panel: str | None
+    verdicts: tuple[tuple[str, str, str, str | None], ...]  # (judge, source, status, prompt_sha256)
+
+    @classmethod
+    def of(cls, record: ProbeRecord) -> JudgingFacts:
+        return cls(record.status, record.label, record.label_source, record.judge_panel,
+                   tuple((v.judge, v.source, v.status, v.prompt_sha256) for v in record.judges))
+
+    @classmethod
+    def of_json(cls, obj: dict[str, Any]) -> JudgingFacts:
+        """From a decoded results line (no validation: unknown shapes read as 'not judged')."""
+        verdicts = tuple((str(v.get("judge")), str(v.get("source", "judge")), str(v.get("status")),
+                          v.get("prompt_sha256")) for v in obj.get("judges") or () if isinstance(v, dict))
+        return cls(str(obj.get("status")), obj.get("label"), obj.get("label_source"), obj.get("judge_panel"),
+                   verdicts)
+
+    def describe(self) -> str:
+        """The panel that labelled the record, in words: its judges and prompt hashes."""
+        names = list(dict.fromkeys(j for j, source, _, _ in self.verdicts if source == "judge"))
+        shas = list(dict.fromkeys((sha or "none")[:12] for _, source, _, sha in self.verdicts if source == "judge"))
+        panel = f"panel {self.judge_panel}: " if self.judge_panel else ""
+        return f"{panel}judges {', '.join(names) or '(none)'}, prompt sha256 {', '.join(shas) or '(none)'}"
 
 
 class JudgePanel:
@@ -57,6 +104,7 @@ class JudgePanel:
         self.prompt = prompt or load_prompt(config.prompt_path)
         self.judges = judges or [LLMJudge(jc, self.prompt) for jc in config.judges]
         self.counters = JudgeCounters()
+        self.id = panel_id(self.names, self.prompt.sha256)
 
     @property
     def names(self) -> list[str]:
@@ -76,14 +124,44 @@ class JudgePanel:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def describe(self) -> str:
+        """This panel in words, as `JudgingFacts.describe` words a recorded one."""
+        return f"panel {self.id}: judges {', '.join(self.names)}, prompt sha256 {self.prompt.sha256[:12]}"
+
+    def _same_panel(self, facts: JudgingFacts) -> bool:
+        if facts.judge_panel is not None:
+            return facts.judge_panel == self.id
+        # Written before panel ids: the same panel when every ok judge verdict is one of this panel's.
+        members = {(name, self.prompt.sha256) for name in self.names}
+        voters = {(judge, sha) for judge, source, status, sha in facts.verdicts if source == "judge" and status == "ok"}
+        return bool(voters) and voters <= members
+
+    def assess(self, facts: JudgingFacts) -> Assessment:
+        """What this panel has to do with a record.
+
+        "no_generation": nothing to judge (status "error"). "foreign": labelled by judges of another panel (other
+        judge models, order or prompt) and `rejudge` is off: judging it would mix two panels in one file. "done":
+        a rule label (unless `judge_all`), or labelled by this panel with an ok verdict from every judge. "todo":
+        everything else: never judged, a judge failed or is missing, a rule hit that was judged under `judge_all`
+        when this run is without it (or the reverse), or (with `rejudge`) another panel's label.
+        """
+        if facts.status != "ok":
+            return "no_generation"
+        if facts.label is not None and facts.label_source != "rule" and not self._same_panel(facts):
+            return "todo" if self.config.rejudge else "foreign"
+        if facts.label is not None and facts.label_source == "rule":
+            return "todo" if self.config.judge_all else "done"
+        if not self.config.judge_all and any(source == "rule" for _, source, _, _ in facts.verdicts):
+            return "todo"  # judged under --judge-all; without it the rule decides (no request is sent)
+        have = {judge for judge, source, status, sha in facts.verdicts
+                if source == "judge" and status == "ok" and sha == self.prompt.sha256}
+        if facts.label is not None and all(name in have for name in self.names):
+            return "done"
+        return "todo"
+
     def is_done(self, record: ProbeRecord) -> bool:
-        """Nothing left to do: no generation, a rule label (unless judge_all), or an ok verdict from every judge."""
-        if record.status != "ok":
-            return True
-        if record.label_source == "rule" and not self.config.judge_all:
-            return True
-        have = {v.judge for v in record.judges if v.source == "judge" and v.status == "ok"}
-        return all(name in have for name in self.names)
+        """Nothing left to do: no generation, a rule label (unless judge_all), or this panel's complete verdicts."""
+        return self.assess(JudgingFacts.of(record)) in ("no_generation", "done")
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         """A copy of `record` with `judges`, `label`, `label_source` and `judge_status` set.
@@ -94,14 +172,16 @@ class JudgePanel:
         """
         if record.status != "ok":
             return record
-        out = record.model_copy(deep=True)
+        out = record.model_copy()  # shallow: only top-level fields are assigned below, nothing nested is mutated
         panel = set(self.names)
+        sha = self.prompt.sha256
         previous = [v for v in out.judges if v.source == "judge"]
         others = [v for v in previous if v.judge not in panel] if self.config.keep_other_verdicts else []
         kept = {v.judge: v for v in previous
-                if v.judge in panel and v.status == "ok" and not self.config.force}
+                if v.judge in panel and v.status == "ok" and v.prompt_sha256 == sha and not self.config.force}
         rule = prelabel(out, self.config.restate_threshold)
         out.judges = [*others, *([rule] if rule else [])]
+        out.judge_panel = self.id
         if rule is not None and not self.config.judge_all:
             out.label, out.label_source, out.judge_status = rule.label, "rule", "ok"
             self._count(out)
@@ -127,6 +207,10 @@ class JudgePanel:
         c = self.counters
         if record.judge_status == "error":
             c.judge_failures += 1
+            if any(v.raw is not None for v in record.judges if v.source == "judge" and v.status == "error"):
+                c.failures_with_reply += 1
+            else:
+                c.failures_without_reply += 1
             return
         if record.label_source == "rule":
             c.rule_labels += 1
@@ -134,6 +218,23 @@ class JudgePanel:
             c.judged += 1
         if record.label:
             c.labels[record.label] = c.labels.get(record.label, 0) + 1
+
+
+def judge_failure_line(prog: str, failures: int, where: str, counters: JudgeCounters | None = None) -> str:
+    """One line saying exactly what was kept for generated records no judge could label (exit status 1)."""
+    if counters is not None:
+        kept = []
+        if counters.failures_with_reply:
+            kept.append(f"{counters.failures_with_reply} with the judge's unusable reply in judges[].raw")
+        if counters.failures_without_reply:
+            kept.append(f"{counters.failures_without_reply} without any judge reply (the request failed; its error "
+                        "is in judges[].error)")
+        detail = "; ".join(kept)
+    else:
+        detail = "each failed verdict keeps its error in judges[].error and, where the judge answered, its reply in " \
+                 "judges[].raw"
+    return (f"{prog}: {failures} generated records in {where} have no label because the judge failed "
+            f"(judge_status \"error\"; the generation is kept; {detail}); rerun the same command to judge them again")
 
 
 def _per_judge(values: list[str] | None, n: int, flag: str, default: str | None) -> list[str]:
@@ -157,29 +258,25 @@ def panel_config_from_args(args: argparse.Namespace) -> PanelConfig | None:
         return None
     urls = _per_judge(args.judge_base_url, len(models), "--judge-base-url", None)
     keys = _per_judge(args.judge_api_key_env, len(models), "--judge-api-key-env", "OPENAI_API_KEY")
-    extra: dict = {}
-    if args.judge_extra_body:
-        try:
-            extra = orjson.loads(args.judge_extra_body)
-        except orjson.JSONDecodeError as exc:
-            raise UserError(f"--judge-extra-body is not valid JSON: {exc}") from None
-        if not isinstance(extra, dict):
-            raise UserError("--judge-extra-body must be a JSON object")
-    for name, value in (("--judge-max-tokens", args.judge_max_tokens), ("--judge-concurrency", args.judge_concurrency)):
-        if value < 1:
-            raise UserError(f"{name} must be >= 1")
+    extra = args.judge_extra_body or {}
     judges = [
         JudgeConfig(model=m, base_url=u, api_key_env=k, temperature=args.judge_temperature,
-                    max_tokens=max(16, args.judge_max_tokens), request_timeout=args.judge_timeout,
-                    max_retries=max(0, args.judge_max_retries), reasks=max(0, args.judge_reasks),
+                    max_tokens=args.judge_max_tokens, request_timeout=args.judge_timeout,
+                    max_retries=args.judge_max_retries, reasks=args.judge_reasks,
                     concurrency=args.judge_concurrency, extra_body=extra)
         for m, u, k in zip(models, urls, keys, strict=True)
     ]
     return PanelConfig(judges=judges, judge_all=args.judge_all, force=bool(getattr(args, "force", False)),
-                       prompt_path=args.judge_prompt)
+                       rejudge=bool(getattr(args, "rejudge", False)), prompt_path=args.judge_prompt)
 
 
 def panel_from_args(args: argparse.Namespace) -> JudgePanel | None:
     """A ready panel from the judge flags, or None when judging was not asked for."""
     config = panel_config_from_args(args)
-    return None if config is None else JudgePanel(config)
+    if config is None:
+        return None
+    panel = JudgePanel(config)
+    if not panel.prompt.fenced:
+        print(f"userturn: warning: judge prompt {panel.prompt.name} does not escape its data (no `| xml_text`), so "
+              "a generated turn can close its tags; use it only to reproduce earlier verdicts", file=sys.stderr)
+    return panel

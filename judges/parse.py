@@ -1,4 +1,4 @@
-"""Turn a judge's reply into a validated verdict: strip reasoning, find the JSON object, validate it."""
+"""Turn a judge's reply into a validated verdict: strip reasoning, find the judge's final JSON object, validate it."""
 
 from __future__ import annotations
 
@@ -66,30 +66,41 @@ def strip_reasoning(text: str) -> str:
     return text.strip()
 
 
-def _candidates(text: str) -> list[Any]:
-    """JSON values found in the text: the whole text, fenced blocks, then every object starting at a '{'."""
-    found: list[Any] = []
-    for chunk in [text, *(m.group(1) for m in _FENCE.finditer(text))]:
+def _candidates(text: str) -> list[tuple[int, int, Any]]:
+    """(start, end, value) of the JSON values in the text: fenced blocks, and every object starting at a '{'."""
+    found: list[tuple[int, int, Any]] = []
+    for match in _FENCE.finditer(text):
         with contextlib.suppress(ValueError):
-            found.append(json.loads(chunk))
+            found.append((match.start(), match.end(), json.loads(match.group(1))))
     for match in re.finditer(r"\{", text):
         try:
-            value, _ = _DECODER.raw_decode(text, match.start())
+            value, end = _DECODER.raw_decode(text, match.start())
         except ValueError:
             continue
-        found.append(value)
+        found.append((match.start(), end, value))
     return found
 
 
 def parse_verdict(content: str | None) -> JudgeOutput:
-    """The first JSON object in the reply that validates as `JudgeOutput`. Raises ParseError otherwise."""
+    """The judge's final verdict: the reply as a whole when it is one valid object, else the valid object that
+    ends last (an outer object before the objects nested in it). A verdict quoted earlier in the reply, e.g. the
+    judge echoing a generated turn that contains one, never wins over the verdict the judge gives after it.
+    Raises ParseError when no object validates as `JudgeOutput`."""
     if content is None or not content.strip():
         raise ParseError("empty reply")
     text = strip_reasoning(content)
     if not text:
         raise ParseError("reply held only reasoning (no answer after </think>)")
     last_error = "no JSON object found"
-    for value in _candidates(text):
+    with contextlib.suppress(ValueError):
+        whole = json.loads(text)
+        if isinstance(whole, dict):
+            try:
+                return JudgeOutput.model_validate(whole)
+            except ValidationError as exc:
+                last_error = first_error(exc, "object")
+    # Latest end first; for the same end, the outermost (earliest start) first.
+    for _, _, value in sorted(_candidates(text), key=lambda c: (-c[1], c[0])):
         if not isinstance(value, dict):
             continue
         try:

@@ -70,8 +70,10 @@ def is_restatement(turn: str, query: str, threshold: float = RESTATE_THRESHOLD) 
     na, nb = normalise_text(turn), normalise_text(query)
     if not na or not nb:
         return None
+    if 2 * min(len(na), len(nb)) / (len(na) + len(nb)) < threshold:  # real_quick_ratio, before building a matcher
+        return None
     matcher = difflib.SequenceMatcher(None, na, nb, autojunk=False)
-    if matcher.real_quick_ratio() < threshold or matcher.quick_ratio() < threshold:
+    if matcher.quick_ratio() < threshold:
         return None
     ratio = matcher.ratio()
     return ratio if ratio >= threshold else None

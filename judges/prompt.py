@@ -1,7 +1,14 @@
-"""The versioned judge prompt: a markdown file in judges/prompts/, hashed into every verdict."""
+"""The versioned judge prompt: a markdown file in judges/prompts/, hashed into every verdict.
+
+The data (query, response, generated user turn) is filled into the `# user` template. A prompt *fences* its data
+when every field goes through the `xml_text` filter (`{{ user_turn | xml_text }}`): `<`, `>` and `&` are escaped,
+so no generated text can close the tags around it. judge_v2.md (the default) does; judge_v1.md does not and is
+kept, byte for byte, so verdicts recorded with its sha256 stay reproducible.
+"""
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -11,20 +18,35 @@ import jinja2
 from userturn.client.errors import UserError
 from userturn.client.records import sha256_text
 
-DEFAULT_PROMPT = "judge_v1.md"
+DEFAULT_PROMPT = "judge_v2.md"
+PACKAGED = re.compile(r"^judge_v\d+(?:\.md)?$")
+FIELDS = ("query", "response", "user_turn")
 _SECTION = re.compile(r"^# (system|user)[ \t]*$", re.MULTILINE)
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*(\|\s*xml_text\s*)?\}\}")
+
+
+def xml_text(value: object) -> str:
+    """Text escaped for use between tags: `&`, `<` and `>` become `&amp;`, `&lt;` and `&gt;` (quotes stay)."""
+    return html.escape(str(value), quote=False)
+
+
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+_ENV.filters["xml_text"] = xml_text
 
 
 @dataclass(frozen=True)
 class JudgePrompt:
-    """A parsed prompt file: system text, user template, version name and sha256 of the file's text."""
+    """A parsed prompt file: system text, user template, version name and sha256 of the file's text.
+
+    `fenced`: every data field is escaped with `xml_text`, so the data cannot close its tags.
+    """
 
     name: str
     system: str
     user_template: str
     sha256: str
+    fenced: bool = False
 
     def messages(self, query: str, response: str, user_turn: str) -> list[dict[str, str]]:
         """Chat messages for one judgement."""
@@ -45,18 +67,36 @@ def parse_prompt(text: str, name: str) -> JudgePrompt:
     if set(sections) != {"system", "user"} or len(parts) != 5:
         raise UserError(f"judge prompt {name}: needs exactly one '# system' and one '# user' section")
     system, user = sections["system"].strip(), sections["user"].strip()
-    for field in ("query", "response", "user_turn"):
-        if "{{ " + field + " }}" not in user:
-            raise UserError(f"judge prompt {name}: the '# user' section lacks {{{{ {field} }}}}")
-    return JudgePrompt(name=name, system=system, user_template=user, sha256=sha256_text(text))
+    placeholders = [(m.group(1), bool(m.group(2))) for m in _PLACEHOLDER.finditer(user)]
+    for field in FIELDS:
+        if not any(found == field for found, _ in placeholders):
+            raise UserError(f"judge prompt {name}: the '# user' section lacks {{{{ {field} }}}} "
+                            f"(or {{{{ {field} | xml_text }}}})")
+    fenced = all(escaped for found, escaped in placeholders if found in FIELDS)
+    return JudgePrompt(name=name, system=system, user_template=user, sha256=sha256_text(text), fenced=fenced)
+
+
+def packaged_prompt(name: str) -> JudgePrompt:
+    """A prompt shipped in judges/prompts/ by name: `judge_v1`, `judge_v2.md`, ..."""
+    filename = name if name.endswith(".md") else f"{name}.md"
+    resource = resources.files("userturn.judges").joinpath("prompts", filename)
+    if not resource.is_file():
+        shipped = sorted(p.name for p in resources.files("userturn.judges").joinpath("prompts").iterdir()
+                         if p.name.endswith(".md"))
+        raise UserError(f"judge prompt not found: {name} (packaged prompts: {', '.join(shipped)})")
+    return parse_prompt(resource.read_text(encoding="utf-8"), filename)
 
 
 def load_prompt(path: str | Path | None = None) -> JudgePrompt:
-    """Load a prompt file (default: the packaged judges/prompts/judge_v1.md)."""
+    """Load a prompt: a file path, a packaged version name (`judge_v1`), or by default judges/prompts/judge_v2.md.
+
+    A path that exists wins over a packaged name of the same spelling.
+    """
     if path is None:
-        text = resources.files("userturn.judges").joinpath("prompts", DEFAULT_PROMPT).read_text(encoding="utf-8")
-        return parse_prompt(text, DEFAULT_PROMPT)
+        return packaged_prompt(DEFAULT_PROMPT)
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"judge prompt not found: {path}")
-    return parse_prompt(path.read_text(encoding="utf-8"), path.name)
+    if path.is_file():
+        return parse_prompt(path.read_text(encoding="utf-8"), path.name)
+    if PACKAGED.match(str(path)):
+        return packaged_prompt(str(path))
+    raise UserError(f"judge prompt not found: {path}")

@@ -1,22 +1,34 @@
-"""`userturn judge`: label the records of an existing results file, resumably, without regenerating."""
+"""`userturn judge`: label the records of an existing results file, resumably, without regenerating.
+
+Both files are streamed: the output is scanned once into key -> what is left to do (`judges.backlog`), the input
+once into key -> byte offset of its last line and what to do with it; records are then read back one at a time
+as the judges take them. Memory grows with the number of keys, not with the size of the records.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from userturn.client.errors import UserError
-from userturn.client.jsonl import JsonlWriter, read_records
+from userturn.client.errors import UserError, first_error
+from userturn.client.jsonl import JsonlWriter
 from userturn.client.records import ProbeRecord
 from userturn.client.workers import run_all
-from userturn.judges.panel import JudgeCounters, JudgePanel
+from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_judging
+from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 
 PLAIN_PROGRESS_EVERY_S = 30.0
+OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"
+# What to do with an input key, packed with its byte offset into one int (offset << 2 | action): 100,000 keys
+# then cost one small int each instead of a tuple.
+SKIP, CARRY, JUDGE = 0, 1, 2
 
 
 @dataclass
@@ -29,30 +41,69 @@ class JudgeRunSummary:
     out_path: Path
 
 
+@dataclass
+class InputPlan:
+    """Per input key (its last line): byte offset and action, packed as `offset << 2 | action`."""
+
+    entries: dict[str, int]
+    todo: int = 0
+    carry: int = 0
+    skipped: int = 0
+
+
 def default_out_path(results: Path) -> Path:
     """RESULTS.jsonl -> RESULTS.judged.jsonl beside it."""
     stem = results.name[: -len(".jsonl")] if results.name.endswith(".jsonl") else results.name
     return results.with_name(f"{stem}.judged.jsonl")
 
 
-def plan(inputs: dict[str, ProbeRecord], done: dict[str, ProbeRecord],
-         panel: JudgePanel) -> tuple[list[ProbeRecord], list[ProbeRecord], int]:
-    """(records to judge, generation errors to copy, keys already complete in the output)."""
-    todo, carry, skipped = [], [], 0
-    for key, record in inputs.items():
-        previous = done.get(key)
-        if previous is not None and previous.user_turn == record.user_turn and panel.is_done(previous):
-            skipped += 1
+def plan_input(results: Path, output: JudgingScan) -> InputPlan:
+    """Read the input once, validating every line (a malformed one is a path:line error before any request).
+
+    A key is skipped when the output already has it done with the same generated turn; a generation error is
+    copied over; every other record is judged (re-using the output's verdicts when its turn is the same).
+    """
+    entries: dict[str, int] = {}
+    for number, offset, line, complete in iter_lines(results):
+        try:
+            record = ProbeRecord.model_validate_json(line)
+        except ValidationError as exc:
+            if not complete:
+                continue  # a torn final line: the probe that wrote it was killed mid-write
+            raise UserError(f"{results}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
+        turn = hash(record.user_turn)
+        if output.done.get(record.key, turn + 1) == turn:
+            action = SKIP
         elif record.status != "ok":
-            carry.append(record)
-        elif previous is not None and previous.user_turn == record.user_turn:
-            # Resume: keep the ok verdicts the output already has, re-ask only the missing or failed judges.
-            merged = record.model_copy(deep=True)
-            merged.judges = previous.judges
-            todo.append(merged)
+            action = CARRY
         else:
-            todo.append(record)
-    return todo, carry, skipped
+            action = JUDGE
+        entries[record.key] = offset << 2 | action
+    plan = InputPlan(entries)
+    for packed in entries.values():
+        action = packed & 3
+        plan.todo += action == JUDGE
+        plan.carry += action == CARRY
+        plan.skipped += action == SKIP
+    return plan
+
+
+def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWriter) -> Iterator[ProbeRecord]:
+    """The records to judge, in input order, read one at a time; generation errors are written as they pass."""
+    offsets = sorted(packed for packed in plan.entries.values() if packed & 3 != SKIP)
+    with contextlib.ExitStack() as stack:
+        fh = stack.enter_context(results.open("rb"))
+        out_fh = stack.enter_context(output.path.open("rb")) if output.todo else None
+        for packed in offsets:
+            record = read_record(fh, results, packed >> 2)
+            if packed & 3 == CARRY:
+                writer.write(record)
+                continue
+            previous = output.todo.get(record.key)
+            if out_fh is not None and previous is not None and previous[1] == hash(record.user_turn):
+                # Resume: keep the verdicts the output already has; the panel re-asks only missing or failed ones.
+                record.judges = read_record(out_fh, output.path, previous[0]).judges
+            yield record
 
 
 def _status_text(c: JudgeCounters) -> str:
@@ -64,52 +115,50 @@ def _status_text(c: JudgeCounters) -> str:
 
 async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, workers: int = 16,
                      progress: bool = True) -> JudgeRunSummary:
-    """Judge every generated record of `results` into `out_path` (appending; resumes from what is there)."""
+    """Judge every generated record of `results` into `out_path` (appending; resumes from what is there).
+
+    Raises UserError when the output holds labels of another judge panel (unless the panel's config has
+    `rejudge`), before anything is sent or written.
+    """
     if not results.is_file():
         raise UserError(f"results file not found: {results}")
     if out_path.resolve() == results.resolve():
         raise UserError(f"--out must differ from the results file ({results})")
-    inputs, _ = read_records(results)
-    done, _ = read_records(out_path)
-    todo, carry, skipped = plan(inputs, done, panel)
+    output = scan_judging(out_path, panel.assess, keep_done=True)
+    output.refuse_mix(panel.describe(), OUT_HINT)
+    plan = plan_input(results, output)
+    output.done.clear()  # only the input plan needs it
     started = time.monotonic()
     await panel.check()
     writer = JsonlWriter(out_path)
-    queue: asyncio.Queue[ProbeRecord] = asyncio.Queue()
-    for record in todo:
-        queue.put_nowait(record)
-    bar = _progress(len(todo), progress)
-    task_id = bar.add_task(_status_text(panel.counters), total=len(todo)) if bar else None
+    bar = _progress(plan.todo, progress)
+    task_id = bar.add_task(_status_text(panel.counters), total=plan.todo) if bar else None
     last_line = time.monotonic()
+    records = work(results, plan, output, writer)
 
     async def worker() -> None:
         nonlocal last_line
-        while True:
-            try:
-                record = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
+        for record in records:
             writer.write(await panel.judge(record))
             if bar is not None:
                 bar.update(task_id, advance=1, description=_status_text(panel.counters))  # type: ignore[arg-type]
             elif time.monotonic() - last_line >= PLAIN_PROGRESS_EVERY_S:
                 last_line = time.monotonic()
                 c = panel.counters
-                print(f"userturn judge: {c.judged + c.rule_labels + c.judge_failures}/{len(todo)} "
+                print(f"userturn judge: {c.judged + c.rule_labels + c.judge_failures}/{plan.todo} "
                       f"(judge failures {c.judge_failures})", file=sys.stderr, flush=True)
 
     try:
-        for record in carry:
-            writer.write(record)
         if bar is not None:
             bar.start()
-        await run_all(worker() for _ in range(max(1, min(workers, len(todo)))))
+        await run_all(worker() for _ in range(max(1, min(workers, plan.todo))))
     finally:
+        records.close()
         if bar is not None:
             bar.stop()
         writer.close()
-    return JudgeRunSummary(total=len(inputs), already_done=skipped, carried=len(carry), counters=panel.counters,
-                           elapsed_s=time.monotonic() - started, out_path=out_path)
+    return JudgeRunSummary(total=len(plan.entries), already_done=plan.skipped, carried=plan.carry,
+                           counters=panel.counters, elapsed_s=time.monotonic() - started, out_path=out_path)
 
 
 def _progress(total: int, enabled: bool) -> Progress | None:
@@ -119,7 +168,8 @@ def _progress(total: int, enabled: bool) -> Progress | None:
                     TextColumn("{task.description}"), console=Console(stderr=True), transient=False)
 
 
-def print_summary(summary: JudgeRunSummary) -> None:
+def print_summary(summary: JudgeRunSummary) -> int:
+    """Print the run's summary; the exit status: 1 when a generated record was left without a label, else 0."""
     c = summary.counters
     rate = c.followup_rate()
     rate_text = "n/a" if rate is None else f"{100 * rate:.1f}%"
@@ -128,5 +178,6 @@ def print_summary(summary: JudgeRunSummary) -> None:
           f"already done {summary.already_done}; follow-up rate of this run {rate_text} "
           f"({summary.elapsed_s:.1f}s)", file=sys.stderr)
     if c.judge_failures:
-        print(f"userturn judge: {c.judge_failures} records have no label (judge_status \"error\", raw reply kept); "
-              "rerun the same command to retry them", file=sys.stderr)
+        print(judge_failure_line("userturn judge", c.judge_failures, str(summary.out_path), c), file=sys.stderr)
+        return 1
+    return 0

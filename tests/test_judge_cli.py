@@ -177,10 +177,12 @@ def test_judge_failures_are_counted_and_retried_on_rerun(results: Path, capsys: 
     with respx.mock(using="httpx", base_url=base) as mock:
         mock.get("/models").mock(return_value=httpx.Response(404))
         route = mock.post("/chat/completions").mock(return_value=garbage)
-        assert main(argv) == 0
+        assert main(argv) == 1  # generated records were left without a label
         assert route.call_count == 10  # 5 records x (ask + 1 re-ask)
     err = capsys.readouterr().err
-    assert "judge failures 5" in err and "rerun the same command" in err
+    assert "judge failures 5" in err
+    assert ('5 generated records in ' + str(out) + ' have no label because the judge failed (judge_status "error"; '
+            "the generation is kept; 5 with the judge's unusable reply in judges[].raw); rerun the same command") in err
     failed = [r for r in read(out).values() if r["judge_status"] == "error"]
     assert len(failed) == 5 and all(r["label"] is None and r["judges"][0]["raw"] == "no idea" for r in failed)
     ok = httpx.Response(200, json={"choices": [{"message": {"content": '{"label": "generic"}'}}]})
@@ -190,6 +192,85 @@ def test_judge_failures_are_counted_and_retried_on_rerun(results: Path, capsys: 
         assert main(argv) == 0
         assert route.call_count == 5
     assert all(r["judge_status"] in ("ok", None) for r in read(out).values())
+    assert "no label" not in capsys.readouterr().err
+
+
+def test_failed_requests_say_no_reply_was_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """20 of 20 judge requests fail: exit 1, and the message does not claim a reply was kept."""
+    line = json.loads((FIXTURES / "results_small.jsonl").read_text().splitlines()[0])
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps({**line, "key": f"k{i}", "item_id": f"i{i}",
+                                           "user_turn": f"Why {i}?"}) + "\n" for i in range(20)))
+    base = "http://judge.test/v1"
+    with respx.mock(using="httpx", base_url=base) as mock:
+        mock.get("/models").mock(return_value=httpx.Response(404))
+        route = mock.post("/chat/completions").mock(return_value=httpx.Response(500, text="overloaded"))
+        code = main(["judge", str(results), "--judge-base-url", base, "--judge-model", "kw", "--no-progress",
+                     "--judge-max-retries", "0"])
+    assert code == 1 and route.call_count == 20
+    err = capsys.readouterr().err
+    assert "20 without any judge reply (the request failed; its error is in judges[].error)" in err
+    assert "raw" not in err
+    records = read(results.with_name("results.judged.jsonl"))
+    assert all(r["judges"][0]["raw"] is None and "500" in r["judges"][0]["error"] for r in records.values())
+
+
+def ok_judge(label: str) -> httpx.Response:
+    return httpx.Response(200, json={"choices": [{"message": {"content": json.dumps({"rationale": "r",
+                                                                                      "label": label})}}]})
+
+
+def test_another_panel_is_refused_or_rejudged(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = "http://judge.test/v1"
+    out = results.with_name("out.jsonl")
+
+    def judge(*flags: str, label: str = "generic") -> tuple[int, int]:
+        with respx.mock(using="httpx", base_url=base, assert_all_called=False) as mock:
+            mock.get("/models").mock(return_value=httpx.Response(404))
+            route = mock.post("/chat/completions").mock(return_value=ok_judge(label))
+            code = main(["judge", str(results), "--out", str(out), "--judge-base-url", base, "--no-progress", *flags])
+        return code, route.call_count
+
+    assert judge("--judge-model", "kw") == (0, 5)
+    first = read(out)
+    before = out.read_bytes()
+    capsys.readouterr()
+    for flags in (["--judge-model", "other"], ["--judge-model", "kw", "--judge-model", "other"],
+                  ["--judge-model", "kw", "--judge-prompt", "judge_v1"]):
+        assert judge(*flags) == (2, 0)
+        [err] = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("userturn: warning")]
+        assert err.startswith(f"userturn: error: {out}:") and "5 records are labelled by another judge panel" in err
+        assert "judges kw, prompt sha256 " in err and "use another --out, or pass --rejudge" in err
+        assert out.read_bytes() == before  # untouched
+    # --rejudge labels every judged record again with the new panel; rule labels stay (they are no panel's).
+    assert judge("--judge-model", "other", "--rejudge", label="unrelated_query") == (0, 5)
+    final = read(out)
+    for key, record in final.items():
+        if first[key]["label_source"] == "judge":
+            assert record["label"] == "unrelated_query" and [v["judge"] for v in record["judges"]] == ["other"]
+            assert record["judge_panel"] != first[key]["judge_panel"]
+        else:
+            assert record == first[key]
+    # The file now holds one panel: the same command resumes without --rejudge.
+    assert judge("--judge-model", "other") == (0, 0)
+
+
+def test_input_is_streamed_last_line_wins(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An input key written twice (a probe retry) is judged once, from its last line; a torn tail is ignored."""
+    line = json.loads((FIXTURES / "results_small.jsonl").read_text().splitlines()[0])
+    results = tmp_path / "results.jsonl"
+    failed = {**line, "status": "error", "user_turn": None, "error": "timeout"}
+    retried = {**line, "user_turn": "Why 24 in May?"}
+    results.write_text(json.dumps(failed) + "\n" + json.dumps(retried) + "\n" + json.dumps(line)[:40])
+    base = "http://judge.test/v1"
+    with respx.mock(using="httpx", base_url=base) as mock:
+        mock.get("/models").mock(return_value=httpx.Response(404))
+        route = mock.post("/chat/completions").mock(return_value=ok_judge("genuine_followup"))
+        assert main(["judge", str(results), "--judge-base-url", base, "--judge-model", "kw", "--no-progress"]) == 0
+    assert route.call_count == 1
+    [record] = read(results.with_name("results.judged.jsonl")).values()
+    assert (record["user_turn"], record["label"]) == ("Why 24 in May?", "genuine_followup")
+    assert "1 records ->" in capsys.readouterr().err
 
 
 def test_bad_inputs(tmp_path: Path, results: Path, capsys: pytest.CaptureFixture[str]) -> None:

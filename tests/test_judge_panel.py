@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import re
 
 import httpx
 import pytest
@@ -12,7 +14,8 @@ from userturn.client.errors import UserError
 from userturn.client.records import JudgeVerdict, Message, ProbeRecord
 from userturn.judges.arguments import add_judge_arguments
 from userturn.judges.llm_judge import JudgeConfig
-from userturn.judges.panel import JudgePanel, PanelConfig, panel_from_args
+from userturn.judges.panel import JudgePanel, JudgingFacts, PanelConfig, panel_from_args, panel_id
+from userturn.judges.prompt import load_prompt
 
 URL_A, URL_B, URL_C = "http://a.test/v1", "http://b.test/v1", "http://c.test/v1"
 
@@ -107,9 +110,10 @@ async def test_all_judges_fail_gives_judge_error_not_a_label() -> None:
 
 
 async def test_existing_verdicts_resume_force_and_other_judges() -> None:
-    done = JudgeVerdict(judge="judge-a", status="ok", label="generic")
-    failed = JudgeVerdict(judge="judge-b", status="error", error="boom")
-    other = JudgeVerdict(judge="old-judge", status="ok", label="empty")
+    sha = load_prompt().sha256
+    done = JudgeVerdict(judge="judge-a", status="ok", label="generic", prompt_sha256=sha)
+    failed = JudgeVerdict(judge="judge-b", status="error", error="boom", prompt_sha256=sha)
+    other = JudgeVerdict(judge="old-judge", status="ok", label="empty", prompt_sha256=sha)
     record = make_record(judges=[other, done, failed])
     with respx.mock(using="httpx", assert_all_called=False) as mock:
         route_a = mock.post(f"{URL_A}/chat/completions").mock(return_value=answer("genuine_followup"))
@@ -132,6 +136,13 @@ async def test_existing_verdicts_resume_force_and_other_judges() -> None:
         assert route_a.call_count == 1
         assert out.label == "genuine_followup"
         await forced.aclose()
+
+        # A verdict given under another prompt is not this panel's: judge-a is asked again.
+        stale = make_record(judges=[done.model_copy(update={"prompt_sha256": "0" * 64})])
+        fresh = make_panel(URL_A)
+        out = await fresh.judge(stale)
+        assert route_a.call_count == 2 and out.label == "genuine_followup" and out.judge_panel == fresh.id
+        await fresh.aclose()
 
 
 async def test_generation_errors_pass_through() -> None:
@@ -166,10 +177,67 @@ def test_panel_from_args() -> None:
     (["--judge-model", "a", "--judge-model", "b", "--judge-model", "c", "--judge-base-url", URL_A,
       "--judge-base-url", URL_B], "once per --judge-model"),
     (["--judge-model", "a", "--judge-model", "a", "--judge-base-url", URL_A], "given twice"),
-    (["--judge-model", "a", "--judge-base-url", URL_A, "--judge-extra-body", "{nope"], "not valid JSON"),
-    (["--judge-model", "a", "--judge-base-url", URL_A, "--judge-extra-body", "[1]"], "JSON object"),
-    (["--judge-model", "a", "--judge-base-url", URL_A, "--judge-max-tokens", "0"], ">= 1"),
 ])
 def test_panel_from_args_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UserError, match=message):
         panel_from_args(parse(*argv))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--judge-max-tokens", "5"], "argument --judge-max-tokens: must be at least 16 .*got 5"),
+    (["--judge-max-tokens", "0"], "argument --judge-max-tokens: must be at least 16"),
+    (["--judge-max-tokens", "many"], "argument --judge-max-tokens: expected an integer, got 'many'"),
+    (["--judge-max-retries", "-1"], "argument --judge-max-retries: must be 0 or more, got -1"),
+    (["--judge-reasks", "-2"], "argument --judge-reasks: must be 0 or more"),
+    (["--judge-concurrency", "0"], "argument --judge-concurrency: must be at least 1"),
+    (["--judge-temperature", "-0.5"], "argument --judge-temperature: must be 0 or more"),
+    (["--judge-temperature", "nan"], "argument --judge-temperature: must be a finite number"),
+    (["--judge-timeout", "0"], "argument --judge-timeout: must be positive"),
+    (["--judge-extra-body", "{nope"], "argument --judge-extra-body: not valid JSON"),
+    (["--judge-extra-body", "[1]"], "argument --judge-extra-body: must be a JSON object, got list"),
+])
+def test_judge_flags_are_checked_not_clamped(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) \
+        -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse("--judge-model", "a", "--judge-base-url", URL_A, *argv)
+    assert exc.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_judge_flags_are_honoured() -> None:
+    panel = panel_from_args(parse("--judge-model", "a", "--judge-base-url", URL_A, "--judge-max-tokens", "16",
+                                  "--judge-max-retries", "0", "--judge-reasks", "0", "--judge-temperature", "0.3"))
+    assert panel is not None
+    [j] = panel.config.judges
+    assert (j.max_tokens, j.max_retries, j.reasks, j.temperature) == (16, 0, 0, 0.3)
+
+
+def facts(label: str | None = "generic", source: str | None = "judge", panel: str | None = None,
+          verdicts: tuple = (), status: str = "ok") -> JudgingFacts:
+    return JudgingFacts(status, label, source, panel, verdicts)
+
+
+def test_panel_identity_is_its_judges_in_order_and_its_prompt() -> None:
+    sha = load_prompt().sha256
+    ab, ba = make_panel(URL_A, URL_B), make_panel(URL_B, URL_A)
+    v1 = JudgePanel(PanelConfig(judges=ab.config.judges, prompt_path="judge_v1"))
+    assert len({ab.id, ba.id, v1.id, make_panel(URL_A).id}) == 4
+    assert ab.id == make_panel(URL_A, URL_B, judge_all=True).id == panel_id(["judge-a", "judge-b"], sha)
+    a = make_panel(URL_A)
+    ok_a = (("judge-a", "judge", "ok", sha),)
+    assert a.assess(facts(panel=a.id, verdicts=ok_a)) == "done"
+    assert a.assess(facts(panel=ab.id, verdicts=ok_a)) == "foreign"  # labelled by a's verdict and b's vote
+    assert a.assess(facts(panel=None, verdicts=ok_a)) == "done"  # written before panel ids: same judge and prompt
+    assert a.assess(facts(panel=None, verdicts=(("judge-a", "judge", "ok", "0" * 64),))) == "foreign"
+    assert a.assess(facts(panel=None, verdicts=(("judge-z", "judge", "ok", sha),))) == "foreign"
+    assert a.assess(facts(label=None, source=None, panel=ab.id)) == "todo"  # no label: nothing to mix
+    assert a.assess(facts(label="empty", source="rule", panel=ab.id)) == "done"  # rules are no panel's
+    assert make_panel(URL_A, judge_all=True).assess(facts(label="empty", source="rule")) == "todo"
+    # A rule hit the judges labelled under --judge-all goes back to the rule without it (and stays with it).
+    judged_rule_hit = facts(panel=a.id, verdicts=(("rule:empty", "rule", "ok", None), *ok_a))
+    assert a.assess(judged_rule_hit) == "todo"
+    assert make_panel(URL_A, judge_all=True).assess(judged_rule_hit) == "done"
+    assert a.assess(facts(label=None, source=None, status="error")) == "no_generation"
+    assert make_panel(URL_A, rejudge=True).assess(facts(panel=ab.id, verdicts=ok_a)) == "todo"
+    for panel in (ab, ba, v1, a):
+        asyncio.run(panel.aclose())

@@ -1,0 +1,144 @@
+"""What a judge panel still has to do with a results file, read as a stream (never every record at once).
+
+`scan_judging` reads a results file line by line and keeps, per key (the last line of a key wins), only what
+resuming needs: the byte offset of records still to judge, a hash of the generated turn, and the line of any
+record labelled by another panel. Records are read back one at a time when they are judged (`JudgingScan.records`).
+
+Used by the inline judge on resume (`probe --judge-*`, `run` with `judges:`: `pending_judgements`) and by
+`userturn judge` for its output file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Container, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from userturn.client.errors import UserError, first_error
+from userturn.client.records import ProbeRecord
+from userturn.judges.panel import Assessment, JudgingFacts
+
+Assess = Callable[[JudgingFacts], Assessment]
+INLINE_HINT = ("label them into another file with `userturn judge RESULTS.jsonl --out OTHER.jsonl ...`, or pass "
+               "--rejudge to label them again with this panel")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
+    """(line number, byte offset, stripped line, ends with a newline?) of each non-empty line."""
+    offset = 0
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            start, offset = offset, offset + len(raw)
+            line = raw.strip()
+            if line:
+                yield number, start, line, raw.endswith(b"\n")
+
+
+def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[str, Any] | None:
+    """A results line as a JSON object with a string `key`; None for a torn final line (no newline, not JSON).
+
+    A malformed complete line raises UserError naming path:line.
+    """
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        if not complete:
+            return None
+        raise UserError(f"{path}:{number}: not a userturn record ({str(exc).splitlines()[0]})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
+        if not complete:
+            return None
+        raise UserError(f"{path}:{number}: not a userturn record (no string `key`)")
+    return obj
+
+
+def read_record(fh: Any, path: Path, offset: int) -> ProbeRecord:
+    """The record on the line starting at `offset` of an open results file."""
+    fh.seek(offset)
+    raw = fh.readline()
+    try:
+        return ProbeRecord.model_validate_json(raw)
+    except ValidationError as exc:
+        raise UserError(f"{path}: line at byte {offset}: not a userturn record ({first_error(exc, 'record')})") \
+            from None
+
+
+@dataclass
+class JudgingScan:
+    """Per key of one results file, what a panel has to do (see `JudgePanel.assess`)."""
+
+    path: Path
+    todo: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (byte offset, hash of user_turn)
+    done: dict[str, int] = field(default_factory=dict)  # key -> hash of user_turn (only with keep_done)
+    foreign: dict[str, tuple[int, JudgingFacts]] = field(default_factory=dict)  # key -> (line, facts)
+
+    def refuse_mix(self, panel: str, hint: str) -> None:
+        """Raise UserError (exit 2) when records are labelled by another panel: judging on would mix panels."""
+        if not self.foreign:
+            return
+        line, facts = min(self.foreign.values(), key=lambda f: f[0])
+        raise UserError(f"{self.path}:{line}: {len(self.foreign)} records are labelled by another judge panel "
+                        f"({facts.describe()}), not by this one ({panel}); {hint}")
+
+    def records(self) -> Iterator[ProbeRecord]:
+        """The records still to judge, in file order, read one at a time."""
+        if not self.todo:
+            return
+        offsets = sorted(offset for offset, _ in self.todo.values())
+        with self.path.open("rb") as fh:
+            for offset in offsets:
+                yield read_record(fh, self.path, offset)
+
+
+def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | None = None,
+                 keep_done: bool = False) -> JudgingScan:
+    """Stream `path` and sort its records (last line per key; only `keys` when given) by `assess`.
+
+    "done" and "no_generation" records are forgotten unless `keep_done` (then only their turn's hash is kept).
+    """
+    path = Path(path)
+    scan = JudgingScan(path)
+    if not path.exists():
+        return scan
+    for number, offset, line, complete in iter_lines(path):
+        obj = decode_line(path, number, line, complete)
+        if obj is None:
+            continue
+        key = obj["key"]
+        if keys is not None and key not in keys:
+            continue
+        facts = JudgingFacts.of_json(obj)
+        verdict = assess(facts)
+        scan.todo.pop(key, None)
+        scan.foreign.pop(key, None)
+        scan.done.pop(key, None)
+        if verdict == "todo":
+            scan.todo[key] = (offset, hash(obj.get("user_turn")))
+        elif verdict == "foreign":
+            scan.foreign[key] = (number, facts)
+        elif keep_done:
+            scan.done[key] = hash(obj.get("user_turn"))
+    return scan
+
+
+def assess_unlabelled(facts: JudgingFacts) -> Assessment:
+    """For a judge hook that is not a `JudgePanel`: every ok record without a label is judged again."""
+    if facts.status != "ok":
+        return "no_generation"
+    return "done" if facts.label is not None else "todo"
+
+
+def pending_judgements(path: str | Path, keys: Collection[str], hook: object) -> JudgingScan:
+    """The ok records among `keys` in a results file that the inline judge `hook` still has to label.
+
+    A `JudgePanel` decides by its identity (`JudgePanel.assess`) and refuses (UserError, exit 2) a file whose
+    records another panel labelled, unless its config has `rejudge`; any other hook re-judges unlabelled records.
+    """
+    assess: Assess = getattr(hook, "assess", None) or assess_unlabelled
+    scan = scan_judging(path, assess, keys=keys if isinstance(keys, set | frozenset) else set(keys))
+    describe = getattr(hook, "describe", None)
+    scan.refuse_mix(describe() if describe else "this judge", INLINE_HINT)
+    return scan
