@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
     run.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
     run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
+    run.add_argument("--launcher", choices=["local", "slurm"], default=None,
+                     help="where manifest servers run (overrides the file's `launcher`; a model's own wins)")
     run.set_defaults(func=run_command)
 
     export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
@@ -64,7 +66,7 @@ def run_command(args: argparse.Namespace) -> int:
               f" x {exp.assistant_samples} assistant samples)")
         return 0
     results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
-                                                  progress=not args.no_progress))
+                                                  progress=not args.no_progress, launcher=args.launcher))
     errors = sum(s.errors for s in summaries)
     print_report(results)
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
