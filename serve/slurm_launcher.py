@@ -116,14 +116,19 @@ class SlurmJob:
         lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
         return ServerStartError(f"slurm job {self.job_id}: {what} (log: {self.log_path()}){lines}")
 
+    def describe(self, states: dict[str, str] | None = None) -> str:
+        """`RUNNING`, `PENDING (Resources)`, or per array task `77_0 RUNNING, 77_[1-2] PENDING (Priority)`."""
+        states = self.states() if states is None else states
+        if not states:
+            return "no longer in the queue"
+        return ", ".join(v if k == self.job_id else f"{k} {v}" for k, v in sorted(states.items()))
+
     def ended(self) -> str | None:
         """None while every task is active; else a description of the states."""
         states = self.states()
-        if not states:
-            return "no longer in the queue"
-        if all(s.split()[0] in ACTIVE_STATES for s in states.values()):
+        if states and all(s.split()[0] in ACTIVE_STATES for s in states.values()):
             return None
-        return ", ".join(f"{k} {v}" for k, v in sorted(states.items()))
+        return self.describe(states)
 
     def cancel(self, wait_s: float = CANCEL_WAIT_S) -> None:
         """scancel the job (every array task) and wait until SLURM no longer lists it as active."""
@@ -137,6 +142,8 @@ class SlurmJob:
 
 def submit(m: Manifest, run_dir: Path) -> SlurmJob:
     """Write the script into `run_dir` and sbatch it with its log and endpoint folder there."""
+    if shutil.which("sbatch") is None:
+        raise UserError("--launcher slurm: sbatch not found on PATH (run on a SLURM login node)")
     script = render_slurm(m)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "endpoints").mkdir(exist_ok=True)
@@ -145,8 +152,6 @@ def submit(m: Manifest, run_dir: Path) -> SlurmJob:
     log = run_dir / ("%A_%a.log" if m.replicas > 1 else "%j.log")
     argv = ["sbatch", "--parsable", f"--output={log}", f"--chdir={run_dir}",
             f"--export=ALL,USERTURN_ENDPOINT_DIR={run_dir / 'endpoints'}", str(path)]
-    if shutil.which("sbatch") is None:
-        raise UserError("--launcher slurm: sbatch not found on PATH (run on a SLURM login node)")
     proc = _run(argv)
     if proc.returncode != 0:
         raise ServerStartError(f"sbatch {path} failed: {_last_line(proc.stderr or proc.stdout)}")
@@ -173,9 +178,8 @@ def wait_for_endpoints(job: SlurmJob, deadline: float, say: Status, *, poll_s: f
             raise job.failure(f"ended before its server was ready: {ended}")
         now = time.monotonic()
         if now > deadline:
-            states = ", ".join(f"{k} {v}" for k, v in sorted(job.states().items()))
-            raise job.failure(f"not ready after {now - started:.0f}s (startup_timeout; {states})")
-        state = ", ".join(f"{k} {v}" for k, v in sorted(job.states().items()))
+            raise job.failure(f"not ready after {now - started:.0f}s (startup_timeout; {job.describe()})")
+        state = job.describe()
         if state != last_state or now - last_report >= REPORT_EVERY_S:
             tail = job.tail(1)
             say(f"slurm job {job.job_id}: {state}; {len(endpoints)}/{job.tasks} ready"
