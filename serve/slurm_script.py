@@ -102,7 +102,8 @@ def _server_line(m: Manifest) -> str:
                            node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__")
     else:
         threads = "__USERTURN_THREADS__" if m.engine == "transformers" else None
-        argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model="__USERTURN_MODEL__",
+        model = "__USERTURN_MODEL__" if m.engine == "transformers" and not m.command else None  # llama.cpp: -m/-hf
+        argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model=model,
                            threads=threads)  # type: ignore[arg-type]
     for flag in ("--served-model-name", "--alias"):  # the CPU engine may serve the fallback under another name
         if flag in argv and not m.command:

@@ -131,6 +131,14 @@ def test_cpu_engine_script_resolves_the_model_in_the_job(monkeypatch: pytest.Mon
     assert inner[inner.index("--threads") + 1] == '"$SLURM_CPUS_PER_TASK"'
 
 
+def test_llamacpp_and_custom_commands_keep_their_model_argument() -> None:
+    inner = srun_inner(render_slurm(parse_manifest({"engine": "llamacpp", "model": "/models/q.gguf", "name": "q"})))
+    assert inner[:3] == ["llama-server", "-m", "/models/q.gguf"] and inner[inner.index("--alias") + 1] == '"$SERVED"'
+    inner = srun_inner(render_slurm(parse_manifest({"engine": "sglang", "model": "org/m", "gpus": 1, "command": [
+        "vllm", "serve", "{model}", "--port", "{port}", "--served-model-name", "{served_model_name}"]})))
+    assert inner == ["vllm", "serve", "org/m", "--port", '"$PORT"', "--served-model-name", "org/m"]
+
+
 @pytest.mark.parametrize("target", ["slurm", "k8s"])
 def test_router_is_refused_in_one_line(target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r.yaml"
