@@ -1,4 +1,5 @@
-"""Kubernetes YAML for a manifest: a Deployment + Service, or for nnodes > 1 a LeaderWorkerSet + leader Service.
+"""Kubernetes YAML for a manifest: a Deployment + Service, or for nnodes > 1 a LeaderWorkerSet + leader Service;
+with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label.
 
 What makes it start on a real cluster: an image that has the engine (SGLang's by default; every other engine must
 name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint tolerated, probe
@@ -11,7 +12,7 @@ from typing import Any
 
 import yaml
 from userturn.client.errors import UserError
-from userturn.serve.commands import server_argv, sglang_argv
+from userturn.serve.commands import ROUTER_MODULE, server_argv, sglang_argv
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
 
@@ -103,13 +104,49 @@ def _pod_spec(m: Manifest, container: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def _router_docs(m: Manifest, name: str, ns: dict[str, str], worker_labels: dict[str, str]) -> list[dict[str, Any]]:
+    """sglang-router in its own Deployment, finding the serving pods by label (Kubernetes service discovery, so it
+    follows pods as they come and go), with the RBAC to watch pods, and a Service in front of it."""
+    assert m.router is not None
+    k = m.cluster.k8s
+    rname = f"{name}-router"
+    labels = {"app.kubernetes.io/name": rname, "app.kubernetes.io/part-of": "userturn"}
+    meta = {"name": rname, **ns, "labels": labels}
+    port = m.router.port or CLUSTER_PORT
+    selector = [f"{key}={value}" for key, value in worker_labels.items() if key != "app.kubernetes.io/part-of"]
+    argv = ["python3", "-m", ROUTER_MODULE, "--service-discovery", "--selector", *selector,
+            "--service-discovery-port", str(m.port or CLUSTER_PORT), "--service-discovery-namespace",
+            "$(POD_NAMESPACE)", "--host", "0.0.0.0", "--port", str(port), "--policy", m.router.policy,
+            *m.router.extra_args]
+    get = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": PROBE_PERIOD_S}
+    container = {
+        "name": "router", "image": k.image or SGLANG_IMAGE, "command": argv,
+        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "ports": [{"containerPort": port, "name": "http"}],
+        "readinessProbe": {**get, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**get, "timeoutSeconds": 10, "failureThreshold": 6},
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "subjects": [{"kind": "ServiceAccount", "name": rname, **ns}],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": rname}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels},
+                               "spec": {"serviceAccountName": rname, "containers": [container]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+         "spec": {"type": k.service_type, "selector": labels,
+                  "ports": [{"name": "http", "port": port, "targetPort": port}]}},
+    ]
+
+
 def render_k8s(m: Manifest) -> str:
     """Deployment (replicas) + Service; for nnodes > 1 a LeaderWorkerSet (one leader + workers per replica) and a
     Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
     check_deployable(m)
-    if m.router is not None:
-        raise UserError(f"{m.source or 'manifest'}: router: not supported on Kubernetes (the Service balances the "
-                        "replicas): remove router: to emit Kubernetes YAML")
     k = m.cluster.k8s
     name = f"userturn-{slug(m.label)}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "userturn"}
@@ -151,6 +188,9 @@ def render_k8s(m: Manifest) -> str:
         "spec": {"type": k.service_type, "selector": selector,
                  "ports": [{"name": "http", "port": port, "targetPort": port}]},
     })
+    if m.router is not None:
+        docs += _router_docs(m, name, ns, selector)
+        service_name, port = f"{name}-router", m.router.port or CLUSTER_PORT
     where = f"{service_name}.{k.namespace}" if k.namespace else service_name
     header = (f"# userturn serve --emit k8s: {m.label} ({m.gpus_per_replica} GPUs per replica x {m.replicas})\n"
               f"# base URL inside the cluster: http://{where}:{port}/v1  (model: {m.request_model_name})\n"

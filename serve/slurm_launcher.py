@@ -64,6 +64,7 @@ class SlurmJob:
     job_id: str
     tasks: int
     run_dir: Path
+    router: bool = False
 
     @property
     def endpoint_dir(self) -> Path:
@@ -72,16 +73,23 @@ class SlurmJob:
     def log_path(self, task: int = 0) -> Path:
         return self.run_dir / (f"{self.job_id}_{task}.log" if self.tasks > 1 else f"{self.job_id}.log")
 
+    def _read(self, name: str) -> Endpoint | None:
+        try:
+            text = (self.endpoint_dir / f"{self.job_id}_{name}.json").read_text(encoding="utf-8")
+            return Endpoint.model_validate(json.loads(text))
+        except (OSError, ValueError, ValidationError):
+            return None
+
     def endpoints(self) -> list[Endpoint]:
-        """The endpoints written so far, by task."""
-        out = []
-        for task in range(self.tasks):
-            path = self.endpoint_dir / f"{self.job_id}_{task}.json"
-            try:
-                out.append(Endpoint.model_validate(json.loads(path.read_text(encoding="utf-8"))))
-            except (OSError, ValueError, ValidationError):
-                continue
-        return out
+        """The replicas' endpoints written so far, by task."""
+        return [e for e in (self._read(str(task)) for task in range(self.tasks)) if e is not None]
+
+    def router_endpoint(self) -> Endpoint | None:
+        """The router's endpoint (task 0 writes it once every replica is ready and the router answers)."""
+        return self._read("router") if self.router else None
+
+    def ready(self) -> bool:
+        return len(self.endpoints()) == self.tasks and (not self.router or self.router_endpoint() is not None)
 
     def states(self) -> dict[str, str]:
         """`{job or job_task: "STATE (reason)"}` from squeue (all states, so failed jobs show too); {} when gone."""
@@ -158,7 +166,7 @@ def submit(m: Manifest, run_dir: Path) -> SlurmJob:
     job_id = proc.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise ServerStartError(f"sbatch {path}: unexpected output {proc.stdout.strip()[:100]!r}")
-    return SlurmJob(job_id=job_id, tasks=m.replicas, run_dir=run_dir)
+    return SlurmJob(job_id=job_id, tasks=m.replicas, run_dir=run_dir, router=m.router is not None)
 
 
 def wait_for_endpoints(job: SlurmJob, deadline: float, say: Status, *, poll_s: float = 2.0) -> list[Endpoint]:
@@ -167,14 +175,12 @@ def wait_for_endpoints(job: SlurmJob, deadline: float, say: Status, *, poll_s: f
     last_report = started
     last_state = ""
     while True:
-        endpoints = job.endpoints()
-        if len(endpoints) == job.tasks:
-            return endpoints
+        if job.ready():
+            return job.endpoints()
         ended = job.ended()
         if ended is not None:
-            endpoints = job.endpoints()  # written just before it ended?
-            if len(endpoints) == job.tasks:
-                return endpoints
+            if job.ready():  # written just before it ended?
+                return job.endpoints()
             raise job.failure(f"ended before its server was ready: {ended}")
         now = time.monotonic()
         if now > deadline:
@@ -182,7 +188,8 @@ def wait_for_endpoints(job: SlurmJob, deadline: float, say: Status, *, poll_s: f
         state = job.describe()
         if state != last_state or now - last_report >= REPORT_EVERY_S:
             tail = job.tail(1)
-            say(f"slurm job {job.job_id}: {state}; {len(endpoints)}/{job.tasks} ready"
+            router = "" if not job.router else " (router waiting)" if job.router_endpoint() is None else " + router"
+            say(f"slurm job {job.job_id}: {state}; {len(job.endpoints())}/{job.tasks} ready{router}"
                 + (f"; log: {tail[0][:160]}" if tail else ""))
             last_state, last_report = state, now
         time.sleep(poll_s)

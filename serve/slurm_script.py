@@ -13,7 +13,7 @@ import shlex
 import sys
 
 from userturn.client.errors import UserError
-from userturn.serve.commands import server_argv, sglang_argv
+from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv, sglang_argv
 from userturn.serve.manifest import Manifest
 
 # Words of the server argv that the script fills in at run time (each becomes "$VAR" in the srun line).
@@ -25,6 +25,8 @@ PLACEHOLDERS = {
     "__USERTURN_THREADS__": '"$SLURM_CPUS_PER_TASK"',
     "__USERTURN_NODE_RANK__": '"$SLURM_NODEID"',
     "__USERTURN_DIST_ADDR__": '"$USERTURN_DIST_INIT_ADDR"',
+    "__USERTURN_ROUTER_PORT__": '"$ROUTER_PORT"',
+    "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
 }
 # Hub settings of the emitting shell that the job keeps (offline mode, cache location, mirror).
 CARRIED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_ENDPOINT", "HF_HUB_CACHE")
@@ -59,6 +61,16 @@ with open(out + ".tmp", "w") as fh:
     json.dump(info, fh)
 os.replace(out + ".tmp", out)
 print("userturn: ready %s (model: %s); endpoint %s" % (url, e["SERVED"], out), flush=True)
+""".strip()
+
+# Task 0 of a job array with a router: wait until every replica wrote its endpoint, print their root URLs.
+WAIT_FOR_REPLICAS = r"""
+import json, os, sys, time
+folder, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+paths = [os.path.join(folder, "%s_%d.json" % (job, i)) for i in range(n)]
+while not all(os.path.exists(p) for p in paths):
+    time.sleep(2)
+print(" ".join(json.load(open(p))["base_url"].rsplit("/v1", 1)[0] for p in paths))
 """.strip()
 
 FREE_PORT = "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
@@ -115,6 +127,29 @@ def _server_line(m: Manifest) -> str:
             f"--kill-on-bad-exit=1 bash -c {shlex.quote(inner)} &")
 
 
+def _router_lines(m: Manifest) -> list[str]:
+    """Task 0 also runs the sglang-router on its node, in front of every replica's endpoint."""
+    assert m.router is not None
+    argv = router_argv(m, ["__USERTURN_WORKERS__"], port="__USERTURN_ROUTER_PORT__", python="__USERTURN_PY__")  # type: ignore[arg-type]
+    argv[argv.index("--host") + 1] = "0.0.0.0"
+    line = shlex.join(argv)
+    for word, var in PLACEHOLDERS.items():
+        line = line.replace(word, var)
+    port = str(m.router.port) if m.router.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
+    return [
+        'if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its endpoint',
+        f'    WORKERS=$("$USERTURN_PYTHON" -c {shlex.quote(WAIT_FOR_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas})',
+        f"    export ROUTER_PORT={port}",
+        "    trap 'rm -f \"$ENDPOINT_FILE\" \"$ROUTER_FILE\"' EXIT",
+        '    echo "userturn: router on $HEAD_NODE port $ROUTER_PORT for $WORKERS"',
+        f"    {line} &",
+        "    ROUTER=$!",
+        f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
+        '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
+        "fi",
+    ]
+
+
 def _model_lines(m: Manifest, python: str) -> list[str]:
     """MODEL / SERVED / SMOKE: fixed, or (CPU engine) resolved in the job: hub, cache, or the tiny fallback."""
     model = m.resolve_path(m.model) or ""
@@ -131,9 +166,6 @@ def _model_lines(m: Manifest, python: str) -> list[str]:
 def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     """The sbatch script (see the module docstring). `python`: default the manifest's, else this interpreter."""
     check_deployable(m)
-    if m.router is not None:
-        raise UserError(f"{m.source or 'manifest'}: router: not supported on SLURM (replicas run as a job array; "
-                        "the client round-robins their base URLs): remove router: to emit or launch on SLURM")
     s = m.cluster.slurm
     label = slug(m.label)
     py = python or s.python or sys.executable
@@ -169,7 +201,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         'export JOB="${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}" TASK="${SLURM_ARRAY_TASK_ID:-0}"',
         f"ENDPOINT_DIR={endpoint_dir}",
         'mkdir -p "$ENDPOINT_DIR"',
-        'ENDPOINT_FILE="$ENDPOINT_DIR/${JOB}_${TASK}.json"',
+        'ENDPOINT_FILE="$ENDPOINT_DIR/${JOB}_${TASK}.json" ROUTER_FILE="$ENDPOINT_DIR/${JOB}_router.json"',
         "trap 'rm -f \"$ENDPOINT_FILE\"' EXIT",
         "trap 'exit 143' TERM INT",
         'NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
@@ -185,8 +217,10 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         "",
         _server_line(m),
         "SERVER=$!",
-        f'"$USERTURN_PYTHON" -c {shlex.quote(WAIT_AND_PUBLISH)} "$SERVER" {",".join(m.readiness_paths)} '
-        '"$ENDPOINT_FILE" || { wait "$SERVER"; exit 1; }',
+        f"WAIT_AND_PUBLISH={shlex.quote(WAIT_AND_PUBLISH)}",
+        f'"$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$SERVER" {",".join(m.readiness_paths)} "$ENDPOINT_FILE" '
+        '|| { wait "$SERVER"; exit 1; }',
+        *(_router_lines(m) if m.router else []),
         'wait "$SERVER"',
     ]
     return "\n".join(lines) + "\n"

@@ -139,13 +139,20 @@ def test_llamacpp_and_custom_commands_keep_their_model_argument() -> None:
     assert inner == ["vllm", "serve", "org/m", "--port", '"$PORT"', "--served-model-name", "org/m"]
 
 
-@pytest.mark.parametrize("target", ["slurm", "k8s"])
-def test_router_is_refused_in_one_line(target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump({"engine": "sglang", "model": "m", "replicas": 2, "router": {}}))
-    assert main(["serve", str(path), "--emit", target]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"{path}: router: not supported on" in err
+def test_slurm_router_runs_in_task_zero(tmp_path: Path) -> None:
+    """Never dropped: task 0 waits for every replica's endpoint, then starts sglang-router in front of them."""
+    m = parse_manifest({"engine": "sglang", "model": "m", "replicas": 3, "router": {"policy": "round_robin",
+                                                                                    "port": 8100}})
+    script = render_slurm(m)
+    bash_syntax_ok(script, tmp_path)
+    lines = script.splitlines()
+    assert "#SBATCH --array=0-2" in lines
+    start = lines.index('if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its '
+                        "endpoint")
+    router = next(ln for ln in lines[start:] if "sglang_router.launch_router" in ln).split()
+    assert router[:3] == ['"$USERTURN_PYTHON"', "-m", "sglang_router.launch_router"]
+    assert router[router.index("--worker-urls") + 1] == "$WORKERS" and router[-1] == "&"
+    assert router[router.index("--port") + 1] == '"$ROUTER_PORT"' and "    export ROUTER_PORT=8100" in lines
 
 
 @pytest.mark.parametrize("path", sorted(MANIFESTS.glob("*.yaml")), ids=lambda p: p.name)

@@ -159,6 +159,30 @@ def test_cpu_deployment_keeps_rolling_updates_and_no_gpu_toleration() -> None:
     assert containers(dep)[0]["readinessProbe"]["httpGet"]["path"] == "/health"
 
 
+def test_router_deployment_discovers_the_serving_pods() -> None:
+    m = parse_manifest({"engine": "sglang", "model": "m", "name": "rt", "replicas": 3,
+                        "router": {"policy": "round_robin"}, "cluster": {"k8s": {"namespace": "ml"}}})
+    text = render_k8s(m)
+    docs = validate_all(text)
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "ServiceAccount", "Role", "RoleBinding",
+                                         "Deployment", "Service"]
+    workers, _, _, role, binding, router, router_svc = docs
+    assert workers["spec"]["replicas"] == 3 and router["spec"]["replicas"] == 1
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert binding["subjects"][0] == {"kind": "ServiceAccount", "name": "userturn-rt-router", "namespace": "ml"}
+    pod = router["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "userturn-rt-router"
+    cmd = pod["containers"][0]["command"]
+    assert cmd[:3] == ["python3", "-m", "sglang_router.launch_router"] and "--service-discovery" in cmd
+    # the selector matches the serving pods and not the router's own
+    selector = dict(cmd[cmd.index("--selector") + 1].split("=", 1) for _ in [0])
+    assert selector.items() <= workers["spec"]["template"]["metadata"]["labels"].items()
+    assert not selector.items() <= router["spec"]["template"]["metadata"]["labels"].items()
+    assert cmd[cmd.index("--policy") + 1] == "round_robin"
+    assert router_svc["spec"]["selector"] == router["spec"]["template"]["metadata"]["labels"]
+    assert "http://userturn-rt-router.ml:30000/v1" in text.splitlines()[1]
+
+
 def test_external_cannot_be_emitted() -> None:
     with pytest.raises(UserError, match="nothing to deploy"):
         render_k8s(parse_manifest({"engine": "external", "base_url": "http://h/v1"}))

@@ -17,6 +17,7 @@ echo "$@" > "$FAKE/sbatch.args"
 [ -f "$FAKE/reject" ] && { echo "sbatch: error: Batch job submission failed: $(cat "$FAKE/reject")" >&2; exit 1; }
 for a in "$@"; do case "$a" in --export=*) dir="${a#*USERTURN_ENDPOINT_DIR=}";; esac; done
 [ -f "$FAKE/endpoint" ] && cp "$FAKE/endpoint" "$dir/77_0.json"
+[ -f "$FAKE/router" ] && cp "$FAKE/router" "$dir/77_router.json"
 echo "77;cluster"
 """
 SQUEUE = """#!/bin/bash
@@ -73,6 +74,16 @@ def test_endpoint_is_served_then_cancelled(fake_slurm: Path, tmp_path: Path) -> 
         assert "stopped serving: FAILED (NonZeroExitCode)" in (server.failure() or "")
         assert not (fake_slurm / "scancel.log").exists()
     assert (fake_slurm / "scancel.log").read_text().split() == ["77"]
+
+
+def test_router_endpoint_is_the_base_url(fake_slurm: Path, tmp_path: Path) -> None:
+    (fake_slurm / "state").write_text("77|RUNNING|None\n")
+    for name, port in (("endpoint", 1), ("router", 2)):
+        (fake_slurm / name).write_text(json.dumps({"base_url": f"http://n:{port}/v1", "model": "m", "job_id": "77",
+                                                   "host": "n", "port": port}))
+    m = parse_manifest({"engine": "sglang", "model": "m", "router": {}})
+    with launch(m, launcher="slurm", log_dir=tmp_path, status=None) as server:
+        assert server.base_urls == ["http://n:2/v1"] and server.replica_urls == ["http://n:1/v1"]
 
 
 def test_job_that_ends_early_shows_state_and_log_tail(fake_slurm: Path, tmp_path: Path) -> None:
