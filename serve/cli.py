@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run and launcher == "slurm":
         from userturn.serve.slurm_script import render_slurm
 
-        print("# --launcher slurm would run: sbatch --parsable --output=RUN_DIR/%j.log --chdir=RUN_DIR "
+        log = "%A_%a.log" if m.replicas > 1 else "%j.log"
+        print(f"# --launcher slurm would run: sbatch --parsable --output=RUN_DIR/{log} --chdir=RUN_DIR "
               "--export=ALL,USERTURN_ENDPOINT_DIR=RUN_DIR/endpoints RUN_DIR/job.sbatch, with job.sbatch:")
         sys.stdout.write(render_slurm(m))
         return 0

@@ -91,11 +91,15 @@ class SlurmJob:
     def ready(self) -> bool:
         return len(self.endpoints()) == self.tasks and (not self.router or self.router_endpoint() is not None)
 
-    def states(self) -> dict[str, str]:
-        """`{job or job_task: "STATE (reason)"}` from squeue (all states, so failed jobs show too); {} when gone."""
-        proc = _run(["squeue", "-h", "-t", "all", "-j", self.job_id, "-o", "%i|%T|%r"])
+    def states(self) -> dict[str, str] | None:
+        """`{job or job_task: "STATE (reason)"}` from squeue (all states, so failed jobs show too); {} when the
+        controller no longer knows the job; None when squeue failed (e.g. the controller is busy): ask again."""
+        try:
+            proc = _run(["squeue", "-h", "-t", "all", "-j", self.job_id, "-o", "%i|%T|%r"])
+        except ServerStartError:
+            return None
         if proc.returncode != 0:
-            return {}  # "Invalid job id": purged from the controller
+            return {} if "invalid job id" in proc.stderr.lower() else None
         out = {}
         for line in proc.stdout.splitlines():
             parts = line.strip().split("|")
@@ -105,7 +109,8 @@ class SlurmJob:
         return out
 
     def active(self) -> bool:
-        return any(s.split()[0] in ACTIVE_STATES for s in self.states().values())
+        states = self.states()
+        return states is None or any(s.split()[0] in ACTIVE_STATES for s in states.values())
 
     def tail(self, lines: int = 8) -> list[str]:
         """Last non-blank lines of the first log that has any."""
@@ -127,6 +132,8 @@ class SlurmJob:
     def describe(self, states: dict[str, str] | None = None) -> str:
         """`RUNNING`, `PENDING (Resources)`, or per array task `77_0 RUNNING, 77_[1-2] PENDING (Priority)`."""
         states = self.states() if states is None else states
+        if states is None:
+            return "state unknown (squeue failed)"
         if not states:
             return "no longer in the queue"
         return ", ".join(v if k == self.job_id else f"{k} {v}" for k, v in sorted(states.items()))
@@ -134,7 +141,7 @@ class SlurmJob:
     def ended(self) -> str | None:
         """None while every task is active; else a description of the states."""
         states = self.states()
-        if states and all(s.split()[0] in ACTIVE_STATES for s in states.values()):
+        if states is None or (states and all(s.split()[0] in ACTIVE_STATES for s in states.values())):
             return None
         return self.describe(states)
 

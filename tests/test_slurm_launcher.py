@@ -21,6 +21,7 @@ for a in "$@"; do case "$a" in --export=*) dir="${a#*USERTURN_ENDPOINT_DIR=}";; 
 echo "77;cluster"
 """
 SQUEUE = """#!/bin/bash
+[ -f "$FAKE/squeue-error" ] && { cat "$FAKE/squeue-error" >&2; exit 1; }
 if [ -f "$FAKE/cancelled" ]; then echo "77|CANCELLED|None"; else cat "$FAKE/state"; fi
 """
 SCANCEL = """#!/bin/bash
@@ -84,6 +85,18 @@ def test_router_endpoint_is_the_base_url(fake_slurm: Path, tmp_path: Path) -> No
     m = parse_manifest({"engine": "sglang", "model": "m", "router": {}})
     with launch(m, launcher="slurm", log_dir=tmp_path, status=None) as server:
         assert server.base_urls == ["http://n:2/v1"] and server.replica_urls == ["http://n:1/v1"]
+
+
+def test_a_busy_controller_is_not_a_dead_job(fake_slurm: Path, tmp_path: Path) -> None:
+    (fake_slurm / "state").write_text("77|RUNNING|None\n")
+    (fake_slurm / "endpoint").write_text(json.dumps({"base_url": "http://n:1/v1", "model": "m", "job_id": "77",
+                                                     "host": "n", "port": 1}))
+    with launch(manifest(), launcher="slurm", log_dir=tmp_path, status=None) as server:
+        (fake_slurm / "squeue-error").write_text("squeue: error: slurm_load_jobs: Socket timed out")
+        assert server.failure() is None
+        (fake_slurm / "squeue-error").write_text("slurm_load_jobs error: Invalid job id specified")
+        assert "stopped serving: no longer in the queue" in (server.failure() or "")
+        (fake_slurm / "squeue-error").unlink()
 
 
 def test_job_that_ends_early_shows_state_and_log_tail(fake_slurm: Path, tmp_path: Path) -> None:
