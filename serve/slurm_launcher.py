@@ -112,22 +112,34 @@ class SlurmJob:
         states = self.states()
         return states is None or any(s.split()[0] in ACTIVE_STATES for s in states.values())
 
-    def tail(self, lines: int = 8) -> list[str]:
-        """Last non-blank lines of the first log that has any."""
-        for task in range(self.tasks):
-            try:
-                with open(self.log_path(task), encoding="utf-8", errors="replace") as fh:
-                    last = deque((ln.rstrip() for ln in fh if ln.strip()), maxlen=lines)
-            except OSError:
-                continue
+    def _read_tail(self, task: int, lines: int) -> list[str]:
+        try:
+            with open(self.log_path(task), encoding="utf-8", errors="replace") as fh:
+                return list(deque((ln.rstrip() for ln in fh if ln.strip()), maxlen=lines))
+        except OSError:
+            return []
+
+    def tail(self, lines: int = 8, task: int | None = None) -> list[str]:
+        """Last non-blank lines of `task`'s log, else of the first log that has any."""
+        for t in ([task] if task is not None else []) + list(range(self.tasks)):
+            last = self._read_tail(t, lines)
             if last:
-                return list(last)
+                return last
         return []
 
+    def failed_task(self) -> int | None:
+        """The first array task SLURM lists as no longer active (its log tells why)."""
+        for key, state in sorted((self.states() or {}).items()):
+            task = key.removeprefix(f"{self.job_id}_")
+            if task.isdigit() and state.split()[0] not in ACTIVE_STATES:
+                return int(task)
+        return None
+
     def failure(self, what: str) -> ServerStartError:
-        tail = self.tail()
+        task = self.failed_task() if self.tasks > 1 else None
+        tail = self.tail(task=task)
         lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
-        return ServerStartError(f"slurm job {self.job_id}: {what} (log: {self.log_path()}){lines}")
+        return ServerStartError(f"slurm job {self.job_id}: {what} (log: {self.log_path(task or 0)}){lines}")
 
     def describe(self, states: dict[str, str] | None = None) -> str:
         """`RUNNING`, `PENDING (Resources)`, or per array task `77_0 RUNNING, 77_[1-2] PENDING (Priority)`."""

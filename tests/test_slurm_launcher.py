@@ -15,7 +15,10 @@ from userturn.serve.process import ServerStartError
 SBATCH = """#!/bin/bash
 echo "$@" > "$FAKE/sbatch.args"
 [ -f "$FAKE/reject" ] && { echo "sbatch: error: Batch job submission failed: $(cat "$FAKE/reject")" >&2; exit 1; }
-for a in "$@"; do case "$a" in --export=*) dir="${a#*USERTURN_ENDPOINT_DIR=}";; esac; done
+for a in "$@"; do
+    case "$a" in --export=*) dir="${a#*USERTURN_ENDPOINT_DIR=}";; --chdir=*) run="${a#--chdir=}";; esac
+done
+for log in "$FAKE"/*.log; do [ -f "$log" ] && cp "$log" "$run/"; done
 [ -f "$FAKE/endpoint" ] && cp "$FAKE/endpoint" "$dir/77_0.json"
 [ -f "$FAKE/router" ] && cp "$FAKE/router" "$dir/77_router.json"
 echo "77;cluster"
@@ -97,6 +100,18 @@ def test_a_busy_controller_is_not_a_dead_job(fake_slurm: Path, tmp_path: Path) -
         (fake_slurm / "squeue-error").write_text("slurm_load_jobs error: Invalid job id specified")
         assert "stopped serving: no longer in the queue" in (server.failure() or "")
         (fake_slurm / "squeue-error").unlink()
+
+
+def test_a_failed_replica_shows_its_own_log(fake_slurm: Path, tmp_path: Path) -> None:
+    (fake_slurm / "state").write_text("77_0|RUNNING|None\n77_1|FAILED|NonZeroExitCode\n")
+    (fake_slurm / "77_0.log").write_text("loading\n")
+    (fake_slurm / "77_1.log").write_text("loading\nRuntimeError: CUDA out of memory\n")
+    with pytest.raises(ServerStartError) as info, launch(manifest(replicas=2), launcher="slurm", log_dir=tmp_path,
+                                                         status=None):
+        pass
+    msg = str(info.value)
+    assert "ended before its server was ready: 77_0 RUNNING, 77_1 FAILED (NonZeroExitCode)" in msg
+    assert "/77_1.log); last log lines: loading | RuntimeError: CUDA out of memory" in msg
 
 
 def test_job_that_ends_early_shows_state_and_log_tail(fake_slurm: Path, tmp_path: Path) -> None:
