@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--rejudge", action="store_true",
                      help="the results file holds labels of another judge panel (other `judges:` models or prompt): "
                           "label those records again instead of refusing")
+    run.add_argument("--launcher", choices=["local", "slurm"], default=None,
+                     help="where manifest servers run (overrides the file's `launcher`; a model's own wins)")
     run.set_defaults(func=run_command)
 
     export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
@@ -67,7 +69,8 @@ def run_command(args: argparse.Namespace) -> int:
               f" x {exp.assistant_samples} assistant samples)")
         return 0
     results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
-                                                  progress=not args.no_progress, rejudge=args.rejudge))
+                                                  progress=not args.no_progress, rejudge=args.rejudge,
+                                                  launcher=args.launcher))
     errors = sum(s.errors for s in summaries)
     print_report(results)
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "

@@ -54,6 +54,8 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="model name sent in requests (and recorded)")
     g.add_argument("--manifest", metavar="YAML", help="launch (or point at) the server a manifest describes; "
                    "supplies base URL, model name, tokenizer and stops; the server is shut down afterwards")
+    g.add_argument("--launcher", choices=["local", "slurm"], default=None,
+                   help="with --manifest: run the server as local processes (default) or as a SLURM job")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key (optional for local servers; never written)")
     g.add_argument("--concurrency", type=positive_int, default=64, help="requests in flight (default 64)")
@@ -154,7 +156,10 @@ def run_async(coro: Any) -> Any:
 @contextlib.contextmanager
 def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """Resolve base URLs / model / tokenizer from flags, or launch the manifest's server for the duration."""
+    launcher = getattr(args, "launcher", None)
     if not args.manifest:
+        if launcher:
+            raise UserError("--launcher goes with --manifest")
         if not args.base_url:
             raise UserError("--base-url or --manifest is required")
         if not args.model:
@@ -166,7 +171,7 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     from userturn.serve.manifest import load_manifest
 
     manifest = load_manifest(args.manifest)
-    with launch(manifest) as server:
+    with launch(manifest, launcher=launcher or "local") as server:
         probe_defaults = manifest.probe.model_dump(exclude_none=True)
         if server.smoke:
             # The tiny random-weight fallback model: its own tokenizer and template, not the hub's.

@@ -40,6 +40,7 @@ class ModelEntry(_Strict):
     api_key_env: str = "OPENAI_API_KEY"
     max_tokens: int | None = Field(default=None, ge=1, description="overrides the experiment's max_tokens")
     send_stop_token_ids: bool | None = None
+    launcher: Literal["local", "slurm"] | None = Field(default=None, description="overrides the experiment's")
 
     @model_validator(mode="after")
     def _one_kind(self) -> ModelEntry:
@@ -111,6 +112,7 @@ class Experiment(_Strict):
     judges: list[JudgeEntry] = Field(default_factory=list)
     allow_special_tokens: bool = Field(default=False, description="probe (and flag) items holding special tokens")
     out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
+    launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
 
     @field_validator("datasets", mode="before")
     @classmethod
@@ -245,11 +247,13 @@ def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
     (run_dir / "experiment.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
-def model_args(entry: ModelEntry, exp: Experiment, base: Path) -> argparse.Namespace:
-    """The flags `client.cli_probe.serving` reads, for one model entry."""
+def model_args(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> argparse.Namespace:
+    """The flags `client.cli_probe.serving` reads, for one model entry (its launcher, else `launcher`, else the
+    experiment's)."""
     return argparse.Namespace(
         manifest=resolve(base, entry.manifest), base_url=[entry.base_url] if entry.base_url else None,
         model=entry.model, api_key_env=entry.api_key_env,
+        launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,
     )
 
 
@@ -270,7 +274,8 @@ def _panel(exp: Experiment, server: dict[str, Any], rejudge: bool = False) -> An
 
 
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
-                         progress: bool = True, rejudge: bool = False) -> tuple[Path, list[Any]]:
+                         progress: bool = True, rejudge: bool = False,
+                         launcher: str | None = None) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
     from userturn.client import scoring
     from userturn.client.cli_probe import build_renderer, pipeline_hooks, serving
@@ -288,7 +293,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
     for entry in exp.models:
-        with serving(model_args(entry, exp, base)) as server:
+        with serving(model_args(entry, exp, base, launcher)) as server:
             panel = _panel(exp, server, rejudge)
             try:
                 if panel is not None:

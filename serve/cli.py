@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from userturn.client.errors import UserError
 
 if TYPE_CHECKING:
+    from userturn.serve.launcher import Launcher
     from userturn.serve.manifest import Manifest
 
 
@@ -27,8 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the commands (shell-quoted, with env) and exit")
     p.add_argument("--emit", choices=["slurm", "k8s"], help="write an sbatch script or Kubernetes YAML instead")
     p.add_argument("--out", type=Path, help="file for --emit (default: stdout)")
-    p.add_argument("--log-dir", type=Path, help="where server logs go (default: $TMPDIR/userturn-serve)")
+    p.add_argument("--log-dir", type=Path, help="where server logs go (default: $TMPDIR/userturn-serve; with "
+                   "--launcher slurm ./userturn-slurm, which the compute nodes must see)")
+    add_launcher_argument(p)
     p.set_defaults(func=run)
+
+
+def add_launcher_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--launcher local|slurm` (probe and run have the same flag)."""
+    parser.add_argument("--launcher", choices=["local", "slurm"], default=None,
+                        help="where a manifest's server runs: local processes (default) or a SLURM job (sbatch the "
+                        "--emit slurm script, wait for its endpoint, scancel at the end)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from userturn.serve.manifest import load_manifest
 
     m = load_manifest(args.manifest)
+    launcher = args.launcher or "local"
+    if args.emit and args.launcher:
+        raise UserError("--emit writes the job; --launcher runs it: use one of them")
     if args.emit:
         text = render(m, args.emit)
         if args.out:
@@ -48,6 +61,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.out:
         raise UserError("--out goes with --emit")
+    if args.dry_run and launcher == "slurm":
+        from userturn.serve.slurm_script import render_slurm
+
+        log = "%A_%a.log" if m.replicas > 1 else "%j.log"
+        print(f"# --launcher slurm would run: sbatch --parsable --output=RUN_DIR/{log} --chdir=RUN_DIR "
+              "--export=ALL,USERTURN_ENDPOINT_DIR=RUN_DIR/endpoints RUN_DIR/job.sbatch, with job.sbatch:")
+        sys.stdout.write(render_slurm(m))
+        return 0
     if args.dry_run:
         if m.engine == "external":
             print(f"# engine external: nothing to launch; endpoint {m.base_url}")
@@ -58,29 +79,28 @@ def run(args: argparse.Namespace) -> int:
             print(s.shell())
         return 0
     try:
-        return _serve(m, args.log_dir)
+        return _serve(m, args.log_dir, launcher)
     except KeyboardInterrupt:
-        print("userturn: interrupted; every server was stopped", file=sys.stderr)
+        what = "the slurm job was cancelled" if launcher == "slurm" else "every server was stopped"
+        print(f"userturn: interrupted; {what}", file=sys.stderr)
         return 130
 
 
-def _serve(m: Manifest, log_dir: Path | None) -> int:
+def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> int:
     from userturn.serve.launcher import launch
     from userturn.serve.process import ServerStartError
 
-    with launch(m, log_dir=log_dir) as server:
+    with launch(m, log_dir=log_dir, launcher=launcher) as server:
         if m.engine == "external":
             print(f"external endpoint {server.base_url} (nothing launched)")
             return 0
         smoke = "  [SMOKE RUN: tiny random-weight model]" if server.smoke else ""
         for url in server.base_urls:
             print(f"ready: {url}  model={server.model_name}{smoke}", flush=True)
-        print("serving; Ctrl-C stops every server", file=sys.stderr, flush=True)
+        job = f" (slurm job {server.slurm_job_id})" if server.slurm_job_id else ""
+        print(f"serving{job}; Ctrl-C stops every server", file=sys.stderr, flush=True)
         while True:
-            dead = server.dead()
-            if dead:
-                p = dead[0]
-                tail = " | ".join(p.tail())
-                raise ServerStartError(f"{p.spec.name} exited with code {p.returncode()} (log: {p.log_path}); "
-                                       f"last log lines: {tail}")
-            time.sleep(1.0)
+            failure = server.failure()
+            if failure:
+                raise ServerStartError(failure)
+            time.sleep(5.0 if server.slurm_job_id else 1.0)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from userturn.client.errors import UserError
 from userturn.serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, router_spec
@@ -30,6 +31,7 @@ from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
 from userturn.serve.tiny_model import is_tiny_model
 
 Status = Callable[[str], None]
+Launcher = Literal["local", "slurm"]
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
 
 
@@ -53,6 +55,8 @@ class Server:
     api_key_env: str | None = None
     processes: list[ServerProcess] = field(default_factory=list)
     model_path: str | None = None  # what the server loaded (a local dir for the CPU engine, e.g. the tiny model)
+    slurm_job_id: str | None = None  # --launcher slurm: the job serving it
+    watch: Callable[[], str | None] | None = None  # --launcher slurm: why the job stopped serving, None while it serves
 
     @property
     def base_url(self) -> str:
@@ -61,6 +65,15 @@ class Server:
     def dead(self) -> list[ServerProcess]:
         """Launched processes that have exited since startup."""
         return [p for p in self.processes if not p.alive]
+
+    def failure(self) -> str | None:
+        """One line saying why the deployment stopped serving (a process or the SLURM job ended), else None."""
+        dead = self.dead()
+        if dead:
+            p = dead[0]
+            return (f"{p.spec.name} exited with code {p.returncode()} (log: {p.log_path}); "
+                    f"last log lines: {' | '.join(p.tail())}")
+        return self.watch() if self.watch is not None else None
 
 
 def v1(url: str) -> str:
@@ -160,9 +173,10 @@ def _terminate_on_sigterm() -> Iterator[None]:
 
 @contextlib.contextmanager
 def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None, status: Status | None = _stderr,
-           grace_s: float = 15.0) -> Iterator[Server]:
+           grace_s: float = 15.0, launcher: Launcher = "local") -> Iterator[Server]:
     """Start every replica (and the router), wait until all are ready, yield a `Server`; on exit, error, Ctrl-C or
-    SIGTERM stop every process group. Startup failures raise `ServerStartError` with the last log lines."""
+    SIGTERM stop every process group. Startup failures raise `ServerStartError` with the last log lines.
+    `launcher="slurm"` submits the manifest's sbatch script instead and cancels the job on the way out."""
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     say = status or (lambda _msg: None)
     if m.engine == "external":
@@ -170,6 +184,10 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
         url = v1(m.base_url)
         yield Server(manifest=m, base_urls=[url], model_name=m.request_model_name, replica_urls=[url],
                      api_key_env=m.api_key_env)
+        return
+    if launcher == "slurm":
+        with _terminate_on_sigterm(), _launch_slurm(m, log_dir, say) as server:
+            yield server
         return
     check_installed(m)
     model, smoke = None, False
@@ -205,6 +223,27 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
         finally:
             for p in reversed(all_procs):
                 p.stop(grace_s)
+
+
+@contextlib.contextmanager
+def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Iterator[Server]:
+    from userturn.serve.slurm_launcher import slurm_job
+
+    logs = Path(log_dir) if log_dir else Path.cwd() / "userturn-slurm"  # on the shared filesystem, not /tmp
+    with slurm_job(m, log_dir=logs.resolve(), say=say) as (job, endpoints):
+        urls = [v1(e.base_url) for e in endpoints]
+        router = job.router_endpoint()
+        smoke = any(e.smoke for e in endpoints)
+
+        def watch() -> str | None:
+            ended = job.ended()
+            return None if ended is None else str(job.failure(f"stopped serving: {ended}"))
+
+        yield Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=endpoints[0].model,
+                     smoke=smoke,
+                     log_paths=[job.log_path(t) for t in range(job.tasks)], replica_urls=urls,
+                     api_key_env=m.api_key_env, model_path=endpoints[0].model_path, slurm_job_id=job.job_id,
+                     watch=watch)
 
 
 __all__ = ["Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]

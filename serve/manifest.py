@@ -54,29 +54,36 @@ class RouterConfig(_Strict):
 
 
 class SlurmConfig(_Strict):
-    """Settings for `--emit slurm`."""
+    """Settings for `--emit slurm` and `--launcher slurm` (None: a default per engine, see serve/slurm_script.py)."""
 
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
     time: str = "04:00:00"
-    cpus_per_task: int = Field(default=16, ge=1)
-    mem: str | None = "0"
-    python: str = "python3"
+    cpus_per_task: int | None = Field(default=None, ge=1, description="default: 2 (CPU engine), 4 per GPU")
+    mem: str | None = Field(default=None, description="--mem; default: 8G (CPU engine), 64G per GPU; '0' = whole node")
+    python: str | None = Field(default=None, description="Python on the nodes; default: the installing environment's")
     setup: list[str] = Field(default_factory=list, description="shell lines run before the server (module load ...)")
     sbatch_args: list[str] = Field(default_factory=list, description="extra '#SBATCH' options, e.g. --exclusive")
-    dist_port: int = Field(default=50000, ge=1, le=65535, description="port for --dist-init-addr on the first node")
+    dist_port: int = Field(default=0, ge=0, le=65535,
+                           description="port for --dist-init-addr on the first node; 0 picks a free one at run time")
+    endpoint_dir: str | None = Field(default=None, description="shared folder the job writes its endpoint JSON to; "
+                                     "default: $USERTURN_ENDPOINT_DIR, else userturn-endpoints/ in the submit dir")
 
 
 class K8sConfig(_Strict):
     """Settings for `--emit k8s`."""
 
-    image: str = "lmsysorg/sglang:latest"
+    image: str | None = Field(default=None, description="container image; default lmsysorg/sglang for engine "
+                              "sglang, required for every other engine")
     namespace: str | None = None
-    hf_token_secret: str | None = Field(default=None, description="Secret holding HF_TOKEN (key 'token')")
-    cache_pvc: str | None = Field(default=None, description="PVC mounted at /root/.cache/huggingface")
+    hf_token_secret: str = Field(default="hf-token", description="Secret holding HF_TOKEN (key 'token'; optional)")
+    cache_pvc: str | None = Field(default=None, description="PVC for the model cache at /root/.cache/huggingface "
+                                  "(default: an emptyDir that survives container restarts)")
     shm_size: str = "32Gi"
     node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, description="pod tolerations; default for GPU pods: tolerate the nvidia.com/gpu taint")
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     cpu: str | None = None
     memory: str | None = None

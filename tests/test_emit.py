@@ -5,13 +5,14 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from userturn.client.cli import main
 from userturn.client.errors import UserError
-from userturn.serve.emit import render_k8s, render_slurm
+from userturn.serve.emit import render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
@@ -36,8 +37,8 @@ def srun_inner(script: str) -> list[str]:
     """The server argv run by srun's `bash -c '...'` (variables left as written)."""
     line = next(ln for ln in script.splitlines() if ln.startswith("srun "))
     words = shlex.split(line)
-    assert words[-3:-1] == ["bash", "-c"]
-    return shlex.split(words[-1], posix=False)
+    assert words[-4:-2] == ["bash", "-c"] and words[-1] == "&"  # in the background: the script polls readiness
+    return shlex.split(words[-2], posix=False)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -53,7 +54,8 @@ def test_slurm_multinode(tmp_path: Path) -> None:
         assert line in script.splitlines()
     assert "srun --nodes=2 --ntasks-per-node=1" in script
     inner = srun_inner(script)
-    assert inner[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert inner[:3] == ['"$USERTURN_PYTHON"', "-m", "sglang.launch_server"]
+    assert inner[inner.index("--port") + 1] == '"$PORT"' and inner[inner.index("--model-path") + 1] == '"$MODEL"'
     i = inner.index("--node-rank")
     assert inner[i + 1] == '"$SLURM_NODEID"'
     assert inner[inner.index("--dist-init-addr") + 1] == '"$USERTURN_DIST_INIT_ADDR"'
@@ -64,15 +66,17 @@ def test_slurm_multinode(tmp_path: Path) -> None:
 def test_slurm_node_rank_expands_per_task(tmp_path: Path) -> None:
     """Run the srun line's inner command through bash with SLURM_NODEID set: the rank and address expand."""
     script = render_slurm(parse_manifest(MULTI))
-    inner_cmd = shlex.split(next(ln for ln in script.splitlines() if ln.startswith("srun ")))[-1]
+    inner_cmd = shlex.split(next(ln for ln in script.splitlines() if ln.startswith("srun ")))[-2]
     shim = tmp_path / "python3"
     shim.write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
     shim.chmod(0o755)
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_NODEID": "1", "USERTURN_DIST_INIT_ADDR": "node0:29500"}
+    env = {"PATH": "/usr/bin:/bin", "SLURM_NODEID": "1", "USERTURN_DIST_INIT_ADDR": "node0:29500",
+           "USERTURN_PYTHON": str(shim), "PORT": "4242", "MODEL": "m", "SERVED": "big"}
     out = subprocess.run(["bash", "-c", inner_cmd], env=env, capture_output=True, text=True, check=True).stdout
     args = out.splitlines()
     assert args[args.index("--node-rank") + 1] == "1"
     assert args[args.index("--dist-init-addr") + 1] == "node0:29500"
+    assert args[args.index("--port") + 1] == "4242" and args[args.index("--served-model-name") + 1] == "big"
 
 
 def test_slurm_replicas_become_a_job_array(tmp_path: Path) -> None:
@@ -80,52 +84,80 @@ def test_slurm_replicas_become_a_job_array(tmp_path: Path) -> None:
     script = render_slurm(m)
     bash_syntax_ok(script, tmp_path)
     assert "#SBATCH --array=0-2" in script and "#SBATCH --gpus-per-node=2" in script
+    assert "#SBATCH --output=userturn-x-%A_%a.log" in script  # one log per replica
     assert "--nnodes" not in script
+    # every array task picks its own free port at run time (two replicas on one node must not collide)
+    assert "export PORT=$(\"$USERTURN_PYTHON\" -c 'import socket" in script and "30000" not in script
 
 
-def test_k8s_deployment_and_service() -> None:
-    m = load_manifest(MANIFESTS / "qwen3.5-27b.yaml")
-    docs = list(yaml.safe_load_all(render_k8s(m)))
-    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
-    dep, svc = docs
-    assert dep["apiVersion"] == "apps/v1" and dep["spec"]["replicas"] == 1
-    c = dep["spec"]["template"]["spec"]["containers"][0]
-    assert c["command"][:3] == ["python3", "-m", "sglang.launch_server"]
-    assert c["command"][c["command"].index("--tp-size") + 1] == "2"
-    assert c["resources"]["limits"]["nvidia.com/gpu"] == 2
-    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 30000}
-    assert c["startupProbe"]["failureThreshold"] == 180  # 1800 s startup_timeout / 10 s period
-    labels = dep["spec"]["template"]["metadata"]["labels"]
-    assert dep["spec"]["selector"]["matchLabels"] == labels and svc["spec"]["selector"] == labels
-    assert svc["spec"]["ports"][0]["port"] == 30000
+def test_fixed_port_is_offset_per_array_task() -> None:
+    script = render_slurm(parse_manifest({"engine": "sglang", "model": "x", "port": 8000, "replicas": 2}))
+    assert "export PORT=$((8000 + TASK))" in script
 
 
-def test_k8s_multinode_leaderworkerset() -> None:
-    docs = list(yaml.safe_load_all(render_k8s(parse_manifest(MULTI))))
-    lws, svc = docs
-    assert lws["kind"] == "LeaderWorkerSet" and lws["metadata"]["namespace"] == "ml"
-    tpl = lws["spec"]["leaderWorkerTemplate"]
-    assert tpl["size"] == 2
-    leader = tpl["leaderTemplate"]["spec"]["containers"][0]
-    worker = tpl["workerTemplate"]["spec"]["containers"][0]
-    for c, rank in ((leader, "0"), (worker, "$(LWS_WORKER_INDEX)")):
-        cmd = c["command"]
-        assert cmd[cmd.index("--node-rank") + 1] == rank
-        assert cmd[cmd.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):29500"
-        assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
-        assert c["image"] == "lmsysorg/sglang:v0.5"
-        assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in c["env"]
-    assert "readinessProbe" in leader and "readinessProbe" not in worker
-    assert svc["spec"]["selector"]["role"] == "leader"
-    volumes = tpl["leaderTemplate"]["spec"]["volumes"]
-    assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}} in volumes
+def test_slurm_defaults_per_engine() -> None:
+    """CPU engine: 2 CPUs / 8G (fits a small node); GPU engines: 4 CPUs and 64G per GPU; the manifest wins."""
+    cpu = render_slurm(parse_manifest({"engine": "transformers", "model": "m"})).splitlines()
+    assert "#SBATCH --cpus-per-task=2" in cpu and "#SBATCH --mem=8G" in cpu
+    assert not any("--gpus" in ln for ln in cpu)
+    assert f'export USERTURN_PYTHON="${{USERTURN_PYTHON:-{sys.executable}}}"' in cpu  # the installing env
+    gpu = render_slurm(parse_manifest({"engine": "sglang", "model": "m", "tp_size": 2})).splitlines()
+    assert "#SBATCH --cpus-per-task=8" in gpu and "#SBATCH --mem=128G" in gpu and "#SBATCH --gpus-per-node=2" in gpu
+    own = render_slurm(parse_manifest({"engine": "sglang", "model": "m", "cluster": {"slurm": {
+        "cpus_per_task": 3, "mem": "0", "python": "/opt/py/bin/python"}}})).splitlines()
+    assert "#SBATCH --cpus-per-task=3" in own and "#SBATCH --mem=0" in own
+    assert 'export USERTURN_PYTHON="${USERTURN_PYTHON:-/opt/py/bin/python}"' in own
+
+
+def test_setup_lines_run_before_set_u() -> None:
+    """`module load` / `conda activate` read unset variables: they run before `set -u`."""
+    lines = render_slurm(parse_manifest({"engine": "sglang", "model": "m", "cluster": {"slurm": {
+        "setup": ["module load cuda", "conda activate sgl"]}}})).splitlines()
+    assert lines.index("set -eo pipefail") < lines.index("module load cuda") < lines.index("conda activate sgl") \
+        < lines.index("set -u")
+
+
+def test_cpu_engine_script_resolves_the_model_in_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback and the hub settings of the emitting shell travel with the script."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    script = render_slurm(load_manifest(MANIFESTS / "quickstart-cpu.yaml"))
+    line = next(ln for ln in script.splitlines() if ln.startswith("EXPORTS="))
+    argv = shlex.split(line.removeprefix("EXPORTS=$(").removesuffix(")"))
+    assert argv[1:4] == ["-m", "userturn.serve.slurm_job", "resolve-model"]
+    assert argv[argv.index("--fallback") + 1] == "tiny-random" and argv[argv.index("--model") + 1] == "Qwen/Qwen3-0.6B"
+    assert 'export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"' in script.splitlines()
+    inner = srun_inner(script)
+    assert inner[inner.index("--served-model-name") + 1] == '"$SERVED"'  # the smoke name when it falls back
+    assert inner[inner.index("--threads") + 1] == '"$SLURM_CPUS_PER_TASK"'
+
+
+def test_llamacpp_and_custom_commands_keep_their_model_argument() -> None:
+    inner = srun_inner(render_slurm(parse_manifest({"engine": "llamacpp", "model": "/models/q.gguf", "name": "q"})))
+    assert inner[:3] == ["llama-server", "-m", "/models/q.gguf"] and inner[inner.index("--alias") + 1] == '"$SERVED"'
+    inner = srun_inner(render_slurm(parse_manifest({"engine": "sglang", "model": "org/m", "gpus": 1, "command": [
+        "vllm", "serve", "{model}", "--port", "{port}", "--served-model-name", "{served_model_name}"]})))
+    assert inner == ["vllm", "serve", "org/m", "--port", '"$PORT"', "--served-model-name", "org/m"]
+
+
+def test_slurm_router_runs_in_task_zero(tmp_path: Path) -> None:
+    """Never dropped: task 0 waits for every replica's endpoint, then starts sglang-router in front of them."""
+    m = parse_manifest({"engine": "sglang", "model": "m", "replicas": 3, "router": {"policy": "round_robin",
+                                                                                    "port": 8100}})
+    script = render_slurm(m)
+    bash_syntax_ok(script, tmp_path)
+    lines = script.splitlines()
+    assert "#SBATCH --array=0-2" in lines
+    start = lines.index('if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its '
+                        "endpoint")
+    router = next(ln for ln in lines[start:] if "sglang_router.launch_router" in ln).split()
+    assert router[:3] == ['"$USERTURN_PYTHON"', "-m", "sglang_router.launch_router"]
+    assert router[router.index("--worker-urls") + 1] == "$WORKERS" and router[-1] == "&"
+    assert router[router.index("--port") + 1] == '"$ROUTER_PORT"' and "    export ROUTER_PORT=8100" in lines
 
 
 @pytest.mark.parametrize("path", sorted(MANIFESTS.glob("*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_manifest_renders(path: Path, tmp_path: Path) -> None:
+def test_every_shipped_manifest_renders_valid_bash(path: Path, tmp_path: Path) -> None:
     m = load_manifest(path)
-    docs = list(yaml.safe_load_all(render_k8s(m)))
-    assert docs and all(isinstance(d, dict) for d in docs)
     if shutil.which("bash"):
         bash_syntax_ok(render_slurm(m), tmp_path)
 
@@ -142,3 +174,8 @@ def test_cli_emit_writes_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert f"wrote {out}" in capsys.readouterr().err
     assert main(["serve", str(MANIFESTS / "qwen3.5-9b.yaml"), "--emit", "k8s"]) == 0
     assert [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)] == ["Deployment", "Service"]
+
+
+def test_emit_and_launcher_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", str(MANIFESTS / "qwen3.5-9b.yaml"), "--emit", "slurm", "--launcher", "slurm"]) == 2
+    assert "--emit writes the job; --launcher runs it" in capsys.readouterr().err

@@ -1,0 +1,199 @@
+"""Kubernetes YAML for a manifest: a Deployment + Service, or for nnodes > 1 a LeaderWorkerSet + leader Service;
+with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label.
+
+What makes it start on a real cluster: an image that has the engine (SGLang's by default; every other engine must
+name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint tolerated, probe
+timeouts that survive a busy server, a model cache volume, and HF_TOKEN from a Secret (optional).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from userturn.client.errors import UserError
+from userturn.serve.commands import ROUTER_MODULE, server_argv, sglang_argv
+from userturn.serve.manifest import Manifest
+from userturn.serve.slurm_script import check_deployable, slug
+
+CLUSTER_PORT = 30000
+DEFAULT_DIST_PORT = 50000
+SGLANG_IMAGE = "lmsysorg/sglang:latest"
+CACHE_DIR = "/root/.cache/huggingface"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+PROBE_PERIOD_S = 10
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Plain YAML for humans and kubectl: repeated dicts are written out, not anchored (&id001)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def image(m: Manifest) -> str:
+    """The container image: the manifest's, else SGLang's for engine sglang; a one-line UserError otherwise."""
+    k = m.cluster.k8s
+    if k.image:
+        return k.image
+    if m.engine == "sglang" and not m.command:
+        return SGLANG_IMAGE
+    what = "a custom command" if m.command else f"engine '{m.engine}'"
+    raise UserError(f"{m.source or 'manifest'}: cluster.k8s.image: {what} needs an image that has it installed "
+                    f"(the default {SGLANG_IMAGE} has only SGLang)")
+
+
+def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = None) -> list[str]:
+    port = m.port or CLUSTER_PORT
+    if m.engine == "sglang" and not m.command:
+        return sglang_argv(m, port=port, host="0.0.0.0", python="python3", node_rank=node_rank,
+                           dist_init_addr=dist_addr)
+    return server_argv(m, port=port, host="0.0.0.0", python="python3")
+
+
+def _probes(m: Manifest, port: int) -> dict[str, Any]:
+    """Startup allows startup_timeout; readiness and liveness give a busy server 5 s / 10 s to answer."""
+    path = "/health" if not m.command and not m.health_paths else m.readiness_paths[0]
+    get = {"httpGet": {"path": path, "port": port}, "periodSeconds": PROBE_PERIOD_S}
+    return {
+        "startupProbe": {**get, "timeoutSeconds": 5, "failureThreshold": max(1, int(m.timeout_s // PROBE_PERIOD_S))},
+        "readinessProbe": {**get, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**get, "timeoutSeconds": 10, "failureThreshold": 6},
+    }
+
+
+def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, Any]:
+    k = m.cluster.k8s
+    port = m.port or CLUSTER_PORT
+    env: list[dict[str, Any]] = [{"name": n, "value": v} for n, v in sorted(m.env.items())]
+    env.append({"name": "HF_HOME", "value": CACHE_DIR})
+    env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": k.hf_token_secret, "key": "token",
+                                                                   "optional": True}}})
+    limits: dict[str, Any] = {}
+    if m.gpus_per_node:
+        limits["nvidia.com/gpu"] = m.gpus_per_node
+    if k.cpu:
+        limits["cpu"] = k.cpu
+    if k.memory:
+        limits["memory"] = k.memory
+    c: dict[str, Any] = {
+        "name": "server", "image": image(m), "command": argv, "env": env,
+        "ports": [{"containerPort": port, "name": "http"}],
+        "resources": {"limits": limits, "requests": dict(limits)},
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": CACHE_DIR}],
+    }
+    if with_probes:
+        c.update(_probes(m, port))
+    return c
+
+
+def _pod_spec(m: Manifest, container: dict[str, Any]) -> dict[str, Any]:
+    k = m.cluster.k8s
+    cache: dict[str, Any] = ({"persistentVolumeClaim": {"claimName": k.cache_pvc}} if k.cache_pvc
+                             else {"emptyDir": {}})
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": k.shm_size}},
+                    {"name": "model-cache", **cache}],
+    }
+    if k.node_selector:
+        spec["nodeSelector"] = dict(k.node_selector)
+    tolerations = k.tolerations if k.tolerations is not None else ([GPU_TOLERATION] if m.gpus_per_node else [])
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    return spec
+
+
+def _router_docs(m: Manifest, name: str, ns: dict[str, str], worker_labels: dict[str, str]) -> list[dict[str, Any]]:
+    """sglang-router in its own Deployment, finding the serving pods by label (Kubernetes service discovery, so it
+    follows pods as they come and go), with the RBAC to watch pods, and a Service in front of it."""
+    assert m.router is not None
+    k = m.cluster.k8s
+    rname = f"{name}-router"
+    labels = {"app.kubernetes.io/name": rname, "app.kubernetes.io/part-of": "userturn"}
+    meta = {"name": rname, **ns, "labels": labels}
+    port = m.router.port or CLUSTER_PORT
+    selector = [f"{key}={value}" for key, value in worker_labels.items() if key != "app.kubernetes.io/part-of"]
+    argv = ["python3", "-m", ROUTER_MODULE, "--service-discovery", "--selector", *selector,
+            "--service-discovery-port", str(m.port or CLUSTER_PORT), "--service-discovery-namespace",
+            "$(POD_NAMESPACE)", "--host", "0.0.0.0", "--port", str(port), "--policy", m.router.policy,
+            *m.router.extra_args]
+    get = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": PROBE_PERIOD_S}
+    container = {
+        "name": "router", "image": k.image or SGLANG_IMAGE, "command": argv,
+        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "ports": [{"containerPort": port, "name": "http"}],
+        "readinessProbe": {**get, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**get, "timeoutSeconds": 10, "failureThreshold": 6},
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "subjects": [{"kind": "ServiceAccount", "name": rname, **ns}],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": rname}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels},
+                               "spec": {"serviceAccountName": rname, "containers": [container]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+         "spec": {"type": k.service_type, "selector": labels,
+                  "ports": [{"name": "http", "port": port, "targetPort": port}]}},
+    ]
+
+
+def render_k8s(m: Manifest) -> str:
+    """Deployment (replicas) + Service; for nnodes > 1 a LeaderWorkerSet (one leader + workers per replica) and a
+    Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
+    check_deployable(m)
+    k = m.cluster.k8s
+    name = f"userturn-{slug(m.label)}"
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "userturn"}
+    ns = {"namespace": k.namespace} if k.namespace else {}
+    port = m.port or CLUSTER_PORT
+    docs: list[dict[str, Any]] = []
+    if m.nnodes == 1:
+        service_name = name
+        container = _container(m, _argv(m), with_probes=True)
+        spec: dict[str, Any] = {"replicas": m.replicas, "selector": {"matchLabels": labels},
+                                "template": {"metadata": {"labels": labels}, "spec": _pod_spec(m, container)}}
+        if m.gpus_per_node:
+            spec["strategy"] = {"type": "Recreate"}  # a rolling update would need a second set of free GPUs
+        docs.append({"apiVersion": "apps/v1", "kind": "Deployment",
+                     "metadata": {"name": name, **ns, "labels": labels}, "spec": spec})
+        selector = labels
+    else:
+        service_name = f"{name}-leader"
+        addr = f"$(LWS_LEADER_ADDRESS):{m.cluster.slurm.dist_port or DEFAULT_DIST_PORT}"
+        leader = _container(m, _argv(m, node_rank="0", dist_addr=addr), with_probes=True)
+        worker = _container(m, _argv(m, node_rank="$(LWS_WORKER_INDEX)", dist_addr=addr), with_probes=False)
+        leader_labels = {**labels, "role": "leader"}
+        docs.append({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, **ns, "labels": labels},
+            "spec": {
+                "replicas": m.replicas,
+                "leaderWorkerTemplate": {
+                    "size": m.nnodes,
+                    "restartPolicy": "RecreateGroupOnPodRestart",
+                    "leaderTemplate": {"metadata": {"labels": leader_labels}, "spec": _pod_spec(m, leader)},
+                    "workerTemplate": {"metadata": {"labels": labels}, "spec": _pod_spec(m, worker)},
+                },
+            },
+        })
+        selector = leader_labels
+    docs.append({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": service_name, **ns, "labels": labels},
+        "spec": {"type": k.service_type, "selector": selector,
+                 "ports": [{"name": "http", "port": port, "targetPort": port}]},
+    })
+    if m.router is not None:
+        docs += _router_docs(m, name, ns, selector)
+        service_name, port = f"{name}-router", m.router.port or CLUSTER_PORT
+    where = f"{service_name}.{k.namespace}" if k.namespace else service_name
+    header = (f"# userturn serve --emit k8s: {m.label} ({m.gpus_per_replica} GPUs per replica x {m.replicas})\n"
+              f"# base URL inside the cluster: http://{where}:{port}/v1  (model: {m.request_model_name})\n"
+              f"# from outside: kubectl port-forward service/{service_name} {port}:{port}, then "
+              f"http://127.0.0.1:{port}/v1\n")
+    return header + yaml.dump_all(docs, Dumper=_NoAliasDumper, sort_keys=False, width=1000)

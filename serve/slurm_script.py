@@ -1,0 +1,226 @@
+"""The sbatch script for a manifest: runs unchanged on any SLURM cluster, for every engine.
+
+One job (a job array for `replicas: N`); one srun task per node. At run time the script picks a free port, resolves
+the CPU engine's model (hub, cache, or the tiny fallback), starts the server, polls its readiness routes and then
+writes the endpoint as JSON to `$USERTURN_ENDPOINT_DIR/<job>_<task>.json` (what `--launcher slurm` waits for).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+
+from userturn.client.errors import UserError
+from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv, sglang_argv
+from userturn.serve.manifest import Manifest
+
+# Words of the server argv that the script fills in at run time (each becomes "$VAR" in the srun line).
+PLACEHOLDERS = {
+    "__USERTURN_PY__": '"$USERTURN_PYTHON"',
+    "__USERTURN_PORT__": '"$PORT"',
+    "__USERTURN_MODEL__": '"$MODEL"',
+    "__USERTURN_SERVED__": '"$SERVED"',
+    "__USERTURN_THREADS__": '"$SLURM_CPUS_PER_TASK"',
+    "__USERTURN_NODE_RANK__": '"$SLURM_NODEID"',
+    "__USERTURN_DIST_ADDR__": '"$USERTURN_DIST_INIT_ADDR"',
+    "__USERTURN_ROUTER_PORT__": '"$ROUTER_PORT"',
+    "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
+}
+# Hub settings of the emitting shell that the job keeps (offline mode, cache location, mirror).
+CARRIED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_ENDPOINT", "HF_HUB_CACHE")
+CPU_ENGINE_CPUS, CPU_ENGINE_MEM = 2, "8G"
+CPUS_PER_GPU, MEM_GB_PER_GPU = 4, 64
+
+# Polls the readiness routes on this node (no proxy) while the server's srun is alive, then writes the endpoint
+# JSON atomically. Standard library only: it runs with any Python, including one without userturn.
+WAIT_AND_PUBLISH = r"""
+import json, os, sys, time, urllib.request
+pid, port, paths, out = int(sys.argv[1]), os.environ["PORT"], sys.argv[2].split(","), sys.argv[3]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+for path in paths:
+    while True:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            sys.exit("userturn: the server exited before it was ready")
+        try:
+            with opener.open(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+                if r.status == 200:
+                    break
+        except Exception:
+            pass
+        time.sleep(2)
+e = os.environ
+url = "http://%s:%s/v1" % (e["HEAD_NODE"], port)
+info = {"base_url": url, "model": e["SERVED"], "job_id": e["JOB"],
+        "array_task_id": int(e["TASK"]), "host": e["HEAD_NODE"], "port": int(port), "smoke": e["SMOKE"] == "1",
+        "model_path": e["MODEL"]}
+with open(out + ".tmp", "w") as fh:
+    json.dump(info, fh)
+os.replace(out + ".tmp", out)
+print("userturn: ready %s (model: %s); endpoint %s" % (url, e["SERVED"], out), flush=True)
+""".strip()
+
+# Task 0 of a job array with a router: wait until every replica wrote its endpoint, print their root URLs.
+WAIT_FOR_REPLICAS = r"""
+import json, os, sys, time
+folder, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+paths = [os.path.join(folder, "%s_%d.json" % (job, i)) for i in range(n)]
+while not all(os.path.exists(p) for p in paths):
+    time.sleep(2)
+print(" ".join(json.load(open(p))["base_url"].rsplit("/v1", 1)[0] for p in paths))
+""".strip()
+
+FREE_PORT = "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
+
+
+def slug(text: str) -> str:
+    """A DNS-1123 name (lowercase, digits, '-'), at most 50 characters."""
+    s = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return (s or "model")[:50].rstrip("-")
+
+
+def check_deployable(m: Manifest) -> None:
+    """One-line UserError for a manifest that no cluster target can run as written."""
+    where = m.source or "manifest"
+    if m.engine == "external":
+        raise UserError(f"{where}: engine: 'external' has nothing to deploy")
+    if m.nnodes > 1 and (m.engine != "sglang" or m.command):
+        raise UserError(f"{where}: nnodes: multi-node needs engine 'sglang'")
+
+
+def resources(m: Manifest) -> tuple[int, str]:
+    """(cpus per task, --mem per node): the manifest's, else 2 CPUs / 8G for the CPU engine, 4 CPUs / 64G per GPU."""
+    s = m.cluster.slurm
+    gpus = m.gpus_per_node
+    cpus = s.cpus_per_task or (CPUS_PER_GPU * gpus if gpus else CPU_ENGINE_CPUS if m.engine == "transformers"
+                               else CPUS_PER_GPU)
+    mem = s.mem or (f"{MEM_GB_PER_GPU * gpus}G" if gpus else CPU_ENGINE_MEM if m.engine == "transformers" else "16G")
+    return cpus, mem
+
+
+def log_name(m: Manifest) -> str:
+    """`userturn-LABEL-%j.log`, or `-%A_%a.log` for a job array (one log per replica)."""
+    return f"userturn-{slug(m.label)}-{'%A_%a' if m.replicas > 1 else '%j'}.log"
+
+
+def _server_line(m: Manifest) -> str:
+    """`srun ... bash -c '<server argv>'` with the run-time values as "$VAR"."""
+    py = "__USERTURN_PY__"
+    if m.engine == "sglang" and not m.command:
+        argv = sglang_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model="__USERTURN_MODEL__",
+                           node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__")
+    else:
+        threads = "__USERTURN_THREADS__" if m.engine == "transformers" else None
+        model = "__USERTURN_MODEL__" if m.engine == "transformers" and not m.command else None  # llama.cpp: -m/-hf
+        argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model=model,
+                           threads=threads)  # type: ignore[arg-type]
+    for flag in ("--served-model-name", "--alias"):  # the CPU engine may serve the fallback under another name
+        if flag in argv and not m.command:
+            argv[argv.index(flag) + 1] = "__USERTURN_SERVED__"
+    inner = shlex.join(argv)
+    for word, var in PLACEHOLDERS.items():
+        inner = inner.replace(word, var)
+    return (f'srun --nodes={m.nnodes} --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" '
+            f"--kill-on-bad-exit=1 bash -c {shlex.quote(inner)} &")
+
+
+def _router_lines(m: Manifest) -> list[str]:
+    """Task 0 also runs the sglang-router on its node, in front of every replica's endpoint."""
+    assert m.router is not None
+    argv = router_argv(m, ["__USERTURN_WORKERS__"], port="__USERTURN_ROUTER_PORT__", python="__USERTURN_PY__")  # type: ignore[arg-type]
+    argv[argv.index("--host") + 1] = "0.0.0.0"
+    line = shlex.join(argv)
+    for word, var in PLACEHOLDERS.items():
+        line = line.replace(word, var)
+    port = str(m.router.port) if m.router.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
+    return [
+        'if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its endpoint',
+        f'    WORKERS=$("$USERTURN_PYTHON" -c {shlex.quote(WAIT_FOR_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas})',
+        f"    export ROUTER_PORT={port}",
+        "    trap 'rm -f \"$ENDPOINT_FILE\" \"$ROUTER_FILE\"' EXIT",
+        '    echo "userturn: router on $HEAD_NODE port $ROUTER_PORT for $WORKERS"',
+        f"    {line} &",
+        "    ROUTER=$!",
+        f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
+        '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
+        "fi",
+    ]
+
+
+def _model_lines(m: Manifest, python: str) -> list[str]:
+    """MODEL / SERVED / SMOKE: fixed, or (CPU engine) resolved in the job: hub, cache, or the tiny fallback."""
+    model = m.resolve_path(m.model) or ""
+    if m.engine == "transformers" and not m.command:
+        argv = ["-m", "userturn.serve.slurm_job", "resolve-model", "--model", model,
+                "--served-model-name", m.request_model_name, "--fallback", m.fallback]
+        if m.revision:
+            argv += ["--revision", m.revision]
+        return ["# the model: a local dir, the hub (or its cache), or with fallback: tiny-random a tiny random model",
+                f'EXPORTS=$("$USERTURN_PYTHON" {shlex.join(argv)})', 'eval "$EXPORTS"']
+    return [f"export MODEL={shlex.quote(model)} SERVED={shlex.quote(m.request_model_name)} SMOKE=0"]
+
+
+def render_slurm(m: Manifest, *, python: str | None = None) -> str:
+    """The sbatch script (see the module docstring). `python`: default the manifest's, else this interpreter."""
+    check_deployable(m)
+    s = m.cluster.slurm
+    label = slug(m.label)
+    py = python or s.python or sys.executable
+    cpus, mem = resources(m)
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=userturn-{label}", f"#SBATCH --nodes={m.nnodes}",
+             "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --mem={mem}"]
+    if m.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={m.gpus_per_node}")
+    lines.append(f"#SBATCH --time={s.time}")
+    for key in ("partition", "account", "qos"):
+        if getattr(s, key):
+            lines.append(f"#SBATCH --{key}={getattr(s, key)}")
+    if m.replicas > 1:
+        lines.append(f"#SBATCH --array=0-{m.replicas - 1}")
+    lines.append(f"#SBATCH --output={log_name(m)}")
+    lines += [f"#SBATCH {a}" for a in s.sbatch_args]
+    lines += [
+        f"# userturn serve --emit slurm: {m.label}. Once the server answers {', '.join(m.readiness_paths)}, the job",
+        "# writes {base_url, model, job_id, ...} to $USERTURN_ENDPOINT_DIR/<job>_<task>.json and echoes the URL.",
+        "", "set -eo pipefail", *s.setup, "set -u",
+        f'export USERTURN_PYTHON="${{USERTURN_PYTHON:-{py}}}"',
+    ]
+    for var in CARRIED_ENV:
+        if os.environ.get(var):
+            lines.append(f'export {var}="${{{var}:-{os.environ[var]}}}"')
+    if m.fallback != "none":
+        lines.append(f"# fallback: {m.fallback} (if the hub is unreachable: a SMOKE RUN, outputs are noise)")
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(m.env.items())]
+    endpoint_dir = f'"${{USERTURN_ENDPOINT_DIR:-{s.endpoint_dir or "$SLURM_SUBMIT_DIR/userturn-endpoints"}}}"'
+    port = f"$(({m.port} + TASK))" if m.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
+    lines += [
+        "",
+        'export JOB="${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}" TASK="${SLURM_ARRAY_TASK_ID:-0}"',
+        f"ENDPOINT_DIR={endpoint_dir}",
+        'mkdir -p "$ENDPOINT_DIR"',
+        'ENDPOINT_FILE="$ENDPOINT_DIR/${JOB}_${TASK}.json" ROUTER_FILE="$ENDPOINT_DIR/${JOB}_router.json"',
+        "trap 'rm -f \"$ENDPOINT_FILE\"' EXIT",
+        "trap 'exit 143' TERM INT",
+        'NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
+        'export HEAD_NODE="${NODES[0]}"',
+        f"export PORT={port}  # the HTTP port on the first node, chosen at run time",
+    ]
+    if m.nnodes > 1:
+        dist = str(s.dist_port) if s.dist_port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
+        lines.append(f'export USERTURN_DIST_INIT_ADDR="$HEAD_NODE:{dist}"')
+    lines += _model_lines(m, py)
+    lines += [
+        'echo "userturn: job $JOB task $TASK on $HEAD_NODE port $PORT (model: $SERVED)"',
+        "",
+        _server_line(m),
+        "SERVER=$!",
+        f"WAIT_AND_PUBLISH={shlex.quote(WAIT_AND_PUBLISH)}",
+        f'"$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$SERVER" {",".join(m.readiness_paths)} "$ENDPOINT_FILE" '
+        '|| { wait "$SERVER"; exit 1; }',
+        *(_router_lines(m) if m.router else []),
+        'wait "$SERVER"',
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,43 @@
+"""`python -m userturn.serve.slurm_job resolve-model`: the CPU engine's model, resolved inside the job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from userturn.serve import launcher
+from userturn.serve.slurm_job import main, resolve_model_exports
+
+
+def exported(line: str) -> dict[str, str]:
+    """Run the line through bash and read the variables back."""
+    out = subprocess.run(["bash", "-c", f'{line}\nprintf "%s\\n" "$MODEL" "$SERVED" "$SMOKE"'], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    return dict(zip(["MODEL", "SERVED", "SMOKE"], out, strict=True))
+
+
+def test_local_dir_is_served_as_is(tmp_path: Path) -> None:
+    model = tmp_path / "my model"  # a space survives the shell
+    model.mkdir()
+    assert exported(resolve_model_exports(str(model), "mine", "none")) == {
+        "MODEL": str(model), "SERVED": "mine", "SMOKE": "0"}
+
+
+def test_unreachable_hub_falls_back_to_the_smoke_model(monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(launcher, "tiny_model_dir", lambda: tiny_model_dir)
+    line = resolve_model_exports("userturn-test/not-cached-anywhere", "qwen3-0.6b", "tiny-random")
+    assert exported(line) == {"MODEL": str(tiny_model_dir), "SERVED": launcher.SMOKE_MODEL_NAME, "SMOKE": "1"}
+
+
+def test_no_fallback_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "userturn.serve.slurm_job", "resolve-model", "--model",
+                           "userturn-test/not-cached-anywhere", "--served-model-name", "x"],
+                          capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "HOME": str(tmp_path),
+                                                               "PATH": "/usr/bin:/bin"}, timeout=120, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "cannot get 'userturn-test/not-cached-anywhere'" in proc.stderr
+    assert main(["resolve-model", "--model", str(tmp_path), "--served-model-name", "x"]) == 0
