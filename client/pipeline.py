@@ -3,7 +3,9 @@
 One `run_probe` call covers one model on one dataset: every (item, perturbation, temperature, sample)
 becomes one record. Work is spread over a fixed pool of `concurrency` workers (no task per sample),
 prompts are rendered once per (item, perturbation), records stream to the results file as they finish,
-and keys already `ok` in that file are skipped, so rerunning the same command resumes.
+and keys already `ok` in that file are skipped, so rerunning the same command resumes. Every record carries the
+configuration it was made with (client.fingerprint); resuming into a file whose records of the same condition
+were made with other settings is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed
 from userturn.client.errors import UserError, first_error
+from userturn.client.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
 from userturn.client.jsonl import JsonlWriter, read_records
-from userturn.client.perturb import PerturbationNotApplicable
+from userturn.client.perturb import PerturbationNotApplicable, SwapRing
 from userturn.client.progress import Progress, RunCounters
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.records import Message, ProbeRecord, ok_record_line, record_key, sha256_text, shared_json
@@ -71,6 +74,8 @@ class ProbeSettings(BaseModel):
     extra_stop: list[str] = Field(default_factory=list, description="stops added to the template-derived ones")
     extra_stop_token_ids: list[int] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    template_kwargs: dict[str, Any] = Field(default_factory=dict,
+                                            description="the variables the renderer was loaded with (recorded)")
     concurrency: int = Field(default=64, ge=1)
     rpm: float | None = None
     tpm: float | None = None
@@ -108,13 +113,11 @@ class ProbeSummary:
 
 @dataclass
 class AssistantTurn:
-    """The assistant turn an item is probed with, plus its task score."""
+    """The assistant turn an item is probed with (before perturbation; scored after it, see `ProbeRun._score`)."""
 
     messages: list[Message] | None
     source: Literal["dataset", "model", "none"]
     error: str | None = None
-    correct: bool | None = None
-    task_scores: dict[str, float] | None = None
     text: str | None = None
 
 
@@ -157,7 +160,11 @@ class ProbeRun:
         role_flip: RoleFlipFn | None = None,
         progress: bool = True,
         progress_title: str | None = None,
+        swap_pool: Sequence[DatasetItem] | None = None,
+        resume_hint: str = "use another --out",
     ) -> None:
+        """`swap_pool`: every item of the dataset (before --limit and shuffling), where `swap` partners come from;
+        default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file."""
         if settings.mode == "raw" and renderer is None:
             raise ValueError("raw mode needs a chat-template renderer")
         if settings.mode == "chat" and role_flip is None:
@@ -188,6 +195,45 @@ class ProbeRun:
         if renderer is not None and settings.mode == "raw":
             self._stops = list(dict.fromkeys([*renderer.stop, *settings.extra_stop]))
             self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
+        self.resume_hint = resume_hint
+        self.configs = {p: self._config(p) for p in settings.perturbations}
+        self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
+        self._pool = {item.id: item for item in (swap_pool if swap_pool is not None else self.items)}
+        for item in self.items:
+            self._pool.setdefault(item.id, item)
+        self._ring = SwapRing(settings.seed, self._pool) if "swap" in settings.perturbations else None
+        self._partners: dict[str, str] = {}
+
+    # ----- configuration --------------------------------------------------------------------------------------
+    def _config(self, perturbation: str) -> dict[str, Any]:
+        """The readable settings that shape this run's generations under `perturbation` (client.fingerprint)."""
+        s = self.settings
+        by_model = s.assistant_from == "model"
+        raw = s.mode == "raw" and self.renderer is not None
+        chat_prompt = None
+        if s.mode == "chat" and self.role_flip is not None:
+            probe = [Message(role="user", content="Q"), Message(role="assistant", content="A")]
+            chat_prompt = sha256_text(orjson.dumps([m.model_dump() for m in self.role_flip(probe)]).decode())
+        return GenerationConfig(
+            model=s.model, dataset=s.dataset, mode=s.mode, perturbation=perturbation,
+            assistant_source=s.assistant_from,
+            assistant_model=s.model if by_model else None,
+            assistant_temperature=s.assistant_temperature if by_model else None,
+            assistant_max_tokens=s.assistant_max_tokens if by_model else None,
+            template_engine=getattr(self.renderer, "engine", "jinja") if raw else None,
+            template_sha256=self.renderer.template_sha256 if raw and self.renderer else None,
+            template_kwargs=dict(s.template_kwargs) if raw else None,
+            chat_prompt_sha256=chat_prompt,
+            max_tokens=s.max_tokens, stop=self._stops,
+            stop_token_ids=self._stop_ids if (s.send_stop_token_ids and raw) else [],
+            top_p=s.top_p, extra_body=s.extra_body, seed=s.seed,
+        ).model_dump(mode="json")
+
+    def check_resume(self, existing: dict[str, ProbeRecord]) -> None:
+        """Refuse (ConfigMismatch, exit 2) when `existing` records of this model, dataset, mode and a planned
+        perturbation were made with other settings, or lack a fingerprint and share a key with this run."""
+        ExistingConfigs.of(existing.values()).check(self.configs.values(), set(self.keys()), path=self.out_path,
+                                                    hint=self.resume_hint)
 
     # ----- planning -------------------------------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -223,8 +269,7 @@ class ProbeRun:
     def _jobs(self, done: set[str], turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
         """Pending work in order; items whose assistant turn failed yield error records directly."""
         s = self.settings
-        pool = [t.messages for t in (turns[i.id] for i in self.items) if t.messages is not None]
-        for index, item in enumerate(self.items):
+        for item in self.items:
             turn = turns[item.id]
             for perturbation in s.perturbations:
                 keys = [
@@ -235,17 +280,23 @@ class ProbeRun:
                 keys = [x for x in keys if x[2] not in done]
                 if not keys:
                     continue
-                context = {"assistant_source": turn.source, "correct": turn.correct,
-                           "task_scores": turn.task_scores, "assistant_text": turn.text}
-                if turn.messages is None:
+                context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text}
+                partner = self._partners.get(item.id) if perturbation == "swap" else None
+                if partner is not None:
+                    context["swap_partner"] = partner
+                error = turn.error or ("no assistant turn" if turn.messages is None else None)
+                if error is None and partner is not None and turns[partner].messages is None:
+                    error = f"swap partner {partner}: {turns[partner].error or 'no assistant turn'}"
+                if error is not None or turn.messages is None:
                     for t, k, key in keys:
-                        yield self._error_record(key, item, perturbation, t, k, [], turn.error or "no assistant turn",
+                        yield self._error_record(key, item, perturbation, t, k, turn.messages or [], error or "",
                                                  context)
                     continue
                 try:
+                    # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
                     messages = self.perturb(
-                        perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, index, perturbation),
-                        pool=pool,
+                        perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, 0, perturbation),
+                        pool=[turns[partner].messages] if partner is not None else [],
                     )
                 except PerturbationNotApplicable:
                     self.counters.not_applicable += len(keys)  # e.g. wrong_answer on a text without a number
@@ -255,6 +306,7 @@ class ProbeRun:
                         yield self._error_record(key, item, perturbation, t, k, turn.messages,
                                                  f"perturbation failed: {exc}", context)
                     continue
+                context["correct"], context["task_scores"] = self._score(item, messages)
                 payload, prompt_sha, estimate = self._payload_base(messages)
                 shared = self._shared_fields(item, perturbation, messages, context)
                 shared["prompt_sha256"] = prompt_sha
@@ -272,11 +324,14 @@ class ProbeRun:
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
             meta["assistant_turn"] = context["assistant_text"]
+        if context.get("swap_partner") is not None:
+            meta["swap_partner"] = context["swap_partner"]
         return {
             "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
             "perturbation": perturbation, "messages": messages,
             "assistant_source": context.get("assistant_source", "dataset"),
             "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
+            "config_fingerprint": self.fingerprints[perturbation], "config": self.configs[perturbation],
             "reference_answer": item.answer, "correct": context.get("correct"),
             "task_scores": context.get("task_scores"), "meta": meta or None,
         }
@@ -292,19 +347,19 @@ class ProbeRun:
 
     # ----- the assistant turn ---------------------------------------------------------------------------------
     async def _assistant_turns(self, existing: dict[str, ProbeRecord]) -> dict[str, AssistantTurn]:
+        """The assistant turn of every item of the run and of every `swap` partner (which may lie outside it)."""
         s = self.settings
         turns: dict[str, AssistantTurn] = {}
         needed: list[DatasetItem] = []
-        reuse: dict[str, str] = {}
-        if s.assistant_from == "model":
-            for record in existing.values():
-                text = (record.meta or {}).get("assistant_turn")
-                if record.assistant_source == "model" and isinstance(text, str):
-                    reuse.setdefault(record.item_id, text)
-        for item in self.items:
+        self._partners = {item.id: p for item in self.items if (p := self._partner(item)) is not None}
+        wanted = {item.id: item for item in self.items}
+        for partner in self._partners.values():
+            wanted.setdefault(partner, self._pool[partner])
+        reuse = self._reusable_answers(existing) if s.assistant_from == "model" else {}
+        for item in wanted.values():
             if s.assistant_from == "dataset":
                 if item.ends_with_assistant:
-                    turns[item.id] = self._scored(item, list(item.messages), "dataset", item.messages[-1].content)
+                    turns[item.id] = AssistantTurn(list(item.messages), "dataset", text=item.messages[-1].content)
                 else:
                     turns[item.id] = AssistantTurn(None, "dataset", error="conversation does not end with an "
                                                    "assistant turn (use --assistant-from model)")
@@ -318,6 +373,55 @@ class ProbeRun:
                 turns[item.id] = turn
         return turns
 
+    def _reusable_answers(self, existing: dict[str, ProbeRecord]) -> dict[str, str]:
+        """{item id: assistant turn} written by this model with these assistant settings in earlier runs (its own
+        records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run probes the same turns."""
+        s = self.settings
+        mine = self.configs[s.perturbations[0]]
+        reuse: dict[str, str] = {}
+        for record in existing.values():
+            if record.assistant_source != "model":
+                continue
+            if record.config is not None:
+                if any(record.config.get(k) != mine.get(k) for k in ASSISTANT_SETTINGS):
+                    continue  # another model, dataset, seed or assistant setting wrote this turn
+            elif record.model != s.model or record.dataset != s.dataset:
+                continue
+            meta = record.meta or {}
+            text = meta.get("assistant_turn")
+            if isinstance(text, str):
+                reuse.setdefault(record.item_id, text)
+            partner = meta.get("swap_partner")
+            if (record.perturbation == "swap" and isinstance(partner, str) and record.messages
+                    and record.messages[-1].role == "assistant"):
+                reuse.setdefault(partner, record.messages[-1].content)
+        return reuse
+
+    def _partner(self, item: DatasetItem) -> str | None:
+        """The item whose assistant turn `swap` puts in: the first after this one on the seeded ring
+        (client.perturb.SwapRing) that is not a sample of the same query and, for dataset turns, ends with an
+        assistant turn other than this one's. None when no item qualifies (or `swap` is not planned)."""
+        if self._ring is None:
+            return None
+        query = (item.meta or {}).get("query_id", item.id)
+        own = item.messages[-1].content if item.ends_with_assistant else None
+        for other_id in self._ring.after(item.id):
+            other = self._pool[other_id]
+            if (other.meta or {}).get("query_id", other.id) == query:
+                continue
+            if self.settings.assistant_from == "model":
+                return other_id
+            if other.ends_with_assistant and other.messages[-1].content != own:
+                return other_id
+        return None
+
+    def _score(self, item: DatasetItem, messages: list[Message]) -> tuple[bool | None, dict[str, float] | None]:
+        """Task accuracy of the assistant turn actually probed (after perturbation): (None, None) without a scorer,
+        and without an assistant turn (`remove`)."""
+        if self.scorer is None or not messages or messages[-1].role != "assistant":
+            return None, None
+        return self.scorer(self.settings.dataset, item, strip_reasoning(messages[-1].content))
+
     def _history(self, item: DatasetItem) -> list[Message]:
         """The conversation the model answers: everything up to (not including) a final assistant turn."""
         return list(item.messages[:-1]) if item.ends_with_assistant else list(item.messages)
@@ -325,14 +429,7 @@ class ProbeRun:
     def _with_answer(self, item: DatasetItem, text: str, reasoning: str | None = None) -> AssistantTurn:
         extra = {"reasoning_content": reasoning} if reasoning else {}
         messages = [*self._history(item), Message(role="assistant", content=text, **extra)]
-        return self._scored(item, messages, "model", text)
-
-    def _scored(self, item: DatasetItem, messages: list[Message], source: Literal["dataset", "model"],
-                text: str) -> AssistantTurn:
-        correct, scores = (None, None)
-        if self.scorer is not None:
-            correct, scores = self.scorer(self.settings.dataset, item, strip_reasoning(text))
-        return AssistantTurn(messages, source, correct=correct, task_scores=scores, text=text)
+        return AssistantTurn(messages, "model", text=text)
 
     async def _answer(self, item: DatasetItem) -> AssistantTurn:
         s = self.settings
@@ -449,6 +546,7 @@ class ProbeRun:
         keys = self.keys()
         if len(set(keys)) != len(keys):
             raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
+        self.check_resume(existing)  # before the writer opens the file: a refused file is left untouched
         done = {k for k in keys if (r := existing.get(k)) is not None and r.status == "ok"}
         c = self.counters
         c.total = len(keys) - len(done)
