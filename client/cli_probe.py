@@ -255,11 +255,11 @@ async def probe_main(args: argparse.Namespace) -> int:
         settings = ProbeSettings(
             model=server["model"],
             dataset=dataset_name,
-            temperatures=args.temperature or [0.0],
+            temperatures=args.temperature or defaults.get("temperatures") or [0.0],
             samples=args.samples,
             max_tokens=args.max_tokens or defaults.get("max_tokens") or 256,
             seed=args.seed,
-            top_p=args.top_p,
+            top_p=args.top_p if args.top_p is not None else defaults.get("top_p"),
             perturbations=perturbations,
             mode=args.mode,
             assistant_from=assistant_from,

@@ -137,6 +137,19 @@ def clean_user_turn(text: str, stops: Sequence[str]) -> str:
     return text
 
 
+def check_extra_body(settings: ProbeSettings) -> None:
+    """Extra body fields win over the per-sample temperature and seed; refuse where a record would then name a
+    temperature that was never sent, or k samples at T>0 would share one seed (and repeat one another)."""
+    body = settings.extra_body
+    if "temperature" in body and any(t != body["temperature"] for t in settings.temperatures):
+        planned = ", ".join(f"{t:g}" for t in settings.temperatures)
+        raise UserError(f"extra_body sets temperature={body['temperature']}, which every request would send instead "
+                        f"of the planned temperature ({planned}); plan that temperature or drop it from extra_body")
+    if "seed" in body and settings.samples > 1 and any(t > 0 for t in settings.temperatures):
+        raise UserError(f"extra_body sets seed={body['seed']}: all {settings.samples} samples of an item would share "
+                        "it and repeat one another at T>0; drop it from extra_body (each sample gets its own seed)")
+
+
 def _default_perturb(name: str, messages: list[Message], **_: Any) -> list[Message]:
     if name != "none":
         raise ValueError(f"no perturbation function for {name!r}")
@@ -190,6 +203,7 @@ class ProbeRun:
         self._path = "chat/completions" if settings.mode == "chat" else "completions"
         self._send_temperature = "temperature" not in settings.extra_body
         self._send_seed = "seed" not in settings.extra_body
+        check_extra_body(settings)
         self._stops: list[str] = []
         self._stop_ids: list[int] = []
         if renderer is not None and settings.mode == "raw":
@@ -313,10 +327,18 @@ class ProbeRun:
                 base = shared_json(shared) if self.judge is None else None
                 prefix = self._body_prefix(payload)
                 for t, k, key in keys:
-                    seed = sample_seed(s.seed, item.id, t, k, perturbation, s.mode)
+                    seed = self._seed(item.id, t, k, perturbation)
                     yield Job(key, t, k, seed, prefix, estimate, shared, base)
 
     # ----- records --------------------------------------------------------------------------------------------
+    def _seed(self, item_id: str, temperature: float, sample: int, perturbation: str) -> int:
+        """The seed a sample's request carries: its own, unless extra_body sets one (then that one is recorded)."""
+        fixed = self.settings.extra_body.get("seed")
+        if type(fixed) is int:
+            return fixed
+        s = self.settings
+        return sample_seed(s.seed, item_id, temperature, sample, perturbation, s.mode)
+
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
                        context: dict[str, Any]) -> dict[str, Any]:
         """Record fields shared by every sample of one (item, perturbation)."""
@@ -338,10 +360,9 @@ class ProbeRun:
 
     def _error_record(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
                       messages: list[Message], error: str, context: dict[str, Any]) -> ProbeRecord:
-        s = self.settings
         return ProbeRecord(
             **self._shared_fields(item, perturbation, messages, context), key=key, temperature=temperature,
-            sample=sample, seed=sample_seed(s.seed, item.id, temperature, sample, perturbation, s.mode),
+            sample=sample, seed=self._seed(item.id, temperature, sample, perturbation),
             status="error", error=error, attempts=0,
         )
 

@@ -260,3 +260,20 @@ def test_limit_and_shuffle_never_change_a_perturbed_conversation(server, tmp_pat
     assert len(some) == 18 and {key.split("|")[2] for key in some} != {"q0", "q1", "q2"}  # shuffled selection
     for key, conversation in some.items():
         assert every[key] == conversation, key
+
+
+def test_manifest_sampling_defaults_are_used_and_recorded(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    manifest = tmp_path / "loop.yaml"
+    manifest.write_text(f"name: loop\nengine: external\nbase_url: {server.base_url}\nserved_model_name: loopback\n"
+                        f"probe:\n  tokenizer: {QWEN_DIR}\n  temperatures: [0.7]\n  top_p: 0.5\n")
+    out = tmp_path / "out.jsonl"
+    proc = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    (record,) = read_records(out)[0].values()
+    assert record.temperature == 0.7 and record.config["top_p"] == 0.5
+    flagged = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(tmp_path / "flags.jsonl"),
+                    "--temperature", "0", "--top-p", "0.9", "--no-progress")
+    assert flagged.returncode == 0, flagged.stderr
+    (record,) = read_records(tmp_path / "flags.jsonl")[0].values()
+    assert record.temperature == 0.0 and record.config["top_p"] == 0.9  # flags win

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import httpx
 import pytest
@@ -253,3 +254,20 @@ async def test_assistant_turns_are_reused_only_from_the_same_model(tmp_path):
     records = read_records(out)[0]
     assert records["a|gsm8k|q0|raw|none|t=0|s=0"].messages[-1].content == "a says 7."
     assert records["b|gsm8k|q0|raw|none|t=0|s=0"].messages[-1].content == "b says 7."
+
+
+@pytest.mark.parametrize(("extra_body", "plan", "needle"), [
+    ({"temperature": 0.3}, {"temperatures": [0.0, 1.0]}, "extra_body sets temperature=0.3, which every request would "
+                                                          "send instead of the planned temperature (0, 1)"),
+    ({"seed": 11}, {"temperatures": [1.0], "samples": 4}, "all 4 samples of an item would share it"),
+])
+async def test_extra_body_that_would_make_a_record_lie_is_refused(tmp_path, extra_body, plan, needle):
+    from userturn.client.errors import UserError
+
+    with pytest.raises(UserError, match=re.escape(needle)):
+        await mocked(tmp_path / "o.jsonl", settings(extra_body=extra_body, **plan), math_items())
+    assert not (tmp_path / "o.jsonl").exists()
+    # the same fields are fine where they say what the records say
+    summary, _ = await mocked(tmp_path / "o.jsonl", settings(extra_body={"temperature": 1.0, "seed": 11},
+                                                             temperatures=[1.0]), math_items())
+    assert summary.ok == 3
