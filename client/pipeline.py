@@ -137,14 +137,29 @@ def clean_user_turn(text: str, stops: Sequence[str]) -> str:
     return text
 
 
+# Request fields the probe sets from its own settings and records: extra_body must not replace them unseen.
+OWN_FIELDS = ("model", "prompt", "messages", "max_tokens", "stop", "stop_token_ids", "top_p")
+
+
 def check_extra_body(settings: ProbeSettings) -> None:
     """Extra body fields win over the per-sample temperature and seed; refuse where a record would then name a
-    temperature that was never sent, or k samples at T>0 would share one seed (and repeat one another)."""
+    temperature that was never sent, or k samples at T>0 would share one seed (and repeat one another), and where
+    they would replace a field the probe sets and records itself."""
     body = settings.extra_body
-    if "temperature" in body and any(t != body["temperature"] for t in settings.temperatures):
-        planned = ", ".join(f"{t:g}" for t in settings.temperatures)
-        raise UserError(f"extra_body sets temperature={body['temperature']}, which every request would send instead "
-                        f"of the planned temperature ({planned}); plan that temperature or drop it from extra_body")
+    own = [name for name in OWN_FIELDS if name in body]
+    if own:
+        raise UserError(f"extra_body sets {own[0]}, which the probe sets (and records) from its own settings; "
+                        "drop it from extra_body and use the matching flag or manifest key")
+    if "temperature" in body:
+        planned = list(settings.temperatures)
+        if settings.assistant_from == "model":
+            planned.append(settings.assistant_temperature)
+        if any(t != body["temperature"] for t in planned):
+            shown = ", ".join(f"{t:g}" for t in dict.fromkeys(planned))
+            which = "temperatures of user and assistant turns" if settings.assistant_from == "model" else "temperature"
+            raise UserError(f"extra_body sets temperature={body['temperature']}, which every request would send "
+                            f"instead of the planned {which} ({shown}); plan that temperature or drop it from "
+                            "extra_body")
     if "seed" in body and settings.samples > 1 and any(t > 0 for t in settings.temperatures):
         raise UserError(f"extra_body sets seed={body['seed']}: all {settings.samples} samples of an item would share "
                         "it and repeat one another at T>0; drop it from extra_body (each sample gets its own seed)")

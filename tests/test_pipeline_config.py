@@ -260,6 +260,9 @@ async def test_assistant_turns_are_reused_only_from_the_same_model(tmp_path):
     ({"temperature": 0.3}, {"temperatures": [0.0, 1.0]}, "extra_body sets temperature=0.3, which every request would "
                                                           "send instead of the planned temperature (0, 1)"),
     ({"seed": 11}, {"temperatures": [1.0], "samples": 4}, "all 4 samples of an item would share it"),
+    ({"temperature": 1.0}, {"temperatures": [1.0], "assistant_from": "model"},
+     "planned temperatures of user and assistant turns (1, 0)"),
+    ({"max_tokens": 5}, {}, "extra_body sets max_tokens, which the probe sets (and records) from its own settings"),
 ])
 async def test_extra_body_that_would_make_a_record_lie_is_refused(tmp_path, extra_body, plan, needle):
     from userturn.client.errors import UserError
