@@ -10,8 +10,9 @@ template's identity (engine, template sha256, template variables; the role-flip 
 tokens, the stops and stop token ids sent, top_p, extra body fields and the run seed. Not in it: temperature and
 sample (per-record identity), concurrency, rate limits, timeouts, retries and --limit (they do not shape outputs).
 
-Resuming into a file holding records of the same model, dataset, mode and perturbation made with another
-configuration is refused (`check_resume`). Records without a fingerprint (files written before userturn recorded
+Resuming into a file holding ok records of the same model, dataset, mode and perturbation made with another
+configuration is refused (`check_resume`); error records do not count (they hold no result, and a rerun replaces
+those it plans again). Records without a fingerprint (files written before userturn recorded
 one) are refused only where their keys are ones this run plans (`check_unfingerprinted`): their settings cannot be
 compared, so they can neither be skipped as done nor be pooled with new ones.
 """
@@ -120,7 +121,11 @@ class ExistingConfigs:
         self.configs: dict[str, dict[str, Any]] = {}
         self.unfingerprinted: set[str] = set()
 
-    def add(self, key: str, config_fingerprint: str | None, config: Mapping[str, Any] | None) -> None:
+    def add(self, key: str, config_fingerprint: str | None, config: Mapping[str, Any] | None,
+            status: str = "ok") -> None:
+        """One record of the file (the last line of its key); error records hold no result and are left out."""
+        if status != "ok":
+            return
         if config_fingerprint is None or config is None:
             self.unfingerprinted.add(key)
         else:
@@ -131,7 +136,7 @@ class ExistingConfigs:
         """From records (`ProbeRecord`s) already read."""
         found = cls()
         for record in records:
-            found.add(record.key, record.config_fingerprint, record.config)
+            found.add(record.key, record.config_fingerprint, record.config, record.status)
         return found
 
     def check(self, current: Iterable[Mapping[str, Any]], planned: Collection[str], *, path: str,

@@ -119,6 +119,7 @@ class AssistantTurn:
     source: Literal["dataset", "model", "none"]
     error: str | None = None
     text: str | None = None
+    finish_reason: str | None = None
 
 
 def strip_reasoning(text: str) -> str:
@@ -309,7 +310,8 @@ class ProbeRun:
                 keys = [x for x in keys if x[2] not in done]
                 if not keys:
                     continue
-                context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text}
+                context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text,
+                                           "assistant_finish_reason": turn.finish_reason}
                 partner = self._partners.get(item.id) if perturbation == "swap" else None
                 if partner is not None:
                     context["swap_partner"] = partner
@@ -361,6 +363,8 @@ class ProbeRun:
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
             meta["assistant_turn"] = context["assistant_text"]
+            if context.get("assistant_finish_reason") is not None:
+                meta["assistant_finish_reason"] = context["assistant_finish_reason"]
         if context.get("swap_partner") is not None:
             meta["swap_partner"] = context["swap_partner"]
         return {
@@ -400,7 +404,8 @@ class ProbeRun:
                     turns[item.id] = AssistantTurn(None, "dataset", error="conversation does not end with an "
                                                    "assistant turn (use --assistant-from model)")
             elif item.id in reuse:
-                turns[item.id] = self._with_answer(item, reuse[item.id])
+                text, finish = reuse[item.id]
+                turns[item.id] = self._with_answer(item, text, finish_reason=finish)
             else:
                 needed.append(item)
         if needed:
@@ -409,12 +414,13 @@ class ProbeRun:
                 turns[item.id] = turn
         return turns
 
-    def _reusable_answers(self, existing: dict[str, ProbeRecord]) -> dict[str, str]:
-        """{item id: assistant turn} written by this model with these assistant settings in earlier runs (its own
-        records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run probes the same turns."""
+    def _reusable_answers(self, existing: dict[str, ProbeRecord]) -> dict[str, tuple[str, str | None]]:
+        """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
+        earlier runs (its own records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run
+        probes the same turns."""
         s = self.settings
         mine = self.configs[s.perturbations[0]]
-        reuse: dict[str, str] = {}
+        reuse: dict[str, tuple[str, str | None]] = {}
         for record in existing.values():
             if record.assistant_source != "model":
                 continue
@@ -426,11 +432,12 @@ class ProbeRun:
             meta = record.meta or {}
             text = meta.get("assistant_turn")
             if isinstance(text, str):
-                reuse.setdefault(record.item_id, text)
+                finish = meta.get("assistant_finish_reason")
+                reuse.setdefault(record.item_id, (text, finish if isinstance(finish, str) else None))
             partner = meta.get("swap_partner")
             if (record.perturbation == "swap" and isinstance(partner, str) and record.messages
                     and record.messages[-1].role == "assistant"):
-                reuse.setdefault(partner, record.messages[-1].content)
+                reuse.setdefault(partner, (record.messages[-1].content, None))
         return reuse
 
     def _partner(self, item: DatasetItem) -> str | None:
@@ -462,10 +469,11 @@ class ProbeRun:
         """The conversation the model answers: everything up to (not including) a final assistant turn."""
         return list(item.messages[:-1]) if item.ends_with_assistant else list(item.messages)
 
-    def _with_answer(self, item: DatasetItem, text: str, reasoning: str | None = None) -> AssistantTurn:
+    def _with_answer(self, item: DatasetItem, text: str, reasoning: str | None = None,
+                     finish_reason: str | None = None) -> AssistantTurn:
         extra = {"reasoning_content": reasoning} if reasoning else {}
         messages = [*self._history(item), Message(role="assistant", content=text, **extra)]
-        return AssistantTurn(messages, "model", text=text)
+        return AssistantTurn(messages, "model", text=text, finish_reason=finish_reason)
 
     async def _answer(self, item: DatasetItem) -> AssistantTurn:
         s = self.settings
@@ -480,7 +488,8 @@ class ProbeRun:
         }
         try:
             result = await next(self._next_endpoint).post_json("chat/completions", payload)
-            message = result.data["choices"][0]["message"]
+            choice = result.data["choices"][0]
+            message = choice["message"]
             content = message.get("content") or ""
         except RequestFailed as exc:
             return AssistantTurn(None, "model", error=f"assistant turn failed: {exc.reason}")
@@ -491,7 +500,15 @@ class ProbeRun:
             match = re.search(r"<think>(.*?)</think>", content, re.DOTALL)
             reasoning = reasoning or (match.group(1).strip() if match else None)
             content = strip_reasoning(content)
-        return self._with_answer(item, content, reasoning)
+            if content.startswith("<think>") and "</think>" not in content:  # reasoning cut before any answer
+                reasoning, content = reasoning or content.removeprefix("<think>").strip(), ""
+        finish = choice.get("finish_reason")
+        finish = finish if isinstance(finish, str) else None
+        if not content.strip():
+            # Nothing to probe or score (e.g. reasoning used up --assistant-max-tokens): an error, not a wrong answer.
+            return AssistantTurn(None, "model", error=f"assistant turn failed: empty answer (finish_reason {finish}"
+                                 f"{'; raise --assistant-max-tokens' if finish == 'length' else ''})")
+        return self._with_answer(item, content, reasoning, finish)
 
     # ----- the probe ------------------------------------------------------------------------------------------
     async def _probe(self, job: Job) -> ProbeRecord | bytes:

@@ -274,3 +274,37 @@ async def test_extra_body_that_would_make_a_record_lie_is_refused(tmp_path, extr
     summary, _ = await mocked(tmp_path / "o.jsonl", settings(extra_body={"temperature": 1.0, "seed": 11},
                                                              temperatures=[1.0]), math_items())
     assert summary.ok == 3
+
+
+async def test_an_empty_model_answer_is_an_error_not_a_wrong_answer(tmp_path):
+    def chat(request: httpx.Request) -> httpx.Response:
+        question = json.loads(request.content)["messages"][-1]["content"]
+        if question == "3+4?":  # reasoning used up the tokens: nothing left to probe or score
+            return httpx.Response(200, json={"choices": [{"message": {"content": "<think>let me see"},
+                                                          "finish_reason": "length"}]})
+        return httpx.Response(200, json={"choices": [{"message": {"content": "It is 9."}, "finish_reason": "stop"}]})
+
+    its = [DatasetItem.model_validate({"id": i, "answer": a, "messages": [{"role": "user", "content": q}]})
+           for i, a, q in (("q0", "7", "3+4?"), ("q1", "9", "4+5?"))]
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/chat/completions").mock(side_effect=chat)
+        route = mock.post("/completions").mock(side_effect=completion)
+        summary = await probe(tmp_path / "o.jsonl", settings(assistant_from="model"), its)
+    assert summary.errors == 1 and summary.ok == 1 and route.call_count == 1
+    records = read_records(tmp_path / "o.jsonl")[0]
+    failed = records["m|gsm8k|q0|raw|none|t=0|s=0"]
+    assert failed.status == "error" and failed.correct is None
+    assert failed.error == "assistant turn failed: empty answer (finish_reason length; raise --assistant-max-tokens)"
+    good = records["m|gsm8k|q1|raw|none|t=0|s=0"]
+    assert good.correct is True and good.meta["assistant_finish_reason"] == "stop"
+
+
+async def test_error_records_of_another_configuration_do_not_block_a_rerun(tmp_path):
+    out = tmp_path / "o.jsonl"
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/completions").mock(return_value=httpx.Response(400, json={"error": "prompt too long"}))
+        first = await probe(out, settings(max_tokens=4096), math_items())
+    assert first.errors == 3
+    summary, calls = await mocked(out, settings(max_tokens=64), math_items())  # nothing was produced: go on
+    assert summary.ok == 3 and calls == 3
+    assert {r.config["max_tokens"] for r in read_records(out)[0].values()} == {64}
