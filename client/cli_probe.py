@@ -132,11 +132,26 @@ def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     add_judge_arguments(parser)
 
 
-def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None) -> tuple[str, list[DatasetItem]]:
-    """A local JSONL file or a built-in dataset name -> (dataset name, items)."""
-    from userturn.client.loaders import load_dataset_spec
+def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None, whole: bool = False,
+               ) -> tuple[str, list[DatasetItem], list[DatasetItem] | None]:
+    """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`).
 
-    return load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed)
+    `swap` takes its partners from every item of the dataset, so --limit and --shuffle-seed never change them.
+    """
+    from userturn.client.loaders import load_dataset_spec, select
+
+    if not whole:
+        return (*load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed), None)
+    name, every = load_dataset_spec(spec, limit=None, shuffle_seed=None)
+    return name, select(every, limit=limit, shuffle_seed=shuffle_seed), every
+
+
+def merged_template_kwargs(kwargs: dict[str, Any] | None, enable_thinking: bool | None) -> dict[str, Any]:
+    """The chat-template variables a renderer gets (what `PromptRenderer.load` passes), as recorded in `config`."""
+    merged = dict(kwargs or {})
+    if enable_thinking is not None:
+        merged["enable_thinking"] = enable_thinking
+    return merged
 
 
 def probe_command(args: argparse.Namespace) -> int:
@@ -229,7 +244,8 @@ async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.scoring import preflight
 
     perturbations = validate(args.perturb or ["none"])
-    name, items = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed)
+    name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
+                                    whole="swap" in perturbations)
     dataset_name = args.dataset_name or name
     preflight(dataset_name, items)
     with serving(args) as server:
@@ -239,20 +255,21 @@ async def probe_main(args: argparse.Namespace) -> int:
         if enable_thinking is None:
             enable_thinking = defaults.get("enable_thinking")
         renderer = None
+        template_kwargs = merged_template_kwargs({**(defaults.get("chat_template_kwargs") or {}),
+                                                  **parse_template_kwargs(args.template_kwarg)}, enable_thinking)
         if args.mode == "raw":
             renderer = build_renderer(tokenizer, args.chat_template or defaults.get("chat_template"),
-                                      enable_thinking, {**(defaults.get("chat_template_kwargs") or {}),
-                                                        **parse_template_kwargs(args.template_kwarg)})
+                                      enable_thinking, template_kwargs)
         assistant_from = args.assistant_from or (
             "dataset" if all(i.ends_with_assistant for i in items) else "model")
         settings = ProbeSettings(
             model=server["model"],
             dataset=dataset_name,
-            temperatures=args.temperature or [0.0],
+            temperatures=args.temperature or defaults.get("temperatures") or [0.0],
             samples=args.samples,
             max_tokens=args.max_tokens or defaults.get("max_tokens") or 256,
             seed=args.seed,
-            top_p=args.top_p,
+            top_p=args.top_p if args.top_p is not None else defaults.get("top_p"),
             perturbations=perturbations,
             mode=args.mode,
             assistant_from=assistant_from,
@@ -265,13 +282,16 @@ async def probe_main(args: argparse.Namespace) -> int:
             extra_body=dict(defaults.get("extra_body") or {}),
             extra_stop=list(defaults.get("stop") or []),
             extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
+            template_kwargs=template_kwargs if args.mode == "raw" else {},
         )
-        summary = await execute(items, settings, args, server["base_urls"], renderer, server["api_key_env"])
+        summary = await execute(items, settings, args, server["base_urls"], renderer, server["api_key_env"],
+                                swap_pool=every)
     return report_summary(summary, args.out)
 
 
 async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argparse.Namespace,
-                  base_urls: list[str], renderer: Any, api_key_env: str) -> ProbeSummary:
+                  base_urls: list[str], renderer: Any, api_key_env: str,
+                  swap_pool: list[DatasetItem] | None = None) -> ProbeSummary:
     from userturn.client.endpoint import Endpoint, EndpointConfig
     from userturn.client.pipeline import ProbeRun
 
@@ -288,7 +308,7 @@ async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argpa
         judge = await _judge_panel(args)
         run = ProbeRun(items, settings, endpoints=endpoints, renderer=renderer, out_path=args.out, judge=judge,
                        progress=not args.no_progress, allow_special_tokens=args.allow_special_tokens,
-                       **pipeline_hooks())
+                       swap_pool=swap_pool, **pipeline_hooks())
         collector.release()  # inputs are loaded: collect again for the run itself
         return await run.run()
     finally:

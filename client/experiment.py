@@ -22,6 +22,7 @@ from userturn.client.errors import UserError
 from userturn.client.perturb import PERTURBATIONS
 
 Mode = Literal["raw", "chat"]
+RESUME_HINT = "use another --out-dir or experiment name"
 
 
 class _Strict(BaseModel):
@@ -207,15 +208,19 @@ def resolve(base: Path, value: str | None) -> str | None:
     return str(candidate) if not Path(value).is_absolute() and candidate.exists() else value
 
 
-def load_items(entry: DatasetEntry, exp: Experiment, base: Path) -> tuple[str, list[DatasetItem]]:
-    from userturn.client.loaders import load_dataset_spec, parse_spec
+def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
+               ) -> tuple[str, list[DatasetItem], list[DatasetItem] | None]:
+    """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
+    from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
+    from userturn.client.cli_probe import load_items as load_spec
+    from userturn.client.loaders import parse_spec
 
     builtin, _ = parse_spec(entry.spec)
     spec = entry.spec if builtin is not None else (resolve(base, entry.spec) or entry.spec)
-    name, items = load_dataset_spec(spec, limit=entry.limit or exp.limit,
-                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
-                                    else exp.shuffle_seed)
-    return entry.name or name, items
+    name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
+                                   shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
+                                   else exp.shuffle_seed, whole="swap" in exp.perturbations)
+    return entry.name or name, items, every
 
 
 def assistant_source(entry: DatasetEntry, exp: Experiment, items: list[DatasetItem]) -> Literal["dataset", "model"]:
@@ -278,17 +283,18 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                          launcher: str | None = None) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
     from userturn.client import scoring
-    from userturn.client.cli_probe import build_renderer, pipeline_hooks, serving
+    from userturn.client.cli_probe import build_renderer, merged_template_kwargs, pipeline_hooks, serving
     from userturn.client.endpoint import Endpoint, EndpointConfig
+    from userturn.client.jsonl import read_records
     from userturn.client.pipeline import ProbeRun, ProbeSettings
 
     run_dir = Path(out_dir or exp.out_dir) / exp.name
     results = run_dir / "results.jsonl"
     datasets = [load_items(entry, exp, base) for entry in exp.datasets]  # before any server starts
-    names = [name for name, _ in datasets]
+    names = [name for name, _, _ in datasets]
     if len(set(names)) != len(names):
         raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
-    for name, items in datasets:
+    for name, items, _ in datasets:
         scoring.preflight(name, items)
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
@@ -300,12 +306,13 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                     await panel.check()
                 defaults = server["probe"]
                 renderer = None
+                enable_thinking = (entry.enable_thinking if entry.enable_thinking is not None
+                                   else defaults.get("enable_thinking"))
+                template_kwargs = merged_template_kwargs(defaults.get("chat_template_kwargs"), enable_thinking)
                 if "raw" in exp.modes:
                     renderer = build_renderer(entry.tokenizer or defaults.get("tokenizer"),
                                               entry.chat_template or defaults.get("chat_template"),
-                                              entry.enable_thinking if entry.enable_thinking is not None
-                                              else defaults.get("enable_thinking"),
-                                              defaults.get("chat_template_kwargs"))
+                                              enable_thinking, template_kwargs)
                 endpoints = [Endpoint(EndpointConfig(base_url=url, api_key_env=server["api_key_env"],
                                                      request_timeout=exp.request_timeout,
                                                      max_retries=exp.max_retries, concurrency=exp.concurrency))
@@ -313,8 +320,10 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                 try:
                     for endpoint in endpoints:
                         await endpoint.check()
-                    for (name, items), dataset in zip(datasets, exp.datasets, strict=True):
+                    runs = []
+                    for (name, items, every), dataset in zip(datasets, exp.datasets, strict=True):
                         probe_items = expand_assistant_samples(items, exp.assistant_samples)
+                        pool = expand_assistant_samples(every, exp.assistant_samples) if every is not None else None
                         for mode in exp.modes:
                             settings = ProbeSettings(
                                 model=server["model"], dataset=name, temperatures=exp.temperatures,
@@ -330,14 +339,19 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                                 extra_stop=list(defaults.get("stop") or []),
                                 extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
                                 concurrency=exp.concurrency,
+                                template_kwargs=template_kwargs if mode == "raw" else {},
                             )
-                            run = ProbeRun(probe_items, settings, endpoints=endpoints,
-                                           renderer=renderer if mode == "raw" else None, out_path=str(results),
-                                           judge=panel, progress=progress,
-                                           allow_special_tokens=exp.allow_special_tokens,
-                                           progress_title=f"{exp.name}: {server['model']} on {name} ({mode})",
-                                           **pipeline_hooks())
-                            summaries.append(await run.run())
+                            runs.append(ProbeRun(
+                                probe_items, settings, endpoints=endpoints,
+                                renderer=renderer if mode == "raw" else None, out_path=str(results), judge=panel,
+                                progress=progress, progress_title=f"{exp.name}: {server['model']} on {name} ({mode})",
+                                swap_pool=pool, resume_hint=RESUME_HINT,
+                                allow_special_tokens=exp.allow_special_tokens, **pipeline_hooks()))
+                    existing = read_records(results)[0]
+                    for run in runs:  # every run of this model is checked before any of them writes
+                        run.check_resume(existing)
+                    for run in runs:
+                        summaries.append(await run.run())
                 finally:
                     for endpoint in endpoints:
                         await endpoint.aclose()

@@ -1,13 +1,17 @@
 """Controlled perturbations of the assistant turn, each named, deterministic and seeded.
 
-`perturb(name, messages, *, seed, pool)` returns the conversation to probe. Expected direction of the
+`perturb(name, messages, *, seed, pool)` returns the conversation to probe. The result depends only on the
+conversation, the seed and `pool` (swap candidates in order of preference); the pipeline derives the seed from the
+run seed, the item id and the perturbation, never from the item's position in the run. Expected direction of the
 genuine follow-up rate relative to `none` (what a perturbation tests):
 
 * `wrong_answer` - the final number is changed: an interaction-aware model should push back or ask
   (grounded follow-ups that reference the error); the genuine rate should not drop.
 * `truncate`     - the answer stops mid-way: follow-ups asking to continue / finish should appear.
 * `swap`         - another item's answer: follow-ups should point out the mismatch; continuations of
-  the unrelated answer or restated queries are failures.
+  the unrelated answer or restated queries are failures. The partner comes from `SwapRing`: the dataset's
+  item ids in an order hashed from the run seed; an item takes the first item after it on that ring whose
+  assistant turn differs from its own (and that is not another sample of the same query).
 * `remove`       - no assistant turn (the user header follows the query): genuine follow-ups should drop,
   restated queries rise.
 * `generic`      - a fixed non-answer: genuine follow-ups (to an answer) should drop; re-asking rises.
@@ -15,8 +19,9 @@ genuine follow-up rate relative to `none` (what a perturbation tests):
 
 from __future__ import annotations
 
+import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from userturn.client.errors import UserError
 from userturn.client.records import Message
@@ -80,8 +85,9 @@ def _replace_last(messages: list[Message], content: str) -> list[Message]:
 def perturb(name: str, messages: list[Message], *, seed: int, pool: Sequence[list[Message]]) -> list[Message]:
     """The conversation with its final assistant turn perturbed by `name` (a new list; input untouched).
 
-    `pool` holds other conversations (may include this one) for `swap`. Raises UserError for an unknown
-    name and PerturbationNotApplicable (a ValueError) when the conversation cannot take the perturbation.
+    `pool` holds `swap` candidates in order of preference (see `SwapRing`): swap takes the assistant turn of the
+    first one whose final assistant turn differs from this conversation's. Raises UserError for an unknown name
+    and PerturbationNotApplicable (a ValueError) when the conversation cannot take the perturbation.
     """
     validate([name])
     if name == "none":
@@ -99,13 +105,31 @@ def perturb(name: str, messages: list[Message], *, seed: int, pool: Sequence[lis
     if name == "wrong_answer":
         return _replace_last(messages, wrong_number(last.content, seed))
     # swap
-    candidates = sorted({
-        other[-1].content for other in pool
-        if other is not messages and other and other[-1].role == "assistant" and other[-1].content != last.content
-    })
-    if not candidates:
-        raise PerturbationNotApplicable("swap: no other item's assistant turn to swap in")
-    return _replace_last(messages, _rng(seed, last.content).choice(candidates))
+    for other in pool:
+        if other and other[-1].role == "assistant" and other[-1].content != last.content:
+            return _replace_last(messages, other[-1].content)
+    raise PerturbationNotApplicable("swap: no other item's assistant turn to swap in")
 
 
-__all__ = ["GENERIC_RESPONSE", "PERTURBATIONS", "PerturbationNotApplicable", "perturb", "validate"]
+class SwapRing:
+    """The dataset's item ids in a seeded hash order, read as a ring: an item's swap candidates are the ids after
+    it, in ring order. The order depends only on the run seed and the set of ids (never on file order, --limit or
+    --shuffle-seed), so an item keeps its partner however the run selects items."""
+
+    def __init__(self, seed: int, ids: Iterable[str]) -> None:
+        def rank(item_id: str) -> tuple[bytes, str]:
+            return hashlib.blake2b(f"{seed}\x1fswap\x1f{item_id}".encode(), digest_size=16).digest(), item_id
+
+        self.order: list[str] = sorted(set(ids), key=rank)
+        self._position = {item_id: n for n, item_id in enumerate(self.order)}
+
+    def after(self, item_id: str) -> Iterator[str]:
+        """The other ids, starting with the one after `item_id` on the ring (none if `item_id` is not on it)."""
+        n = self._position.get(item_id)
+        if n is None:
+            return iter(())
+        size = len(self.order)
+        return (self.order[(n + step) % size] for step in range(1, size))
+
+
+__all__ = ["GENERIC_RESPONSE", "PERTURBATIONS", "PerturbationNotApplicable", "SwapRing", "perturb", "validate"]

@@ -3,7 +3,9 @@
 One `run_probe` call covers one model on one dataset: every (item, perturbation, temperature, sample)
 becomes one record. Work is spread over a fixed pool of `concurrency` workers (no task per sample),
 prompts are rendered once per (item, perturbation), records stream to the results file as they finish,
-and keys already `ok` in that file are skipped, so rerunning the same command resumes.
+and keys already `ok` in that file are skipped, so rerunning the same command resumes. Every record carries the
+configuration it was made with (client.fingerprint); resuming into a file whose records of the same condition
+were made with other settings is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
 from userturn.client.errors import UserError, first_error
+from userturn.client.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
 from userturn.client.jsonl import JsonlWriter, read_records
-from userturn.client.perturb import PerturbationNotApplicable
+from userturn.client.perturb import PerturbationNotApplicable, SwapRing
 from userturn.client.progress import Progress, RunCounters
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.records import (
@@ -83,6 +86,8 @@ class ProbeSettings(BaseModel):
     extra_stop: list[str] = Field(default_factory=list, description="stops added to the template-derived ones")
     extra_stop_token_ids: list[int] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    template_kwargs: dict[str, Any] = Field(default_factory=dict,
+                                            description="the variables the renderer was loaded with (recorded)")
     concurrency: int = Field(default=64, ge=1)
     rpm: float | None = None
     tpm: float | None = None
@@ -121,14 +126,13 @@ class ProbeSummary:
 
 @dataclass
 class AssistantTurn:
-    """The assistant turn an item is probed with, plus its task score."""
+    """The assistant turn an item is probed with (before perturbation; scored after it, see `ProbeRun._score`)."""
 
     messages: list[Message] | None
     source: Literal["dataset", "model", "none"]
     error: str | None = None
-    correct: bool | None = None
-    task_scores: dict[str, float] | None = None
     text: str | None = None
+    finish_reason: str | None = None
 
 
 def strip_reasoning(text: str) -> str:
@@ -145,6 +149,34 @@ def clean_user_turn(text: str, stops: Sequence[str]) -> str:
         if stop and text.endswith(stop):
             text = text[: -len(stop)]
     return text
+
+
+# Request fields the probe sets from its own settings and records: extra_body must not replace them unseen.
+OWN_FIELDS = ("model", "prompt", "messages", "max_tokens", "stop", "stop_token_ids", "top_p")
+
+
+def check_extra_body(settings: ProbeSettings) -> None:
+    """Extra body fields win over the per-sample temperature and seed; refuse where a record would then name a
+    temperature that was never sent, or k samples at T>0 would share one seed (and repeat one another), and where
+    they would replace a field the probe sets and records itself."""
+    body = settings.extra_body
+    own = [name for name in OWN_FIELDS if name in body]
+    if own:
+        raise UserError(f"extra_body sets {own[0]}, which the probe sets (and records) from its own settings; "
+                        "drop it from extra_body and use the matching flag or manifest key")
+    if "temperature" in body:
+        planned = list(settings.temperatures)
+        if settings.assistant_from == "model":
+            planned.append(settings.assistant_temperature)
+        if any(t != body["temperature"] for t in planned):
+            shown = ", ".join(f"{t:g}" for t in dict.fromkeys(planned))
+            which = "temperatures of user and assistant turns" if settings.assistant_from == "model" else "temperature"
+            raise UserError(f"extra_body sets temperature={body['temperature']}, which every request would send "
+                            f"instead of the planned {which} ({shown}); plan that temperature or drop it from "
+                            "extra_body")
+    if "seed" in body and settings.samples > 1 and any(t > 0 for t in settings.temperatures):
+        raise UserError(f"extra_body sets seed={body['seed']}: all {settings.samples} samples of an item would share "
+                        "it and repeat one another at T>0; drop it from extra_body (each sample gets its own seed)")
 
 
 def _default_perturb(name: str, messages: list[Message], **_: Any) -> list[Message]:
@@ -171,7 +203,11 @@ class ProbeRun:
         progress: bool = True,
         progress_title: str | None = None,
         allow_special_tokens: bool = False,
+        swap_pool: Sequence[DatasetItem] | None = None,
+        resume_hint: str = "use another --out",
     ) -> None:
+        """`swap_pool`: every item of the dataset (before --limit and shuffling), where `swap` partners come from;
+        default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file."""
         if settings.mode == "raw" and renderer is None:
             raise ValueError("raw mode needs a chat-template renderer")
         if settings.mode == "chat" and role_flip is None:
@@ -201,11 +237,51 @@ class ProbeRun:
         self._response_cap = response_cap_for({"max_tokens": settings.max_tokens, **settings.extra_body})
         self._send_temperature = "temperature" not in settings.extra_body
         self._send_seed = "seed" not in settings.extra_body
+        check_extra_body(settings)
         self._stops: list[str] = []
         self._stop_ids: list[int] = []
         if renderer is not None and settings.mode == "raw":
             self._stops = list(dict.fromkeys([*renderer.stop, *settings.extra_stop]))
             self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
+        self.resume_hint = resume_hint
+        self.configs = {p: self._config(p) for p in settings.perturbations}
+        self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
+        self._pool = {item.id: item for item in (swap_pool if swap_pool is not None else self.items)}
+        for item in self.items:
+            self._pool.setdefault(item.id, item)
+        self._ring = SwapRing(settings.seed, self._pool) if "swap" in settings.perturbations else None
+        self._partners: dict[str, str] = {}
+
+    # ----- configuration --------------------------------------------------------------------------------------
+    def _config(self, perturbation: str) -> dict[str, Any]:
+        """The readable settings that shape this run's generations under `perturbation` (client.fingerprint)."""
+        s = self.settings
+        by_model = s.assistant_from == "model"
+        raw = s.mode == "raw" and self.renderer is not None
+        chat_prompt = None
+        if s.mode == "chat" and self.role_flip is not None:
+            probe = [Message(role="user", content="Q"), Message(role="assistant", content="A")]
+            chat_prompt = sha256_text(orjson.dumps([m.model_dump() for m in self.role_flip(probe)]).decode())
+        return GenerationConfig(
+            model=s.model, dataset=s.dataset, mode=s.mode, perturbation=perturbation,
+            assistant_source=s.assistant_from,
+            assistant_model=s.model if by_model else None,
+            assistant_temperature=s.assistant_temperature if by_model else None,
+            assistant_max_tokens=s.assistant_max_tokens if by_model else None,
+            template_engine=getattr(self.renderer, "engine", "jinja") if raw else None,
+            template_sha256=self.renderer.template_sha256 if raw and self.renderer else None,
+            template_kwargs=dict(s.template_kwargs) if raw else None,
+            chat_prompt_sha256=chat_prompt,
+            max_tokens=s.max_tokens, stop=self._stops,
+            stop_token_ids=self._stop_ids if (s.send_stop_token_ids and raw) else [],
+            top_p=s.top_p, extra_body=s.extra_body, seed=s.seed,
+        ).model_dump(mode="json")
+
+    def check_resume(self, existing: dict[str, ProbeRecord]) -> None:
+        """Refuse (ConfigMismatch, exit 2) when `existing` records of this model, dataset, mode and a planned
+        perturbation were made with other settings, or lack a fingerprint and share a key with this run."""
+        ExistingConfigs.of(existing.values()).check(self.configs.values(), set(self.keys()), path=self.out_path,
+                                                    hint=self.resume_hint)
 
     # ----- planning -------------------------------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -241,8 +317,7 @@ class ProbeRun:
     def _jobs(self, done: set[str], turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
         """Pending work in order; items whose assistant turn failed yield error records directly."""
         s = self.settings
-        pool = [t.messages for t in (turns[i.id] for i in self.items) if t.messages is not None]
-        for index, item in enumerate(self.items):
+        for item in self.items:
             turn = turns[item.id]
             for perturbation in s.perturbations:
                 keys = [
@@ -253,17 +328,24 @@ class ProbeRun:
                 keys = [x for x in keys if x[2] not in done]
                 if not keys:
                     continue
-                context = {"assistant_source": turn.source, "correct": turn.correct,
-                           "task_scores": turn.task_scores, "assistant_text": turn.text}
-                if turn.messages is None:
+                context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text,
+                                           "assistant_finish_reason": turn.finish_reason}
+                partner = self._partners.get(item.id) if perturbation == "swap" else None
+                if partner is not None:
+                    context["swap_partner"] = partner
+                error = turn.error or ("no assistant turn" if turn.messages is None else None)
+                if error is None and partner is not None and turns[partner].messages is None:
+                    error = f"swap partner {partner}: {turns[partner].error or 'no assistant turn'}"
+                if error is not None or turn.messages is None:
                     for t, k, key in keys:
-                        yield self._error_record(key, item, perturbation, t, k, [], turn.error or "no assistant turn",
+                        yield self._error_record(key, item, perturbation, t, k, turn.messages or [], error or "",
                                                  context)
                     continue
                 try:
+                    # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
                     messages = self.perturb(
-                        perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, index, perturbation),
-                        pool=pool,
+                        perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, 0, perturbation),
+                        pool=[turns[partner].messages] if partner is not None else [],
                     )
                 except PerturbationNotApplicable:
                     self.counters.not_applicable += len(keys)  # e.g. wrong_answer on a text without a number
@@ -273,16 +355,25 @@ class ProbeRun:
                         yield self._error_record(key, item, perturbation, t, k, turn.messages,
                                                  f"perturbation failed: {exc}", context)
                     continue
+                context["correct"], context["task_scores"] = self._score(item, messages)
                 payload, prompt_sha, estimate = self._payload_base(messages)
                 shared = self._shared_fields(item, perturbation, messages, context)
                 shared["prompt_sha256"] = prompt_sha
                 base = shared_json(shared) if self.judge is None else None
                 prefix = self._body_prefix(payload)
                 for t, k, key in keys:
-                    seed = sample_seed(s.seed, item.id, t, k, perturbation, s.mode)
+                    seed = self._seed(item.id, t, k, perturbation)
                     yield Job(key, t, k, seed, prefix, estimate, shared, base)
 
     # ----- records --------------------------------------------------------------------------------------------
+    def _seed(self, item_id: str, temperature: float, sample: int, perturbation: str) -> int:
+        """The seed a sample's request carries: its own, unless extra_body sets one (then that one is recorded)."""
+        fixed = self.settings.extra_body.get("seed")
+        if type(fixed) is int:
+            return fixed
+        s = self.settings
+        return sample_seed(s.seed, item_id, temperature, sample, perturbation, s.mode)
+
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
                        context: dict[str, Any]) -> dict[str, Any]:
         """Record fields shared by every sample of one (item, perturbation)."""
@@ -290,11 +381,16 @@ class ProbeRun:
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
             meta["assistant_turn"] = context["assistant_text"]
+            if context.get("assistant_finish_reason") is not None:
+                meta["assistant_finish_reason"] = context["assistant_finish_reason"]
+        if context.get("swap_partner") is not None:
+            meta["swap_partner"] = context["swap_partner"]
         return {
             "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
             "perturbation": perturbation, "messages": messages,
             "assistant_source": context.get("assistant_source", "dataset"),
             "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
+            "config_fingerprint": self.fingerprints[perturbation], "config": self.configs[perturbation],
             "reference_answer": item.answer, "correct": context.get("correct"),
             "task_scores": context.get("task_scores"), "meta": meta or None,
             "special_tokens_in_content": None if self.special_tokens is None
@@ -303,33 +399,33 @@ class ProbeRun:
 
     def _error_record(self, key: str, item: DatasetItem, perturbation: str, temperature: float, sample: int,
                       messages: list[Message], error: str, context: dict[str, Any]) -> ProbeRecord:
-        s = self.settings
         return ProbeRecord(
             **self._shared_fields(item, perturbation, messages, context), key=key, temperature=temperature,
-            sample=sample, seed=sample_seed(s.seed, item.id, temperature, sample, perturbation, s.mode),
+            sample=sample, seed=self._seed(item.id, temperature, sample, perturbation),
             status="error", error=error, attempts=0,
         )
 
     # ----- the assistant turn ---------------------------------------------------------------------------------
     async def _assistant_turns(self, existing: dict[str, ProbeRecord]) -> dict[str, AssistantTurn]:
+        """The assistant turn of every item of the run and of every `swap` partner (which may lie outside it)."""
         s = self.settings
         turns: dict[str, AssistantTurn] = {}
         needed: list[DatasetItem] = []
-        reuse: dict[str, str] = {}
-        if s.assistant_from == "model":
-            for record in existing.values():
-                text = (record.meta or {}).get("assistant_turn")
-                if record.assistant_source == "model" and isinstance(text, str):
-                    reuse.setdefault(record.item_id, text)
-        for item in self.items:
+        self._partners = {item.id: p for item in self.items if (p := self._partner(item)) is not None}
+        wanted = {item.id: item for item in self.items}
+        for partner in self._partners.values():
+            wanted.setdefault(partner, self._pool[partner])
+        reuse = self._reusable_answers(existing) if s.assistant_from == "model" else {}
+        for item in wanted.values():
             if s.assistant_from == "dataset":
                 if item.ends_with_assistant:
-                    turns[item.id] = self._scored(item, list(item.messages), "dataset", item.messages[-1].content)
+                    turns[item.id] = AssistantTurn(list(item.messages), "dataset", text=item.messages[-1].content)
                 else:
                     turns[item.id] = AssistantTurn(None, "dataset", error="conversation does not end with an "
                                                    "assistant turn (use --assistant-from model)")
             elif item.id in reuse:
-                turns[item.id] = self._with_answer(item, reuse[item.id])
+                text, finish = reuse[item.id]
+                turns[item.id] = self._with_answer(item, text, finish_reason=finish)
             else:
                 needed.append(item)
         if needed:
@@ -338,21 +434,66 @@ class ProbeRun:
                 turns[item.id] = turn
         return turns
 
+    def _reusable_answers(self, existing: dict[str, ProbeRecord]) -> dict[str, tuple[str, str | None]]:
+        """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
+        earlier runs (its own records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run
+        probes the same turns."""
+        s = self.settings
+        mine = self.configs[s.perturbations[0]]
+        reuse: dict[str, tuple[str, str | None]] = {}
+        for record in existing.values():
+            if record.assistant_source != "model":
+                continue
+            if record.config is not None:
+                if any(record.config.get(k) != mine.get(k) for k in ASSISTANT_SETTINGS):
+                    continue  # another model, dataset, seed or assistant setting wrote this turn
+            elif record.model != s.model or record.dataset != s.dataset:
+                continue
+            meta = record.meta or {}
+            text = meta.get("assistant_turn")
+            if isinstance(text, str):
+                finish = meta.get("assistant_finish_reason")
+                reuse.setdefault(record.item_id, (text, finish if isinstance(finish, str) else None))
+            partner = meta.get("swap_partner")
+            if (record.perturbation == "swap" and isinstance(partner, str) and record.messages
+                    and record.messages[-1].role == "assistant"):
+                reuse.setdefault(partner, (record.messages[-1].content, None))
+        return reuse
+
+    def _partner(self, item: DatasetItem) -> str | None:
+        """The item whose assistant turn `swap` puts in: the first after this one on the seeded ring
+        (client.perturb.SwapRing) that is not a sample of the same query and, for dataset turns, ends with an
+        assistant turn other than this one's. None when no item qualifies (or `swap` is not planned)."""
+        if self._ring is None:
+            return None
+        query = (item.meta or {}).get("query_id", item.id)
+        own = item.messages[-1].content if item.ends_with_assistant else None
+        for other_id in self._ring.after(item.id):
+            other = self._pool[other_id]
+            if (other.meta or {}).get("query_id", other.id) == query:
+                continue
+            if self.settings.assistant_from == "model":
+                return other_id
+            if other.ends_with_assistant and other.messages[-1].content != own:
+                return other_id
+        return None
+
+    def _score(self, item: DatasetItem, messages: list[Message]) -> tuple[bool | None, dict[str, float] | None]:
+        """Task accuracy of the assistant turn actually probed (after perturbation): (None, None) without a scorer,
+        and without an assistant turn (`remove`)."""
+        if self.scorer is None or not messages or messages[-1].role != "assistant":
+            return None, None
+        return self.scorer(self.settings.dataset, item, strip_reasoning(messages[-1].content))
+
     def _history(self, item: DatasetItem) -> list[Message]:
         """The conversation the model answers: everything up to (not including) a final assistant turn."""
         return list(item.messages[:-1]) if item.ends_with_assistant else list(item.messages)
 
-    def _with_answer(self, item: DatasetItem, text: str, reasoning: str | None = None) -> AssistantTurn:
+    def _with_answer(self, item: DatasetItem, text: str, reasoning: str | None = None,
+                     finish_reason: str | None = None) -> AssistantTurn:
         extra = {"reasoning_content": reasoning} if reasoning else {}
         messages = [*self._history(item), Message(role="assistant", content=text, **extra)]
-        return self._scored(item, messages, "model", text)
-
-    def _scored(self, item: DatasetItem, messages: list[Message], source: Literal["dataset", "model"],
-                text: str) -> AssistantTurn:
-        correct, scores = (None, None)
-        if self.scorer is not None:
-            correct, scores = self.scorer(self.settings.dataset, item, strip_reasoning(text))
-        return AssistantTurn(messages, source, correct=correct, task_scores=scores, text=text)
+        return AssistantTurn(messages, "model", text=text, finish_reason=finish_reason)
 
     async def _answer(self, item: DatasetItem) -> AssistantTurn:
         s = self.settings
@@ -367,7 +508,8 @@ class ProbeRun:
         }
         try:
             result = await next(self._next_endpoint).post_json("chat/completions", payload)
-            message = result.data["choices"][0]["message"]
+            choice = result.data["choices"][0]
+            message = choice["message"]
             content = message.get("content") or ""
         except RequestFailed as exc:
             if exc.endpoint_down:
@@ -380,7 +522,15 @@ class ProbeRun:
             match = re.search(r"<think>(.*?)</think>", content, re.DOTALL)
             reasoning = reasoning or (match.group(1).strip() if match else None)
             content = strip_reasoning(content)
-        return self._with_answer(item, content, reasoning)
+            if content.startswith("<think>") and "</think>" not in content:  # reasoning cut before any answer
+                reasoning, content = reasoning or content.removeprefix("<think>").strip(), ""
+        finish = choice.get("finish_reason")
+        finish = finish if isinstance(finish, str) else None
+        if not content.strip():
+            # Nothing to probe or score (e.g. reasoning used up --assistant-max-tokens): an error, not a wrong answer.
+            return AssistantTurn(None, "model", error=f"assistant turn failed: empty answer (finish_reason {finish}"
+                                 f"{'; raise --assistant-max-tokens' if finish == 'length' else ''})")
+        return self._with_answer(item, content, reasoning, finish)
 
     # ----- the probe ------------------------------------------------------------------------------------------
     async def _probe(self, job: Job) -> ProbeRecord | bytes:
@@ -477,6 +627,7 @@ class ProbeRun:
         keys = self.keys()
         if len(set(keys)) != len(keys):
             raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
+        self.check_resume(existing)  # before the writer opens the file: a refused file is left untouched
         done = {k for k in keys if (r := existing.get(k)) is not None and r.status == "ok"}
         backlog = None
         if self.judge is not None:

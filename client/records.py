@@ -79,6 +79,10 @@ class ProbeRecord(BaseModel):
     assistant_source: Literal["dataset", "model", "none"] = "dataset"
     prompt_sha256: str | None = None
     template_sha256: str | None = None
+    config_fingerprint: str | None = Field(default=None, description="16 hex digits: sha256 of `config` as "
+                                           "canonical JSON (client.fingerprint); None in files from before it")
+    config: dict | None = Field(default=None, description="the settings that shaped the generation "
+                                "(client.fingerprint.GenerationConfig)")
     # What came back.
     user_turn: str | None = None
     finish_reason: str | None = None
@@ -88,7 +92,8 @@ class ProbeRecord(BaseModel):
     usage: Usage | None = None
     latency_s: float | None = None
     attempts: int = 0
-    # Task accuracy of the assistant turn (when the dataset has a reference answer).
+    # Task accuracy of the assistant turn in `messages`, after perturbation (None: no reference, no scorer, or no
+    # assistant turn, as with `remove`).
     reference_answer: str | None = None
     correct: bool | None = None
     task_scores: dict[str, float] | None = None

@@ -207,3 +207,73 @@ def test_repeated_temperature_is_one_line(server, tmp_path):
     proc = probe("--base-url", server.base_url, "--model", "m", "--dataset", str(data), "--out",
                  str(tmp_path / "o.jsonl"), "--tokenizer", QWEN_DIR, "--temperature", "1", "--temperature", "1.0")
     assert_one_line_error(proc, 2, "planned twice")
+
+
+def test_resume_with_another_setting_exits_2_and_leaves_the_file_untouched(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 2)
+    out = tmp_path / "out.jsonl"
+    common = ["--base-url", server.base_url, "--model", "loopback", "--dataset", str(data), "--out", str(out),
+              "--tokenizer", QWEN_DIR, "--no-progress"]
+    assert probe(*common, "--max-tokens", "16").returncode == 0
+    before = out.read_bytes()
+    sent = server.stats().get("completions", 0)
+    refused = probe(*common, "--max-tokens", "8")
+    assert_one_line_error(refused, 2, f"{out} holds records made with max_tokens=16, this run has max_tokens=8; "
+                                      "use another --out")
+    refused = probe(*common, "--max-tokens", "16", "--template-kwarg", "enable_thinking=false")
+    assert_one_line_error(refused, 2, "template_kwargs={}, this run has template_kwargs={\"enable_thinking\":false}")
+    assert out.read_bytes() == before and server.stats().get("completions", 0) == sent
+    # the same configuration resumes; a new temperature is a new row of the same configuration
+    again = probe(*common, "--max-tokens", "16", "--temperature", "1", "--concurrency", "3")
+    assert again.returncode == 0, again.stderr
+    assert len({r.config_fingerprint for r in read_records(out)[0].values()}) == 1
+
+
+def test_resume_through_a_manifest_with_other_probe_defaults_is_refused(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    manifest = tmp_path / "loop.yaml"
+    out = tmp_path / "out.jsonl"
+    for stop, code in (("###", 0), ("@@@", 2)):
+        manifest.write_text(f"name: loop\nengine: external\nbase_url: {server.base_url}\nserved_model_name: loopback\n"
+                            f"probe:\n  tokenizer: {QWEN_DIR}\n  stop: ['{stop}']\n")
+        proc = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(out), "--no-progress")
+        assert proc.returncode == code, proc.stderr
+    assert_one_line_error(proc, 2, "holds records made with stop=", '"###"]', '"@@@"]')
+
+
+def test_limit_and_shuffle_never_change_a_perturbed_conversation(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 8)
+    perturb = ["--perturb", "none", "--perturb", "wrong_answer", "--perturb", "truncate", "--perturb", "swap",
+               "--perturb", "remove", "--perturb", "generic"]
+    runs = {"all": [], "some": ["--limit", "3", "--shuffle-seed", "5"]}
+    for name, flags in runs.items():
+        proc = probe("--base-url", server.base_url, "--model", "loopback", "--dataset", str(data), "--out",
+                     str(tmp_path / f"{name}.jsonl"), "--tokenizer", QWEN_DIR, "--seed", "4", "--no-progress",
+                     *perturb, *flags)
+        assert proc.returncode == 0, proc.stderr
+
+    def messages(name):
+        return {(row := json.loads(line))["key"]: json.dumps(row["messages"])
+                for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()}
+
+    every, some = messages("all"), messages("some")
+    assert len(some) == 18 and {key.split("|")[2] for key in some} != {"q0", "q1", "q2"}  # shuffled selection
+    for key, conversation in some.items():
+        assert every[key] == conversation, key
+
+
+def test_manifest_sampling_defaults_are_used_and_recorded(server, tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl", 1)
+    manifest = tmp_path / "loop.yaml"
+    manifest.write_text(f"name: loop\nengine: external\nbase_url: {server.base_url}\nserved_model_name: loopback\n"
+                        f"probe:\n  tokenizer: {QWEN_DIR}\n  temperatures: [0.7]\n  top_p: 0.5\n")
+    out = tmp_path / "out.jsonl"
+    proc = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    (record,) = read_records(out)[0].values()
+    assert record.temperature == 0.7 and record.config["top_p"] == 0.5
+    flagged = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(tmp_path / "flags.jsonl"),
+                    "--temperature", "0", "--top-p", "0.9", "--no-progress")
+    assert flagged.returncode == 0, flagged.stderr
+    (record,) = read_records(tmp_path / "flags.jsonl")[0].values()
+    assert record.temperature == 0.0 and record.config["top_p"] == 0.9  # flags win

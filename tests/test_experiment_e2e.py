@@ -63,10 +63,12 @@ def test_run_smoke_experiment_then_resume(tmp_path: Path):
         assert first.returncode == 0 and "8 samples skipped" in first.stderr
         assert {r.mode for r in records.values()} == {"raw", "chat"}
         assert all(r.user_turn for r in records.values() if r.status == "ok")
-        # task accuracy of the dataset's assistant turn rides along
+        # task accuracy of the assistant turn each record probed: right as written, wrong once the number is
+        # changed, none without an assistant turn
         smoke1 = [r for r in records.values() if r.item_id == "smoke-1"]
-        assert {r.correct for r in smoke1} == {True}
+        assert {r.perturbation: r.correct for r in smoke1} == {"none": True, "wrong_answer": False, "remove": None}
         assert {r.reference_answer for r in smoke1} == {"7"}
+        assert len({r.config_fingerprint for r in records.values()}) == 6  # 3 perturbations x 2 modes
         removed = next(r for r in smoke1 if r.perturbation == "remove")
         assert removed.messages[-1].role == "user"
         plain = next(r for r in smoke1 if r.perturbation == "none")
@@ -87,6 +89,17 @@ def test_run_smoke_experiment_then_resume(tmp_path: Path):
         # nothing is generated again: no completion or chat-completion request, only the endpoint preflight
         assert after.get("completions", 0) == requests_before.get("completions", 0)
         assert after.get("chat", 0) == requests_before.get("chat", 0)
+
+        # the same experiment with another max_tokens is another configuration: refused, file untouched
+        path.write_text(path.read_text().replace("max_tokens: 32", "max_tokens: 16"))
+        before = results.read_bytes()
+        third = run(str(path), "--out-dir", str(out_dir), "--no-progress")
+        assert third.returncode == 2, third.stderr
+        lines = [line for line in third.stderr.splitlines() if line.strip()]
+        assert lines == [f"userturn: error: {results} holds records made with max_tokens=32, this run has "
+                         "max_tokens=16; use another --out-dir or experiment name"]
+        assert results.read_bytes() == before
+        assert server.stats().get("completions", 0) == requests_before.get("completions", 0)
 
 
 def test_unreachable_endpoint_is_one_line(tmp_path: Path):

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from userturn.client.errors import UserError
-from userturn.client.perturb import GENERIC_RESPONSE, PERTURBATIONS, PerturbationNotApplicable, perturb, validate
+from userturn.client.perturb import (
+    GENERIC_RESPONSE,
+    PERTURBATIONS,
+    PerturbationNotApplicable,
+    SwapRing,
+    perturb,
+    validate,
+)
 from userturn.client.records import Message
 from userturn.client.scoring import find_final_number
 
@@ -84,16 +93,32 @@ def test_wrong_answer_without_a_number_is_not_applicable():
     assert issubclass(PerturbationNotApplicable, ValueError)  # the pipeline records it as an error record
 
 
-def test_swap_never_picks_itself_and_is_seeded():
-    others = [convo("answer A"), convo("answer B"), convo("answer C")]
-    pool = [MATH, *others, convo(MATH[-1].content)]  # a duplicate of the own text is never chosen either
-    picks = {perturb("swap", MATH, seed=s, pool=pool)[-1].content for s in range(40)}
-    assert picks == {"answer A", "answer B", "answer C"}
-    assert perturb("swap", MATH, seed=7, pool=pool) == perturb("swap", MATH, seed=7, pool=list(reversed(pool)))
-    out = perturb("swap", MATH, seed=7, pool=pool)
-    assert out[:2] == MATH[:2]
+def test_swap_takes_the_first_candidate_with_another_answer():
+    """The pool is the candidates in order of preference (the pipeline passes the SwapRing partner)."""
+    pool = [MATH, convo(MATH[-1].content), convo("answer B"), convo("answer A")]  # own text is never taken
+    out = perturb("swap", MATH, seed=0, pool=pool)
+    assert out == [*MATH[:2], Message(role="assistant", content="answer B")]
+    assert perturb("swap", MATH, seed=99, pool=pool) == out  # the seed plays no part: only the candidates' order
+    assert perturb("swap", MATH, seed=0, pool=list(reversed(pool)))[-1].content == "answer A"
     with pytest.raises(PerturbationNotApplicable, match="no other item"):
         perturb("swap", MATH, seed=0, pool=[MATH])
+    with pytest.raises(PerturbationNotApplicable, match="no other item"):
+        perturb("swap", MATH, seed=0, pool=[])
+
+
+def test_swap_ring_depends_only_on_seed_and_ids():
+    ids = [f"q{i}" for i in range(20)]
+    ring = SwapRing(7, ids)
+    assert sorted(ring.order) == sorted(ids)
+    assert SwapRing(7, list(reversed(ids))).order == ring.order  # file order / shuffling play no part
+    assert SwapRing(8, ids).order != ring.order  # the run seed does
+    after = list(ring.after("q3"))
+    n = ring.order.index("q3")
+    assert after == ring.order[n + 1:] + ring.order[:n] and "q3" not in after and len(after) == 19
+    assert list(ring.after("not-there")) == []
+    # By hand: the order is the ids sorted by blake2b("<seed>\x1fswap\x1f<id>", 16 bytes).
+    digest = {i: hashlib.blake2b(f"7\x1fswap\x1f{i}".encode(), digest_size=16).digest() for i in ids}
+    assert ring.order == sorted(ids, key=digest.__getitem__)
 
 
 def test_input_is_not_modified_and_user_ending_conversations_are_rejected():

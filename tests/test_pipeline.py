@@ -94,20 +94,25 @@ async def test_one_record_per_sample_with_distinct_seeds(tmp_path):
     assert all("stop_token_ids" not in p for p in sent)
 
 
-@pytest.mark.parametrize("extra_body", [{"chat_template_kwargs": {"enable_thinking": False}},
-                                        {"temperature": 0.3, "seed": 11}])
-async def test_request_bodies_carry_sample_fields_top_p_and_extra_body(tmp_path, extra_body):
+@pytest.mark.parametrize(("extra_body", "plan"), [
+    ({"chat_template_kwargs": {"enable_thinking": False}}, {}),
+    ({"temperature": 0.3, "seed": 11}, {"temperatures": [0.3], "samples": 1}),
+])
+async def test_request_bodies_carry_sample_fields_top_p_and_extra_body(tmp_path, extra_body, plan):
     """Bodies are serialised once per item and completed per sample; --extra-body keys still win."""
     with respx.mock(using="httpx", base_url=BASE) as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        await run(tmp_path, settings(top_p=0.9, extra_body=extra_body))
+        await run(tmp_path, settings(top_p=0.9, extra_body=extra_body, **plan))
     records = read_records(tmp_path / "out.jsonl")[0]
     sent = [json.loads(c.request.content) for c in route.calls]
-    assert len(sent) == 12 and all(p["top_p"] == 0.9 and p["max_tokens"] == 256 for p in sent)
+    n = 12 if not plan else 3
+    assert len(sent) == n and all(p["top_p"] == 0.9 and p["max_tokens"] == 256 for p in sent)
     assert all(p[k] == v for p in sent for k, v in extra_body.items())
     if "seed" not in extra_body:
         assert sorted(p["seed"] for p in sent) == sorted(r.seed for r in records.values())
         assert sorted(p["temperature"] for p in sent) == [0.0] * 6 + [1.0] * 6
+    else:  # the records say what was sent
+        assert {r.seed for r in records.values()} == {11} and {r.temperature for r in records.values()} == {0.3}
 
 
 async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):

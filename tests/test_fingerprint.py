@@ -1,0 +1,63 @@
+"""client.fingerprint: canonical fingerprints, the first differing setting, the resume check's scope."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from userturn.client.fingerprint import (
+    ConfigMismatch,
+    ExistingConfigs,
+    GenerationConfig,
+    check_resume,
+    check_unfingerprinted,
+    fingerprint,
+    first_difference,
+)
+
+BASE = GenerationConfig(model="m", dataset="d", mode="raw", perturbation="none", assistant_source="dataset",
+                        template_engine="jinja", template_sha256="a" * 64, template_kwargs={}, max_tokens=256,
+                        stop=["<|im_end|>"], seed=0).model_dump(mode="json")
+
+
+def test_fingerprint_is_sha256_of_canonical_json_and_ignores_key_order():
+    config = {"b": 1, "a": [1, "x"], "c": {"z": None, "y": 0.5}}
+    canonical = b'{"a":[1,"x"],"b":1,"c":{"y":0.5,"z":null}}'
+    assert fingerprint(config) == hashlib.sha256(canonical).hexdigest()[:16]
+    assert fingerprint(dict(reversed(config.items()))) == fingerprint(config)
+    assert fingerprint({**config, "b": 2}) != fingerprint(config)
+
+
+def test_first_difference_follows_the_current_order():
+    assert first_difference(BASE, dict(BASE)) is None
+    changed = {**BASE, "seed": 3, "max_tokens": 64}
+    assert first_difference(BASE, changed) == ("max_tokens", 256, 64)  # max_tokens comes before seed
+    assert first_difference({**BASE, "old_only": 1}, BASE) == ("old_only", 1, None)
+
+
+def test_check_resume_compares_only_the_same_model_dataset_mode_and_perturbation():
+    existing = {fingerprint(c): c for c in (
+        {**BASE, "model": "other", "max_tokens": 8},  # another model: another row, not a conflict
+        {**BASE, "perturbation": "swap", "max_tokens": 8},  # another perturbation
+        {**BASE, "mode": "chat", "template_sha256": None},
+    )}
+    check_resume(existing, BASE, path="r.jsonl")
+    existing[fingerprint(BASE)] = BASE
+    check_resume(existing, BASE, path="r.jsonl")  # the same configuration resumes
+    with pytest.raises(ConfigMismatch) as caught:
+        check_resume(existing, {**BASE, "template_sha256": "b" * 64}, path="r.jsonl", hint="use another --out-dir")
+    assert str(caught.value) == ("r.jsonl holds records made with template_sha256=aaaaaaaaaaaa, this run has "
+                                 "template_sha256=bbbbbbbbbbbb; use another --out-dir")
+
+
+def test_existing_configs_from_a_stream_and_records_without_a_fingerprint():
+    found = ExistingConfigs()
+    found.add("m|d|q0|raw|none|t=0|s=0", fingerprint(BASE), BASE)
+    found.add("m|d|q1|raw|none|t=0|s=0", None, None)
+    assert found.configs == {fingerprint(BASE): BASE} and found.unfingerprinted == {"m|d|q1|raw|none|t=0|s=0"}
+    found.check([BASE], {"m|d|q0|raw|none|t=1|s=0"}, path="r.jsonl")  # no shared key with the old record
+    with pytest.raises(ConfigMismatch, match=r"r\.jsonl holds records without a configuration fingerprint"):
+        found.check([BASE], {"m|d|q1|raw|none|t=0|s=0"}, path="r.jsonl")
+    check_unfingerprinted([], {"k"}, path="r.jsonl")
+    with pytest.raises(ConfigMismatch, match="max_tokens=256, this run has max_tokens=1"):
+        found.check([{**BASE, "max_tokens": 1}], set(), path="r.jsonl")
