@@ -27,7 +27,7 @@ def _pyplot() -> Any:
 
 
 def followup_vs_temperature(groups: list[GroupSummary]) -> Any:
-    """One line per model (x dataset, mode, perturbation), Wilson 95% intervals as error bars."""
+    """One line per row series (model, dataset, mode, perturbation, settings); item-clustered 95% intervals."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     series: dict[str, list[GroupSummary]] = defaultdict(list)
@@ -44,7 +44,7 @@ def followup_vs_temperature(groups: list[GroupSummary]) -> Any:
     ax.set_xlabel("sampling temperature")
     ax.set_ylabel("genuine follow-up rate (%)")
     ax.set_ylim(-3, 103)
-    ax.set_title("Follow-up rate vs temperature (Wilson 95% CI)")
+    ax.set_title("Follow-up rate vs temperature (item-clustered 95% CI)")
     if series:
         ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
