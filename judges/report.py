@@ -162,66 +162,67 @@ def _pair_key(row: RowId, configs: dict[str, dict | None]) -> tuple:
     return (row.model, row.dataset, row.mode, row.temperature, identity, row.panel)
 
 
+def _row_tallies(rows: np.ndarray, items: np.ndarray, followup: np.ndarray, labelled: np.ndarray,
+                 present: list[int]) -> dict[int, ItemTallies]:
+    """Per row: (followups, labelled) of each distinct item. One stable sort by row, then a small unique per row."""
+    order = np.argsort(rows, kind="stable")
+    bounds = np.searchsorted(rows[order], np.arange(max(present, default=-1) + 2))
+    out = {}
+    for r in present:
+        sub = order[bounds[r]:bounds[r + 1]]
+        unique, inverse = np.unique(items[sub], return_inverse=True)
+        y = np.bincount(inverse, weights=followup[sub], minlength=len(unique)).astype(np.int32)
+        m = np.bincount(inverse, weights=labelled[sub], minlength=len(unique)).astype(np.int32)
+        out[r] = ItemTallies(unique, y, m)
+    return out
+
+
 def build_report(scan: Scan) -> Report:
     """Rows, intervals, paired deltas and agreement from one scan (last line per key counts)."""
     keep = scan.keep_mask()
-    idx = np.nonzero(keep)[0]
-    row_list = list(scan.rows)
-    rows_raw = np.frombuffer(scan.row, dtype=np.int32)[idx] if len(idx) else np.empty(0, np.int32)
-    items = np.frombuffer(scan.item_hash, dtype=np.int64)[idx] if len(idx) else np.empty(0, np.int64)
-    codes = np.frombuffer(scan.outcome, dtype=np.int32)[idx] if len(idx) else np.empty(0, np.int32)
-    rows = _merge_panels(scan, np.unique(rows_raw))[rows_raw]
-    outcome_list = list(scan.outcomes)
+    row_list, outcome_list, configs = list(scan.rows), list(scan.outcomes), scan.configs
+    rows_raw, items, codes = scan.kept_columns(keep)
+    rows = _merge_panels(scan, np.unique(rows_raw))[rows_raw].astype(np.int32)
+    del rows_raw
+    n_rows, n_out = len(row_list), max(1, len(outcome_list))
+
+    def table(fn: Any) -> np.ndarray:
+        return np.array([fn(o) for o in outcome_list] or [0], dtype=np.int64)
+
+    # One histogram of (row, outcome) answers every count.
+    hist = np.bincount(rows.astype(np.int64) * n_out + codes, minlength=n_rows * n_out).reshape(n_rows, n_out)
     label_index = {label: i for i, label in enumerate(LABELS)}
+    counts = {name: hist @ table(fn) for name, fn in {
+        "n": lambda o: o.label is not None,
+        "followups": lambda o: o.label == FOLLOWUP,
+        "judge_failures": lambda o: o.ok and o.judge_error,
+        "generation_errors": lambda o: not o.ok,
+        "unjudged": lambda o: o.ok and o.label is None and not o.judge_error,
+        "rule_labels": lambda o: o.rule,
+        "correct": lambda o: o.correct is True,
+        "accuracy_n": lambda o: o.correct is not None,
+        "self_judged": lambda o: o.self_judged,
+    }.items()}
+    counts["records"] = hist.sum(axis=1)
+    label_counts = {label: hist @ table(lambda o, i=i: o.label is not None and label_index[o.label] == i)
+                    for i, label in enumerate(LABELS)}
+    pattern_counts: Counter = Counter()
+    for code, count in enumerate(hist.sum(axis=0).tolist()):
+        if count:
+            pattern_counts[outcome_list[code].agreement] += count
 
-    def prop(fn: Any, dtype: Any = np.int64) -> np.ndarray:
-        table = np.array([fn(o) for o in outcome_list], dtype=dtype) if outcome_list else np.empty(0, dtype)
-        return table[codes]
+    present = np.unique(rows).tolist()
+    tallies = _row_tallies(rows, items, table(lambda o: o.label == FOLLOWUP).astype(np.int8)[codes],
+                           table(lambda o: o.label is not None).astype(np.int8)[codes], present)
+    del rows, items, codes
 
-    labelled = prop(lambda o: o.label is not None)
-    followup = prop(lambda o: o.label == FOLLOWUP)
-    label_code = prop(lambda o: label_index[o.label] if o.label is not None else len(LABELS))
-    n_rows = len(row_list)
-    R = n_rows
-
-    def per_row(values: np.ndarray) -> np.ndarray:
-        return np.bincount(rows, weights=values, minlength=R).astype(np.int64)
-
-    counts = {
-        "records": np.bincount(rows, minlength=R),
-        "n": per_row(labelled),
-        "followups": per_row(followup),
-        "judge_failures": per_row(prop(lambda o: o.ok and o.judge_error)),
-        "generation_errors": per_row(prop(lambda o: not o.ok)),
-        "unjudged": per_row(prop(lambda o: o.ok and o.label is None and not o.judge_error)),
-        "rule_labels": per_row(prop(lambda o: o.rule)),
-        "correct": per_row(prop(lambda o: o.correct is True)),
-        "accuracy_n": per_row(prop(lambda o: o.correct is not None)),
-        "self_judged": per_row(prop(lambda o: o.self_judged)),
-    }
-    label_counts = np.bincount(rows * (len(LABELS) + 1) + label_code,
-                               minlength=R * (len(LABELS) + 1)).reshape(R, len(LABELS) + 1)
-
-    # Item-level tallies per row: sort by (row, item), sum each run.
-    order = np.lexsort((items, rows))
-    r_sorted, i_sorted = rows[order], items[order]
-    starts = np.flatnonzero(np.r_[True, (r_sorted[1:] != r_sorted[:-1]) | (i_sorted[1:] != i_sorted[:-1])]) \
-        if len(order) else np.empty(0, np.int64)
-    cell_y = np.add.reduceat(followup[order], starts) if len(starts) else np.empty(0, np.int64)
-    cell_m = np.add.reduceat(labelled[order], starts) if len(starts) else np.empty(0, np.int64)
-    cell_row, cell_item = r_sorted[starts], i_sorted[starts]
-    bounds = np.searchsorted(cell_row, np.arange(R + 1))
-    tallies = {r: ItemTallies(cell_item[bounds[r]:bounds[r + 1]], cell_y[bounds[r]:bounds[r + 1]],
-                              cell_m[bounds[r]:bounds[r + 1]]) for r in np.unique(rows).tolist()}
-
-    final_rows = sorted(tallies, key=lambda r: (row_list[r][:5], row_list[r].fingerprint or "", row_list[r].panel))
-    settings = _settings([row_list[r] for r in final_rows], scan.configs)
+    final_rows = sorted(present, key=lambda r: (row_list[r][:5], row_list[r].fingerprint or "", row_list[r].panel))
+    settings = _settings([row_list[r] for r in final_rows], configs)
     groups: list[GroupSummary] = []
     for r in final_rows:
         row = row_list[r]
-        t = tallies[r]
-        rate = clustered_rate(t.followups, t.labelled)
-        judges = sorted({j for j, _ in row.panel})
+        rate = clustered_rate(tallies[r].followups, tallies[r].labelled)
+        accuracy_n = int(counts["accuracy_n"][r])
         groups.append(GroupSummary(
             model=row.model, dataset=row.dataset, mode=row.mode, perturbation=row.perturbation,
             temperature=row.temperature, records=int(counts["records"][r]), n=int(counts["n"][r]),
@@ -230,20 +231,17 @@ def build_report(scan: Scan) -> Report:
             ci_high=rate.ci_high if rate else None, design_effect=rate.design_effect if rate else None,
             judge_failures=int(counts["judge_failures"][r]), generation_errors=int(counts["generation_errors"][r]),
             unjudged=int(counts["unjudged"][r]),
-            labels={label: int(label_counts[r, i]) for i, label in enumerate(LABELS)},
+            labels={label: int(label_counts[label][r]) for label in LABELS},
             rule_labels=int(counts["rule_labels"][r]),
-            accuracy=int(counts["correct"][r]) / int(counts["accuracy_n"][r]) if counts["accuracy_n"][r] else None,
-            accuracy_n=int(counts["accuracy_n"][r]), self_judged=int(counts["self_judged"][r]), judges=judges,
-            judge_panel=_panel_names(row.panel), config_fingerprint=row.fingerprint,
-            config=scan.configs.get(row.fingerprint) if row.fingerprint else None, settings=settings[row],
+            accuracy=int(counts["correct"][r]) / accuracy_n if accuracy_n else None,
+            accuracy_n=accuracy_n, self_judged=int(counts["self_judged"][r]),
+            judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
+            config_fingerprint=row.fingerprint, config=configs.get(row.fingerprint) if row.fingerprint else None,
+            settings=settings[row],
         ))
-    _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], scan.configs)
-
-    pattern_counts: Counter = Counter()
-    for code, count in zip(*np.unique(codes, return_counts=True), strict=True):
-        pattern_counts[outcome_list[int(code)].agreement] += int(count)
-    return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=len(idx), keep=keep,
-                  tallies={i: tallies[r] for i, r in enumerate(final_rows)})
+    _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
+    return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
+                  keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)})
 
 
 def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[ItemTallies],

@@ -142,6 +142,17 @@ class Scan:
     def __len__(self) -> int:
         return len(self.row)
 
+    def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, item hash, outcome code) of the lines that count, as arrays; the per-line columns are then
+        released (they are the largest thing the report holds)."""
+        if not len(self.row):
+            return np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32)
+        rows = np.frombuffer(self.row, dtype=np.int32)[keep]
+        items = np.frombuffer(self.item_hash, dtype=np.int64)[keep]
+        codes = np.frombuffer(self.outcome, dtype=np.int32)[keep]
+        self.key_hash, self.row, self.item_hash, self.outcome = array("q"), array("i"), array("q"), array("i")
+        return rows, items, codes
+
     def keep_mask(self) -> np.ndarray:
         """Boolean per line: True for the last line of its key (the record that counts)."""
         keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
