@@ -10,7 +10,7 @@ as one cluster:
   samples per item give deff = k (the Wilson interval over items).
 * `paired_difference` — the difference of two rates over the items both conditions labelled, with Newcombe's
   hybrid score interval for paired proportions (Newcombe 1998, method 10; MOVER, Zou & Donner 2008) built from the
-  two clustered Wilson intervals and the item-level correlation of the two rates.
+  two clustered Wilson intervals and the item-level correlation of the two rates (at its conservative limit).
 
 Everything is closed-form and deterministic (no resampling, no seed), O(items) per row.
 """
@@ -121,6 +121,7 @@ class PairedDifference(BaseModel):
     rate_a: float | None = None  # condition a's rate over those items
     rate_b: float | None = None
     correlation: float | None = None  # item-level correlation of the two rates (0 when undefined)
+    correlation_used: float | None = None  # its conservative (Fisher-z lower) limit, used in the interval
     reason: str | None = None  # why delta is null
 
 
@@ -137,7 +138,8 @@ def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedD
     Interval: Newcombe's method 10 (MOVER with the two Wilson intervals and their correlation), where each Wilson
     interval is `clustered_rate`'s and the correlation is that of the two rates' item-level linearised residuals
     (with one sample per item: the phi coefficient of the paired 2x2 table, as in Newcombe 1998; 0 when either
-    residual is constant). Null delta with a reason when no item is labelled under both.
+    residual is constant), taken at the lower end of its 95% interval (`conservative_correlation`). Null delta
+    with a reason when no item is labelled under both.
     """
     _, ia, ib = np.intersect1d(a.items, b.items, assume_unique=True, return_indices=True)
     ya, ma = a.followups[ia].astype(np.float64), a.labelled[ia].astype(np.float64)
@@ -154,9 +156,26 @@ def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedD
     ss_a, ss_b = float(np.dot(ea, ea)), float(np.dot(eb, eb))
     phi = float(np.dot(ea, eb)) / math.sqrt(ss_a * ss_b) if ss_a > 0 and ss_b > 0 else 0.0
     phi = max(-1.0, min(1.0, phi))
+    used = conservative_correlation(phi, len(ma), z)
     d = pa - pb
     la, ua, lb, ub = pa - ra.ci_low, ra.ci_high - pa, pb - rb.ci_low, rb.ci_high - pb
-    low = d - math.sqrt(max(0.0, la * la - 2 * phi * la * ub + ub * ub))
-    high = d + math.sqrt(max(0.0, ua * ua - 2 * phi * ua * lb + lb * lb))
+    low = d - math.sqrt(max(0.0, la * la - 2 * used * la * ub + ub * ub))
+    high = d + math.sqrt(max(0.0, ua * ua - 2 * used * ua * lb + lb * lb))
     return PairedDifference(delta=d, ci_low=max(-1.0, low), ci_high=min(1.0, high), items=len(ma), rate_a=pa,
-                            rate_b=pb, correlation=phi)
+                            rate_b=pb, correlation=phi, correlation_used=used)
+
+
+def conservative_correlation(phi: float, items: int, z: float = Z95) -> float:
+    """The correlation the paired interval uses: a negative estimate as is; a positive one at the lower end of its
+    95% Fisher-z interval over `items` items, floored at 0 (0 with fewer than 4 items).
+
+    A positive correlation narrows the paired interval; estimated from a handful of items it can be 1 by chance
+    (every item shifted by the same amount), which would make the interval collapse. Taking its lower limit lets
+    the pairing narrow the interval only as far as the items support; a negative one only widens it.
+    """
+    if phi < 0:
+        return phi
+    if items < 4:
+        return 0.0
+    lower = math.tanh(math.atanh(min(0.9999, phi)) - z / math.sqrt(items - 3))
+    return max(0.0, lower)
