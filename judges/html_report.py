@@ -17,7 +17,7 @@ from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
 from userturn.judges.report_scan import iter_checked
-from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_rate
+from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_rate, fmt_temp
 from userturn.judges.taxonomy import DESCRIPTIONS, SHORT
 
 SAMPLES_PER_LABEL = 5
@@ -47,7 +47,7 @@ outside n. Raw and chat mode, different generation configurations and different 
 <th>judge failures</th><th>generation errors</th><th>unjudged</th>
 <th>accuracy</th>{% for l in labels %}<th title="{{ l }}">{{ short[l] }}</th>{% endfor %}<th>judged by</th></tr>
 {% for g in groups %}<tr><td>{{ g.model }}</td><td>{{ g.dataset }}</td><td>{{ g.mode }}</td>
-<td>{{ g.perturbation }}</td><td class="num">{{ "%g"|format(g.temperature) }}</td>
+<td>{{ g.perturbation }}</td><td class="num">{{ temp(g.temperature) }}</td>
 {% if any_settings %}<td>{{ g.settings }}</td>{% endif %}<td class="num">{{ g.n }}</td>
 <td class="num">{{ g.items }}</td>
 <td class="num">{{ g.followups }}</td><td class="num">{{ rate(g.followup_rate) }}</td><td class="num">{{ ci(g) }}</td>
@@ -189,7 +189,7 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         any_settings=any(g.settings for g in groups),
         figures={k: base64.b64encode(v).decode("ascii") for k, v in (figures or {}).items()},
         no_figures=no_figures, samples=_samples(examples), failures=_failures(examples.failures),
-        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, kappa=lambda k: "—" if k is None else f"{k:.3f}",
+        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=lambda k: "—" if k is None else f"{k:.3f}",
     )
 
 

@@ -216,7 +216,8 @@ def build_report(scan: Scan) -> Report:
                            table(lambda o: o.label is not None).astype(np.int8)[codes], present)
     del rows, items, codes
 
-    final_rows = sorted(present, key=lambda r: (row_list[r][:5], row_list[r].fingerprint or "", row_list[r].panel))
+    final_rows = sorted(present, key=lambda r: (row_list[r][:5], row_list[r].fingerprint or "",
+                                                _panel_names(row_list[r].panel)))
     settings = _settings([row_list[r] for r in final_rows], configs)
     groups: list[GroupSummary] = []
     for r in final_rows:

@@ -13,6 +13,12 @@ def fmt_rate(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
 
 
+def fmt_temp(value: float) -> str:
+    """Short form when it is exact (0.7), else every digit (0.7000001): two rows never look alike."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
 def fmt_ci(group: GroupSummary) -> str:
     if group.ci_low is None or group.ci_high is None:
         return "—"
@@ -53,7 +59,7 @@ def groups_table(groups: list[GroupSummary], title: str) -> Table:
         accuracy = "—" if g.accuracy is None else f"{100 * g.accuracy:.1f}% (n={g.accuracy_n})"
         judged_by = ", ".join(g.judges) or ("rules" if g.rule_labels else "—")
         flag = self_judged_flag(g)
-        cells = [g.model, g.dataset, g.mode, g.perturbation, f"{g.temperature:g}"]
+        cells = [g.model, g.dataset, g.mode, g.perturbation, fmt_temp(g.temperature)]
         cells += [g.settings] if any_settings else []
         cells += [str(g.n), str(g.items), str(g.followups), fmt_rate(g.followup_rate), fmt_ci(g), fmt_delta(g),
                   str(g.judge_failures), str(g.generation_errors), str(g.unjudged), accuracy, label_mix(g.labels),
@@ -90,7 +96,7 @@ def print_report(console: Console, groups: list[GroupSummary], agreements: list[
                   "judge failures, generation errors and unjudged records are outside n.")
     for g in groups:
         if g.perturbation != "none" and g.delta_vs_none is None and g.delta_note:
-            console.print(f"Δ n/a for {g.series} · t={g.temperature:g}: {g.delta_note}")
+            console.print(f"Δ n/a for {g.series} · t={fmt_temp(g.temperature)}: {g.delta_note}")
     if any(g.self_judged for g in groups):
         console.print("[bold red]SELF[/]: labelled by the same model that was probed (self-judged); "
                       "use an independent judge for reported numbers.")

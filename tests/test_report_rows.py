@@ -181,3 +181,10 @@ def test_malformed_field_names_file_line(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["report", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.endswith(f"{path}:2: not a userturn record (config: not an object)\n") and err.count("\n") == 1
+
+
+def test_close_temperatures_are_shown_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    close = rec("i1", temperature=0.7000001)
+    close["key"] += "000001"  # keys carry the temperature as given (the key format is client/records.py's)
+    out = table(write(tmp_path / "r.jsonl", [rec("i1", temperature=0.7), close]), capsys)
+    assert "│ 0.7000001 │" in out and "│       0.7 │" in out
