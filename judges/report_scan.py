@@ -115,6 +115,17 @@ def row_and_outcome(d: dict) -> tuple[RowId, Outcome]:
     return row, outcome
 
 
+def _signature(d: dict) -> tuple:
+    """Everything `row_and_outcome` and `_problem` read except key, item id and config: lines with the same
+    signature have the same row and outcome. Raises (KeyError, TypeError, AttributeError) on odd shapes."""
+    t, correct = d["temperature"], d.get("correct")
+    return (d["model"], d["dataset"], d.get("mode", "raw"), d.get("perturbation", "none"), t, t.__class__,
+            d.get("config_fingerprint"), d["status"], d.get("label"), d.get("label_source"), d.get("judge_status"),
+            correct, correct.__class__,
+            tuple((v["judge"], v.get("source", "judge"), v["status"], v.get("label"), v.get("prompt_sha256"))
+                  for v in d.get("judges", ())))
+
+
 class Scan:
     """Compact columns of every record line seen, in order; `keep_mask` says which line is the last for its key."""
 
@@ -126,18 +137,47 @@ class Scan:
         self.rows: dict[RowId, int] = {}
         self.outcomes: dict[Outcome, int] = {}
         self.configs: dict[str, dict | None] = {}  # fingerprint -> readable config (first seen)
+        self._seen: dict[tuple, tuple[int, int]] = {}
+
+    def add_line(self, d: Any) -> str | None:
+        """Check and count one parsed line; returns the problem (`field: message`) instead when it is no record.
+
+        Row and outcome are cached by `_signature`: a results file has few distinct ones, so most lines cost a
+        tuple and a dict lookup."""
+        try:
+            sig = _signature(d)
+            known = self._seen.get(sig)
+        except (KeyError, TypeError, AttributeError):
+            sig, known = None, None
+        if known is None or type(d["key"]) is not str or type(d["item_id"]) is not str or not isinstance(
+                d.get("config"), dict | None):
+            problem = _problem(d)
+            if problem is not None:
+                return problem
+            known = self._intern(d)
+            if sig is not None:
+                if len(self._seen) > 100_000:
+                    self._seen.clear()
+                self._seen[sig] = known
+        self.key_hash.append(hash(d["key"]))
+        self.row.append(known[0])
+        self.item_hash.append(hash(d["item_id"]))
+        self.outcome.append(known[1])
+        return None
 
     def add(self, d: dict) -> None:
         """Count one checked record dict."""
-        row, outcome = row_and_outcome(d)
-        r = self.rows.setdefault(row, len(self.rows))
-        o = self.outcomes.setdefault(outcome, len(self.outcomes))
-        if row.fingerprint is not None and row.fingerprint not in self.configs:
-            self.configs[row.fingerprint] = d.get("config")
+        r, o = self._intern(d)
         self.key_hash.append(hash(d["key"]))
         self.row.append(r)
         self.item_hash.append(hash(d["item_id"]))
         self.outcome.append(o)
+
+    def _intern(self, d: dict) -> tuple[int, int]:
+        row, outcome = row_and_outcome(d)
+        if row.fingerprint is not None and row.fingerprint not in self.configs:
+            self.configs[row.fingerprint] = d.get("config")
+        return self.rows.setdefault(row, len(self.rows)), self.outcomes.setdefault(outcome, len(self.outcomes))
 
     def __len__(self) -> int:
         return len(self.row)
@@ -187,8 +227,13 @@ def scan_file(path: str | Path) -> Scan:
         raise UserError(f"results file not found: {path}")
     scan = Scan()
     try:
-        for _, d, _ in iter_checked(path):
-            scan.add(d)
+        for number, raw, complete in iter_lines(path):
+            try:
+                problem = scan.add_line(orjson.loads(raw))
+            except orjson.JSONDecodeError as exc:
+                problem = f"invalid JSON: {str(exc).splitlines()[0]}"
+            if problem is not None and complete:
+                raise UserError(f"{path}:{number}: not a userturn record ({problem})")
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
     return scan
