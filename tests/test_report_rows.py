@@ -57,12 +57,18 @@ def table(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_two_configurations_are_two_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     short, long = config(max_tokens=64), config()
+    other_template = config(template_sha256="c" * 64, template_kwargs={"enable_thinking": False})
     path = write(tmp_path / "r.jsonl", [rec("i1", "genuine_followup", cfg=short), rec("i2", cfg=short),
-                                        rec("i1", sample=1, cfg=long), rec("i3", sample=2)])
+                                        rec("i1", sample=1, cfg=long), rec("i3", sample=2),
+                                        rec("i4", cfg=other_template)])
     rows = json_rows(path, capsys)
-    assert len(rows) == 3
+    assert len(rows) == 4
     by = {r["settings"]: r for r in rows}
-    assert set(by) == {"max_tokens=64", "max_tokens=256", "unfingerprinted"}
+    assert set(by) == {"max_tokens=64, template_kwargs.enable_thinking=∅, template_sha256=tttttttt",
+                       "max_tokens=256, template_kwargs.enable_thinking=∅, template_sha256=tttttttt",
+                       "max_tokens=256, template_kwargs.enable_thinking=false, template_sha256=cccccccccccc",
+                       "unfingerprinted"}
+    by = {k.split(",")[0]: v for k, v in by.items() if "thinking=∅" in k or k == "unfingerprinted"}
     assert (by["max_tokens=64"]["n"], by["max_tokens=64"]["followups"], by["max_tokens=256"]["n"]) == (2, 1, 1)
     assert by["max_tokens=64"]["config_fingerprint"] == short[0] and by["max_tokens=64"]["config"] == short[1]
     assert by["unfingerprinted"]["config_fingerprint"] is None and by["unfingerprinted"]["config"] is None
