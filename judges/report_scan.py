@@ -156,7 +156,7 @@ class Scan:
                 return problem
             known = self._intern(d)
             if sig is not None:
-                if len(self._seen) > 100_000:
+                if len(self._seen) > 20_000:  # bounded: a file has few distinct signatures
                     self._seen.clear()
                 self._seen[sig] = known
         self.key_hash.append(hash(d["key"]))
