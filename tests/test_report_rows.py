@@ -194,3 +194,15 @@ def test_close_temperatures_are_shown_apart(tmp_path: Path, capsys: pytest.Captu
     close["key"] += "000001"  # keys carry the temperature as given (the key format is client/records.py's)
     out = table(write(tmp_path / "r.jsonl", [rec("i1", temperature=0.7), close]), capsys)
     assert "│ 0.7000001 │" in out and "│       0.7 │" in out
+
+
+def test_report_benchmark_runs_small() -> None:
+    """benchmarks/bench_report.py (the 1M-record memory measurement) on a small file: it runs and checks."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_report.py"
+    done = subprocess.run([sys.executable, str(script), "--records", "3000", "--rejudged", "300"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "report --json:" in done.stdout and "report --html:" in done.stdout and "PASS" in done.stdout
