@@ -140,10 +140,20 @@ class Scan:
         self._seen: dict[tuple, tuple[int, int]] = {}
 
     def add_line(self, d: Any) -> str | None:
-        """Check and count one parsed line; returns the problem (`field: message`) instead when it is no record.
+        """Check and count one parsed line; returns the problem (`field: message`) instead when it is no record."""
+        known = self.classify(d)
+        if isinstance(known, str):
+            return known
+        self.key_hash.append(hash(d["key"]))
+        self.row.append(known[0])
+        self.item_hash.append(hash(d["item_id"]))
+        self.outcome.append(known[1])
+        return None
 
-        Row and outcome are cached by `_signature`: a results file has few distinct ones, so most lines cost a
-        tuple and a dict lookup."""
+    def classify(self, d: Any) -> tuple[int, int] | str:
+        """(row index, outcome index) of one parsed line, or the problem (`field: message`) when it is no record.
+
+        Cached by `_signature`: a results file has few distinct ones, so most lines cost a tuple and a lookup."""
         try:
             sig = _signature(d)
             known = self._seen.get(sig)
@@ -159,11 +169,7 @@ class Scan:
                 if len(self._seen) > 20_000:  # bounded: a file has few distinct signatures
                     self._seen.clear()
                 self._seen[sig] = known
-        self.key_hash.append(hash(d["key"]))
-        self.row.append(known[0])
-        self.item_hash.append(hash(d["item_id"]))
-        self.outcome.append(known[1])
-        return None
+        return known
 
     def add(self, d: dict) -> None:
         """Count one checked record dict."""
@@ -206,15 +212,16 @@ class Scan:
 
 
 def iter_checked(path: Path) -> Iterator[tuple[int, dict, bytes]]:
-    """(line number, record dict, raw line) for each record line; a torn final line is skipped, any other
-    malformed line is a UserError naming file:line."""
+    """(line number, record dict, raw line) for each record line, exactly the lines `scan_file` counts (in the same
+    order); a torn final line is skipped, any other malformed line is a UserError naming file:line."""
+    checker = Scan()
     for number, raw, complete in iter_lines(path):
         try:
             d = orjson.loads(raw)
-            problem = _problem(d)
+            problem = checker.classify(d)
         except orjson.JSONDecodeError as exc:
             problem = f"invalid JSON: {str(exc).splitlines()[0]}"
-        if problem is None:
+        if not isinstance(problem, str):
             yield number, d, raw
         elif complete:
             raise UserError(f"{path}:{number}: not a userturn record ({problem})")
