@@ -128,14 +128,15 @@ def _merge_panels(scan: Scan, present: np.ndarray) -> np.ndarray:
 
 
 def _settings(rows: list[RowId], configs: dict[str, dict | None]) -> dict[RowId, str]:
-    """For rows that share model, dataset, mode, perturbation and temperature: what tells them apart."""
+    """For rows that share model, dataset, mode and perturbation (at any temperature, so a configuration is named
+    the same way at every temperature): what tells their configurations and judge panels apart."""
     out: dict[RowId, str] = {}
     buckets: dict[tuple, list[RowId]] = defaultdict(list)
     for row in rows:
-        buckets[row[:5]].append(row)
+        buckets[row[:4]].append(row)
     for members in buckets.values():
-        if len(members) == 1:
-            out[members[0]] = ""
+        if len({(row.fingerprint, row.panel) for row in members}) == 1:
+            out.update(dict.fromkeys(members, ""))
             continue
         flat = {row: _flatten(configs.get(row.fingerprint)) if row.fingerprint else {} for row in members}
         keys = sorted({k for f in flat.values() for k in f})

@@ -206,3 +206,11 @@ def test_report_benchmark_runs_small() -> None:
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "report --json:" in done.stdout and "report --html:" in done.stdout and "PASS" in done.stdout
+
+
+def test_a_configuration_is_named_the_same_at_every_temperature(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = [rec("i1", cfg=config(max_tokens=64)), rec("i2", cfg=config()),
+               rec("i1", cfg=config(max_tokens=64), temperature=1.0)]  # at t=1 only one configuration
+    rows = {(r["temperature"], r["settings"]) for r in json_rows(write(tmp_path / "r.jsonl", records), capsys)}
+    assert rows == {(0.0, "max_tokens=64"), (0.0, "max_tokens=256"), (1.0, "max_tokens=64")}
