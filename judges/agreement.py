@@ -7,7 +7,7 @@ scipy/statsmodels/sklearn. Tests check them against textbook examples.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 
 from pydantic import BaseModel
@@ -85,27 +85,87 @@ def judge_labels(record: ProbeRecord) -> dict[str, str]:
     return {v.judge: v.label for v in record.judges if v.source == "judge" and v.status == "ok" and v.label}
 
 
-def _agreement(per_record: list[dict[str, str]], names: list[str]) -> PanelAgreement:
+Pattern = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
+
+
+def verdict_pattern(record: ProbeRecord) -> Pattern:
+    """(LLM judges asked, sorted (judge, label) of their ok verdicts): all agreement needs of one record."""
+    names = tuple(sorted({v.judge for v in record.judges if v.source == "judge"}))
+    return names, tuple(sorted(judge_labels(record).items()))
+
+
+def _weighted_cohen(pairs: Counter) -> float | None:
+    n = sum(pairs.values())
+    if n == 0:
+        return None
+    observed = sum(w for (x, y), w in pairs.items() if x == y) / n
+    ca: Counter = Counter()
+    cb: Counter = Counter()
+    for (x, y), w in pairs.items():
+        ca[x] += w
+        cb[y] += w
+    expected = sum(ca[k] * cb[k] for k in ca) / (n * n)
+    if expected >= 1.0:
+        return None
+    return (observed - expected) / (1.0 - expected)
+
+
+def _weighted_fleiss(rows: Counter) -> float | None:
+    """Fleiss' kappa from {tuple of the raters' labels: number of items with exactly those labels}."""
+    n_items = sum(rows.values())
+    if n_items == 0:
+        return None
+    raters = len(next(iter(rows)))
+    p_bar = sum(w * (sum(c * c for c in Counter(row).values()) - raters) / (raters * (raters - 1))
+                for row, w in rows.items()) / n_items
+    totals: Counter = Counter()
+    for row, w in rows.items():
+        for label in row:
+            totals[label] += w
+    p_e = sum((t / (n_items * raters)) ** 2 for t in totals.values())
+    if p_e >= 1.0:
+        return None
+    return (p_bar - p_e) / (1.0 - p_e)
+
+
+def _agreement(per_record: Counter, names: list[str]) -> PanelAgreement:
+    labelled = [(dict(labels), w) for labels, w in per_record.items()]
     pairs = []
     for x, y in combinations(names, 2):
-        both = [(lab[x], lab[y]) for lab in per_record if x in lab and y in lab]
-        pairs.append(PairAgreement(judges=(x, y), items=len(both),
-                                   percent_agreement=sum(p == q for p, q in both) / len(both) if both else None,
-                                   cohen_kappa=cohen_kappa([p for p, _ in both], [q for _, q in both])))
-    complete = [[lab[n] for n in names] for lab in per_record if all(n in lab for n in names)]
-    agree = sum(len(set(row)) == 1 for row in complete) / len(complete) if complete else None
+        both: Counter = Counter()
+        for lab, w in labelled:
+            if x in lab and y in lab:
+                both[(lab[x], lab[y])] += w
+        total = sum(both.values())
+        pairs.append(PairAgreement(
+            judges=(x, y), items=total,
+            percent_agreement=sum(w for (p, q), w in both.items() if p == q) / total if total else None,
+            cohen_kappa=_weighted_cohen(both)))
+    complete: Counter = Counter()
+    for lab, w in labelled:
+        if all(n in lab for n in names):
+            complete[tuple(lab[n] for n in names)] += w
+    total = sum(complete.values())
+    agree = sum(w for row, w in complete.items() if len(set(row)) == 1) / total if total else None
     if len(names) == 2:
         kappa, kind = pairs[0].cohen_kappa, "cohen"
     else:
-        kappa, kind = (fleiss_kappa(complete) if complete else None), "fleiss"
-    return PanelAgreement(judges=names, items=len(complete), percent_agreement=agree, kappa=kappa,
-                          kappa_kind=kind, pairs=pairs)
+        kappa, kind = _weighted_fleiss(complete), "fleiss"
+    return PanelAgreement(judges=names, items=total, percent_agreement=agree, kappa=kappa, kappa_kind=kind,
+                          pairs=pairs)
+
+
+def agreements_from_patterns(patterns: Mapping[Pattern, int]) -> list[PanelAgreement]:
+    """Agreement of each panel found (a set of >= 2 LLM judges asked about the same records), from counts of
+    `verdict_pattern`s: Cohen's kappa for two judges, Fleiss' kappa for more, over the records every judge of the
+    panel labelled (whichever panel asked them)."""
+    per_record: Counter = Counter()
+    for (_, labels), count in patterns.items():
+        per_record[labels] += count
+    panels = {names for names, _ in patterns}
+    return [_agreement(per_record, list(names)) for names in sorted(panels) if len(names) >= 2]
 
 
 def panel_agreements(records: Iterable[ProbeRecord]) -> list[PanelAgreement]:
-    """Agreement of each panel found in the records (a set of >= 2 LLM judges that rated the same records):
-    Cohen's kappa for two judges, Fleiss' kappa for more, over the records every judge of the panel labelled."""
-    records = list(records)
-    per_record = [judge_labels(r) for r in records]
-    panels = {tuple(sorted({v.judge for v in r.judges if v.source == "judge"})) for r in records}
-    return [_agreement(per_record, list(names)) for names in sorted(panels) if len(names) >= 2]
+    """`agreements_from_patterns` of loaded records."""
+    return agreements_from_patterns(Counter(verdict_pattern(r) for r in records))

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from userturn.client.errors import UserError
 from userturn.judges.arguments import add_judge_arguments
 
 if TYPE_CHECKING:
@@ -81,47 +80,9 @@ def judge_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    import orjson
-    from rich.console import Console
-    from userturn.judges.agreement import panel_agreements
-    from userturn.judges.report import load_results, summarise, to_json_rows
-    from userturn.judges.report_table import print_report
+    from userturn.judges.report_cli import run_report
 
-    records = load_results(args.results)
-    groups = summarise(records)
-    agreements = panel_agreements(records)
-    figures: dict[str, bytes] | None = None
-    if args.plots or args.html:
-        figures, why = _figures(groups, required=bool(args.plots))
-        if args.plots and figures:
-            from userturn.judges.plots import write_plots
-
-            paths = write_plots(figures, args.plots)
-            print(f"userturn report: wrote {len(paths)} plots to {args.plots}", file=sys.stderr)
-        if args.html:
-            from userturn.judges.html_report import render_html, write_html
-
-            path = write_html(render_html(records, groups, agreements, figures, args.results, why), args.html)
-            print(f"userturn report: wrote {path}", file=sys.stderr)
-    if args.json:
-        sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=220)
-        print_report(console, groups, agreements, args.results)
-    return 0
-
-
-def _figures(groups: list, required: bool) -> tuple[dict[str, bytes] | None, str]:
-    from userturn.judges.plots import render_figures
-
-    try:
-        return render_figures(groups), ""
-    except UserError as exc:
-        if required:
-            raise
-        return None, str(exc)
+    return run_report(args)
 
 
 def judge_eval_command(args: argparse.Namespace) -> int:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import base64
+import bisect
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
-from userturn.client.errors import UserError
+import numpy as np
+from pydantic import ValidationError
+from userturn.client.errors import UserError, first_error
 from userturn.client.records import LABELS, ProbeRecord
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
-from userturn.judges.report_table import fmt_ci, fmt_rate
+from userturn.judges.report_scan import iter_checked
+from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_rate, fmt_temp
 from userturn.judges.taxonomy import DESCRIPTIONS, SHORT
 
 SAMPLES_PER_LABEL = 5
@@ -31,14 +36,22 @@ pre{white-space:pre-wrap;margin:0;font-size:12px;max-width:520px} img{max-width:
 <h1>userturn report</h1>
 <p class="note">{{ source }} · {{ total }} records · generated {{ generated }}</p>
 <h2>Follow-up rate by group</h2>
-<p class="note">rate = genuine_followup / n (labelled records); 95% CI = Wilson score interval. Judge failures,
-generation errors and unjudged records are outside n. Raw and chat mode are separate groups.</p>
-<table><tr><th>model</th><th>dataset</th><th>mode</th><th>perturbation</th><th>temp</th><th>n</th>
-<th>follow-ups</th><th>rate</th><th>95% CI</th><th>judge failures</th><th>generation errors</th><th>unjudged</th>
+<p class="note">rate = genuine_followup / n (labelled records); items = distinct items behind n; 95% CI = Wilson
+score interval at the item-clustered effective sample size (the samples of one item are not independent).
+Δ vs none = this row's rate minus the none row's over the items labelled under both, in percentage points, with a
+paired item-level 95% interval (Newcombe's method 10). Judge failures, generation errors and unjudged records are
+outside n. Raw and chat mode, different generation configurations and different judge panels are separate rows.</p>
+<table><tr><th>model</th><th>dataset</th><th>mode</th><th>perturbation</th><th>temp</th>
+{% if any_settings %}<th>settings</th>{% endif %}<th>n</th><th>items</th>
+<th>follow-ups</th><th>rate</th><th>95% CI</th><th>Δ vs none (95% CI)</th>
+<th>judge failures</th><th>generation errors</th><th>unjudged</th>
 <th>accuracy</th>{% for l in labels %}<th title="{{ l }}">{{ short[l] }}</th>{% endfor %}<th>judged by</th></tr>
 {% for g in groups %}<tr><td>{{ g.model }}</td><td>{{ g.dataset }}</td><td>{{ g.mode }}</td>
-<td>{{ g.perturbation }}</td><td class="num">{{ "%g"|format(g.temperature) }}</td><td class="num">{{ g.n }}</td>
+<td>{{ g.perturbation }}</td><td class="num">{{ temp(g.temperature) }}</td>
+{% if any_settings %}<td>{{ g.settings }}</td>{% endif %}<td class="num">{{ g.n }}</td>
+<td class="num">{{ g.items }}</td>
 <td class="num">{{ g.followups }}</td><td class="num">{{ rate(g.followup_rate) }}</td><td class="num">{{ ci(g) }}</td>
+<td class="num" title="{{ g.delta_note or '' }}">{{ delta(g) }}</td>
 <td class="num">{{ g.judge_failures }}</td>
 <td class="num">{{ g.generation_errors }}</td><td class="num">{{ g.unjudged }}</td>
 <td class="num">{{ "—" if g.accuracy is none else rate(g.accuracy) ~ " (n=" ~ g.accuracy_n ~ ")" }}</td>
@@ -85,12 +98,64 @@ def _clip(text: str | None, limit: int = CLIP) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
 
 
-def _samples(records: list[ProbeRecord]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for label in LABELS:
-        rows = sorted((r for r in records if r.label == label), key=lambda r: r.key)[:SAMPLES_PER_LABEL]
-        if not rows:
+class _Smallest:
+    """The `size` smallest (key, raw line) pairs offered (deterministic examples in bounded memory)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: list[tuple[str, int, bytes]] = []
+
+    def offer(self, key: str, number: int, raw: bytes) -> None:
+        if len(self.items) < self.size or key < self.items[-1][0]:
+            bisect.insort(self.items, (key, number, raw))
+            del self.items[self.size:]
+
+    def records(self, path: Path) -> list[ProbeRecord]:
+        out = []
+        for _, number, raw in self.items:
+            try:
+                out.append(ProbeRecord.model_validate_json(raw))
+            except ValidationError as exc:
+                raise UserError(f"{path}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
+        return out
+
+
+@dataclass
+class Examples:
+    """Sample records per label (smallest keys first) and records whose judges failed, for the HTML report."""
+
+    by_label: dict[str, list[ProbeRecord]]
+    failures: list[ProbeRecord]
+
+
+def select_examples(path: str | Path, keep: np.ndarray, failures: int = 20) -> Examples:
+    """Second streaming pass: up to SAMPLES_PER_LABEL records per label and `failures` judge-failed records, by
+    smallest key, among the lines that count (`keep`, from the first pass)."""
+    per_label = {label: _Smallest(SAMPLES_PER_LABEL) for label in LABELS}
+    failed = _Smallest(failures)
+    path = Path(path)
+    for index, (number, d, raw) in enumerate(iter_checked(path)):
+        if not keep[index]:
             continue
+        if d.get("label") is not None:
+            per_label[d["label"]].offer(d["key"], number, raw)
+        if d.get("judge_status") == "error":
+            failed.offer(d["key"], number, raw)
+    return Examples(by_label={label: s.records(path) for label, s in per_label.items() if s.items},
+                    failures=failed.records(path))
+
+
+def examples_of(records: list[ProbeRecord]) -> Examples:
+    """`select_examples` for records already loaded."""
+    ordered = sorted(records, key=lambda r: r.key)
+    by_label = {label: [r for r in ordered if r.label == label][:SAMPLES_PER_LABEL] for label in LABELS}
+    return Examples(by_label={k: v for k, v in by_label.items() if v},
+                    failures=[r for r in ordered if r.judge_status == "error"][:20])
+
+
+def _samples(examples: Examples) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for label, rows in examples.by_label.items():
         out[label] = []
         for r in rows:
             query, response = query_and_response(r)
@@ -104,9 +169,7 @@ def _samples(records: list[ProbeRecord]) -> dict[str, list[dict]]:
 
 def _failures(records: list[ProbeRecord], limit: int = 20) -> list[dict]:
     rows = []
-    for r in sorted(records, key=lambda r: r.key):
-        if r.judge_status != "error":
-            continue
+    for r in records:
         for v in r.judges:
             if v.status == "error":
                 rows.append({"key": r.key, "judge": v.judge, "error": v.error, "raw": _clip(v.raw, 400)})
@@ -115,17 +178,18 @@ def _failures(records: list[ProbeRecord], limit: int = 20) -> list[dict]:
     return rows
 
 
-def render_html(records: list[ProbeRecord], groups: list[GroupSummary], agreements: list[PanelAgreement],
+def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], examples: Examples, total: int,
                 figures: dict[str, bytes] | None, source: str, no_figures: str = "") -> str:
     """The report as one HTML string (autoescaped: generated text cannot inject markup)."""
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     return env.from_string(TEMPLATE).render(
-        source=source, total=len(records), generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        source=source, total=total, generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         groups=groups, labels=LABELS, short=SHORT, descriptions=DESCRIPTIONS,
         any_self=any(g.self_judged for g in groups), agreements=agreements,
+        any_settings=any(g.settings for g in groups),
         figures={k: base64.b64encode(v).decode("ascii") for k, v in (figures or {}).items()},
-        no_figures=no_figures, samples=_samples(records), failures=_failures(records),
-        rate=fmt_rate, ci=fmt_ci, kappa=lambda k: "—" if k is None else f"{k:.3f}",
+        no_figures=no_figures, samples=_samples(examples), failures=_failures(examples.failures),
+        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=lambda k: "—" if k is None else f"{k:.3f}",
     )
 
 

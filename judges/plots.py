@@ -10,6 +10,7 @@ from typing import Any
 from userturn.client.errors import UserError
 from userturn.client.records import LABELS
 from userturn.judges.report import GroupSummary
+from userturn.judges.report_table import fmt_temp
 from userturn.judges.taxonomy import SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "label_mix")
@@ -27,7 +28,7 @@ def _pyplot() -> Any:
 
 
 def followup_vs_temperature(groups: list[GroupSummary]) -> Any:
-    """One line per model (x dataset, mode, perturbation), Wilson 95% intervals as error bars."""
+    """One line per row series (model, dataset, mode, perturbation, settings); item-clustered 95% intervals."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     series: dict[str, list[GroupSummary]] = defaultdict(list)
@@ -44,7 +45,7 @@ def followup_vs_temperature(groups: list[GroupSummary]) -> Any:
     ax.set_xlabel("sampling temperature")
     ax.set_ylabel("genuine follow-up rate (%)")
     ax.set_ylim(-3, 103)
-    ax.set_title("Follow-up rate vs temperature (Wilson 95% CI)")
+    ax.set_title("Follow-up rate vs temperature (item-clustered 95% CI)")
     if series:
         ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
@@ -63,7 +64,7 @@ def accuracy_vs_followup(groups: list[GroupSummary]) -> Any:
         ax.scatter([100 * g.followup_rate for g in rows], [100 * g.accuracy for g in rows],  # type: ignore[operator]
                    label=model, s=40)
         for g in rows:
-            ax.annotate(f"{g.dataset} t={g.temperature:g}", (100 * g.followup_rate, 100 * g.accuracy),  # type: ignore[operator]
+            ax.annotate(f"{g.dataset} t={fmt_temp(g.temperature)}", (100 * g.followup_rate, 100 * g.accuracy),  # type: ignore[operator]
                         fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("genuine follow-up rate (%)")
     ax.set_ylabel("task accuracy (%)")
@@ -84,7 +85,7 @@ def label_mix(groups: list[GroupSummary]) -> Any:
     plt = _pyplot()
     rows = [g for g in groups if g.n]
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(rows) + 1.5)))
-    names = [f"{g.series} · t={g.temperature:g}" for g in rows]
+    names = [f"{g.series} · t={fmt_temp(g.temperature)}" for g in rows]
     left = [0.0] * len(rows)
     colors = plt.get_cmap("tab10").colors
     for i, label in enumerate(LABELS):

@@ -1,22 +1,32 @@
-"""Summaries of a results file: per model x dataset x mode x perturbation x temperature.
+"""Summaries of a results file: one row per configuration of model x dataset x mode x perturbation x temperature.
 
 Follow-up rate = genuine_followup / labelled records (`n`). Judge failures and generation errors are not in the
-denominator; they are counted beside it. Raw and chat mode are separate groups, never mixed.
+denominator; they are counted beside it. Raw and chat mode are separate rows, never mixed; so are records of
+different generation configurations (`config_fingerprint`) and of different judge panels (judge model or judge
+prompt). Intervals are clustered by item (`judges.stats`); each perturbed row carries its paired difference to
+the `none` row of the same configuration. The file is read in one streaming pass (`judges.report_scan`).
 """
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import orjson
 from pydantic import BaseModel, Field
 from userturn.client.errors import UserError
 from userturn.client.jsonl import read_records
 from userturn.client.records import LABELS, ProbeRecord
-from userturn.judges.stats import wilson_interval
+from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
+from userturn.judges.report_scan import RowId, Scan, base_name, scan_file
+from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
 from userturn.judges.taxonomy import FOLLOWUP
+
+UNFINGERPRINTED = "unfingerprinted"
 
 
 class GroupSummary(BaseModel):
@@ -27,12 +37,19 @@ class GroupSummary(BaseModel):
     mode: str
     perturbation: str
     temperature: float
-    records: int = Field(description="all records of the group")
+    records: int = Field(description="all records of the row")
     n: int = Field(description="labelled records: the follow-up rate's denominator")
+    items: int = Field(description="distinct items behind n")
     followups: int
     followup_rate: float | None
-    ci_low: float | None
+    ci_low: float | None = Field(description="item-clustered 95% interval (Wilson at the effective sample size)")
     ci_high: float | None
+    design_effect: float | None = Field(description="variance inflation from the samples of an item, >= 1")
+    delta_vs_none: float | None = Field(default=None, description="rate minus the none row's, over shared items")
+    delta_ci_low: float | None = None
+    delta_ci_high: float | None = None
+    delta_items: int | None = Field(default=None, description="items labelled under both this row and none")
+    delta_note: str | None = Field(default=None, description="why delta_vs_none is null")
     judge_failures: int
     generation_errors: int
     unjudged: int = Field(description="generated but not (yet) judged")
@@ -42,60 +59,232 @@ class GroupSummary(BaseModel):
     accuracy_n: int
     self_judged: int = Field(description="records labelled by a judge with the same model as the one probed")
     judges: list[str]
+    judge_panel: list[str] = Field(description="LLM judges asked, as judge@prompt-sha256-prefix")
+    config_fingerprint: str | None
+    config: dict | None
+    settings: str = Field(default="", description="what sets this row apart from rows that differ only in it")
 
     @property
     def series(self) -> str:
-        """Group identity without the temperature (one line in the temperature plot)."""
-        return f"{self.model} · {self.dataset} · {self.mode} · {self.perturbation}"
-
-
-def _base_name(model: str) -> str:
-    name = model.strip().lower().rsplit("/", 1)[-1]
-    return re.sub(r"[-_.:](instruct|chat|it)$", "", name)
+        """Row identity without the temperature (one line in the temperature plot)."""
+        name = f"{self.model} · {self.dataset} · {self.mode} · {self.perturbation}"
+        return f"{name} · {self.settings}" if self.settings else name
 
 
 def is_self_judged(record: ProbeRecord) -> bool:
     """True when an ok LLM verdict on the record came from the probed model itself (names compared loosely)."""
-    base = _base_name(record.model)
-    return any(v.source == "judge" and v.status == "ok" and _base_name(v.judge) == base for v in record.judges)
+    base = base_name(record.model)
+    return any(v.source == "judge" and v.status == "ok" and base_name(v.judge) == base for v in record.judges)
 
 
-def summarise(records: Iterable[ProbeRecord]) -> list[GroupSummary]:
-    """Group and count; groups sorted by model, dataset, mode, perturbation, temperature."""
-    groups: dict[tuple, list[ProbeRecord]] = defaultdict(list)
-    for r in records:
-        groups[(r.model, r.dataset, r.mode, r.perturbation, float(r.temperature))].append(r)
-    out = []
-    for key in sorted(groups):
-        rows = groups[key]
-        labels = dict.fromkeys(LABELS, 0)
-        for r in rows:
-            if r.label is not None:
-                labels[r.label] += 1
-        n = sum(labels.values())
-        followups = labels[FOLLOWUP]
-        ci = wilson_interval(followups, n)
-        scored = [r.correct for r in rows if r.correct is not None]
-        judges = sorted({v.judge for r in rows for v in r.judges if v.source == "judge"})
-        out.append(GroupSummary(
-            model=key[0], dataset=key[1], mode=key[2], perturbation=key[3], temperature=key[4],
-            records=len(rows), n=n, followups=followups,
-            followup_rate=followups / n if n else None,
-            ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None,
-            judge_failures=sum(r.status == "ok" and r.judge_status == "error" for r in rows),
-            generation_errors=sum(r.status != "ok" for r in rows),
-            unjudged=sum(r.status == "ok" and r.label is None and r.judge_status != "error" for r in rows),
-            labels=labels,
-            rule_labels=sum(r.label is not None and r.label_source == "rule" for r in rows),
-            accuracy=sum(scored) / len(scored) if scored else None, accuracy_n=len(scored),
-            self_judged=sum(r.label_source in ("judge", "majority") and is_self_judged(r) for r in rows),
-            judges=judges,
-        ))
+@dataclass
+class Report:
+    """The report of one results file: rows, judge agreement, and which lines counted (for the HTML pass)."""
+
+    groups: list[GroupSummary]
+    agreements: list[PanelAgreement]
+    records: int
+    keep: np.ndarray
+    tallies: dict[int, ItemTallies]  # per final row index (same order as `groups`): item-level counts
+
+
+def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
+    if isinstance(config, dict):
+        out: dict[str, str] = {}
+        for k, v in config.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out if out or not prefix else {prefix[:-1]: "{}"}
+    key = prefix[:-1]
+    if isinstance(config, str):
+        return {key: config[:12] if key.endswith("sha256") else config}  # hashes: a prefix tells them apart
+    return {key: orjson.dumps(config).decode()}
+
+
+def _without_perturbation(config: Any) -> Any:
+    """The config with every setting named after the perturbation removed (what a none row must share)."""
+    if isinstance(config, dict):
+        return {k: _without_perturbation(v) for k, v in config.items() if "perturb" not in k.lower()}
+    return config
+
+
+def _panel_names(panel: tuple[tuple[str, str | None], ...]) -> list[str]:
+    return [f"{judge}@{sha[:12]}" if sha else judge for judge, sha in panel]
+
+
+def _merge_panels(scan: Scan, present: np.ndarray) -> np.ndarray:
+    """Row index -> final row index: records no LLM judge saw (rule labels, unjudged, errors) join their
+    configuration's judged row when exactly one judge panel judged it; with several panels they stay apart."""
+    row_list = list(scan.rows)
+    target = np.arange(len(row_list), dtype=np.int64)
+    panels: dict[tuple, list[int]] = defaultdict(list)
+    for r in present.tolist():
+        if row_list[r].panel:
+            panels[row_list[r][:6]].append(r)
+    for r in present.tolist():
+        judged = panels.get(row_list[r][:6], [])
+        if not row_list[r].panel and len(judged) == 1:
+            target[r] = judged[0]
+    return target
+
+
+def _settings(rows: list[RowId], configs: dict[str, dict | None]) -> dict[RowId, str]:
+    """For rows that share model, dataset, mode and perturbation (at any temperature, so a configuration is named
+    the same way at every temperature): what tells their configurations and judge panels apart."""
+    out: dict[RowId, str] = {}
+    buckets: dict[tuple, list[RowId]] = defaultdict(list)
+    for row in rows:
+        buckets[row[:4]].append(row)
+    for members in buckets.values():
+        if len({(row.fingerprint, row.panel) for row in members}) == 1:
+            out.update(dict.fromkeys(members, ""))
+            continue
+        flat = {row: _flatten(configs.get(row.fingerprint)) if row.fingerprint else {} for row in members}
+        keys = sorted({k for f in flat.values() for k in f})
+        differing = [k for k in keys if len({f.get(k) for row, f in flat.items() if row.fingerprint}) > 1]
+        fingerprints = {row.fingerprint for row in members}
+        panels = {row.panel for row in members}
+        for row in members:
+            parts = []
+            if len(fingerprints) > 1:
+                if row.fingerprint is None:
+                    parts.append(UNFINGERPRINTED)
+                else:
+                    shown = [f"{k}={flat[row].get(k, '∅')}" for k in differing]
+                    parts.append(", ".join(shown) if shown else f"config {row.fingerprint}")
+            if len(panels) > 1:
+                parts.append("judges " + (", ".join(_panel_names(row.panel)) or "none"))
+            out[row] = "; ".join(parts)
     return out
 
 
+def _pair_key(row: RowId, configs: dict[str, dict | None]) -> tuple:
+    config = configs.get(row.fingerprint) if row.fingerprint else None
+    identity = None if row.fingerprint is None else (
+        orjson.dumps(_without_perturbation(config), option=orjson.OPT_SORT_KEYS) if config is not None
+        else row.fingerprint)
+    return (row.model, row.dataset, row.mode, row.temperature, identity, row.panel)
+
+
+def _row_tallies(rows: np.ndarray, items: np.ndarray, followup: np.ndarray, labelled: np.ndarray,
+                 present: list[int]) -> dict[int, ItemTallies]:
+    """Per row: (followups, labelled) of each distinct item. One stable sort by row, then a small unique per row."""
+    order = np.argsort(rows, kind="stable")
+    bounds = np.searchsorted(rows[order], np.arange(max(present, default=-1) + 2))
+    out = {}
+    for r in present:
+        sub = order[bounds[r]:bounds[r + 1]]
+        unique, inverse = np.unique(items[sub], return_inverse=True)
+        y = np.bincount(inverse, weights=followup[sub], minlength=len(unique)).astype(np.int32)
+        m = np.bincount(inverse, weights=labelled[sub], minlength=len(unique)).astype(np.int32)
+        out[r] = ItemTallies(unique, y, m)
+    return out
+
+
+def build_report(scan: Scan) -> Report:
+    """Rows, intervals, paired deltas and agreement from one scan (last line per key counts)."""
+    keep = scan.keep_mask()
+    row_list, outcome_list, configs = list(scan.rows), list(scan.outcomes), scan.configs
+    rows_raw, items, codes = scan.kept_columns(keep)
+    rows = _merge_panels(scan, np.unique(rows_raw))[rows_raw].astype(np.int32)
+    del rows_raw
+    n_rows, n_out = len(row_list), max(1, len(outcome_list))
+
+    def table(fn: Any) -> np.ndarray:
+        return np.array([fn(o) for o in outcome_list] or [0], dtype=np.int64)
+
+    # One histogram of (row, outcome) answers every count.
+    hist = np.bincount(rows.astype(np.int64) * n_out + codes, minlength=n_rows * n_out).reshape(n_rows, n_out)
+    label_index = {label: i for i, label in enumerate(LABELS)}
+    counts = {name: hist @ table(fn) for name, fn in {
+        "n": lambda o: o.label is not None,
+        "followups": lambda o: o.label == FOLLOWUP,
+        "judge_failures": lambda o: o.ok and o.judge_error,
+        "generation_errors": lambda o: not o.ok,
+        "unjudged": lambda o: o.ok and o.label is None and not o.judge_error,
+        "rule_labels": lambda o: o.rule,
+        "correct": lambda o: o.correct is True,
+        "accuracy_n": lambda o: o.correct is not None,
+        "self_judged": lambda o: o.self_judged,
+    }.items()}
+    counts["records"] = hist.sum(axis=1)
+    label_counts = {label: hist @ table(lambda o, i=i: o.label is not None and label_index[o.label] == i)
+                    for i, label in enumerate(LABELS)}
+    pattern_counts: Counter = Counter()
+    for code, count in enumerate(hist.sum(axis=0).tolist()):
+        if count:
+            pattern_counts[outcome_list[code].agreement] += count
+
+    present = np.unique(rows).tolist()
+    tallies = _row_tallies(rows, items, table(lambda o: o.label == FOLLOWUP).astype(np.int8)[codes],
+                           table(lambda o: o.label is not None).astype(np.int8)[codes], present)
+    del rows, items, codes
+
+    final_rows = sorted(present, key=lambda r: (row_list[r][:5], row_list[r].fingerprint or "",
+                                                _panel_names(row_list[r].panel)))
+    settings = _settings([row_list[r] for r in final_rows], configs)
+    groups: list[GroupSummary] = []
+    for r in final_rows:
+        row = row_list[r]
+        rate = clustered_rate(tallies[r].followups, tallies[r].labelled)
+        accuracy_n = int(counts["accuracy_n"][r])
+        groups.append(GroupSummary(
+            model=row.model, dataset=row.dataset, mode=row.mode, perturbation=row.perturbation,
+            temperature=row.temperature, records=int(counts["records"][r]), n=int(counts["n"][r]),
+            items=rate.items if rate else 0, followups=int(counts["followups"][r]),
+            followup_rate=rate.rate if rate else None, ci_low=rate.ci_low if rate else None,
+            ci_high=rate.ci_high if rate else None, design_effect=rate.design_effect if rate else None,
+            judge_failures=int(counts["judge_failures"][r]), generation_errors=int(counts["generation_errors"][r]),
+            unjudged=int(counts["unjudged"][r]),
+            labels={label: int(label_counts[label][r]) for label in LABELS},
+            rule_labels=int(counts["rule_labels"][r]),
+            accuracy=int(counts["correct"][r]) / accuracy_n if accuracy_n else None,
+            accuracy_n=accuracy_n, self_judged=int(counts["self_judged"][r]),
+            judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
+            config_fingerprint=row.fingerprint, config=configs.get(row.fingerprint) if row.fingerprint else None,
+            settings=settings[row],
+        ))
+    _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
+    return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
+                  keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)})
+
+
+def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[ItemTallies],
+                configs: dict[str, dict | None]) -> None:
+    """delta_vs_none for every non-none row: paired against the none row of the same configuration and panel."""
+    nones: dict[tuple, list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        if row.perturbation == "none":
+            nones[_pair_key(row, configs)].append(i)
+    for i, (group, row) in enumerate(zip(groups, rows, strict=True)):
+        if row.perturbation == "none":
+            continue
+        partners = nones.get(_pair_key(row, configs), [])
+        if len(partners) != 1:
+            group.delta_note = ("no none row with the same configuration and judge panel" if not partners
+                                else "several none rows match; cannot pair")
+            continue
+        diff = paired_difference(tallies[i], tallies[partners[0]])
+        group.delta_vs_none, group.delta_ci_low, group.delta_ci_high = diff.delta, diff.ci_low, diff.ci_high
+        group.delta_items, group.delta_note = diff.items, diff.reason
+
+
+def summarise_file(path: str | Path) -> Report:
+    """The report of a results file, read in one streaming pass. Missing file or malformed line -> UserError."""
+    return build_report(scan_file(path))
+
+
+def summarise(records: Iterable[ProbeRecord]) -> list[GroupSummary]:
+    """Rows of already-loaded records (same rules as `summarise_file`)."""
+    scan = Scan()
+    for record in records:
+        scan.add(record.model_dump(mode="json"))
+    return build_report(scan).groups
+
+
 def load_results(path: str | Path) -> list[ProbeRecord]:
-    """All records of a results file (last line per key). Missing file or malformed line -> UserError."""
+    """All records of a results file (last line per key). Missing file or malformed line -> UserError.
+
+    Loads every record: use `summarise_file` for large files."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"results file not found: {path}")
@@ -103,9 +292,13 @@ def load_results(path: str | Path) -> list[ProbeRecord]:
     return list(records.values())
 
 
+JSON_KEYS = ["model", "dataset", "perturbation", "temperature", "n", "items", "followups", "followup_rate", "ci_low",
+             "ci_high", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items", "delta_note",
+             "judge_failures", "labels", "accuracy", "mode", "settings", "config_fingerprint", "config", "records",
+             "generation_errors", "unjudged", "rule_labels", "accuracy_n", "self_judged", "judges", "judge_panel",
+             "design_effect"]
+
+
 def to_json_rows(groups: list[GroupSummary]) -> list[dict]:
-    """The `--json` array: the issue's keys first, then mode, counts and flags."""
-    keys = ["model", "dataset", "perturbation", "temperature", "n", "followups", "followup_rate", "ci_low",
-            "ci_high", "judge_failures", "labels", "accuracy", "mode", "records", "generation_errors", "unjudged",
-            "rule_labels", "accuracy_n", "self_judged", "judges"]
-    return [{k: g.model_dump()[k] for k in keys} for g in groups]
+    """The `--json` array: the issue's keys first, then mode, configuration, counts and flags."""
+    return [{k: g.model_dump()[k] for k in JSON_KEYS} for g in groups]

@@ -1,0 +1,50 @@
+"""`userturn report RESULTS.jsonl [--json] [--html OUT.html] [--plots DIR]`: stream, summarise, render."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import orjson
+from rich.console import Console
+from userturn.client.errors import UserError
+from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
+from userturn.judges.report_table import print_report
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """The report command: one streaming pass for the numbers, a second one only for the HTML examples."""
+    report = summarise_file(args.results)
+    figures: dict[str, bytes] | None = None
+    if args.plots or args.html:
+        figures, why = _figures(report.groups, required=bool(args.plots))
+        if args.plots and figures:
+            from userturn.judges.plots import write_plots
+
+            paths = write_plots(figures, args.plots)
+            print(f"userturn report: wrote {len(paths)} plots to {args.plots}", file=sys.stderr)
+        if args.html:
+            from userturn.judges.html_report import render_html, select_examples, write_html
+
+            examples = select_examples(args.results, report.keep)
+            html = render_html(report.groups, report.agreements, examples, report.records, figures, args.results, why)
+            print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(orjson.dumps(to_json_rows(report.groups), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=240)
+        print_report(console, report.groups, report.agreements, args.results)
+    return 0
+
+
+def _figures(groups: list[GroupSummary], required: bool) -> tuple[dict[str, bytes] | None, str]:
+    from userturn.judges.plots import render_figures
+
+    try:
+        return render_figures(groups), ""
+    except UserError as exc:
+        if required:
+            raise
+        return None, str(exc)

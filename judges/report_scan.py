@@ -1,0 +1,246 @@
+"""One streaming pass over a results file for the report: compact per-line columns, never a record object per line.
+
+Each line is parsed with orjson and checked for the few fields the report reads. What is kept per line is four
+integers (a 64-bit hash of the key, the row, a 64-bit hash of the item id, an interned outcome code: 24 bytes);
+rows, outcomes and configurations are interned once. Which line is the last for its key (the one that counts) is
+decided after the pass, so a re-judged record appended later replaces the earlier one as everywhere else.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import orjson
+from userturn.client.errors import UserError
+from userturn.client.jsonl import iter_lines
+from userturn.client.records import LABELS
+
+_LABELS = frozenset(LABELS)
+_LABEL_SOURCES = frozenset(("rule", "judge", "majority"))
+
+
+class RowId(NamedTuple):
+    """What keeps two records in different rows. `panel`: sorted (judge, prompt sha256) of the LLM judges asked."""
+
+    model: str
+    dataset: str
+    mode: str
+    perturbation: str
+    temperature: float
+    fingerprint: str | None
+    panel: tuple[tuple[str, str | None], ...]
+
+
+class Outcome(NamedTuple):
+    """Everything the report counts about one record (few distinct values: interned)."""
+
+    ok: bool
+    label: str | None
+    rule: bool  # labelled by a rule
+    judge_error: bool  # judge_status == "error"
+    correct: bool | None
+    self_judged: bool  # labelled by an LLM judge that is the probed model itself
+    agreement: tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # (LLM judges asked, their ok labels)
+
+
+@functools.lru_cache(maxsize=4096)
+def base_name(model: str) -> str:
+    """Model name without org prefix, case and an -instruct/-chat/-it suffix (for the self-judged check)."""
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    return re.sub(r"[-_.:](instruct|chat|it)$", "", name)
+
+
+def _problem(d: Any) -> str | None:
+    """The first reason `d` is not a record the report can count, as `field: message`; None when it is fine."""
+    if not isinstance(d, dict):
+        return "record: not a JSON object"
+    for name in ("key", "model", "dataset", "item_id"):
+        if not isinstance(d.get(name), str):
+            return f"{name}: {'missing' if name not in d else 'not a string'}"
+    t = d.get("temperature")
+    if isinstance(t, bool) or not isinstance(t, int | float):
+        return f"temperature: {'missing' if 'temperature' not in d else 'not a number'}"
+    if d.get("status") not in ("ok", "error"):
+        return "status: must be 'ok' or 'error'"
+    if d.get("mode", "raw") not in ("raw", "chat"):
+        return "mode: must be 'raw' or 'chat'"
+    if not isinstance(d.get("perturbation", "none"), str):
+        return "perturbation: not a string"
+    if d.get("label") is not None and d["label"] not in _LABELS:
+        return f"label: unknown label {d['label']!r}"
+    if d.get("label_source") is not None and d["label_source"] not in _LABEL_SOURCES:
+        return "label_source: must be rule, judge or majority"
+    if d.get("judge_status") not in (None, "ok", "error"):
+        return "judge_status: must be 'ok', 'error' or null"
+    if d.get("correct") is not None and not isinstance(d["correct"], bool):
+        return "correct: not a boolean"
+    if not isinstance(d.get("config_fingerprint"), str | None):
+        return "config_fingerprint: not a string"
+    if not isinstance(d.get("config"), dict | None):
+        return "config: not an object"
+    judges = d.get("judges", [])
+    if not isinstance(judges, list):
+        return "judges: not a list"
+    for i, v in enumerate(judges):
+        if not isinstance(v, dict) or not isinstance(v.get("judge"), str):
+            return f"judges.{i}.judge: missing"
+        if v.get("source", "judge") not in ("judge", "rule") or v.get("status") not in ("ok", "error"):
+            return f"judges.{i}: source must be judge/rule and status ok/error"
+        if v.get("label") is not None and v["label"] not in _LABELS:
+            return f"judges.{i}.label: unknown label {v['label']!r}"
+    return None
+
+
+def row_and_outcome(d: dict) -> tuple[RowId, Outcome]:
+    """The row and the outcome of one checked record dict."""
+    llm = [v for v in d.get("judges", ()) if v.get("source", "judge") == "judge"]
+    panel = tuple(sorted({(v["judge"], v.get("prompt_sha256")) for v in llm}, key=lambda p: (p[0], p[1] or "")))
+    ok_labels = tuple(sorted((v["judge"], v["label"]) for v in llm if v["status"] == "ok" and v.get("label")))
+    label = d.get("label")
+    source = d.get("label_source")
+    model_base = base_name(d["model"])
+    self_judged = (label is not None and source in ("judge", "majority")
+                   and any(base_name(j) == model_base for j, _ in ok_labels))
+    row = RowId(d["model"], d["dataset"], d.get("mode", "raw"), d.get("perturbation", "none"),
+                float(d["temperature"]), d.get("config_fingerprint"), panel)
+    outcome = Outcome(d["status"] == "ok", label, label is not None and source == "rule",
+                      d.get("judge_status") == "error", d.get("correct"), self_judged,
+                      (tuple(sorted({v["judge"] for v in llm})), ok_labels))
+    return row, outcome
+
+
+def _signature(d: dict) -> tuple:
+    """Everything `row_and_outcome` and `_problem` read except key, item id and config: lines with the same
+    signature have the same row and outcome. Raises (KeyError, TypeError, AttributeError) on odd shapes."""
+    t, correct = d["temperature"], d.get("correct")
+    return (d["model"], d["dataset"], d.get("mode", "raw"), d.get("perturbation", "none"), t, t.__class__,
+            d.get("config_fingerprint"), d["status"], d.get("label"), d.get("label_source"), d.get("judge_status"),
+            correct, correct.__class__,
+            tuple((v["judge"], v.get("source", "judge"), v["status"], v.get("label"), v.get("prompt_sha256"))
+                  for v in d.get("judges", ())))
+
+
+class Scan:
+    """Compact columns of every record line seen, in order; `keep_mask` says which line is the last for its key."""
+
+    def __init__(self) -> None:
+        self.key_hash = array("q")
+        self.row = array("i")
+        self.item_hash = array("q")
+        self.outcome = array("i")
+        self.rows: dict[RowId, int] = {}
+        self.outcomes: dict[Outcome, int] = {}
+        self.configs: dict[str, dict | None] = {}  # fingerprint -> readable config (first seen)
+        self._seen: dict[tuple, tuple[int, int]] = {}
+
+    def add_line(self, d: Any) -> str | None:
+        """Check and count one parsed line; returns the problem (`field: message`) instead when it is no record."""
+        known = self.classify(d)
+        if isinstance(known, str):
+            return known
+        self.key_hash.append(hash(d["key"]))
+        self.row.append(known[0])
+        self.item_hash.append(hash(d["item_id"]))
+        self.outcome.append(known[1])
+        return None
+
+    def classify(self, d: Any) -> tuple[int, int] | str:
+        """(row index, outcome index) of one parsed line, or the problem (`field: message`) when it is no record.
+
+        Cached by `_signature`: a results file has few distinct ones, so most lines cost a tuple and a lookup."""
+        try:
+            sig = _signature(d)
+            known = self._seen.get(sig)
+        except (KeyError, TypeError, AttributeError):
+            sig, known = None, None
+        if known is None or type(d["key"]) is not str or type(d["item_id"]) is not str or not isinstance(
+                d.get("config"), dict | None):
+            problem = _problem(d)
+            if problem is not None:
+                return problem
+            known = self._intern(d)
+            if sig is not None:
+                if len(self._seen) > 20_000:  # bounded: a file has few distinct signatures
+                    self._seen.clear()
+                self._seen[sig] = known
+        return known
+
+    def add(self, d: dict) -> None:
+        """Count one checked record dict."""
+        r, o = self._intern(d)
+        self.key_hash.append(hash(d["key"]))
+        self.row.append(r)
+        self.item_hash.append(hash(d["item_id"]))
+        self.outcome.append(o)
+
+    def _intern(self, d: dict) -> tuple[int, int]:
+        row, outcome = row_and_outcome(d)
+        if row.fingerprint is not None and row.fingerprint not in self.configs:
+            self.configs[row.fingerprint] = d.get("config")
+        return self.rows.setdefault(row, len(self.rows)), self.outcomes.setdefault(outcome, len(self.outcomes))
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, item hash, outcome code) of the lines that count, as arrays; the per-line columns are then
+        released (they are the largest thing the report holds)."""
+        if not len(self.row):
+            return np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32)
+        rows = np.frombuffer(self.row, dtype=np.int32)[keep]
+        items = np.frombuffer(self.item_hash, dtype=np.int64)[keep]
+        codes = np.frombuffer(self.outcome, dtype=np.int32)[keep]
+        self.key_hash, self.row, self.item_hash, self.outcome = array("q"), array("i"), array("q"), array("i")
+        return rows, items, codes
+
+    def keep_mask(self) -> np.ndarray:
+        """Boolean per line: True for the last line of its key (the record that counts)."""
+        keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
+        order = np.argsort(keys, kind="stable")
+        ranked = keys[order]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = ranked[1:] != ranked[:-1]
+        keep = np.zeros(len(order), dtype=bool)
+        keep[order[last]] = True
+        return keep
+
+
+def iter_checked(path: Path) -> Iterator[tuple[int, dict, bytes]]:
+    """(line number, record dict, raw line) for each record line, exactly the lines `scan_file` counts (in the same
+    order); a torn final line is skipped, any other malformed line is a UserError naming file:line."""
+    checker = Scan()
+    for number, raw, complete in iter_lines(path):
+        try:
+            d = orjson.loads(raw)
+            problem = checker.classify(d)
+        except orjson.JSONDecodeError as exc:
+            problem = f"invalid JSON: {str(exc).splitlines()[0]}"
+        if not isinstance(problem, str):
+            yield number, d, raw
+        elif complete:
+            raise UserError(f"{path}:{number}: not a userturn record ({problem})")
+
+
+def scan_file(path: str | Path) -> Scan:
+    """One pass over a results file. Missing file or malformed line -> UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"results file not found: {path}")
+    scan = Scan()
+    try:
+        for number, raw, complete in iter_lines(path):
+            try:
+                problem = scan.add_line(orjson.loads(raw))
+            except orjson.JSONDecodeError as exc:
+                problem = f"invalid JSON: {str(exc).splitlines()[0]}"
+            if problem is not None and complete:
+                raise UserError(f"{path}:{number}: not a userturn record ({problem})")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    return scan
