@@ -70,7 +70,7 @@ async def test_accuracy_is_scored_on_the_perturbed_turn(tmp_path):
     records = read_records(tmp_path / "o.jsonl")[0]
 
     def got(item, perturbation):
-        r = records[f"m|gsm8k|{item}|raw|{perturbation}|t=0|s=0"]
+        r = records[f"m|gsm8k|{item}|raw|{perturbation}|t=0.0|s=0"]
         return r.correct, r.task_scores
 
     expected = {  # worked out by hand from MATH (exact match of the final number against the reference)
@@ -85,10 +85,10 @@ async def test_accuracy_is_scored_on_the_perturbed_turn(tmp_path):
             assert got(item, perturbation) == (correct, {"exact_match": float(correct)}), (item, perturbation)
     for item in ("q0", "q1", "q2"):  # no assistant turn: no accuracy
         assert got(item, "remove") == (None, None)
-        assert records[f"m|gsm8k|{item}|raw|remove|t=0|s=0"].messages[-1].role == "user"
-    swapped = records["m|gsm8k|q0|raw|swap|t=0|s=0"]
+        assert records[f"m|gsm8k|{item}|raw|remove|t=0.0|s=0"].messages[-1].role == "user"
+    swapped = records["m|gsm8k|q0|raw|swap|t=0.0|s=0"]
     assert swapped.messages[-1].content == MATH[2][2] and swapped.meta["swap_partner"] == "q2"
-    assert records["m|gsm8k|q0|raw|generic|t=0|s=0"].messages[-1].content == GENERIC_RESPONSE
+    assert records["m|gsm8k|q0|raw|generic|t=0.0|s=0"].messages[-1].content == GENERIC_RESPONSE
 
 
 async def test_model_written_turn_is_scored_after_perturbation(tmp_path):
@@ -102,9 +102,9 @@ async def test_model_written_turn_is_scored_after_perturbation(tmp_path):
         await probe(tmp_path / "o.jsonl", settings(perturbations=["none", "wrong_answer", "remove"],
                                                    assistant_from="model"), its)
     records = read_records(tmp_path / "o.jsonl")[0]
-    assert records["m|gsm8k|q0|raw|none|t=0|s=0"].correct is True
-    assert records["m|gsm8k|q0|raw|wrong_answer|t=0|s=0"].correct is False
-    assert records["m|gsm8k|q0|raw|remove|t=0|s=0"].correct is None
+    assert records["m|gsm8k|q0|raw|none|t=0.0|s=0"].correct is True
+    assert records["m|gsm8k|q0|raw|wrong_answer|t=0.0|s=0"].correct is False
+    assert records["m|gsm8k|q0|raw|remove|t=0.0|s=0"].correct is None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ async def test_perturbed_messages_do_not_depend_on_position_limit_or_shuffle(tmp
     assert len(part) == 12
     for key, messages in part.items():
         assert full[key] == messages, key
-    assert part["m|gsm8k|q6|raw|wrong_answer|t=0|s=0"] != full["m|gsm8k|q6|raw|none|t=0|s=0"]
+    assert part["m|gsm8k|q6|raw|wrong_answer|t=0.0|s=0"] != full["m|gsm8k|q6|raw|none|t=0.0|s=0"]
 
 
 async def test_swap_partner_outside_the_run_is_answered_by_the_model_and_reused(tmp_path):
@@ -252,8 +252,8 @@ async def test_assistant_turns_are_reused_only_from_the_same_model(tmp_path):
             mock.post("/completions").mock(side_effect=completion)
             await probe(out, settings(model=model, assistant_from="model"), its)
     records = read_records(out)[0]
-    assert records["a|gsm8k|q0|raw|none|t=0|s=0"].messages[-1].content == "a says 7."
-    assert records["b|gsm8k|q0|raw|none|t=0|s=0"].messages[-1].content == "b says 7."
+    assert records["a|gsm8k|q0|raw|none|t=0.0|s=0"].messages[-1].content == "a says 7."
+    assert records["b|gsm8k|q0|raw|none|t=0.0|s=0"].messages[-1].content == "b says 7."
 
 
 @pytest.mark.parametrize(("extra_body", "plan", "needle"), [
@@ -292,10 +292,10 @@ async def test_an_empty_model_answer_is_an_error_not_a_wrong_answer(tmp_path):
         summary = await probe(tmp_path / "o.jsonl", settings(assistant_from="model"), its)
     assert summary.errors == 1 and summary.ok == 1 and route.call_count == 1
     records = read_records(tmp_path / "o.jsonl")[0]
-    failed = records["m|gsm8k|q0|raw|none|t=0|s=0"]
+    failed = records["m|gsm8k|q0|raw|none|t=0.0|s=0"]
     assert failed.status == "error" and failed.correct is None
     assert failed.error == "assistant turn failed: empty answer (finish_reason length; raise --assistant-max-tokens)"
-    good = records["m|gsm8k|q1|raw|none|t=0|s=0"]
+    good = records["m|gsm8k|q1|raw|none|t=0.0|s=0"]
     assert good.correct is True and good.meta["assistant_finish_reason"] == "stop"
 
 
