@@ -20,11 +20,12 @@ from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed
 from userturn.client.errors import UserError, first_error
-from userturn.client.jsonl import JsonlWriter, read_records
+from userturn.client.jsonl import JsonlWriter
 from userturn.client.perturb import PerturbationNotApplicable
 from userturn.client.progress import Progress, RunCounters
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.records import Message, ProbeRecord, ok_record_line, record_key, sha256_text, shared_json
+from userturn.client.resume_index import scan_results
 from userturn.client.seeds import sample_seed
 from userturn.client.workers import run_all
 
@@ -291,16 +292,11 @@ class ProbeRun:
         )
 
     # ----- the assistant turn ---------------------------------------------------------------------------------
-    async def _assistant_turns(self, existing: dict[str, ProbeRecord]) -> dict[str, AssistantTurn]:
+    async def _assistant_turns(self, reuse: dict[str, str]) -> dict[str, AssistantTurn]:
+        """Each item's assistant turn; with --assistant-from model, `reuse` holds answers a previous run got."""
         s = self.settings
         turns: dict[str, AssistantTurn] = {}
         needed: list[DatasetItem] = []
-        reuse: dict[str, str] = {}
-        if s.assistant_from == "model":
-            for record in existing.values():
-                text = (record.meta or {}).get("assistant_turn")
-                if record.assistant_source == "model" and isinstance(text, str):
-                    reuse.setdefault(record.item_id, text)
         for item in self.items:
             if s.assistant_from == "dataset":
                 if item.ends_with_assistant:
@@ -445,19 +441,23 @@ class ProbeRun:
         return results
 
     async def run(self) -> ProbeSummary:
-        existing, _ = read_records(self.out_path)
         keys = self.keys()
         if len(set(keys)) != len(keys):
             raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
-        done = {k for k in keys if (r := existing.get(k)) is not None and r.status == "ok"}
+        writer = JsonlWriter(self.out_path, per_tick=True)  # takes the file's lock before anything is read
+        try:
+            existing = scan_results(self.out_path, assistant_turns=self.settings.assistant_from == "model")
+        except BaseException:
+            writer.close()
+            raise
+        done = {k for k in keys if existing.is_ok(k)}
         c = self.counters
         c.total = len(keys) - len(done)
         c.skipped = len(done)
-        writer = JsonlWriter(self.out_path, per_tick=True)
         started = time.monotonic()
         self.progress.start()
         try:
-            turns = await self._assistant_turns(existing)
+            turns = await self._assistant_turns(existing.assistant_turns)
             jobs = self._jobs(done, turns)
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
         finally:
