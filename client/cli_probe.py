@@ -216,13 +216,14 @@ def _bool(value: str | None) -> bool | None:
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.perturb import validate
     from userturn.client.pipeline import ProbeSettings
+    from userturn.client.results_lock import results_lock
     from userturn.client.scoring import preflight
 
     perturbations = validate(args.perturb or ["none"])
     name, items = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed)
     dataset_name = args.dataset_name or name
     preflight(dataset_name, items)
-    with serving(args) as server:
+    with results_lock(args.out), serving(args) as server:  # the lock first: a second writer stops before any launch
         defaults = server["probe"]
         tokenizer = args.tokenizer or defaults.get("tokenizer")
         enable_thinking = _bool(args.enable_thinking)

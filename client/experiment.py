@@ -268,6 +268,11 @@ def _panel(exp: Experiment, server: dict[str, Any]) -> Any:
     return JudgePanel(PanelConfig(judges=configs))
 
 
+def results_path(exp: Experiment, out_dir: str | None = None) -> Path:
+    """`<out_dir>/<name>/results.jsonl`."""
+    return Path(out_dir or exp.out_dir) / exp.name / "results.jsonl"
+
+
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
@@ -276,8 +281,8 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     from userturn.client.endpoint import Endpoint, EndpointConfig
     from userturn.client.pipeline import ProbeRun, ProbeSettings
 
-    run_dir = Path(out_dir or exp.out_dir) / exp.name
-    results = run_dir / "results.jsonl"
+    results = results_path(exp, out_dir)
+    run_dir = results.parent
     datasets = [load_items(entry, exp, base) for entry in exp.datasets]  # before any server starts
     names = [name for name, _ in datasets]
     if len(set(names)) != len(names):

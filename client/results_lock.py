@@ -53,11 +53,18 @@ def lock_path_for(path: str | Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
+def _command() -> str:
+    """This process's command line, its program by name (`userturn probe --out ...`)."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("python")
+    name = {"__main__.py": program.parent.name, "-c": "python -c"}.get(program.name, program.name)
+    return " ".join([name, *sys.argv[1:]])
+
+
 def _holder_info() -> bytes:
     return orjson.dumps({
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "command": " ".join(sys.argv)[:300],
+        "command": _command()[:200],
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
 
