@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from userturn.client import collector
@@ -125,7 +125,8 @@ def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     add_judge_arguments(parser)
 
 
-def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None) -> tuple[str, list[DatasetItem]]:
+def load_items(spec: str, *, limit: int | None,
+               shuffle_seed: int | None) -> tuple[str, Sequence[DatasetItem]]:
     """A local JSONL file or a built-in dataset name -> (dataset name, items)."""
     from userturn.client.loaders import load_dataset_spec
 
@@ -234,8 +235,10 @@ async def probe_main(args: argparse.Namespace) -> int:
             renderer = build_renderer(tokenizer, args.chat_template or defaults.get("chat_template"),
                                       enable_thinking, {**(defaults.get("chat_template_kwargs") or {}),
                                                         **parse_template_kwargs(args.template_kwarg)})
-        assistant_from = args.assistant_from or (
-            "dataset" if all(i.ends_with_assistant for i in items) else "model")
+        ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
+        if ended is None:
+            ended = all(i.ends_with_assistant for i in items)
+        assistant_from = args.assistant_from or ("dataset" if ended else "model")
         settings = ProbeSettings(
             model=server["model"],
             dataset=dataset_name,

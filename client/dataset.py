@@ -38,6 +38,20 @@ def _describe(exc: ValidationError) -> str:
     return first_error(exc, "item")
 
 
+def parse_item_line(path: Path, number: int, raw: bytes) -> DatasetItem:
+    """One non-blank dataset line -> DatasetItem; anything wrong is a UserError naming `file:line`."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UserError(f"{path}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
+    try:
+        return DatasetItem.model_validate(obj)
+    except ValidationError as exc:
+        raise UserError(f"{path}:{number}: {_describe(exc)}") from None
+
+
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
     """Read a local JSONL dataset. Any bad line is a UserError naming `file:line` and what is wrong."""
     path = Path(path)
@@ -52,16 +66,7 @@ def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
             raw = raw.strip()
             if not raw:
                 continue
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
-            try:
-                item = DatasetItem.model_validate(obj)
-            except ValidationError as exc:
-                raise UserError(f"{path}:{number}: {_describe(exc)}") from None
+            item = parse_item_line(path, number, raw)
             if item.id in seen:
                 raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
             seen[item.id] = number

@@ -25,7 +25,7 @@ from userturn.client.perturb import PerturbationNotApplicable
 from userturn.client.progress import Progress, RunCounters
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.records import Message, ProbeRecord, ok_record_line, record_key, sha256_text, shared_json
-from userturn.client.resume_index import scan_results
+from userturn.client.resume_index import ResumeIndex, scan_results
 from userturn.client.seeds import sample_seed
 from userturn.client.workers import run_all
 
@@ -163,7 +163,7 @@ class ProbeRun:
             raise ValueError("raw mode needs a chat-template renderer")
         if settings.mode == "chat" and role_flip is None:
             raise ValueError("chat mode needs a role-flip function")
-        self.items = list(items)
+        self.items = items if isinstance(items, Sequence) else list(items)  # may stay on disk (JsonlItems)
         self.settings = settings
         self.endpoints = list(endpoints)
         self._next_endpoint = itertools.cycle(self.endpoints)
@@ -191,15 +191,27 @@ class ProbeRun:
             self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
 
     # ----- planning -------------------------------------------------------------------------------------------
-    def keys(self) -> list[str]:
+    def keys(self) -> Iterator[str]:
+        """Every planned key, in order, without parsing an item when the items know their ids (JsonlItems)."""
         s = self.settings
-        return [
-            record_key(s.model, s.dataset, item.id, p, t, k, s.mode)
-            for item in self.items
-            for p in s.perturbations
-            for t in s.temperatures
-            for k in range(s.samples)
-        ]
+        ids = getattr(self.items, "ids", None) or (item.id for item in self.items)
+        conditions = [(p, t, k) for p in s.perturbations for t in s.temperatures for k in range(s.samples)]
+        for item_id in ids:
+            for p, t, k in conditions:
+                yield record_key(s.model, s.dataset, item_id, p, t, k, s.mode)
+
+    def _check_plan(self) -> None:
+        """No sample planned twice: the keys of one item are distinct, and so are the item ids."""
+        s = self.settings
+        ids = getattr(self.items, "ids", None) or [item.id for item in self.items]
+        if not ids:
+            return
+        one = [record_key(s.model, s.dataset, ids[0], p, t, k, s.mode)
+               for p in s.perturbations for t in s.temperatures for k in range(s.samples)]
+        if len(set(one)) != len(one):
+            raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
+        if len(set(ids)) != len(ids):
+            raise UserError("the same sample is planned twice: two items share an id")
 
     def _payload_base(self, messages: list[Message]) -> tuple[dict[str, Any], str, int]:
         s = self.settings
@@ -221,19 +233,24 @@ class ProbeRun:
             estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
         return payload, sha256_text(prompt), estimate
 
-    def _jobs(self, done: set[str], turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
-        """Pending work in order; items whose assistant turn failed yield error records directly."""
+    def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
+        """Pending work in order; items whose assistant turn failed yield error records directly.
+
+        Items are read one at a time (they may stay on disk); only `swap` needs every item's conversation at
+        once, so the pool of conversations is built only when it is planned."""
         s = self.settings
-        pool = [t.messages for t in (turns[i.id] for i in self.items) if t.messages is not None]
+        pool: list[list[Message]] = []
+        if "swap" in s.perturbations:
+            pool = [t.messages for t in (self._turn(i, turns) for i in self.items) if t.messages is not None]
         for index, item in enumerate(self.items):
-            turn = turns[item.id]
+            turn = self._turn(item, turns)
             for perturbation in s.perturbations:
                 keys = [
                     (t, k, record_key(s.model, s.dataset, item.id, perturbation, t, k, s.mode))
                     for t in s.temperatures
                     for k in range(s.samples)
                 ]
-                keys = [x for x in keys if x[2] not in done]
+                keys = [x for x in keys if not done.is_ok(x[2])]
                 if not keys:
                     continue
                 context = {"assistant_source": turn.source, "correct": turn.correct,
@@ -297,14 +314,10 @@ class ProbeRun:
         s = self.settings
         turns: dict[str, AssistantTurn] = {}
         needed: list[DatasetItem] = []
+        if s.assistant_from == "dataset":
+            return turns  # each item's own final turn, taken when the item is probed (`_turn`)
         for item in self.items:
-            if s.assistant_from == "dataset":
-                if item.ends_with_assistant:
-                    turns[item.id] = self._scored(item, list(item.messages), "dataset", item.messages[-1].content)
-                else:
-                    turns[item.id] = AssistantTurn(None, "dataset", error="conversation does not end with an "
-                                                   "assistant turn (use --assistant-from model)")
-            elif item.id in reuse:
+            if item.id in reuse:
                 turns[item.id] = self._with_answer(item, reuse[item.id])
             else:
                 needed.append(item)
@@ -313,6 +326,16 @@ class ProbeRun:
             for item, turn in zip(needed, results, strict=True):
                 turns[item.id] = turn
         return turns
+
+    def _turn(self, item: DatasetItem, turns: dict[str, AssistantTurn]) -> AssistantTurn:
+        """The assistant turn `item` is probed with: generated earlier (`turns`), or its dataset's own."""
+        turn = turns.get(item.id)
+        if turn is not None:
+            return turn
+        if item.ends_with_assistant:
+            return self._scored(item, list(item.messages), "dataset", item.messages[-1].content)
+        return AssistantTurn(None, "dataset", error="conversation does not end with an assistant turn (use "
+                                                    "--assistant-from model)")
 
     def _history(self, item: DatasetItem) -> list[Message]:
         """The conversation the model answers: everything up to (not including) a final assistant turn."""
@@ -441,29 +464,30 @@ class ProbeRun:
         return results
 
     async def run(self) -> ProbeSummary:
-        keys = self.keys()
-        if len(set(keys)) != len(keys):
-            raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
+        self._check_plan()
         writer = JsonlWriter(self.out_path, per_tick=True)  # takes the file's lock before anything is read
         try:
             existing = scan_results(self.out_path, assistant_turns=self.settings.assistant_from == "model")
         except BaseException:
             writer.close()
             raise
-        done = {k for k in keys if existing.is_ok(k)}
+        planned = done = 0
+        for key in self.keys():
+            planned += 1
+            done += existing.is_ok(key)
         c = self.counters
-        c.total = len(keys) - len(done)
-        c.skipped = len(done)
+        c.total = planned - done
+        c.skipped = done
         started = time.monotonic()
         self.progress.start()
         try:
             turns = await self._assistant_turns(existing.assistant_turns)
-            jobs = self._jobs(done, turns)
+            jobs = self._jobs(existing, turns)
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
         finally:
             await self.progress.stop()
             writer.close()
-        return ProbeSummary(total=len(keys), skipped=c.skipped, ok=c.ok, errors=c.errors,
+        return ProbeSummary(total=planned, skipped=c.skipped, ok=c.ok, errors=c.errors,
                             elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
                             not_applicable=c.not_applicable)
 
