@@ -49,9 +49,12 @@ class JsonlItems(Sequence[DatasetItem]):
 
     def _read(self, fh, index: int) -> DatasetItem:  # type: ignore[no-untyped-def]
         fh.seek(self._offsets[index])
-        item = parse_item_line(self.path, 0, fh.readline().strip())
-        if item.id != self.ids[index]:
-            raise UserError(f"{self.path}: the file changed while the run was reading it")
+        try:
+            item = parse_item_line(self.path, 0, fh.readline().strip())
+        except UserError:
+            item = None
+        if item is None or item.id != self.ids[index]:
+            raise UserError(f"{self.path}: the file changed while the run was reading it (item {self.ids[index]!r})")
         return item
 
     @property
