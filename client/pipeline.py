@@ -191,15 +191,6 @@ class ProbeRun:
             self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
 
     # ----- planning -------------------------------------------------------------------------------------------
-    def keys(self) -> Iterator[str]:
-        """Every planned key, in order, without parsing an item when the items know their ids (JsonlItems)."""
-        s = self.settings
-        ids = getattr(self.items, "ids", None) or (item.id for item in self.items)
-        conditions = [(p, t, k) for p in s.perturbations for t in s.temperatures for k in range(s.samples)]
-        for item_id in ids:
-            for p, t, k in conditions:
-                yield record_key(s.model, s.dataset, item_id, p, t, k, s.mode)
-
     def _check_plan(self) -> None:
         """No sample planned twice: the keys of one item are distinct, and so are the item ids."""
         s = self.settings
@@ -250,7 +241,11 @@ class ProbeRun:
                     for t in s.temperatures
                     for k in range(s.samples)
                 ]
-                keys = [x for x in keys if not done.is_ok(x[2])]
+                pending = [x for x in keys if not done.is_ok(x[2])]
+                if len(pending) < len(keys):
+                    self.counters.skipped += len(keys) - len(pending)
+                    self.counters.total -= len(keys) - len(pending)
+                keys = pending
                 if not keys:
                     continue
                 context = {"assistant_source": turn.source, "correct": turn.correct,
@@ -471,13 +466,11 @@ class ProbeRun:
         except BaseException:
             writer.close()
             raise
-        planned = done = 0
-        for key in self.keys():
-            planned += 1
-            done += existing.is_ok(key)
+        s = self.settings
+        planned = len(self.items) * len(s.perturbations) * len(s.temperatures) * s.samples
         c = self.counters
-        c.total = planned - done
-        c.skipped = done
+        c.total = planned  # `_jobs` moves keys already ok from here to `skipped` as it reaches them
+        c.skipped = 0
         started = time.monotonic()
         self.progress.start()
         try:

@@ -31,7 +31,7 @@ _JUDGE_ERROR = 4
 _NULL = msgspec.Raw(b"null")
 
 
-class _Line(msgspec.Struct):
+class _Line(msgspec.Struct, gc=False):
     """The fields of a `ProbeRecord` line a resume looks at; every other field is skipped by the decoder."""
 
     key: str
