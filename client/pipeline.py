@@ -233,21 +233,20 @@ class ProbeRun:
         pool: list[list[Message]] = []
         if "swap" in s.perturbations:
             pool = [t.messages for t in (self._turn(i, turns) for i in self.items) if t.messages is not None]
+        conditions = [(t, k) for t in s.temperatures for k in range(s.samples)]
         for index, item in enumerate(self.items):
-            turn = self._turn(item, turns)
+            turn: AssistantTurn | None = None
             for perturbation in s.perturbations:
-                keys = [
-                    (t, k, record_key(s.model, s.dataset, item.id, perturbation, t, k, s.mode))
-                    for t in s.temperatures
-                    for k in range(s.samples)
-                ]
-                pending = [x for x in keys if not done.is_ok(x[2])]
-                if len(pending) < len(keys):
-                    self.counters.skipped += len(keys) - len(pending)
-                    self.counters.total -= len(keys) - len(pending)
-                keys = pending
-                if not keys:
+                all_keys = [record_key(s.model, s.dataset, item.id, perturbation, t, k, s.mode) for t, k in conditions]
+                pending = done.pending(all_keys)
+                if len(pending) < len(all_keys):
+                    self.counters.skipped += len(all_keys) - len(pending)
+                    self.counters.total -= len(all_keys) - len(pending)
+                if not pending:
                     continue
+                keys = [(*conditions[i], all_keys[i]) for i in pending]
+                if turn is None:
+                    turn = self._turn(item, turns)
                 context = {"assistant_source": turn.source, "correct": turn.correct,
                            "task_scores": turn.task_scores, "assistant_text": turn.text}
                 if turn.messages is None:

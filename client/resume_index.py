@@ -92,6 +92,11 @@ class ResumeIndex:
             return "ok"
         return "error" if state & _JUDGE_ERROR else None
 
+    def pending(self, keys: list[str]) -> list[int]:
+        """Positions of the `keys` not yet ok (the probe's per-item check, kept to one comprehension)."""
+        get = self.states.get
+        return [i for i, key in enumerate(keys) if not get(key, 0) & _OK]
+
     def ok_keys(self) -> Iterator[str]:
         return (key for key, state in self.states.items() if state & _OK)
 
@@ -147,9 +152,10 @@ def _add_lines(index: ResumeIndex, path: Path, body: bytes | memoryview, offset:
     index.lines += len(lines)
     # The hot loop, kept to one comprehension: a million lines pass through here.
     index.states.update([(line.key, _STATE[line.status, line.judge_status]) for line in lines])
-    fingerprints = {line.config_fingerprint for line in lines}
+    fingerprint_list = [line.config_fingerprint for line in lines]
+    fingerprints = set(fingerprint_list)
     if None in fingerprints:
-        index.unfingerprinted += sum(line.config_fingerprint is None for line in lines)
+        index.unfingerprinted += fingerprint_list.count(None)
         fingerprints.discard(None)
     if not fingerprints <= index.configs.keys():
         for line in lines:  # the first line of each fingerprint not seen before
