@@ -56,8 +56,10 @@ def run_command(args: argparse.Namespace) -> int:
         plan,
         planned_records,
         print_report,
+        results_path,
         run_experiment,
     )
+    from userturn.client.results_lock import results_lock
 
     exp, base = load_experiment(args.experiment)
     check_files(exp, Path(args.experiment))
@@ -68,9 +70,10 @@ def run_command(args: argparse.Namespace) -> int:
               f"{len(exp.perturbations)} perturbations x {len(exp.temperatures)} temperatures x {exp.samples} samples"
               f" x {exp.assistant_samples} assistant samples)")
         return 0
-    results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
-                                                  progress=not args.no_progress, rejudge=args.rejudge,
-                                                  launcher=args.launcher))
+    with results_lock(results_path(exp, args.out_dir)):  # held for the whole grid (exit 2 if another run has it)
+        results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
+                                                      progress=not args.no_progress, rejudge=args.rejudge,
+                                                      launcher=args.launcher))
     errors = sum(s.errors for s in summaries)
     print_report(results)
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from userturn.client import collector
@@ -133,7 +133,7 @@ def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None, whole: bool = False,
-               ) -> tuple[str, list[DatasetItem], list[DatasetItem] | None]:
+               ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
     """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`).
 
     `swap` takes its partners from every item of the dataset, so --limit and --shuffle-seed never change them.
@@ -241,6 +241,7 @@ def _bool(value: str | None) -> bool | None:
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.perturb import validate
     from userturn.client.pipeline import ProbeSettings
+    from userturn.client.results_lock import results_lock
     from userturn.client.scoring import preflight
 
     perturbations = validate(args.perturb or ["none"])
@@ -248,7 +249,7 @@ async def probe_main(args: argparse.Namespace) -> int:
                                     whole="swap" in perturbations)
     dataset_name = args.dataset_name or name
     preflight(dataset_name, items)
-    with serving(args) as server:
+    with results_lock(args.out), serving(args) as server:  # the lock first: a second writer stops before any launch
         defaults = server["probe"]
         tokenizer = args.tokenizer or defaults.get("tokenizer")
         enable_thinking = _bool(args.enable_thinking)
@@ -260,8 +261,10 @@ async def probe_main(args: argparse.Namespace) -> int:
         if args.mode == "raw":
             renderer = build_renderer(tokenizer, args.chat_template or defaults.get("chat_template"),
                                       enable_thinking, template_kwargs)
-        assistant_from = args.assistant_from or (
-            "dataset" if all(i.ends_with_assistant for i in items) else "model")
+        ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
+        if ended is None:
+            ended = all(i.ends_with_assistant for i in items)
+        assistant_from = args.assistant_from or ("dataset" if ended else "model")
         settings = ProbeSettings(
             model=server["model"],
             dataset=dataset_name,

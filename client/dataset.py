@@ -156,6 +156,18 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, raw
 
 
+def parse_item_line(path: Path, number: int, raw: bytes) -> DatasetItem:
+    """One non-blank dataset line -> DatasetItem; anything wrong is a UserError naming `file:line`."""
+    try:
+        obj = parse_line(raw)
+    except ValueError as exc:
+        raise UserError(f"{path}:{number}: {exc}") from None
+    try:
+        return DatasetItem.model_validate(obj).located(f"{path}:{number}")
+    except ValidationError as exc:
+        raise UserError(f"{path}:{number}: {_describe(exc)}") from None
+
+
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
     """Read a local JSONL dataset. Any bad line is a UserError naming `file:line` and what is wrong."""
     path = Path(path)
@@ -166,14 +178,7 @@ def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
     items: list[DatasetItem] = []
     seen: dict[str, int] = {}
     for number, raw in _lines(path):
-        try:
-            obj = parse_line(raw)
-        except ValueError as exc:
-            raise UserError(f"{path}:{number}: {exc}") from None
-        try:
-            item = DatasetItem.model_validate(obj).located(f"{path}:{number}")
-        except ValidationError as exc:
-            raise UserError(f"{path}:{number}: {_describe(exc)}") from None
+        item = parse_item_line(path, number, raw)
         if item.id in seen:
             raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
         seen[item.id] = number

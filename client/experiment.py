@@ -278,6 +278,11 @@ def _panel(exp: Experiment, server: dict[str, Any], rejudge: bool = False) -> An
     return JudgePanel(PanelConfig(judges=configs, rejudge=rejudge))
 
 
+def results_path(exp: Experiment, out_dir: str | None = None) -> Path:
+    """`<out_dir>/<name>/results.jsonl`."""
+    return Path(out_dir or exp.out_dir) / exp.name / "results.jsonl"
+
+
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True, rejudge: bool = False,
                          launcher: str | None = None) -> tuple[Path, list[Any]]:
@@ -285,11 +290,11 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     from userturn.client import scoring
     from userturn.client.cli_probe import build_renderer, merged_template_kwargs, pipeline_hooks, serving
     from userturn.client.endpoint import Endpoint, EndpointConfig
-    from userturn.client.jsonl import read_records
     from userturn.client.pipeline import ProbeRun, ProbeSettings
+    from userturn.client.resume_index import scan_results
 
-    run_dir = Path(out_dir or exp.out_dir) / exp.name
-    results = run_dir / "results.jsonl"
+    results = results_path(exp, out_dir)
+    run_dir = results.parent
     datasets = [load_items(entry, exp, base) for entry in exp.datasets]  # before any server starts
     names = [name for name, _, _ in datasets]
     if len(set(names)) != len(names):
@@ -347,7 +352,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                                 progress=progress, progress_title=f"{exp.name}: {server['model']} on {name} ({mode})",
                                 swap_pool=pool, resume_hint=RESUME_HINT,
                                 allow_special_tokens=exp.allow_special_tokens, **pipeline_hooks()))
-                    existing = read_records(results)[0]
+                    existing = scan_results(results)
                     for run in runs:  # every run of this model is checked before any of them writes
                         run.check_resume(existing)
                     for run in runs:

@@ -1,13 +1,19 @@
-"""Results files: append-only JSONL, one `ProbeRecord` per line, safe against SIGKILL.
+"""Results files: append-only JSONL, one `ProbeRecord` per line, one writer at a time, safe against SIGKILL and
+full disks.
 
-Each record is written with a single `write()` of a complete line straight to the file descriptor,
-so a killed process leaves at most one torn final line. Opening a file for append first cuts such a
-torn tail, so the next run never glues a new record onto it. Readers keep the last line per key.
+Each record is written with a single `write()` of a complete line straight to the file descriptor, so a killed
+process leaves at most one torn final line; opening a file for append first cuts such a torn tail. A write that
+fails or falls short (ENOSPC, EIO) cuts the file back to its last complete line and stops the writer with
+`ResultsWriteError` (exit 5). A writer holds the file's lock (`client.results_lock`): a second one gets
+`ResultsLocked` (exit 2). Readers keep the last line per key: `read_records` builds whole records,
+`client.resume_index.scan_results` streams only what a resume needs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,8 +21,10 @@ from pathlib import Path
 
 import orjson
 from pydantic import ValidationError
+from userturn.client import results_lock
 from userturn.client.errors import UserError, first_error
 from userturn.client.records import ProbeRecord
+from userturn.client.results_lock import ResultsLocked, ResultsWriteError
 
 
 @dataclass
@@ -122,38 +130,67 @@ _to_json = ProbeRecord.__pydantic_serializer__.to_json
 
 
 class JsonlWriter:
-    """Append records as complete lines.
+    """Append records as complete lines to a results file this process holds the writer lock of.
 
     Unbatched (default), each `write` reaches the kernel before it returns. With `per_tick=True` (the probe's
     hot path, inside a running event loop) the lines of all records completed in the same loop iteration go
     out in one `write()` at the end of that iteration: still before any further network I/O is processed, so
     a kill loses only requests whose answers were being handled at that instant, never a completed line.
+
+    Opening takes the file's lock (`client.results_lock`: a second writer gets `ResultsLocked`, exit 2) and cuts
+    a torn final line. A failed or short write (disk full, I/O error) truncates the file back to the end of its
+    last complete line and raises `ResultsWriteError` (exit 5); every later `write` and `close` raises it again,
+    so no run can report success past a lost record, and no torn line is ever left in the middle of the file.
     """
 
-    def __init__(self, path: str | Path, *, per_tick: bool = False) -> None:
+    def __init__(self, path: str | Path, *, per_tick: bool = False, lock: bool = True) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            _cut_torn_tail(self.path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.written = 0
         self._per_tick = per_tick
         self._pending: list[bytes] = []
+        self._fd = -1
+        self._error: ResultsWriteError | None = None
+        self._locked = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._as_error(exc, "cannot create the folder of") from None
+        if lock:
+            results_lock.acquire(self.path)  # before the tail is cut: a live writer's line is never cut
+            self._locked = True
+        try:
+            if self.path.exists():
+                _cut_torn_tail(self.path)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._end = os.fstat(self._fd).st_size  # a line boundary: the offset every batch starts at
+        except OSError as exc:
+            self._release()
+            raise self._as_error(exc, "cannot open") from None
 
     def write(self, record: ProbeRecord) -> None:
         self.write_line(_to_json(record) + b"\n")
 
     def write_line(self, line: bytes) -> None:
         """Append one record already serialised as a complete JSON line (see `records.ok_record_line`)."""
+        if self._error is not None:
+            raise self._error
         self.written += 1
         if not self._per_tick:
             self._write_all(line)
             return
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self.flush)
+            asyncio.get_running_loop().call_soon(self._flush_soon)
         self._pending.append(line)
 
+    def _flush_soon(self) -> None:
+        """The per-tick flush, run by the event loop: a failure is kept for the next `write_line` or `close`
+        (raising here would only reach the loop's exception logger)."""
+        with contextlib.suppress(ResultsWriteError):
+            self.flush()
+
     def flush(self) -> None:
+        if self._error is not None:
+            raise self._error
         if self._pending and self._fd >= 0:
             data = b"".join(self._pending)
             self._pending.clear()
@@ -161,18 +198,62 @@ class JsonlWriter:
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        done = 0
+        try:
+            while done < len(data):
+                n = os.write(self._fd, view[done:])
+                if n <= 0:
+                    raise OSError(errno.EIO, "the write made no progress")
+                done += n
+        except OSError as exc:
+            self._fail(exc, keep=self._end + data.rfind(b"\n", 0, done) + 1)
+            raise self._error from None  # type: ignore[misc]
+        self._end += done
+
+    def _fail(self, exc: OSError, *, keep: int) -> None:
+        """Stop writing for good: cut the file back to its last complete line (`keep` bytes) and remember why."""
+        self._pending.clear()
+        cut = ""
+        try:
+            os.ftruncate(self._fd, keep)
+        except OSError:
+            cut = " (a partial last line is left; it is cut when the file is next opened)"
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = -1
+        self._error = self._as_error(exc, "cannot write", f"; the complete records before it are kept{cut}; "
+                                     "rerun the same command to resume once the problem is fixed")
+
+    def _as_error(self, exc: OSError, what: str, tail: str = "") -> ResultsWriteError:
+        return ResultsWriteError(f"{what} {self.path}: {exc.strerror or exc}{tail}")
 
     def close(self) -> None:
-        if self._fd >= 0:
-            self.flush()
-            os.close(self._fd)
-            self._fd = -1
+        """Write what is pending, make it durable (fsync) and release the lock. Raises the write error, if any."""
+        try:
+            if self._fd >= 0:
+                try:
+                    self.flush()
+                    os.fsync(self._fd)
+                except OSError as exc:  # fsync: a delayed write error (NFS, a failing disk)
+                    self._fail(exc, keep=self._end)
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
+        finally:
+            self._release()
+        if self._error is not None:
+            raise self._error
+
+    def _release(self) -> None:
+        if self._locked:
+            self._locked = False
+            results_lock.release(self.path)
 
     def __enter__(self) -> JsonlWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+__all__ = ["JsonlWriter", "ReadReport", "ResultsLocked", "ResultsWriteError", "iter_lines", "read_records"]

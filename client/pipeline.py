@@ -13,8 +13,9 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -23,7 +24,7 @@ from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
 from userturn.client.errors import UserError, first_error
 from userturn.client.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
-from userturn.client.jsonl import JsonlWriter, read_records
+from userturn.client.jsonl import JsonlWriter, iter_lines
 from userturn.client.perturb import PerturbationNotApplicable, SwapRing
 from userturn.client.progress import Progress, RunCounters
 from userturn.client.ratelimit import RateLimiter
@@ -36,6 +37,8 @@ from userturn.client.records import (
     sha256_text,
     shared_json,
 )
+from userturn.client.results_lock import results_lock
+from userturn.client.resume_index import ResumeIndex, scan_results
 from userturn.client.seeds import sample_seed
 from userturn.client.special_tokens import SpecialTokens, check_items
 from userturn.client.workers import run_all
@@ -212,7 +215,7 @@ class ProbeRun:
             raise ValueError("raw mode needs a chat-template renderer")
         if settings.mode == "chat" and role_flip is None:
             raise ValueError("chat mode needs a role-flip function")
-        self.items = list(items)
+        self.items = items if isinstance(items, Sequence) else list(items)  # may stay on disk (JsonlItems)
         self.settings = settings
         self.endpoints = list(endpoints)
         self._next_endpoint = itertools.cycle(self.endpoints)
@@ -246,10 +249,14 @@ class ProbeRun:
         self.resume_hint = resume_hint
         self.configs = {p: self._config(p) for p in settings.perturbations}
         self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
-        self._pool = {item.id: item for item in (swap_pool if swap_pool is not None else self.items)}
-        for item in self.items:
-            self._pool.setdefault(item.id, item)
-        self._ring = SwapRing(settings.seed, self._pool) if "swap" in settings.perturbations else None
+        self._pool: dict[str, DatasetItem] = {}
+        self._ring: SwapRing | None = None
+        if "swap" in settings.perturbations:  # only swap needs every item at once
+            self._pool = {item.id: item for item in (swap_pool if swap_pool is not None else self.items)}
+            for item in self.items:
+                self._pool.setdefault(item.id, item)
+            self._ring = SwapRing(settings.seed, self._pool)
+        self._partners: dict[str, str] = {}
         self._partners: dict[str, str] = {}
 
     # ----- configuration --------------------------------------------------------------------------------------
@@ -277,22 +284,43 @@ class ProbeRun:
             top_p=s.top_p, extra_body=s.extra_body, seed=s.seed,
         ).model_dump(mode="json")
 
-    def check_resume(self, existing: dict[str, ProbeRecord]) -> None:
-        """Refuse (ConfigMismatch, exit 2) when `existing` records of this model, dataset, mode and a planned
-        perturbation were made with other settings, or lack a fingerprint and share a key with this run."""
-        ExistingConfigs.of(existing.values()).check(self.configs.values(), set(self.keys()), path=self.out_path,
-                                                    hint=self.resume_hint)
+    def check_resume(self, existing: ResumeIndex) -> None:
+        """Refuse (ConfigMismatch, exit 2) when `existing` ok records of this model, dataset, mode and a planned
+        perturbation were made with other settings, or lack a fingerprint and share a key with this run; also
+        refuse a file whose keys are in the pre-schema-2 format (they could not be matched)."""
+        if existing.old_schema is not None:
+            check_key_format(existing.old_schema[0], self.out_path, existing.old_schema[1])
+        found = ExistingConfigs()
+        found.configs = {fp: config for fp, config in existing.ok_configs.items() if config is not None}
+        found.unfingerprinted = existing.unfingerprinted_keys
+        planned: Collection[str] = set(self.iter_keys()) if found.unfingerprinted else ()
+        found.check(self.configs.values(), planned, path=self.out_path, hint=self.resume_hint)
 
     # ----- planning -------------------------------------------------------------------------------------------
-    def keys(self) -> list[str]:
+    def iter_keys(self) -> Iterator[str]:
+        """Every planned sample's key, in run order (a generator: a run may plan millions)."""
         s = self.settings
-        return [
-            record_key(s.model, s.dataset, item.id, p, t, k, s.mode)
-            for item in self.items
-            for p in s.perturbations
-            for t in s.temperatures
-            for k in range(s.samples)
-        ]
+        for item_id in self._ids():
+            for p in s.perturbations:
+                for t in s.temperatures:
+                    for k in range(s.samples):
+                        yield record_key(s.model, s.dataset, item_id, p, t, k, s.mode)
+
+    def _ids(self) -> Sequence[str]:
+        return getattr(self.items, "ids", None) or [item.id for item in self.items]
+
+    def _check_plan(self) -> None:
+        """No sample planned twice: the keys of one item are distinct, and so are the item ids."""
+        s = self.settings
+        ids = self._ids()
+        if not ids:
+            return
+        one = [record_key(s.model, s.dataset, ids[0], p, t, k, s.mode)
+               for p in s.perturbations for t in s.temperatures for k in range(s.samples)]
+        if len(set(one)) != len(one):
+            raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
+        if len(set(ids)) != len(ids):
+            raise UserError("the same sample is planned twice: two items share an id")
 
     def _payload_base(self, messages: list[Message]) -> tuple[dict[str, Any], str, int]:
         s = self.settings
@@ -314,20 +342,23 @@ class ProbeRun:
             estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
         return payload, sha256_text(prompt), estimate
 
-    def _jobs(self, done: set[str], turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
+    def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
         """Pending work in order; items whose assistant turn failed yield error records directly."""
         s = self.settings
+        conditions = [(t, k) for t in s.temperatures for k in range(s.samples)]
         for item in self.items:
-            turn = turns[item.id]
+            turn: AssistantTurn | None = None
             for perturbation in s.perturbations:
-                keys = [
-                    (t, k, record_key(s.model, s.dataset, item.id, perturbation, t, k, s.mode))
-                    for t in s.temperatures
-                    for k in range(s.samples)
-                ]
-                keys = [x for x in keys if x[2] not in done]
-                if not keys:
+                all_keys = [record_key(s.model, s.dataset, item.id, perturbation, t, k, s.mode) for t, k in conditions]
+                pending = done.pending(all_keys)
+                if len(pending) < len(all_keys):  # already ok: counted as skipped when reached
+                    self.counters.skipped += len(all_keys) - len(pending)
+                    self.counters.total -= len(all_keys) - len(pending)
+                if not pending:
                     continue
+                keys = [(*conditions[i], all_keys[i]) for i in pending]
+                if turn is None:
+                    turn = self._turn(item, turns)
                 context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text,
                                            "assistant_finish_reason": turn.finish_reason}
                 partner = self._partners.get(item.id) if perturbation == "swap" else None
@@ -406,23 +437,22 @@ class ProbeRun:
         )
 
     # ----- the assistant turn ---------------------------------------------------------------------------------
-    async def _assistant_turns(self, existing: dict[str, ProbeRecord]) -> dict[str, AssistantTurn]:
-        """The assistant turn of every item of the run and of every `swap` partner (which may lie outside it)."""
+    async def _assistant_turns(self) -> dict[str, AssistantTurn]:
+        """The model's assistant turn of every item of the run, and the turn of every `swap` partner (which may lie
+        outside it). Dataset turns of the run's own items are taken when the item is probed (`_turn`), so a run
+        over a dataset kept on disk holds no per-item state."""
         s = self.settings
         turns: dict[str, AssistantTurn] = {}
         needed: list[DatasetItem] = []
-        self._partners = {item.id: p for item in self.items if (p := self._partner(item)) is not None}
-        wanted = {item.id: item for item in self.items}
+        if self._ring is not None:
+            self._partners = {item.id: p for item in self.items if (p := self._partner(item)) is not None}
+        wanted = {item.id: item for item in self.items} if s.assistant_from == "model" else {}
         for partner in self._partners.values():
             wanted.setdefault(partner, self._pool[partner])
-        reuse = self._reusable_answers(existing) if s.assistant_from == "model" else {}
+        reuse = self._reusable_answers() if s.assistant_from == "model" else {}
         for item in wanted.values():
             if s.assistant_from == "dataset":
-                if item.ends_with_assistant:
-                    turns[item.id] = AssistantTurn(list(item.messages), "dataset", text=item.messages[-1].content)
-                else:
-                    turns[item.id] = AssistantTurn(None, "dataset", error="conversation does not end with an "
-                                                   "assistant turn (use --assistant-from model)")
+                turns[item.id] = self._dataset_turn(item)
             elif item.id in reuse:
                 text, finish = reuse[item.id]
                 turns[item.id] = self._with_answer(item, text, finish_reason=finish)
@@ -434,14 +464,37 @@ class ProbeRun:
                 turns[item.id] = turn
         return turns
 
-    def _reusable_answers(self, existing: dict[str, ProbeRecord]) -> dict[str, tuple[str, str | None]]:
+    def _turn(self, item: DatasetItem, turns: dict[str, AssistantTurn]) -> AssistantTurn:
+        """The assistant turn `item` is probed with: generated (or looked up) earlier, or its dataset's own."""
+        return turns.get(item.id) or self._dataset_turn(item)
+
+    @staticmethod
+    def _dataset_turn(item: DatasetItem) -> AssistantTurn:
+        if item.ends_with_assistant:
+            return AssistantTurn(list(item.messages), "dataset", text=item.messages[-1].content)
+        return AssistantTurn(None, "dataset", error="conversation does not end with an assistant turn (use "
+                                                    "--assistant-from model)")
+
+    def _existing_records(self) -> Iterator[ProbeRecord]:
+        """The records already in the results file, one at a time (lines that are not records are skipped: the
+        resume scan has already refused a malformed file)."""
+        path = Path(self.out_path)
+        if not path.exists():
+            return
+        for _, raw, _complete in iter_lines(path):
+            try:
+                yield ProbeRecord.model_validate(orjson.loads(raw))
+            except (orjson.JSONDecodeError, ValidationError):
+                continue
+
+    def _reusable_answers(self) -> dict[str, tuple[str, str | None]]:
         """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
         earlier runs (its own records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run
         probes the same turns."""
         s = self.settings
         mine = self.configs[s.perturbations[0]]
         reuse: dict[str, tuple[str, str | None]] = {}
-        for record in existing.values():
+        for record in self._existing_records():
             if record.assistant_source != "model":
                 continue
             if record.config is not None:
@@ -621,22 +674,25 @@ class ProbeRun:
     async def run(self) -> ProbeSummary:
         check_items(self.items, self.special_tokens, allow=self.allow_special_tokens,
                     tokenizer=getattr(self.renderer, "name", self.settings.model))
-        existing, _ = read_records(self.out_path)
-        for record in existing.values():
-            check_key_format(record.schema_version, self.out_path, record.key)
-        keys = self.keys()
-        if len(set(keys)) != len(keys):
-            raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
+        self._check_plan()
+        with results_lock(self.out_path):  # exit 2 if another process writes this file; held through the run
+            return await self._run_locked()
+
+    async def _run_locked(self) -> ProbeSummary:
+        existing = scan_results(self.out_path)  # streaming: key states and configurations, no records kept
         self.check_resume(existing)  # before the writer opens the file: a refused file is left untouched
-        done = {k for k in keys if (r := existing.get(k)) is not None and r.status == "ok"}
         backlog = None
         if self.judge is not None:
             from userturn.judges.backlog import pending_judgements
 
+            done = {k for k in self.iter_keys() if existing.is_ok(k)}
             backlog = pending_judgements(self.out_path, done, self.judge)  # refuses a file of another panel
+            del done
+        s = self.settings
+        planned = len(self._ids()) * len(s.perturbations) * len(s.temperatures) * s.samples
         c = self.counters
-        c.total = len(keys) - len(done)
-        c.skipped = len(done)
+        c.total = planned  # `_jobs` moves keys already ok from here to `skipped` as it reaches them
+        c.skipped = 0
         writer = JsonlWriter(self.out_path, per_tick=True)
         started = time.monotonic()
         self.progress.start()
@@ -645,8 +701,8 @@ class ProbeRun:
                 records = backlog.records()
                 await run_all(self._judge_again(records, writer)
                               for _ in range(min(self.settings.concurrency, len(backlog.todo))))
-            turns = await self._assistant_turns(existing)
-            jobs = self._jobs(done, turns)
+            turns = await self._assistant_turns()
+            jobs = self._jobs(existing, turns)
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
         except EndpointError as exc:
             raise EndpointError(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
@@ -654,7 +710,7 @@ class ProbeRun:
         finally:
             await self.progress.stop()
             writer.close()
-        return ProbeSummary(total=len(keys), skipped=c.skipped, ok=c.ok, errors=c.errors,
+        return ProbeSummary(total=planned, skipped=c.skipped, ok=c.ok, errors=c.errors,
                             elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
                             not_applicable=c.not_applicable, rejudged=len(backlog.todo) if backlog else 0)
 

@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def judge_command(args: argparse.Namespace) -> int:
+    from userturn.client.results_lock import results_lock
     from userturn.judges.panel import panel_from_args
     from userturn.judges.run_judge import default_out_path, judge_file, print_summary
 
@@ -72,8 +73,9 @@ def judge_command(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         async with panel:
-            summary = await judge_file(results, out, panel, workers=args.judge_concurrency,
-                                       progress=not args.no_progress)
+            with results_lock(out):  # one judge per output file: a second one stops here (exit 2)
+                summary = await judge_file(results, out, panel, workers=args.judge_concurrency,
+                                           progress=not args.no_progress)
         return print_summary(summary)
 
     return asyncio.run(run())

@@ -7,10 +7,12 @@ Hub access goes through `client.loaders.hub.fetch_rows` only.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
-from userturn.client.dataset import DatasetItem, load_jsonl
+from userturn.client.dataset import DatasetItem
 from userturn.client.errors import UserError
+from userturn.client.lazy_dataset import JsonlItems, load_jsonl_lazy
 from userturn.client.loaders import coval, gsm8k, healthbench, hub, ifeval, mt_bench
 from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError
 
@@ -57,17 +59,21 @@ def load_builtin(dataset: BuiltinDataset, split: str | None) -> list[DatasetItem
     return items
 
 
-def select(items: list[DatasetItem], *, limit: int | None, shuffle_seed: int | None) -> list[DatasetItem]:
+def select(items: Sequence[DatasetItem], *, limit: int | None, shuffle_seed: int | None) -> Sequence[DatasetItem]:
     """Deterministic shuffle (when a seed is given), then the first `limit` items."""
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (got {limit})")
+    if isinstance(items, JsonlItems):  # a file kept on disk: shuffle and cut its index, parse nothing
+        items = items.shuffled(shuffle_seed) if shuffle_seed is not None else items
+        return items[:limit] if limit is not None else items
     if shuffle_seed is not None:
         items = list(items)
         random.Random(shuffle_seed).shuffle(items)
     return items[:limit] if limit is not None else items
 
 
-def load_dataset_spec(spec: str, *, limit: int | None, shuffle_seed: int | None) -> tuple[str, list[DatasetItem]]:
+def load_dataset_spec(spec: str, *, limit: int | None,
+                      shuffle_seed: int | None) -> tuple[str, Sequence[DatasetItem]]:
     """A built-in `NAME[:split]` or a local JSONL path -> (display name, items)."""
     dataset, split = parse_spec(spec)
     if dataset is not None:
@@ -75,7 +81,7 @@ def load_dataset_spec(spec: str, *, limit: int | None, shuffle_seed: int | None)
                                                    shuffle_seed=shuffle_seed)
     if _looks_like_path(spec):
         path = Path(spec)
-        items = load_jsonl(path, limit=limit if shuffle_seed is None else None)
+        items = load_jsonl_lazy(path, limit=limit if shuffle_seed is None else None)
         return path.stem, select(items, limit=limit, shuffle_seed=shuffle_seed)
     raise UserError(f"unknown dataset {spec!r}: not a file, and not a built-in ({', '.join(BUILTINS)})")
 

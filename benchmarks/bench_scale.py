@@ -1,0 +1,196 @@
+"""Scale of `userturn probe`: resume of a million-record results file, and memory against the number of items.
+
+    .venv/bin/python benchmarks/bench_scale.py                      # both parts, default sizes
+    .venv/bin/python benchmarks/bench_scale.py --part resume --records 1000000 --samples 100
+    .venv/bin/python benchmarks/bench_scale.py --part memory --items 100000 --items 10000
+
+Part 1, resume: a results file of N ok records (GSM8K-sized conversations, ~1.8 kB a line; N / samples items x
+`--samples` samples at one temperature) is probed again with one more item in the dataset, so every recorded key
+is skipped and the new item's samples are sent. Measured on the `userturn probe` process: seconds from its start
+to the first request the loopback server receives, and its peak RSS (VmHWM, polled every 10 ms) at that moment.
+Targets: <= 5 s and <= 300 MB for 1,000,000 records. The probe's CPU time up to that moment is printed beside
+the wall time: on a loaded machine it is what the wall time would be on an idle one.
+
+Part 2, memory: a fresh probe of each `--items` count x 1 sample against the loopback server (latency 0,
+concurrency 64); peak RSS of the whole run. Target: <= 150 MB at 100,000 items, and flat in the item count.
+
+Both parts print one line per measurement and a PASS/MISS verdict per target. The loopback server runs in its own
+process (tests/loopback_server.py); the machine's load is printed, since a shared 2-core VM moves wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_probe import peak_rss_kb, tokenizer_dir, write_dataset  # noqa: E402
+from loopback_server import LoopbackServer  # noqa: E402
+
+RESUME_TARGET_S, RESUME_TARGET_MB, MEMORY_TARGET_MB = 5.0, 300.0, 150.0
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def write_results(dataset: Path, out: Path, samples: int, name: str) -> int:
+    """Ok records for every item of `dataset` x `samples`, keyed exactly as a probe of dataset `name` keys them."""
+    from userturn.client.dataset import load_jsonl
+    from userturn.client.records import ProbeRecord, record_key
+
+    count = 0
+    with out.open("wb") as fh:
+        for item in load_jsonl(dataset):
+            base = ProbeRecord(key="", model="bench", dataset=name, item_id=item.id, temperature=1.0,
+                               sample=0, seed=0, status="ok", messages=item.messages, user_turn="And the flour?",
+                               usage={"prompt_tokens": 300, "completion_tokens": 8, "total_tokens": 308},
+                               latency_s=0.01, attempts=1, prompt_sha256="0" * 64, template_sha256="1" * 64,
+                               finish_reason="stop", matched_stop="<|im_end|>").model_dump(mode="json")
+            lines = []
+            for k in range(samples):
+                base.update(key=record_key("bench", name, item.id, "none", 1.0, k), sample=k, seed=count)
+                lines.append(orjson.dumps(base, option=orjson.OPT_APPEND_NEWLINE))
+                count += 1
+            fh.write(b"".join(lines))
+    return count
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process so far (Linux /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def completions(server: LoopbackServer) -> int:
+    with urllib.request.urlopen(f"{server.root_url}/stats", timeout=5) as response:
+        return int(orjson.loads(response.read()).get("completions", 0))
+
+
+def probe_cmd(server: LoopbackServer, dataset: Path, out: Path, samples: int) -> list[str]:
+    return [str(Path(sys.executable).with_name("userturn")), "probe", "--base-url", server.base_url, "--model",
+            "bench", "--dataset", str(dataset), "--out", str(out), "--tokenizer", str(tokenizer_dir()),
+            "--samples", str(samples), "--temperature", "1.0", "--concurrency", "64", "--no-progress"]
+
+
+def run_resume(work: Path, records: int, samples: int) -> bool:
+    items = records // samples
+    dataset = work / "resume.jsonl"
+    write_dataset(dataset, items + 1)
+    out = work / "resume-results.jsonl"
+    done_items = work / "done-items.jsonl"
+    done_items.write_bytes(b"".join(dataset.read_bytes().splitlines(keepends=True)[:items]))
+    started = time.perf_counter()
+    written = write_results(done_items, out, samples, name=dataset.stem)
+    print(f"resume: wrote {written:,} records ({out.stat().st_size / 1e9:.2f} GB, {items:,} items x {samples} "
+          f"samples) in {time.perf_counter() - started:.0f}s")
+    with LoopbackServer("--model", "bench") as server:
+        proc = subprocess.Popen(probe_cmd(server, dataset, out, samples), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        start = time.perf_counter()
+        peak = 0
+        first_request_s = cpu_s = None
+        while proc.poll() is None:
+            peak = max(peak, peak_rss_kb(proc.pid) or 0)
+            if completions(server) > 0:
+                first_request_s = time.perf_counter() - start
+                cpu_s = cpu_seconds(proc.pid)
+                break
+            time.sleep(0.01)
+        _, err = proc.communicate(timeout=600)
+        if proc.returncode != 0 or first_request_s is None:
+            sys.exit(f"bench_scale: the resumed probe failed (exit {proc.returncode}): {err.decode()[-2000:]}")
+        sent = completions(server)
+    peak_mb = peak / 1024
+    ok_time, ok_rss = first_request_s <= RESUME_TARGET_S, peak_mb <= RESUME_TARGET_MB
+    print(f"resume of {written:,} records: first request after {first_request_s:.2f}s (CPU time of the probe by "
+          f"then {cpu_s:.2f}s), peak RSS before it {peak_mb:.0f} MB; requests sent {sent} (expected {samples}); "
+          f"targets: <= {RESUME_TARGET_S:g} s "
+          f"{verdict(ok_time)}, <= {RESUME_TARGET_MB:g} MB {verdict(ok_rss)}")
+    return ok_time and ok_rss and sent == samples
+
+
+def measure_peak(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MB, stderr) of a command that must succeed."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    done = threading.Event()
+
+    def poll() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, peak_rss_kb(proc.pid) or 0)
+            done.wait(0.01)
+
+    thread = threading.Thread(target=poll)
+    start = time.perf_counter()
+    thread.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    thread.join()
+    if proc.returncode != 0:
+        sys.exit(f"bench_scale: {' '.join(cmd[:2])} failed (exit {proc.returncode}): {err.decode()[-2000:]}")
+    return wall, peak / 1024, err.decode()
+
+
+def run_memory(work: Path, counts: list[int]) -> bool:
+    peaks: dict[int, float] = {}
+    with LoopbackServer("--model", "bench") as server:
+        for items in sorted(counts):
+            dataset = work / f"memory-{items}.jsonl"
+            write_dataset(dataset, items)
+            out = work / f"memory-{items}-results.jsonl"
+            wall, peak, err = measure_peak(probe_cmd(server, dataset, out, 1))
+            lines = out.read_bytes().count(b"\n")
+            if lines != items:
+                sys.exit(f"bench_scale: {items} items gave {lines} records: {err[-1000:]}")
+            peaks[items] = peak
+            print(f"memory: probe of {items:,} items x 1 sample: peak RSS {peak:.0f} MB, {wall:.1f}s "
+                  f"({items / wall:,.0f} req/s)")
+            out.unlink()
+            dataset.unlink()
+    largest = max(peaks)
+    ok = peaks[largest] <= MEMORY_TARGET_MB
+    growth = peaks[largest] - peaks[min(peaks)]
+    print(f"memory: peak at {largest:,} items {peaks[largest]:.0f} MB: <= {MEMORY_TARGET_MB:g} MB {verdict(ok)}; "
+          f"growth from {min(peaks):,} to {largest:,} items {growth:+.0f} MB")
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["resume", "memory"], action="append", help="default: both")
+    parser.add_argument("--records", type=int, default=1_000_000, help="records in the file to resume")
+    parser.add_argument("--samples", type=int, default=100, help="samples per item in that file")
+    parser.add_argument("--items", type=int, action="append", help="item counts of the memory part "
+                        "(repeatable; default 10000 and 100000)")
+    parser.add_argument("--work-dir", type=Path, default=None, help="where the files go (default: a temp dir)")
+    args = parser.parse_args()
+    parts = args.part or ["resume", "memory"]
+    print(f"machine: {os.cpu_count()} cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with tempfile.TemporaryDirectory(prefix="userturn-scale-", dir=args.work_dir) as tmp:
+        work = Path(tmp)
+        results = []
+        if "resume" in parts:
+            results.append(run_resume(work, args.records, args.samples))
+        if "memory" in parts:
+            results.append(run_memory(work, args.items or [10_000, 100_000]))
+    print("bench_scale: " + ("all targets met" if all(results) else "some targets missed"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""A local JSONL dataset that stays on disk: memory flat in the number of items.
+
+`load_jsonl_lazy(path)` validates every line up front exactly as `dataset.load_jsonl` does (same file:line
+errors, duplicate ids), but keeps only each item's byte offset, id and whether it ends with an assistant turn
+(about 70 bytes an item instead of a few kB of parsed messages); an item is parsed again when it is used. The
+probe reads items in order, so each is re-read once, from the page cache.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import overload
+
+from userturn.client.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
+from userturn.client.errors import UserError
+
+
+class JsonlItems(Sequence[DatasetItem]):
+    """Validated items of a JSONL file, parsed on access. Slicing and `shuffled` give views without parsing."""
+
+    def __init__(self, path: Path, offsets: array, ids: list[str], assistant_ended: bytearray,
+                 numbers: array) -> None:
+        self.path = path
+        self._offsets = offsets
+        self._numbers = numbers  # line numbers, for errors that name file:line
+        self.ids = ids  # item ids, in order
+        self._assistant_ended = assistant_ended
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> DatasetItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> JsonlItems: ...
+
+    def __getitem__(self, index: int | slice) -> DatasetItem | JsonlItems:
+        if isinstance(index, slice):
+            return JsonlItems(self.path, self._offsets[index], self.ids[index], self._assistant_ended[index],
+                              self._numbers[index])
+        with self.path.open("rb") as fh:
+            return self._read(fh, index)
+
+    def __iter__(self) -> Iterator[DatasetItem]:
+        with self.path.open("rb") as fh:
+            for index in range(len(self._offsets)):
+                yield self._read(fh, index)
+
+    def _read(self, fh, index: int) -> DatasetItem:  # type: ignore[no-untyped-def]
+        fh.seek(self._offsets[index])
+        try:
+            item = parse_item_line(self.path, self._numbers[index], fh.readline(MAX_LINE_BYTES + 1).strip())
+        except UserError:
+            item = None
+        if item is None or item.id != self.ids[index]:
+            raise UserError(f"{self.path}: the file changed while the run was reading it (item {self.ids[index]!r})")
+        return item
+
+    @property
+    def all_end_with_assistant(self) -> bool:
+        return all(self._assistant_ended)
+
+    def shuffled(self, seed: int) -> JsonlItems:
+        """The same order `random.Random(seed).shuffle` gives a list of the parsed items."""
+        order = list(range(len(self)))
+        random.Random(seed).shuffle(order)
+        return JsonlItems(self.path, array("q", (self._offsets[i] for i in order)), [self.ids[i] for i in order],
+                          bytearray(self._assistant_ended[i] for i in order),
+                          array("q", (self._numbers[i] for i in order)))
+
+
+def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
+    """Validate a local JSONL dataset like `load_jsonl` (same errors) and return it as a `JsonlItems`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"dataset not found: {path}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {limit})")
+    offsets = array("q")
+    numbers = array("q")
+    ids: list[str] = []
+    ended = bytearray()
+    seen: dict[str, int] = {}
+    offset = 0
+    with path.open("rb") as fh:
+        number = 0
+        while line := fh.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise UserError(f"{path}:{number}: line longer than {MAX_LINE_BYTES >> 20} MiB")
+            start, offset = offset, offset + len(line)
+            raw = line.strip()
+            if not raw:
+                continue
+            item = parse_item_line(path, number, raw)
+            if item.id in seen:
+                raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
+            seen[item.id] = number
+            offsets.append(start)
+            numbers.append(number)
+            ids.append(item.id)
+            ended.append(item.ends_with_assistant)
+            if limit is not None and len(ids) >= limit:
+                break
+    if not ids:
+        raise UserError(f"{path}: no items")
+    return JsonlItems(path, offsets, ids, ended, numbers)

@@ -1,0 +1,134 @@
+"""One writer per results file: two real processes (`probe`, `judge`, `run`) and kill -9 of the holder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from loopback_server import LoopbackServer
+from test_cli_probe import QWEN_DIR, USERTURN, assert_one_line_error, probe, write_dataset
+from userturn.client import results_lock
+from userturn.client.jsonl import JsonlWriter
+from userturn.client.results_lock import ResultsLocked, lock_path_for
+
+pytestmark = pytest.mark.slow
+
+HOLDER = """
+import sys, time
+from userturn.client.results_lock import acquire
+acquire(sys.argv[1])
+print("LOCKED", flush=True)
+time.sleep(600)
+"""
+
+
+def hold_lock(path: Path) -> subprocess.Popen:
+    """Another process holding the writer lock of `path` until it is killed."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "LOCKED"
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def test_second_writer_in_another_process_is_refused_and_named(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    holder = hold_lock(path)
+    try:
+        with pytest.raises(ResultsLocked, match=rf"^{path} is being written by another process \(pid {holder.pid} "
+                                                r"on .*, `python -c .*`, since \d{4}-\d\d-\d\dT.*Z\); wait for it"):
+            JsonlWriter(path)
+        assert not path.exists()  # refused before touching the results file
+    finally:
+        stop(holder)
+    with JsonlWriter(path) as writer:  # kill -9 released it (the kernel drops the flock)
+        writer.write_line(b'{"x":1}\n')
+    assert not lock_path_for(path).exists()  # a clean release removes the sidecar
+
+
+def test_lock_is_reentrant_within_a_process(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    with results_lock.results_lock(path):
+        with JsonlWriter(path):
+            pass
+        assert lock_path_for(path).exists()  # still held by the outer block
+        holder = subprocess.run([sys.executable, "-c", HOLDER, str(path)], capture_output=True, text=True,
+                                timeout=60)
+        assert holder.returncode == 1 and "ResultsLocked" in holder.stderr
+    assert not lock_path_for(path).exists()
+
+
+def test_two_probes_on_one_file(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "data.jsonl", 40)
+    out = tmp_path / "out.jsonl"
+    with LoopbackServer("--latency-ms", "300") as slow, LoopbackServer() as other:
+        common = ["--model", "loopback", "--dataset", str(data), "--out", str(out), "--tokenizer", QWEN_DIR,
+                  "--concurrency", "2", "--no-progress"]
+        first = subprocess.Popen([*USERTURN, "probe", "--base-url", slow.base_url, *common],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env={**os.environ, "OPENAI_API_KEY": ""})
+        try:
+            deadline = time.monotonic() + 60
+            while not out.exists() or not out.stat().st_size:
+                assert time.monotonic() < deadline and first.poll() is None, "the first probe did not start"
+                time.sleep(0.05)
+            second = probe("--base-url", other.base_url, *common)
+            assert_one_line_error(second, 2, f"{out} is being written by another process (pid {first.pid}",
+                                  "`userturn probe --base-url")
+            assert other.stats().get("completions", 0) == 0  # refused before sending anything
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            third = probe("--base-url", other.base_url, *common)  # the lock died with the killed process
+            assert third.returncode == 0, third.stderr
+            assert 0 < other.stats()["completions"] < 40  # it resumed: only what the first had not written
+        finally:
+            if first.poll() is None:
+                stop(first)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    ok_keys = [x["key"] for x in lines if x["status"] == "ok"]
+    assert len(ok_keys) == len(set(ok_keys)) == 40  # nothing doubled
+
+
+def test_second_judge_on_one_output_is_refused(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_bytes((Path(__file__).parent / "fixtures" / "judges" / "results_small.jsonl").read_bytes())
+    out = tmp_path / "results.judged.jsonl"
+    holder = hold_lock(out)
+    try:
+        proc = subprocess.run([*USERTURN, "judge", str(results), "--judge-base-url", "http://127.0.0.1:9/v1",
+                               "--judge-model", "j", "--no-progress"], capture_output=True, text=True, timeout=60)
+    finally:
+        stop(holder)
+    assert_one_line_error(proc, 2, f"{out} is being written by another process (pid {holder.pid}")
+
+
+def test_second_experiment_run_on_one_results_file_is_refused(tmp_path: Path) -> None:
+    write_dataset(tmp_path / "data.jsonl", 1)
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(f"""name: locked
+out_dir: {tmp_path / "runs"}
+models:
+  - base_url: http://127.0.0.1:9/v1
+    model: m
+    tokenizer: {QWEN_DIR}
+datasets: [data.jsonl]
+""")
+    results = tmp_path / "runs" / "locked" / "results.jsonl"
+    holder = hold_lock(results)
+    try:
+        proc = subprocess.run([*USERTURN, "run", str(experiment), "--no-progress"], capture_output=True, text=True,
+                              timeout=60)
+    finally:
+        stop(holder)
+    if "is being written" not in proc.stderr:
+        pytest.fail(f"the run was not stopped by the lock: {proc.stderr}")
+    assert_one_line_error(proc, 2, f"{results} is being written by another process (pid {holder.pid}")
