@@ -55,8 +55,9 @@ class GroupSummary(BaseModel):
     unjudged: int = Field(description="generated but not (yet) judged")
     labels: dict[str, int]
     rule_labels: int
-    accuracy: float | None = Field(description="share of records with correct == true, among those scored")
-    accuracy_n: int
+    accuracy: float | None = Field(description="task accuracy of the probed assistant turns: the mean over the row's "
+                                           "scored items of each item's share of correct records")
+    accuracy_n: int = Field(description="distinct items with a task score (the unit: one assistant turn per item)")
     self_judged: int = Field(description="records labelled by a judge with the same model as the one probed")
     judges: list[str]
     judge_panel: list[str] = Field(description="LLM judges asked, as judge@prompt-sha256-prefix")
@@ -180,6 +181,24 @@ def _row_tallies(rows: np.ndarray, items: np.ndarray, followup: np.ndarray, labe
     return out
 
 
+def _item_accuracy(rows: np.ndarray, items: np.ndarray, correct: np.ndarray, scored: np.ndarray,
+                   present: list[int]) -> dict[int, tuple[float, int]]:
+    """Per row: (accuracy, scored items). Every sample of an item in a row probes the same assistant turn, so the
+    unit is the item: each scored item counts once, with its share of correct records (1 or 0 when they agree)."""
+    out: dict[int, tuple[float, int]] = {}
+    mask = scored.astype(bool)
+    rows, items, correct = rows[mask], items[mask], correct[mask]
+    for r in present:
+        sub = rows == r
+        if not sub.any():
+            continue
+        unique, inverse = np.unique(items[sub], return_inverse=True)
+        hits = np.bincount(inverse, weights=correct[sub], minlength=len(unique))
+        total = np.bincount(inverse, minlength=len(unique))
+        out[r] = (float(np.mean(hits / total)), len(unique))
+    return out
+
+
 def build_report(scan: Scan) -> Report:
     """Rows, intervals, paired deltas and agreement from one scan (last line per key counts)."""
     keep = scan.keep_mask()
@@ -202,8 +221,6 @@ def build_report(scan: Scan) -> Report:
         "generation_errors": lambda o: not o.ok,
         "unjudged": lambda o: o.ok and o.label is None and not o.judge_error,
         "rule_labels": lambda o: o.rule,
-        "correct": lambda o: o.correct is True,
-        "accuracy_n": lambda o: o.correct is not None,
         "self_judged": lambda o: o.self_judged,
     }.items()}
     counts["records"] = hist.sum(axis=1)
@@ -217,6 +234,8 @@ def build_report(scan: Scan) -> Report:
     present = np.unique(rows).tolist()
     tallies = _row_tallies(rows, items, table(lambda o: o.label == FOLLOWUP).astype(np.int8)[codes],
                            table(lambda o: o.label is not None).astype(np.int8)[codes], present)
+    accuracy = _item_accuracy(rows, items, table(lambda o: o.correct is True).astype(np.int8)[codes],
+                              table(lambda o: o.correct is not None).astype(np.int8)[codes], present)
     del rows, items, codes
 
     final_rows = sorted(present, key=lambda r: (row_list[r][:5], row_list[r].fingerprint or "",
@@ -226,7 +245,7 @@ def build_report(scan: Scan) -> Report:
     for r in final_rows:
         row = row_list[r]
         rate = clustered_rate(tallies[r].followups, tallies[r].labelled)
-        accuracy_n = int(counts["accuracy_n"][r])
+        accuracy_value, accuracy_n = accuracy.get(r, (None, 0))
         groups.append(GroupSummary(
             model=row.model, dataset=row.dataset, mode=row.mode, perturbation=row.perturbation,
             temperature=row.temperature, records=int(counts["records"][r]), n=int(counts["n"][r]),
@@ -237,7 +256,7 @@ def build_report(scan: Scan) -> Report:
             unjudged=int(counts["unjudged"][r]),
             labels={label: int(label_counts[label][r]) for label in LABELS},
             rule_labels=int(counts["rule_labels"][r]),
-            accuracy=int(counts["correct"][r]) / accuracy_n if accuracy_n else None,
+            accuracy=accuracy_value,
             accuracy_n=accuracy_n, self_judged=int(counts["self_judged"][r]),
             judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
             config_fingerprint=row.fingerprint, config=configs.get(row.fingerprint) if row.fingerprint else None,

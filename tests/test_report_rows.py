@@ -214,3 +214,13 @@ def test_a_configuration_is_named_the_same_at_every_temperature(
                rec("i1", cfg=config(max_tokens=64), temperature=1.0)]  # at t=1 only one configuration
     rows = {(r["temperature"], r["settings"]) for r in json_rows(write(tmp_path / "r.jsonl", records), capsys)}
     assert rows == {(0.0, "max_tokens=64"), (0.0, "max_tokens=256"), (1.0, "max_tokens=64")}
+
+
+def test_accuracy_counts_each_item_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item a: three samples of a correct turn; item b: one sample of a wrong turn (its other samples failed and
+    carry the same score). Per sample that would read 4/6 correct; per item (the probed turn) it is 1 of 2."""
+    records = [rec("a", sample=s) | {"correct": True} for s in range(3)]
+    records += [rec("b", sample=0) | {"correct": False}]
+    records += [rec("b", None, sample=s) | {"status": "error", "user_turn": None, "correct": False} for s in (1, 2)]
+    rows = json_rows(write(tmp_path / "r.jsonl", records), capsys)
+    assert [(r["accuracy"], r["accuracy_n"]) for r in rows] == [(0.5, 2)]
