@@ -274,7 +274,7 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     wall, rss, cpu, stdout, stderr = run_measured(cmd, env)
     match = SUMMARY_RATE.search(stdout + stderr)
-    from userturn.client.jsonl import read_records
+    from userturn.jsonl import read_records
 
     records, _ = read_records(out)
     good = sum(r.status == "ok" for r in records.values())

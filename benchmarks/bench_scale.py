@@ -49,7 +49,8 @@ def verdict(ok: bool) -> str:
 def write_results(dataset: Path, out: Path, samples: int, name: str) -> int:
     """Ok records for every item of `dataset` x `samples`, keyed exactly as a probe of dataset `name` keys them."""
     from userturn.client.dataset import load_jsonl
-    from userturn.client.records import ProbeRecord, record_key
+
+    from userturn.records import ProbeRecord, record_key
 
     count = 0
     with out.open("wb") as fh:

@@ -1,3 +1,2 @@
 """userturn client: render prompts ending at an open user header, fan out raw completions, stream JSONL."""
 
-__version__ = "0.1.0"

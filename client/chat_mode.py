@@ -7,7 +7,7 @@ mode (the report splits by mode). Bump `CHAT_MODE_PROMPT_VERSION` when the text 
 
 from __future__ import annotations
 
-from userturn.client.records import Message, sha256_text
+from userturn.records import Message, sha256_text
 
 CHAT_MODE_PROMPT_VERSION = "v1"
 CHAT_MODE_PROMPT = (

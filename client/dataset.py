@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator
-from userturn.client.errors import UserError, first_error
-from userturn.client.records import Message
+
+from userturn.errors import UserError, first_error
+from userturn.records import Message
 
 MAX_LINE_BYTES = 16 << 20  # 16 MiB: ~4M tokens of text, far beyond any context window
 MAX_DEPTH = 32  # objects/arrays nested in one line; a conversation with tool calls needs ~6

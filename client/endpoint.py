@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel, Field
-from userturn.client.errors import EndpointError
 from userturn.client.http_backends import Backend, HttpReply, ResponseTooLarge, TransportFailure, make_backend
 from userturn.client.redact import redact, redact_bytes, register_secret
+
+from userturn.errors import EndpointError
 
 if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never pays its import
     from tenacity import RetryCallState

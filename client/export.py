@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from userturn.client.records import ProbeRecord
+from userturn.records import ProbeRecord
 
 GENUINE = "genuine_followup"
 Format = Literal["sft", "preference"]

@@ -23,9 +23,10 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from userturn.client.errors import UserError
-from userturn.client.records import sha256_text
 from userturn.client.special_tokens import SpecialTokens
+
+from userturn.errors import UserError
+from userturn.records import sha256_text
 
 O200K_FILE = "o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import overload
 
 from userturn.client.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 
 class JsonlItems(Sequence[DatasetItem]):

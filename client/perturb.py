@@ -23,9 +23,10 @@ import hashlib
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
-from userturn.client.errors import UserError
-from userturn.client.records import Message
 from userturn.client.scoring import find_final_number
+
+from userturn.errors import UserError
+from userturn.records import Message
 
 PERTURBATIONS: tuple[str, ...] = ("none", "wrong_answer", "truncate", "swap", "remove", "generic")
 GENERIC_RESPONSE = "I'm not able to help with that right now."

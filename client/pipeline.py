@@ -22,13 +22,16 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
-from userturn.client.errors import UserError, first_error
-from userturn.client.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
-from userturn.client.jsonl import JsonlWriter, iter_lines
 from userturn.client.perturb import PerturbationNotApplicable, SwapRing
 from userturn.client.progress import Progress, RunCounters
 from userturn.client.ratelimit import RateLimiter
-from userturn.client.records import (
+from userturn.client.seeds import sample_seed
+from userturn.client.special_tokens import SpecialTokens, check_items
+
+from userturn.errors import UserError, first_error
+from userturn.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
+from userturn.jsonl import JsonlWriter, iter_lines
+from userturn.records import (
     Message,
     ProbeRecord,
     check_key_format,
@@ -37,11 +40,9 @@ from userturn.client.records import (
     sha256_text,
     shared_json,
 )
-from userturn.client.results_lock import results_lock
-from userturn.client.resume_index import ResumeIndex, scan_results
-from userturn.client.seeds import sample_seed
-from userturn.client.special_tokens import SpecialTokens, check_items
-from userturn.client.workers import run_all
+from userturn.results_lock import results_lock
+from userturn.resume_index import ResumeIndex, scan_results
+from userturn.workers import run_all
 
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
@@ -59,8 +60,10 @@ class Renderer(Protocol):
 
 
 class JudgeHook(Protocol):
-    """Labels a record. On resume, ok records it has not labelled are judged again
-    (`judges.backlog.pending_judgements`; a `JudgePanel` decides by its identity)."""
+    """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`). A hook that also has
+    `pending_judgements(path, keys)` (returning a `judges.backlog.JudgingScan`: a panel decides by its identity)
+    gets the ok records of the file it has not labelled yet judged again on a rerun; the pipeline itself never
+    imports the judges (see the layering in README "Code map")."""
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord: ...
 
@@ -682,11 +685,10 @@ class ProbeRun:
         existing = scan_results(self.out_path)  # streaming: key states and configurations, no records kept
         self.check_resume(existing)  # before the writer opens the file: a refused file is left untouched
         backlog = None
-        if self.judge is not None:
-            from userturn.judges.backlog import pending_judgements
-
+        pending = getattr(self.judge, "pending_judgements", None)  # a panel finds what it still has to label
+        if pending is not None:
             done = {k for k in self.iter_keys() if existing.is_ok(k)}
-            backlog = pending_judgements(self.out_path, done, self.judge)  # refuses a file of another panel
+            backlog = pending(self.out_path, done)  # refuses a file labelled by another panel
             del done
         s = self.settings
         planned = len(self._ids()) * len(s.perturbations) * len(s.temperatures) * s.samples

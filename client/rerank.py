@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from userturn.client.records import ProbeRecord, sha256_text
+from userturn.records import ProbeRecord, sha256_text
 
 GENUINE = "genuine_followup"
 

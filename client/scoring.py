@@ -15,7 +15,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from userturn.client.dataset import DatasetItem
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 Score = tuple[bool | None, dict[str, float] | None]
 

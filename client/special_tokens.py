@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 ALLOW_FLAG = "--allow-special-tokens"
 

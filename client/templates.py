@@ -31,8 +31,6 @@ import jinja2.utils
 import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
-from userturn.client.errors import UserError
-from userturn.client.records import Message, sha256_text
 from userturn.client.special_tokens import SpecialTokens
 from userturn.client.stops import (
     AddedToken,
@@ -43,6 +41,9 @@ from userturn.client.stops import (
     stop_token_ids,
     token_text,
 )
+
+from userturn.errors import UserError
+from userturn.records import Message, sha256_text
 
 SENTINEL_PREFIX = "USERTURNSENTINEL"  # + 32 random hex digits per renderer
 _PROBE_A, _PROBE_B = "USERTURNPROBEAAA41e2", "USERTURNPROBEBBB58d0"

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 
 from pydantic import BaseModel
-from userturn.client.records import ProbeRecord
+
+from userturn.records import ProbeRecord
 
 
 def majority_label(votes: Sequence[str]) -> str | None:

@@ -17,9 +17,10 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from userturn.client.errors import UserError, first_error
-from userturn.client.records import ProbeRecord
 from userturn.judges.panel import Assessment, JudgingFacts
+
+from userturn.errors import UserError, first_error
+from userturn.records import ProbeRecord
 
 Assess = Callable[[JudgingFacts], Assessment]
 INLINE_HINT = ("label them into another file with `userturn judge RESULTS.jsonl --out OTHER.jsonl ...`, or pass "

@@ -61,9 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def judge_command(args: argparse.Namespace) -> int:
-    from userturn.client.results_lock import results_lock
     from userturn.judges.panel import panel_from_args
     from userturn.judges.run_judge import default_out_path, judge_file, print_summary
+
+    from userturn.results_lock import results_lock
 
     results = Path(args.results)
     out = Path(args.out) if args.out else default_out_path(results)
@@ -90,9 +91,10 @@ def report_command(args: argparse.Namespace) -> int:
 def judge_eval_command(args: argparse.Namespace) -> int:
     import orjson
     from rich.console import Console
-    from userturn.client.jsonl import JsonlWriter
     from userturn.judges.evaluate import evaluate, load_gold
     from userturn.judges.panel import panel_from_args
+
+    from userturn.jsonl import JsonlWriter
 
     items = load_gold(args.gold)
     panel = panel_from_args(args)
@@ -121,7 +123,8 @@ def judge_eval_command(args: argparse.Namespace) -> int:
 def _print_score(console: Console, s: object) -> None:
     from rich.table import Table
     from userturn.judges.evaluate import ERROR, JudgeScore
-    from userturn.judges.taxonomy import SHORT
+
+    from userturn.taxonomy import SHORT
 
     assert isinstance(s, JudgeScore)
     acc = "—" if s.accuracy is None else f"{100 * s.accuracy:.1f}%"

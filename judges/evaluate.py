@@ -15,10 +15,12 @@ from typing import Any
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from userturn.client.errors import UserError, first_error
-from userturn.client.records import LABELS, Label, Message, ProbeRecord
 from userturn.judges.agreement import cohen_kappa
 from userturn.judges.panel import JudgePanel
+
+from userturn.errors import UserError, first_error
+from userturn.records import Message, ProbeRecord
+from userturn.taxonomy import LABELS, Label
 
 PANEL = "panel (majority)"
 ERROR = "error"

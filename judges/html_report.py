@@ -11,14 +11,15 @@ from pathlib import Path
 import jinja2
 import numpy as np
 from pydantic import ValidationError
-from userturn.client.errors import UserError, first_error
-from userturn.client.records import LABELS, ProbeRecord
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
 from userturn.judges.report_scan import iter_checked
 from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_rate, fmt_temp
-from userturn.judges.taxonomy import DESCRIPTIONS, SHORT
+
+from userturn.errors import UserError, first_error
+from userturn.records import ProbeRecord
+from userturn.taxonomy import DESCRIPTIONS, LABELS, SHORT
 
 SAMPLES_PER_LABEL = 5
 CLIP = 600

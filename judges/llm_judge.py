@@ -8,10 +8,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from userturn.client.endpoint import Endpoint, EndpointConfig, RequestFailed
-from userturn.client.errors import EndpointError
-from userturn.client.records import LABELS, JudgeVerdict
 from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema
 from userturn.judges.prompt import JudgePrompt
+
+from userturn.errors import EndpointError
+from userturn.records import JudgeVerdict
+from userturn.taxonomy import LABELS
 
 SCHEMA_REFUSED_STATUS = frozenset({400, 422, 501})
 REASK = ("Your reply could not be used ({error}). Reply with exactly one JSON object of the form "

@@ -9,19 +9,23 @@ import argparse
 import asyncio
 import hashlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import orjson
 from pydantic import BaseModel, Field
-from userturn.client.errors import UserError
-from userturn.client.records import JudgeVerdict, ProbeRecord
 from userturn.judges.agreement import majority_label
 from userturn.judges.llm_judge import JudgeConfig, LLMJudge
 from userturn.judges.prelabel import RESTATE_THRESHOLD, prelabel, query_and_response
 from userturn.judges.prompt import JudgePrompt, load_prompt
+
+from userturn.errors import UserError
+from userturn.records import JudgeVerdict, ProbeRecord
+
+if TYPE_CHECKING:
+    from userturn.judges.backlog import JudgingScan
 
 
 @dataclass
@@ -123,6 +127,13 @@ class JudgePanel:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def pending_judgements(self, path: str | Path, keys: Collection[str]) -> JudgingScan:
+        """The ok records among `keys` in the results file that this panel still has to label (the probe's inline
+        judging calls this on resume); refuses a file labelled by another panel unless `rejudge`."""
+        from userturn.judges.backlog import pending_judgements
+
+        return pending_judgements(path, keys, self)
 
     def describe(self) -> str:
         """This panel in words, as `JudgingFacts.describe` words a recorded one."""

@@ -8,9 +8,9 @@ import re
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
-from userturn.client.errors import first_error
-from userturn.client.records import Label
-from userturn.judges.taxonomy import normalise_label
+
+from userturn.errors import first_error
+from userturn.taxonomy import Label, normalise_label
 
 _THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)

@@ -7,11 +7,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from userturn.client.errors import UserError
-from userturn.client.records import LABELS
 from userturn.judges.report import GroupSummary
 from userturn.judges.report_table import fmt_temp
-from userturn.judges.taxonomy import SHORT
+
+from userturn.errors import UserError
+from userturn.taxonomy import LABELS, SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "label_mix")
 

@@ -11,7 +11,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from userturn.client.records import JudgeVerdict, Label, ProbeRecord
+from userturn.records import JudgeVerdict, ProbeRecord
+from userturn.taxonomy import Label
 
 RESTATE_THRESHOLD = 0.9
 

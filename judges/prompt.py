@@ -15,8 +15,9 @@ from importlib import resources
 from pathlib import Path
 
 import jinja2
-from userturn.client.errors import UserError
-from userturn.client.records import sha256_text
+
+from userturn.errors import UserError
+from userturn.records import sha256_text
 
 DEFAULT_PROMPT = "judge_v2.md"
 PACKAGED = re.compile(r"^judge_v\d+(?:\.md)?$")

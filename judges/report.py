@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import orjson
 from pydantic import BaseModel, Field
-from userturn.client.errors import UserError
-from userturn.client.jsonl import read_records
-from userturn.client.records import LABELS, ProbeRecord
 from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
 from userturn.judges.report_scan import RowId, Scan, base_name, scan_file
 from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
-from userturn.judges.taxonomy import FOLLOWUP
+
+from userturn.errors import UserError
+from userturn.jsonl import read_records
+from userturn.records import ProbeRecord
+from userturn.taxonomy import FOLLOWUP, LABELS
 
 UNFINGERPRINTED = "unfingerprinted"
 

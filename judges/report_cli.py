@@ -7,9 +7,10 @@ import sys
 
 import orjson
 from rich.console import Console
-from userturn.client.errors import UserError
 from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
 from userturn.judges.report_table import print_report
+
+from userturn.errors import UserError
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -17,9 +17,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
-from userturn.client.errors import UserError
-from userturn.client.jsonl import iter_lines
-from userturn.client.records import LABELS
+
+from userturn.errors import UserError
+from userturn.jsonl import iter_lines
+from userturn.taxonomy import LABELS
 
 _LABELS = frozenset(LABELS)
 _LABEL_SOURCES = frozenset(("rule", "judge", "majority"))

@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.report import GroupSummary
-from userturn.judges.taxonomy import SHORT
+
+from userturn.taxonomy import SHORT
 
 
 def fmt_rate(value: float | None) -> str:

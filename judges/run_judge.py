@@ -17,12 +17,13 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from userturn.client.errors import UserError, first_error
-from userturn.client.jsonl import JsonlWriter
-from userturn.client.records import ProbeRecord
-from userturn.client.workers import run_all
 from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
+
+from userturn.errors import UserError, first_error
+from userturn.jsonl import JsonlWriter
+from userturn.records import ProbeRecord
+from userturn.workers import run_all
 
 PLAIN_PROGRESS_EVERY_S = 30.0
 OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"

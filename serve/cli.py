@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from userturn.client.errors import UserError
+from userturn.errors import UserError
 
 if TYPE_CHECKING:
     from userturn.serve.launcher import Launcher

@@ -8,8 +8,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from userturn.client.errors import UserError
 from userturn.serve.manifest import GPU_ENGINES, Manifest
+
+from userturn.errors import UserError
 
 SGLANG_MODULE = "sglang.launch_server"
 ROUTER_MODULE = "sglang_router.launch_router"

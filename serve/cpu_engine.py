@@ -22,8 +22,9 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from userturn.client.errors import first_error
 from userturn.serve.tiny_model import is_tiny_model
+
+from userturn.errors import first_error
 
 DEFAULT_MAX_TOKENS = 256
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")

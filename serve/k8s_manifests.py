@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from userturn.client.errors import UserError
 from userturn.serve.commands import ROUTER_MODULE, server_argv, sglang_argv
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
+
+from userturn.errors import UserError
 
 CLUSTER_PORT = 30000
 DEFAULT_DIST_PORT = 50000

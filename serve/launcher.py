@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from userturn.client.errors import UserError
 from userturn.serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, router_spec
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
 from userturn.serve.tiny_model import is_tiny_model
+
+from userturn.errors import UserError
 
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]

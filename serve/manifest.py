@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 Engine = Literal["sglang", "transformers", "llamacpp", "external"]
 GPU_ENGINES: frozenset[str] = frozenset({"sglang", "llamacpp"})

@@ -13,8 +13,9 @@ import weakref
 from collections import deque
 from pathlib import Path
 
-from userturn.client.errors import UserError
 from userturn.serve.commands import LaunchSpec
+
+from userturn.errors import UserError
 
 DEFAULT_GRACE_S = 15.0
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()

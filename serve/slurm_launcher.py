@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
-from userturn.client.errors import UserError
 from userturn.serve.manifest import Manifest
 from userturn.serve.process import ServerStartError
 from userturn.serve.slurm_script import render_slurm, slug
+
+from userturn.errors import UserError
 
 Status = Callable[[str], None]
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",

@@ -12,9 +12,10 @@ import re
 import shlex
 import sys
 
-from userturn.client.errors import UserError
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv, sglang_argv
 from userturn.serve.manifest import Manifest
+
+from userturn.errors import UserError
 
 # Words of the server argv that the script fills in at run time (each becomes "$VAR" in the srun line).
 PLACEHOLDERS = {

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from userturn.client.records import JudgeVerdict, ProbeRecord
 from userturn.judges.agreement import cohen_kappa, fleiss_kappa, fleiss_kappa_counts, majority_label, panel_agreements
 from userturn.judges.stats import wilson_interval
+
+from userturn.records import JudgeVerdict, ProbeRecord
 
 
 def test_majority_and_tie_break() -> None:

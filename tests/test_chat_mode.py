@@ -11,7 +11,8 @@ from userturn.client.chat_mode import (
     NO_REPLY,
     role_flip_messages,
 )
-from userturn.client.records import Message
+
+from userturn.records import Message
 
 
 def m(role: str, content: str) -> Message:

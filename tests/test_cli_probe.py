@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
-from userturn.client.jsonl import read_records
+
+from userturn.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 
@@ -177,8 +178,8 @@ def test_bad_manifest_is_one_line(tmp_path):
 
 
 def test_template_kwargs_parse():
-    from userturn.client.cli_probe import parse_template_kwargs
-    from userturn.client.errors import UserError
+    from userturn.cli_probe import parse_template_kwargs
+    from userturn.errors import UserError
 
     assert parse_template_kwargs(["reasoning_effort=high", "n=3", "flag=true"]) == {
         "reasoning_effort": "high", "n": 3, "flag": True}

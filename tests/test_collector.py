@@ -6,7 +6,7 @@ import gc
 import subprocess
 import sys
 
-from userturn.client import collector
+from userturn import collector
 
 
 def test_hold_then_release_freezes_start_up_and_collects_again():
@@ -27,7 +27,7 @@ def test_release_without_hold_changes_nothing():
 
 
 STATE = ("import gc, sys\n"
-         "from userturn.client import cli\n"
+         "from userturn import cli\n"
          "seen = {}\n"
          "def fake(args):\n"
          "    seen['during'] = gc.isenabled()\n"
@@ -50,7 +50,7 @@ def test_entry_collects_during_commands_unless_they_load_inputs_first():
 
 
 PROBE_RUN = ("import gc, sys\n"
-             "from userturn.client import cli, collector, pipeline\n"
+             "from userturn import cli, collector\nfrom userturn.client import pipeline\n"
              "collector.hold()\n"
              "original = pipeline.ProbeRun.run\n"
              "async def run(self):\n"

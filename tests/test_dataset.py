@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from userturn.client.dataset import DatasetItem, load_jsonl
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 CONVERSATION = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}]
 

@@ -16,10 +16,11 @@ import pytest
 from loopback_server import LoopbackServer
 from test_cli_probe import QWEN_DIR, assert_one_line_error, probe, write_dataset
 from test_jsonl import make_record
-from userturn.client import jsonl
-from userturn.client.jsonl import JsonlWriter, read_records
-from userturn.client.records import ProbeRecord
-from userturn.client.results_lock import ResultsWriteError
+
+from userturn import jsonl
+from userturn.jsonl import JsonlWriter, read_records
+from userturn.records import ProbeRecord
+from userturn.results_lock import ResultsWriteError
 
 REAL_WRITE = os.write
 PAGE = 4096  # tmpfs hands out space in pages; the lock sidecar takes one

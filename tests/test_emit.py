@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from userturn.client.cli import main
-from userturn.client.errors import UserError
 from userturn.serve.emit import render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
+
+from userturn.cli import main
+from userturn.errors import UserError
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 MULTI = {

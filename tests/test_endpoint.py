@@ -26,8 +26,9 @@ from userturn.client.endpoint import (
     parse_retry_after,
     server_message,
 )
-from userturn.client.errors import EndpointError
 from userturn.client.http_backends import HttpReply
+
+from userturn.errors import EndpointError
 
 BASE = "http://mock.test/v1"
 OK_BODY = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}], "usage": {"prompt_tokens": 1}}

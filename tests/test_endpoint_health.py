@@ -19,10 +19,11 @@ import respx
 from loopback_server import LoopbackServer
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig, RequestFailed
-from userturn.client.errors import EndpointError
-from userturn.client.jsonl import read_records
 from userturn.client.pipeline import ProbeRun, ProbeSettings
-from userturn.client.records import Message
+
+from userturn.errors import EndpointError
+from userturn.jsonl import read_records
+from userturn.records import Message
 
 BASE = "http://health.test/v1"
 OK = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from userturn.client.cli import main
 from userturn.client.dataset import DatasetItem
-from userturn.client.errors import UserError
-from userturn.client.experiment import (
+
+from userturn.cli import main
+from userturn.errors import UserError
+from userturn.experiment import (
     Experiment,
     assistant_source,
     check_files,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
-from userturn.client.jsonl import read_records
+
+from userturn.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 

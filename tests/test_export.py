@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from userturn.client.cli import main
 from userturn.client.export import export_rows
-from userturn.client.jsonl import JsonlWriter
-from userturn.client.records import ProbeRecord, record_key
+
+from userturn.cli import main
+from userturn.jsonl import JsonlWriter
+from userturn.records import ProbeRecord, record_key
 
 CONVO = [{"role": "user", "content": "What is 3 + 4?"}, {"role": "assistant", "content": "7"}]
 

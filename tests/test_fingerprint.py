@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from userturn.client.fingerprint import (
+
+from userturn.fingerprint import (
     ConfigMismatch,
     ExistingConfigs,
     GenerationConfig,

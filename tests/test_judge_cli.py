@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from userturn.client.cli import main
+
+from userturn.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "judges"
 SERVER = FIXTURES / "judge_server.py"

@@ -9,15 +9,16 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from userturn.client.cli_probe import report_summary
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig
-from userturn.client.errors import EndpointError, UserError
-from userturn.client.jsonl import read_records
 from userturn.client.pipeline import ProbeRun, ProbeSettings, ProbeSummary
-from userturn.client.records import Message
 from userturn.judges.llm_judge import JudgeConfig
 from userturn.judges.panel import JudgePanel, PanelConfig
+
+from userturn.cli_probe import report_summary
+from userturn.errors import EndpointError, UserError
+from userturn.jsonl import read_records
+from userturn.records import Message
 
 PROBE, JUDGE = "http://probe.test/v1", "http://judge.test/v1"
 

@@ -10,12 +10,13 @@ import re
 import httpx
 import pytest
 import respx
-from userturn.client.errors import UserError
-from userturn.client.records import JudgeVerdict, Message, ProbeRecord
 from userturn.judges.arguments import add_judge_arguments
 from userturn.judges.llm_judge import JudgeConfig
 from userturn.judges.panel import JudgePanel, JudgingFacts, PanelConfig, panel_from_args, panel_id
 from userturn.judges.prompt import load_prompt
+
+from userturn.errors import UserError
+from userturn.records import JudgeVerdict, Message, ProbeRecord
 
 URL_A, URL_B, URL_C = "http://a.test/v1", "http://b.test/v1", "http://c.test/v1"
 

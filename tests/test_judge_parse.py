@@ -6,10 +6,11 @@ import hashlib
 from importlib import resources
 
 import pytest
-from userturn.client.errors import UserError
 from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema, strip_reasoning
 from userturn.judges.prompt import load_prompt, parse_prompt
-from userturn.judges.taxonomy import normalise_label
+
+from userturn.errors import UserError
+from userturn.taxonomy import normalise_label
 
 
 @pytest.mark.parametrize("reply", [

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 import yaml
-from userturn.client.cli import main
-from userturn.client.errors import UserError
 from userturn.serve.k8s_manifests import render_k8s
 from userturn.serve.manifest import load_manifest, parse_manifest
+
+from userturn.cli import main
+from userturn.errors import UserError
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 

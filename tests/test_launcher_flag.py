@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from userturn.client.cli import main
-from userturn.client.experiment import Experiment, ModelEntry, model_args
+
+from userturn.cli import main
+from userturn.experiment import Experiment, ModelEntry, model_args
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from userturn.client.dataset import load_jsonl
-from userturn.client.errors import UserError
 from userturn.client.lazy_dataset import JsonlItems, load_jsonl_lazy
 from userturn.client.loaders import load_dataset_spec, select
+
+from userturn.errors import UserError
 
 
 def write(path: Path, n: int, *, last_user: set[int] = frozenset()) -> Path:  # type: ignore[assignment]

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.errors import UserError
 from userturn.client.loaders import BUILTINS, hub, load_dataset_spec
+
+from userturn.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 FILES = {"openai/gsm8k": "gsm8k", "google/IFEval": "ifeval", "HuggingFaceH4/mt_bench_prompts": "mt_bench",

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from userturn.client.errors import UserError
 from userturn.serve.manifest import Manifest, load_manifest, parse_manifest
+
+from userturn.errors import UserError
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 PAPER_MODELS = {

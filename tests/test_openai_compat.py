@@ -11,7 +11,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from userturn.client.jsonl import read_records
+
+from userturn.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 

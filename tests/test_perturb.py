@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from userturn.client.errors import UserError
 from userturn.client.perturb import (
     GENERIC_RESPONSE,
     PERTURBATIONS,
@@ -14,8 +13,10 @@ from userturn.client.perturb import (
     perturb,
     validate,
 )
-from userturn.client.records import Message
 from userturn.client.scoring import find_final_number
+
+from userturn.errors import UserError
+from userturn.records import Message
 
 
 def convo(answer: str, query: str = "How many?") -> list[Message]:

@@ -9,10 +9,11 @@ import pytest
 import respx
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig
-from userturn.client.errors import EndpointError
-from userturn.client.jsonl import read_records
 from userturn.client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
-from userturn.client.records import Message, ProbeRecord
+
+from userturn.errors import EndpointError
+from userturn.jsonl import read_records
+from userturn.records import Message, ProbeRecord
 
 BASE = "http://probe.test/v1"
 

@@ -12,11 +12,12 @@ import pytest
 import respx
 from test_pipeline import BASE, ChatMLRenderer, completion, endpoint
 from userturn.client.dataset import DatasetItem
-from userturn.client.fingerprint import ConfigMismatch
-from userturn.client.jsonl import read_records
 from userturn.client.perturb import GENERIC_RESPONSE, perturb
 from userturn.client.pipeline import ProbeRun, ProbeSettings
 from userturn.client.scoring import score
+
+from userturn.fingerprint import ConfigMismatch
+from userturn.jsonl import read_records
 
 ALL = ["none", "wrong_answer", "truncate", "swap", "remove", "generic"]
 # (id, reference, dataset assistant turn). With seed 0 the swap ring (client.perturb.SwapRing) is q2 -> q1 -> q0 -> q2.
@@ -265,7 +266,7 @@ async def test_assistant_turns_are_reused_only_from_the_same_model(tmp_path):
     ({"max_tokens": 5}, {}, "extra_body sets max_tokens, which the probe sets (and records) from its own settings"),
 ])
 async def test_extra_body_that_would_make_a_record_lie_is_refused(tmp_path, extra_body, plan, needle):
-    from userturn.client.errors import UserError
+    from userturn.errors import UserError
 
     with pytest.raises(UserError, match=re.escape(needle)):
         await mocked(tmp_path / "o.jsonl", settings(extra_body=extra_body, **plan), math_items())

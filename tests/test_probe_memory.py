@@ -8,7 +8,8 @@ from collections.abc import Iterator, Sequence
 import respx
 from test_pipeline import BASE, completion, run, settings
 from userturn.client.dataset import DatasetItem
-from userturn.client.jsonl import read_records
+
+from userturn.jsonl import read_records
 
 
 class OnDemandItems(Sequence[DatasetItem]):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from userturn.client.cli import build_parser
-from userturn.client.records import JudgeVerdict, ProbeRecord
+from userturn.cli import build_parser
+from userturn.records import JudgeVerdict, ProbeRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from userturn.client.errors import UserError
-from userturn.client.records import (
+
+from userturn.errors import UserError
+from userturn.records import (
     SCHEMA_VERSION,
     Message,
     ProbeRecord,

@@ -9,8 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from userturn.client.cli import main
 from userturn.judges.report import is_self_judged, load_results, summarise
+
+from userturn.cli import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "judges" / "report_small.jsonl"
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from userturn.client.cli import main
-from userturn.client.records import ProbeRecord
 from userturn.judges.report import load_results, summarise, summarise_file
+
+from userturn.cli import main
+from userturn.records import ProbeRecord
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 

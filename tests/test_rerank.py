@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.cli import main
-from userturn.client.jsonl import JsonlWriter
-from userturn.client.records import ProbeRecord
 from userturn.client.rerank import auroc, rerank
+
+from userturn.cli import main
+from userturn.jsonl import JsonlWriter
+from userturn.records import ProbeRecord
 
 
 def rec(query: str, response: int, sample: int, correct: bool, label: str | None,

@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 from loopback_server import LoopbackServer
 from test_cli_probe import QWEN_DIR, USERTURN, assert_one_line_error, probe, write_dataset
-from userturn.client import results_lock
-from userturn.client.jsonl import JsonlWriter
-from userturn.client.results_lock import ResultsLocked, lock_path_for
+
+from userturn import results_lock
+from userturn.jsonl import JsonlWriter
+from userturn.results_lock import ResultsLocked, lock_path_for
 
 pytestmark = pytest.mark.slow
 
 HOLDER = """
 import sys, time
-from userturn.client.results_lock import acquire
+from userturn.results_lock import acquire
 acquire(sys.argv[1])
 print("LOCKED", flush=True)
 time.sleep(600)

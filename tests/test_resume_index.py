@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 from test_jsonl import line_of, make_record
-from userturn.client import resume_index
-from userturn.client.errors import UserError
-from userturn.client.jsonl import read_records
-from userturn.client.resume_index import scan_results
+
+from userturn import resume_index
+from userturn.errors import UserError
+from userturn.jsonl import read_records
+from userturn.resume_index import scan_results
 
 
 def with_fields(record_line: bytes, **fields: object) -> bytes:

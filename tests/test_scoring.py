@@ -7,8 +7,9 @@ from decimal import Decimal
 import pytest
 from userturn.client import scoring
 from userturn.client.dataset import DatasetItem
-from userturn.client.errors import UserError
 from userturn.client.scoring import find_final_number, score, strip_reasoning
+
+from userturn.errors import UserError
 
 
 def gsm(answer: str | None = "72", meta: dict | None = None) -> DatasetItem:

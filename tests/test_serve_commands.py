@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from userturn.client.cli import main
-from userturn.client.errors import UserError
 from userturn.serve.commands import (
     cpu_engine_argv,
     custom_argv,
@@ -22,6 +20,9 @@ from userturn.serve.commands import (
     sglang_argv,
 )
 from userturn.serve.manifest import parse_manifest
+
+from userturn.cli import main
+from userturn.errors import UserError
 
 FULL_SGLANG = {
     "engine": "sglang", "model": "Qwen/Qwen3.5-397B-A17B", "tokenizer": "Qwen/Qwen3.5-397B-A17B",

@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.errors import UserError
 from userturn.serve.launcher import launch
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerStartError
+
+from userturn.errors import UserError
 
 SBATCH = """#!/bin/bash
 echo "$@" > "$FAKE/sbatch.args"

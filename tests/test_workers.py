@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from userturn.client.workers import run_all
+
+from userturn.workers import run_all
 
 
 async def test_all_workers_finish():

@@ -2,7 +2,7 @@
 
 import sys
 
-from userturn.client.cli import entry
+from userturn.cli import entry
 
 if __name__ == "__main__":
     sys.exit(entry())

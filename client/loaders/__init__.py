@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from userturn.client.dataset import DatasetItem
-from userturn.client.errors import UserError
 from userturn.client.lazy_dataset import JsonlItems, load_jsonl_lazy
 from userturn.client.loaders import coval, gsm8k, healthbench, hub, ifeval, mt_bench
 from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError
+
+from userturn.errors import UserError
 
 BUILTINS: dict[str, BuiltinDataset] = {
     d.name: d for d in (gsm8k.DATASET, ifeval.DATASET, mt_bench.DATASET, healthbench.DATASET, coval.DATASET)

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 from userturn.client.dataset import DatasetItem
-from userturn.client.errors import UserError, first_error
+
+from userturn.errors import UserError, first_error
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from userturn.client.errors import UserError
+from userturn.errors import UserError
 
 
 @contextlib.contextmanager

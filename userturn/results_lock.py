@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 
 class ResultsLocked(UserError):

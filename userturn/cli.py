@@ -8,15 +8,16 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pydantic import ValidationError
-from userturn.client import __version__, collector
-from userturn.client.errors import UserError, first_error
+
+from userturn import __version__, collector
+from userturn.errors import UserError, first_error
 
 Registrar = Callable[[argparse._SubParsersAction], None]
 
 
 def _registrars() -> list[Registrar]:
-    from userturn.client.cli_experiment import register as register_experiment
-    from userturn.client.cli_probe import register as register_probe
+    from userturn.cli_experiment import register as register_experiment
+    from userturn.cli_probe import register as register_probe
     from userturn.judges.cli import register as register_judges
     from userturn.serve.cli import register as register_serve
 

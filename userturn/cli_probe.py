@@ -10,8 +10,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from userturn.client import collector
-from userturn.client.errors import UserError
+from userturn import collector
+from userturn.errors import UserError
 
 if TYPE_CHECKING:  # the heavy modules load when a command runs, not when the parser is built
     from userturn.client.dataset import DatasetItem
@@ -241,8 +241,8 @@ def _bool(value: str | None) -> bool | None:
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.perturb import validate
     from userturn.client.pipeline import ProbeSettings
-    from userturn.client.results_lock import results_lock
     from userturn.client.scoring import preflight
+    from userturn.results_lock import results_lock
 
     perturbations = validate(args.perturb or ["none"])
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,

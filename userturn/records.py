@@ -10,23 +10,15 @@ from typing import Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
+from userturn.taxonomy import Label
 
 SCHEMA_VERSION = 2
 KEY_FORMAT_SINCE = 2  # schema 1 keys joined fields unescaped and rounded the temperature (`:g`)
 KEY_SEPARATOR = "|"
 _KEY_ESCAPES = str.maketrans({"%": "%25", "|": "%7C"})
 
-Label = Literal[
-    "genuine_followup",
-    "restates_query",
-    "assistant_continuation",
-    "meta_commentary",
-    "generic",
-    "unrelated_query",
-    "empty",
-]
-LABELS: tuple[str, ...] = Label.__args__  # type: ignore[attr-defined]
 
 
 class Message(BaseModel):

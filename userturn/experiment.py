@@ -17,9 +17,10 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from userturn.client.dataset import DatasetItem
-from userturn.client.errors import UserError
 from userturn.client.perturb import PERTURBATIONS
+from userturn.errors import UserError
 
 Mode = Literal["raw", "chat"]
 RESUME_HINT = "use another --out-dir or experiment name"
@@ -212,7 +213,7 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
                ) -> tuple[str, list[DatasetItem], list[DatasetItem] | None]:
     """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
     from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
-    from userturn.client.cli_probe import load_items as load_spec
+    from userturn.cli_probe import load_items as load_spec
     from userturn.client.loaders import parse_spec
 
     builtin, _ = parse_spec(entry.spec)
@@ -287,11 +288,11 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                          progress: bool = True, rejudge: bool = False,
                          launcher: str | None = None) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
+    from userturn.cli_probe import build_renderer, merged_template_kwargs, pipeline_hooks, serving
     from userturn.client import scoring
-    from userturn.client.cli_probe import build_renderer, merged_template_kwargs, pipeline_hooks, serving
     from userturn.client.endpoint import Endpoint, EndpointConfig
     from userturn.client.pipeline import ProbeRun, ProbeSettings
-    from userturn.client.resume_index import scan_results
+    from userturn.resume_index import scan_results
 
     results = results_path(exp, out_dir)
     run_dir = results.parent
@@ -369,6 +370,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
     from rich.console import Console
+
     from userturn.judges.report import load_results, summarise
     from userturn.judges.report_table import groups_table
 

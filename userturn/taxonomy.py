@@ -1,8 +1,19 @@
-"""The label taxonomy for generated user turns (names match `client.records.Label`)."""
+"""The label taxonomy for generated user turns: the one list of labels, their descriptions and short names."""
 
 from __future__ import annotations
 
-from userturn.client.records import LABELS, Label
+from typing import Literal
+
+Label = Literal[
+    "genuine_followup",
+    "restates_query",
+    "assistant_continuation",
+    "meta_commentary",
+    "generic",
+    "unrelated_query",
+    "empty",
+]
+LABELS: tuple[str, ...] = Label.__args__  # type: ignore[attr-defined]
 
 FOLLOWUP: Label = "genuine_followup"
 
@@ -26,7 +37,6 @@ SHORT: dict[str, str] = {
     "empty": "EM",
 }
 
-assert set(DESCRIPTIONS) == set(LABELS) == set(SHORT), "taxonomy out of sync with client.records.Label"
 
 
 def normalise_label(value: object) -> str | None:

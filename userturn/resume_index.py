@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 
 import msgspec
-from userturn.client.errors import UserError
-from userturn.client.records import KEY_FORMAT_SINCE
+
+from userturn.errors import UserError
+from userturn.records import KEY_FORMAT_SINCE
 
 BLOCK_BYTES = 8 << 20
 

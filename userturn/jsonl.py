@@ -21,10 +21,11 @@ from pathlib import Path
 
 import orjson
 from pydantic import ValidationError
-from userturn.client import results_lock
-from userturn.client.errors import UserError, first_error
-from userturn.client.records import ProbeRecord
-from userturn.client.results_lock import ResultsLocked, ResultsWriteError
+
+from userturn import results_lock
+from userturn.errors import UserError, first_error
+from userturn.records import ProbeRecord
+from userturn.results_lock import ResultsLocked, ResultsWriteError
 
 
 @dataclass

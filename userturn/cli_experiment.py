@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import orjson
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from userturn.client.cli_probe import run_async
-    from userturn.client.experiment import (
+    from userturn.cli_probe import run_async
+    from userturn.experiment import (
         check_files,
         load_experiment,
         load_items,
@@ -59,7 +60,7 @@ def run_command(args: argparse.Namespace) -> int:
         results_path,
         run_experiment,
     )
-    from userturn.client.results_lock import results_lock
+    from userturn.results_lock import results_lock
 
     exp, base = load_experiment(args.experiment)
     check_files(exp, Path(args.experiment))
@@ -97,7 +98,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _records(path: str) -> list:
-    from userturn.client.jsonl import read_records
+    from userturn.jsonl import read_records
 
     if not Path(path).is_file():
         raise UserError(f"results file not found: {path}")

@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
-from userturn.client.errors import UserError
+
+from userturn.errors import UserError
 
 # The settings that name a result row: records differing here are different rows, not a conflict.
 SCOPE: tuple[str, ...] = ("model", "dataset", "mode", "perturbation")
