@@ -154,24 +154,21 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             raise UserError("--base-url or --manifest is required")
         if not args.model:
             raise UserError("--model is required with --base-url")
-        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "smoke": False,
-               "api_key_env": args.api_key_env}
+        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "api_key_env": args.api_key_env}
         return
+    from userturn.client.packaged import is_gguf
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
 
     manifest = load_manifest(args.manifest)
     with launch(manifest) as server:
         probe_defaults = manifest.probe.model_dump(exclude_none=True)
-        if server.smoke:
-            # The tiny random-weight fallback model: its own tokenizer and template, not the hub's.
-            probe_defaults.update(tokenizer=server.model_path, chat_template=None, chat_template_kwargs={}, stop=[],
-                                  stop_token_ids=[])
+        if "tokenizer" not in probe_defaults and is_gguf(manifest.model):  # the GGUF metadata has the template
+            probe_defaults["tokenizer"] = manifest.resolve_path(manifest.model)
         yield {
             "base_urls": args.base_url or server.base_urls,
             "model": args.model or server.model_name,
             "probe": probe_defaults,
-            "smoke": server.smoke,
             "api_key_env": server.api_key_env or args.api_key_env,
         }
 

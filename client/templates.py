@@ -30,6 +30,7 @@ import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
 from userturn.client.errors import UserError
+from userturn.client.packaged import is_gguf
 from userturn.client.records import Message, sha256_text
 from userturn.client.stops import (
     AddedToken,
@@ -178,7 +179,13 @@ def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
 
 
 def read_tokenizer_files(name_or_path: str) -> TokenizerFiles:
-    """Tokenizer files from a local directory, or from the HF hub (small files only) for a repo id."""
+    """Tokenizer files from a local directory, a GGUF file's metadata, or the HF hub (small files) for a repo id."""
+    if is_gguf(name_or_path):  # a .gguf path or pkg:PACKAGE/file.gguf: tokenizer and template from its metadata
+        from userturn.client.gguf_tokenizer import gguf_tokenizer_dir
+
+        files = _local_files(gguf_tokenizer_dir(name_or_path))
+        files.source = name_or_path
+        return files
     path = Path(name_or_path).expanduser()
     if path.exists():
         return _local_files(path)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 from userturn.client.errors import UserError
+from userturn.client.export import human_turn
 from userturn.client.records import LABELS, ProbeRecord
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
@@ -65,10 +66,12 @@ independent judge for reported numbers.</p>{% endif %}
 {% endfor %}{% else %}<p class="note">No figures: {{ no_figures }}</p>{% endif %}
 <h2>Sample generated user turns per label</h2>
 {% for label, rows in samples.items() %}<h3>{{ label }} ({{ rows|length }} shown)</h3>
-<table><tr><th>record</th><th>query</th><th>assistant response</th><th>generated user turn</th><th>label by</th>
-<th>rationale</th></tr>
+<table><tr><th>record</th><th>query</th><th>assistant response</th><th>generated user turn</th>
+{% if any_human %}<th title="the human-written next turn the dataset carries (meta.second_turn)">human next turn
+</th>{% endif %}<th>label by</th><th>rationale</th></tr>
 {% for s in rows %}<tr><td>{{ s.key }}</td><td><pre>{{ s.query }}</pre></td><td><pre>{{ s.response }}</pre></td>
-<td><pre>{{ s.turn }}</pre></td><td>{{ s.by }}{% if s.self %} <span class="self">self</span>{% endif %}</td>
+<td><pre>{{ s.turn }}</pre></td>{% if any_human %}<td><pre>{{ s.human }}</pre></td>{% endif %}
+<td>{{ s.by }}{% if s.self %} <span class="self">self</span>{% endif %}</td>
 <td>{{ s.rationale }}</td></tr>{% endfor %}</table>
 {% endfor %}
 {% if failures %}<h2>Judge failures (raw judge output kept)</h2>
@@ -97,7 +100,8 @@ def _samples(records: list[ProbeRecord]) -> dict[str, list[dict]]:
             voters = [v for v in r.judges if v.label == r.label and v.status == "ok"]
             by = ", ".join(v.judge for v in voters) or (r.label_source or "")
             out[label].append({"key": r.key, "query": _clip(query), "response": _clip(response),
-                               "turn": _clip(r.user_turn), "by": by, "self": is_self_judged(r),
+                               "turn": _clip(r.user_turn), "human": _clip(human_turn(r)), "by": by,
+                               "self": is_self_judged(r),
                                "rationale": _clip(voters[0].rationale if voters else "", 300)})
     return out
 
@@ -125,6 +129,7 @@ def render_html(records: list[ProbeRecord], groups: list[GroupSummary], agreemen
         any_self=any(g.self_judged for g in groups), agreements=agreements,
         figures={k: base64.b64encode(v).decode("ascii") for k, v in (figures or {}).items()},
         no_figures=no_figures, samples=_samples(records), failures=_failures(records),
+        any_human=any(human_turn(r) for r in records),
         rate=fmt_rate, ci=fmt_ci, kappa=lambda k: "—" if k is None else f"{k:.3f}",
     )
 
