@@ -35,6 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--out", default=None, metavar="FILE", help="output file (default: stdout)")
     export.set_defaults(func=export_command)
 
+    show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
+                          description="Print the generated user turns of a results file as a table: query, generated "
+                                      "turn, the human-written next turn where the dataset has one "
+                                      "(meta.second_turn), and the label with who gave it.")
+    show.add_argument("results", metavar="RESULTS.jsonl")
+    show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    show.set_defaults(func=show_command)
+
     rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
                             description="For queries with several sampled assistant responses, score each "
                                         "response by the genuine follow-up rate it elicits and compare with task "
@@ -118,6 +126,17 @@ def export_command(args: argparse.Namespace) -> int:
                 if args.format == "sft-human" else "judge the results first: records need labels")
         print(f"userturn: nothing to export ({hint})", file=sys.stderr)
         return 1
+    return 0
+
+
+def show_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from userturn.client.show import turns_table
+
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {args.limit})")
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console.print(turns_table(_records(args.results), limit=args.limit, title=f"userturn show: {args.results}"))
     return 0
 
 

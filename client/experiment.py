@@ -347,6 +347,9 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     return results, summaries
 
 
+SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `userturn show RESULTS`)
+
+
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
     from rich.console import Console
@@ -356,12 +359,16 @@ def print_report(results: Path) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=220)
-    groups = summarise(load_results(results))
+    records = load_results(results)
+    groups = summarise(records)
     console.print(groups_table(groups, f"userturn report: {results}"))
-    unjudged, records = sum(g.unjudged for g in groups), sum(g.records for g in groups)
+    from userturn.client.show import turns_table
+
+    console.print(turns_table(records, limit=SHOWN_TURNS, title="generated user turns"))
+    unjudged, total = sum(g.unjudged for g in groups), sum(g.records for g in groups)
     if unjudged:
         console.print(f"labelled by: {', '.join(sorted({j for g in groups for j in g.judges})) or 'rules only'}; "
-                      f"{unjudged} of {records} records are unjudged (no rule fired and no judge model labelled "
+                      f"{unjudged} of {total} records are unjudged (no rule fired and no judge model labelled "
                       "them), so each rate counts only the labelled records. For real numbers add a judge model: "
                       f"userturn judge {results} --judge-base-url URL --judge-model NAME (or `judges:` in the "
                       "experiment file).", soft_wrap=True)
