@@ -73,8 +73,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                    help="local JSONL path, or a built-in dataset NAME[:split] (gsm8k, ifeval, mt-bench, ...)")
     g.add_argument("--dataset-name", default=None, help="name recorded for the dataset (default: file stem / NAME)")
     g.add_argument("--out", required=True, metavar="FILE.jsonl", help="results file (appended; resumable)")
-    g.add_argument("--tokenizer", default=None, metavar="DIR_OR_HUB_ID",
-                   help="tokenizer with the model's chat template (local dir or hub id); required in raw mode")
+    g.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF",
+                   help="tokenizer with the model's chat template (local dir, hub id, or a .gguf file / "
+                        "pkg:PACKAGE/file.gguf: its metadata); required in raw mode")
     g.add_argument("--chat-template", default=None, metavar="FILE", help="override the tokenizer's chat template")
     g.add_argument("--enable-thinking", choices=["true", "false"], default=None,
                    help="pass enable_thinking to the chat template (e.g. Qwen3, GLM)")

@@ -111,7 +111,8 @@ def test_assistant_source_auto():
 def test_shipped_experiments_validate():
     smoke, _ = load_experiment(ROOT / "experiments" / "smoke.yaml")
     assert smoke.models[0].manifest == "../manifests/quickstart-cpu.yaml"
-    assert (smoke.datasets[0].spec, smoke.datasets[0].limit) == ("mt-bench:reference", 4)
+    assert (smoke.datasets[0].spec, smoke.datasets[0].limit, smoke.datasets[0].shuffle_seed) == \
+        ("mt-bench:reference", 4, 46)
     assert [j.model for j in smoke.judges] == ["rules"]  # a 135M model is not a judge
     paper, _ = load_experiment(ROOT / "experiments" / "paper.yaml")
     assert paper.temperatures == [0.0, 0.3, 0.6, 1.0, 1.2]
