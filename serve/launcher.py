@@ -95,9 +95,11 @@ def check_installed(m: Manifest) -> None:
     if m.engine == "sglang" and importlib.util.find_spec("sglang") is None:
         raise UserError("engine 'sglang' is not installed: pip install 'userturn[sglang]' (on a CUDA machine)")
     if m.engine == "transformers":
-        for mod in ("torch", "transformers"):
+        needed = ("torch", "transformers", *(("gguf", "accelerate") if is_gguf(m.model) else ()))
+        for mod in needed:
             if importlib.util.find_spec(mod) is None:
-                raise UserError(f"engine 'transformers' needs {mod}: pip install 'userturn[cpu]'")
+                what = "engine 'transformers'" if mod in ("torch", "transformers") else "a GGUF model"
+                raise UserError(f"{what} needs {mod}: pip install 'userturn[cpu]'")
     if m.engine == "llamacpp" and shutil.which(LLAMA_SERVER) is None:
         raise UserError(f"engine 'llamacpp' needs {LLAMA_SERVER} on PATH: install llama.cpp "
                         "(https://github.com/ggml-org/llama.cpp) or set command:")

