@@ -4,6 +4,10 @@
 * `preference`: {"prompt": [...probed conversation], "chosen": [{"role": "user", ...genuine}],
                  "rejected": [{"role": "user", ...degenerate}]} for the same context (same key minus sample):
                  the i-th genuine sample is paired with the i-th degenerate one, so each record is used once.
+* `sft-human`:  {"messages": [...probed conversation, {"role": "user", "content": <what a real user said next>}]}
+                 from datasets that carry the human's next turn in `meta.second_turn` (MT-Bench): one row per
+                 distinct conversation (samples, temperatures and models that saw the same one share it), labels
+                 not needed. Perturbed conversations are skipped: the human wrote the turn after the original answer.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from userturn.records import ProbeRecord
 
 GENUINE = "genuine_followup"
-Format = Literal["sft", "preference"]
+Format = Literal["sft", "preference", "sft-human"]
+HUMAN_TURN = "second_turn"  # meta key of the human-written next user turn (MT-Bench)
 
 
 @dataclass
@@ -29,6 +36,9 @@ class ExportStats:
     skipped_unlabeled: int = 0
     skipped_not_genuine: int = 0
     unpaired: int = 0
+    skipped_no_human_turn: int = 0
+    skipped_perturbed: int = 0
+    duplicates: int = 0
     by_label: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -85,9 +95,41 @@ def preference_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[
     return rows
 
 
+def human_turn(record: ProbeRecord) -> str | None:
+    """The human-written next user turn the dataset carries for this conversation (MT-Bench), if any."""
+    value = (record.meta or {}).get(HUMAN_TURN)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def human_sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[str, Any]]:
+    """The probed conversation followed by the human's real next turn: one row per distinct conversation."""
+    rows = []
+    seen: set[bytes] = set()
+    for record in records:
+        stats.records += 1
+        turn = human_turn(record)
+        if turn is None:
+            stats.skipped_no_human_turn += 1
+            continue
+        if record.perturbation != "none":
+            stats.skipped_perturbed += 1
+            continue
+        messages = [*_conversation(record), {"role": "user", "content": turn}]
+        key = orjson.dumps(messages)
+        if key in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(key)
+        rows.append({"messages": messages})
+    return rows
+
+
 def export_rows(records: Iterable[ProbeRecord], fmt: Format) -> tuple[list[dict[str, Any]], ExportStats]:
     """Training rows in `fmt` plus counts of what was skipped."""
     stats = ExportStats()
-    rows = sft_rows(records, stats) if fmt == "sft" else preference_rows(records, stats)
+    if fmt == "sft-human":
+        rows = human_sft_rows(records, stats)
+    else:
+        rows = sft_rows(records, stats) if fmt == "sft" else preference_rows(records, stats)
     stats.written = len(rows)
     return rows, stats

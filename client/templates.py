@@ -43,6 +43,7 @@ from userturn.client.stops import (
 )
 
 from userturn.errors import UserError
+from userturn.packaged import is_gguf
 from userturn.records import Message, sha256_text
 
 SENTINEL_PREFIX = "USERTURNSENTINEL"  # + 32 random hex digits per renderer
@@ -182,7 +183,13 @@ def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
 
 
 def read_tokenizer_files(name_or_path: str) -> TokenizerFiles:
-    """Tokenizer files from a local directory, or from the HF hub (small files only) for a repo id."""
+    """Tokenizer files from a local directory, a GGUF file's metadata, or the HF hub (small files) for a repo id."""
+    if is_gguf(name_or_path):  # a .gguf path or pkg:PACKAGE/file.gguf: tokenizer and template from its metadata
+        from userturn.gguf_tokenizer import gguf_tokenizer_dir
+
+        files = _local_files(gguf_tokenizer_dir(name_or_path))
+        files.source = name_or_path
+        return files
     path = Path(name_or_path).expanduser()
     if path.exists():
         return _local_files(path)

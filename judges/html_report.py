@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 from pydantic import ValidationError
+from userturn.client.export import human_turn
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
@@ -79,10 +80,12 @@ independent judge for reported numbers.</p>{% endif %}
 {% endfor %}{% else %}<p class="note">No figures: {{ no_figures }}</p>{% endif %}
 <h2>Sample generated user turns per label</h2>
 {% for label, rows in samples.items() %}<h3>{{ label }} ({{ rows|length }} shown)</h3>
-<table><tr><th>record</th><th>query</th><th>assistant response</th><th>generated user turn</th><th>label by</th>
-<th>rationale</th></tr>
+<table><tr><th>record</th><th>query</th><th>assistant response</th><th>generated user turn</th>
+{% if any_human %}<th title="the human-written next turn the dataset carries (meta.second_turn)">human next turn
+</th>{% endif %}<th>label by</th><th>rationale</th></tr>
 {% for s in rows %}<tr><td>{{ s.key }}</td><td><pre>{{ s.query }}</pre></td><td><pre>{{ s.response }}</pre></td>
-<td><pre>{{ s.turn }}</pre></td><td>{{ s.by }}{% if s.self %} <span class="self">self</span>{% endif %}</td>
+<td><pre>{{ s.turn }}</pre></td>{% if any_human %}<td><pre>{{ s.human }}</pre></td>{% endif %}
+<td>{{ s.by }}{% if s.self %} <span class="self">self</span>{% endif %}</td>
 <td>{{ s.rationale }}</td></tr>{% endfor %}</table>
 {% endfor %}
 {% if failures %}<h2>Judge failures (raw judge output kept)</h2>
@@ -163,7 +166,8 @@ def _samples(examples: Examples) -> dict[str, list[dict]]:
             voters = [v for v in r.judges if v.label == r.label and v.status == "ok"]
             by = ", ".join(v.judge for v in voters) or (r.label_source or "")
             out[label].append({"key": r.key, "query": _clip(query), "response": _clip(response),
-                               "turn": _clip(r.user_turn), "by": by, "self": is_self_judged(r),
+                               "turn": _clip(r.user_turn), "human": _clip(human_turn(r)), "by": by,
+                               "self": is_self_judged(r),
                                "rationale": _clip(voters[0].rationale if voters else "", 300)})
     return out
 
@@ -190,6 +194,7 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         any_settings=any(g.settings for g in groups),
         figures={k: base64.b64encode(v).decode("ascii") for k, v in (figures or {}).items()},
         no_figures=no_figures, samples=_samples(examples), failures=_failures(examples.failures),
+        any_human=any(human_turn(r) for rows in examples.by_label.values() for r in rows),
         rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=lambda k: "—" if k is None else f"{k:.3f}",
     )
 

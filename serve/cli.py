@@ -94,9 +94,8 @@ def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> i
         if m.engine == "external":
             print(f"external endpoint {server.base_url} (nothing launched)")
             return 0
-        smoke = "  [SMOKE RUN: tiny random-weight model]" if server.smoke else ""
         for url in server.base_urls:
-            print(f"ready: {url}  model={server.model_name}{smoke}", flush=True)
+            print(f"ready: {url}  model={server.model_name}", flush=True)
         job = f" (slurm job {server.slurm_job_id})" if server.slurm_job_id else ""
         print(f"serving{job}; Ctrl-C stops every server", file=sys.stderr, flush=True)
         while True:

@@ -4,6 +4,8 @@ Routes: GET /health, GET /health_generate, GET /v1/models, POST /v1/completions 
 stop token ids, n, seed, max_tokens, temperature, top_p; returns finish_reason, matched_stop and usage, like SGLang),
 POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
 Requests run one at a time on a single inference thread; it is a laptop/CI engine, not a throughput engine.
+`--model` may be a GGUF file (a path, or `pkg:PACKAGE/file.gguf` inside an installed package): transformers
+dequantises it to float32, and the tokenizer and chat template come from its metadata (`client.gguf_tokenizer`).
 Run: `python -m serve.cpu_engine --model PATH_OR_HUB_ID --port 8000` (extra: `pip install 'userturn[cpu]'`).
 """
 
@@ -22,9 +24,9 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from userturn.serve.tiny_model import is_tiny_model
 
-from userturn.errors import first_error
+from userturn.errors import UserError, first_error
+from userturn.packaged import is_gguf
 
 DEFAULT_MAX_TOKENS = 256
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -167,10 +169,19 @@ class Generator:
         dtype = {"auto": torch.float32, "half": torch.float16, "float16": torch.float16,
                  "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
         kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.model, **kw)
+        model_source, model_kw = cfg.model, dict(kw)
+        tokenizer_source = cfg.tokenizer or cfg.model
+        if is_gguf(cfg.model):
+            from userturn.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
+
+            path = gguf_file(cfg.model)
+            model_source, model_kw["gguf_file"] = str(path.parent), path.name
+            if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike
+                tokenizer_source = str(gguf_tokenizer_dir(cfg.model))
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **kw)
         if cfg.chat_template:
             self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
-        self.model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype, **kw)
+        self.model = AutoModelForCausalLM.from_pretrained(model_source, dtype=dtype, **model_kw)
         self.model.eval()
         gen_eos = self.model.generation_config.eos_token_id
         eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
@@ -180,7 +191,6 @@ class Generator:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos or [0])[0]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.context_length: int | None = cfg.context_length or limit
-        self.smoke = is_tiny_model(cfg.model) if Path(cfg.model).is_dir() else False
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
 
     def _max_tokens(self, req: SamplingRequest, prompt_len: int) -> int:
@@ -293,7 +303,7 @@ def build_app(gen: Generator) -> web.Application:
 
     async def models(_: web.Request) -> web.Response:
         card = {"id": cfg.name, "object": "model", "created": 0, "owned_by": "userturn", "root": cfg.model,
-                "max_model_len": gen.context_length, "userturn_smoke": gen.smoke}
+                "max_model_len": gen.context_length}
         return web.json_response({"object": "list", "data": [card]})
 
     async def completions(request: web.Request) -> web.Response:
@@ -336,7 +346,7 @@ def build_app(gen: Generator) -> web.Application:
 
 def parse_args(argv: list[str] | None = None) -> EngineConfig:
     p = argparse.ArgumentParser(prog="python -m serve.cpu_engine", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="model path or hub id")
+    p.add_argument("--model", required=True, help="model path, hub id, or GGUF file (path or pkg:PACKAGE/file.gguf)")
     p.add_argument("--tokenizer")
     p.add_argument("--served-model-name")
     p.add_argument("--host", default="127.0.0.1")
@@ -358,11 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cpu_engine: loading {cfg.model} ...", flush=True)
     try:
         gen = Generator(cfg)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UserError) as exc:
         print(f"cpu_engine: error: cannot load model {cfg.model}: {exc}", file=sys.stderr, flush=True)
         return 1
-    smoke = " (SMOKE RUN: tiny random-weight model, outputs are noise)" if gen.smoke else ""
-    print(f"cpu_engine: loaded in {time.monotonic() - started:.1f}s{smoke}", flush=True)
+    print(f"cpu_engine: loaded in {time.monotonic() - started:.1f}s", flush=True)
     app = build_app(gen)
     try:
         web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, handle_signals=True, shutdown_timeout=1,

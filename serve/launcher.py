@@ -3,17 +3,14 @@
     with launch("manifests/quickstart-cpu.yaml") as server:
         server.base_urls   # one per replica (or the router), each ending in /v1
         server.model_name  # the `model` to send in requests
-        server.smoke       # True when the tiny random fallback is served
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,16 +24,13 @@ from userturn.serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, rou
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
-from userturn.serve.tiny_model import is_tiny_model
 
 from userturn.errors import UserError
+from userturn.packaged import is_gguf, resolve
 
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
-
-
-SMOKE_MODEL_NAME = "tiny-random-smoke"
 
 
 def _stderr(msg: str) -> None:
@@ -50,12 +44,11 @@ class Server:
     manifest: Manifest
     base_urls: list[str]
     model_name: str
-    smoke: bool = False
     log_paths: list[Path] = field(default_factory=list)
     replica_urls: list[str] = field(default_factory=list)
     api_key_env: str | None = None
     processes: list[ServerProcess] = field(default_factory=list)
-    model_path: str | None = None  # what the server loaded (a local dir for the CPU engine, e.g. the tiny model)
+    model_path: str | None = None  # what the server loaded (for the CPU engine: a local dir or GGUF file)
     slurm_job_id: str | None = None  # --launcher slurm: the job serving it
     watch: Callable[[], str | None] | None = None  # --launcher slurm: why the job stopped serving, None while it serves
 
@@ -83,43 +76,30 @@ def v1(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-def tiny_model_dir() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "userturn" / "tiny-random"
-
-
-def resolve_cpu_model(m: Manifest, status: Status = _stderr) -> tuple[str, bool]:
-    """(local model path, smoke) for the embedded engine: a local dir as is, a hub id downloaded (or taken from the
-    cache), and with `fallback: tiny-random` a tiny random model when the hub cannot be reached."""
+def resolve_cpu_model(m: Manifest) -> str:
+    """The local model path for the embedded engine: a local dir or GGUF file as is, a `pkg:` GGUF file inside its
+    installed package, a hub id downloaded (or taken from the cache)."""
     model = m.resolve_path(m.model) or ""
+    where = f"{m.source}: model" if m.source else "model"
+    if is_gguf(model):
+        try:
+            path = Path(resolve(model)).expanduser()
+        except UserError as exc:
+            raise UserError(f"{where}: {exc}") from None
+        if not path.is_file():
+            raise UserError(f"{where}: GGUF file not found: {model}")
+        return str(path)
     if Path(model).expanduser().exists():
-        return model, is_tiny_model(model)
+        return model
     try:
         from huggingface_hub import snapshot_download
 
-        path = snapshot_download(model, revision=m.revision, allow_patterns=HUB_PATTERNS, etag_timeout=10)
-        return path, False
+        return snapshot_download(model, revision=m.revision, allow_patterns=HUB_PATTERNS, etag_timeout=10)
     except Exception as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        if m.fallback != "tiny-random":
-            where = f"{m.source}: model" if m.source else "model"
-            raise UserError(f"{where}: cannot get {model!r} from the Hugging Face hub ({type(exc).__name__}: "
-                            f"{reason[:160]}); use a local path or set fallback: tiny-random") from None
-        status(f"hub unreachable for {model} ({type(exc).__name__}); serving a tiny random-weight model instead: "
-               "SMOKE RUN, outputs are noise")
-        return str(build_tiny_model_subprocess(tiny_model_dir())), True
-
-
-def build_tiny_model_subprocess(out_dir: Path) -> Path:
-    """Build the tiny model in a child process: the launcher itself stays free of torch (memory, exit time)."""
-    if is_tiny_model(out_dir):
-        return out_dir
-    proc = subprocess.run([sys.executable, "-m", "userturn.serve.tiny_model", str(out_dir)], capture_output=True,
-                          text=True, timeout=300, check=False)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"cannot build the tiny fallback model in {out_dir}: {last}")
-    return out_dir
+        raise UserError(f"{where}: cannot get {model!r} from the Hugging Face hub ({type(exc).__name__}: "
+                        f"{reason[:160]}); use a local path, or manifests/quickstart-cpu.yaml (SmolLM2 from an "
+                        "installed package, no hub needed)") from None
 
 
 def check_installed(m: Manifest) -> None:
@@ -129,9 +109,11 @@ def check_installed(m: Manifest) -> None:
     if m.engine == "sglang" and importlib.util.find_spec("sglang") is None:
         raise UserError("engine 'sglang' is not installed: pip install 'userturn[sglang]' (on a CUDA machine)")
     if m.engine == "transformers":
-        for mod in ("torch", "transformers"):
+        needed = ("torch", "transformers", *(("gguf", "accelerate") if is_gguf(m.model) else ()))
+        for mod in needed:
             if importlib.util.find_spec(mod) is None:
-                raise UserError(f"engine 'transformers' needs {mod}: pip install 'userturn[cpu]'")
+                what = "engine 'transformers'" if mod in ("torch", "transformers") else "a GGUF model"
+                raise UserError(f"{what} needs {mod}: pip install 'userturn[cpu]'")
     if m.engine == "llamacpp" and shutil.which(LLAMA_SERVER) is None:
         raise UserError(f"engine 'llamacpp' needs {LLAMA_SERVER} on PATH: install llama.cpp "
                         "(https://github.com/ggml-org/llama.cpp) or set command:")
@@ -191,12 +173,9 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
             yield server
         return
     check_installed(m)
-    model, smoke = None, False
+    model = None
     if m.engine == "transformers" and not m.command:
-        asked_for = m.resolve_path(m.model) or ""
-        model, smoke = resolve_cpu_model(m, say)
-        if smoke and model != asked_for:  # the fallback: never record its noise under the real model's name
-            m = m.model_copy(update={"served_model_name": SMOKE_MODEL_NAME})
+        model = resolve_cpu_model(m)
     specs, router = plan(m, model=model)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -218,7 +197,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
                 rp.start()
                 wait_until_ready(rp, time.monotonic() + 120.0)
                 base_urls = [v1(router.url)]
-            yield Server(manifest=m, base_urls=base_urls, model_name=m.request_model_name, smoke=smoke,
+            yield Server(manifest=m, base_urls=base_urls, model_name=m.request_model_name,
                          log_paths=[p.log_path for p in all_procs], replica_urls=replica_urls,
                          api_key_env=m.api_key_env, processes=all_procs, model_path=model or m.resolve_path(m.model))
         finally:

@@ -100,7 +100,8 @@ class Manifest(_Strict):
 
     name: str | None = Field(default=None, description="label; defaults to the file name without .yaml")
     engine: Engine
-    model: str | None = Field(default=None, description="model path or hub id")
+    model: str | None = Field(default=None, description="model path, hub id, or GGUF file (path or "
+                              "pkg:PACKAGE/file.gguf inside an installed package)")
     revision: str | None = None
     tokenizer: str | None = Field(default=None, description="tokenizer path if it differs from the model")
     served_model_name: str | None = Field(default=None, description="name sent in requests; defaults to `model`")
@@ -133,9 +134,6 @@ class Manifest(_Strict):
     health_paths: list[str] | None = Field(default=None, description="readiness routes polled in order")
     base_url: str | None = Field(default=None, description="engine external: the endpoint (…/v1)")
     api_key_env: str | None = Field(default=None, description="env var holding the API key")
-    fallback: Literal["none", "tiny-random"] = Field(
-        default="none", description="tiny-random: if the hub is unreachable serve a tiny random model (smoke run)"
-    )
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     source: Path | None = Field(default=None, exclude=True, description="the YAML file (set by load_manifest)")
@@ -171,8 +169,6 @@ class Manifest(_Strict):
                     raise ValueError(f"{field} is only supported by engine 'sglang'")
         if self.router is not None and e != "sglang":
             raise ValueError("router is only supported with engine 'sglang'")
-        if self.fallback == "tiny-random" and e != "transformers":
-            raise ValueError("fallback 'tiny-random' needs engine 'transformers'")
         if self.nnodes > 1 and self.replicas > 1:
             raise ValueError("multi-node (nnodes > 1) serves one replica: use replicas: 1")
         if self.gpus is not None and self.gpus and self.gpus < self.tp_size:

@@ -121,7 +121,7 @@ def test_routes_and_errors(client: httpx.Client, cpu_engine_server) -> None:
     assert httpx.get(root + "/health", trust_env=False).json() == {"status": "ok"}
     assert httpx.get(root + "/health_generate", trust_env=False, timeout=60).status_code == 200
     models = client.get("/models").json()["data"]
-    assert models[0]["id"] == "tiny" and models[0]["userturn_smoke"] is True
+    assert models[0]["id"] == "tiny" and models[0]["max_model_len"] == 4096
     wrong = client.post("/completions", json={"model": "other", "prompt": "x"})
     assert wrong.status_code == 404 and "not served here" in wrong.json()["error"]["message"]
     assert client.post("/completions", json={"prompt": "x", "stream": True}).status_code == 400

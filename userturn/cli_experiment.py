@@ -33,11 +33,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                             description="Write judged conversations as TRL conversational JSONL: `sft` rows end "
                                         "with the genuine follow-up as the final user turn; `preference` rows pair a "
                                         "genuine follow-up (chosen) with a degenerate one (rejected) for the same "
-                                        "context. Unlabeled and failed records are skipped and counted.")
+                                        "context. Unlabeled and failed records are skipped and counted. `sft-human` "
+                                        "rows end with the human-written next turn the dataset carries "
+                                        "(meta.second_turn, MT-Bench), one per distinct unperturbed conversation.")
     export.add_argument("results", metavar="RESULTS.jsonl")
-    export.add_argument("--format", choices=["sft", "preference"], required=True)
+    export.add_argument("--format", choices=["sft", "preference", "sft-human"], required=True)
     export.add_argument("--out", default=None, metavar="FILE", help="output file (default: stdout)")
     export.set_defaults(func=export_command)
+
+    show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
+                          description="Print the generated user turns of a results file as a table: query, generated "
+                                      "turn, the human-written next turn where the dataset has one "
+                                      "(meta.second_turn), and the label with who gave it.")
+    show.add_argument("results", metavar="RESULTS.jsonl")
+    show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    show.set_defaults(func=show_command)
 
     rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
                             description="For queries with several sampled assistant responses, score each "
@@ -119,14 +129,32 @@ def export_command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
-    skipped = (f"skipped: {stats.skipped_unlabeled} unlabeled, {stats.skipped_error} without a generation"
-               + (f", {stats.skipped_not_genuine} not genuine" if args.format == "sft" else
-                  f", {stats.unpaired} without a partner"))
+    if args.format == "sft-human":
+        skipped = (f"skipped: {stats.skipped_no_human_turn} without a human next turn, {stats.skipped_perturbed} "
+                   f"perturbed, {stats.duplicates} repeating a conversation already exported")
+    else:
+        skipped = (f"skipped: {stats.skipped_unlabeled} unlabeled, {stats.skipped_error} without a generation"
+                   + (f", {stats.skipped_not_genuine} not genuine" if args.format == "sft" else
+                      f", {stats.unpaired} without a partner"))
     print(f"userturn: exported {stats.written} {args.format} rows from {stats.records} records"
           f"{' to ' + args.out if args.out else ''} ({skipped})", file=sys.stderr)
     if stats.written == 0:
-        print("userturn: nothing to export (judge the results first: records need labels)", file=sys.stderr)
+        hint = ("no record carries a human next turn (meta.second_turn: e.g. --dataset mt-bench)"
+                if args.format == "sft-human" else "judge the results first: records need labels")
+        print(f"userturn: nothing to export ({hint})", file=sys.stderr)
         return 1
+    return 0
+
+
+def show_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from userturn.client.show import turns_table
+
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {args.limit})")
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console.print(turns_table(_records(args.results), limit=args.limit, title=f"userturn show: {args.results}"))
     return 0
 
 

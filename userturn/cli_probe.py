@@ -77,8 +77,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                    help="local JSONL path, or a built-in dataset NAME[:split] (gsm8k, ifeval, mt-bench, ...)")
     g.add_argument("--dataset-name", default=None, help="name recorded for the dataset (default: file stem / NAME)")
     g.add_argument("--out", required=True, metavar="FILE.jsonl", help="results file (appended; resumable)")
-    g.add_argument("--tokenizer", default=None, metavar="DIR_OR_HUB_ID",
-                   help="tokenizer with the model's chat template (local dir or hub id); required in raw mode")
+    g.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF",
+                   help="tokenizer with the model's chat template (local dir, hub id, or a .gguf file / "
+                        "pkg:PACKAGE/file.gguf: its metadata); required in raw mode")
     g.add_argument("--chat-template", default=None, metavar="FILE", help="override the tokenizer's chat template")
     g.add_argument("--enable-thinking", choices=["true", "false"], default=None,
                    help="pass enable_thinking to the chat template (e.g. Qwen3, GLM)")
@@ -179,24 +180,21 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             raise UserError("--base-url or --manifest is required")
         if not args.model:
             raise UserError("--model is required with --base-url")
-        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "smoke": False,
-               "api_key_env": args.api_key_env}
+        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "api_key_env": args.api_key_env}
         return
+    from userturn.packaged import is_gguf
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
 
     manifest = load_manifest(args.manifest)
     with launch(manifest, launcher=launcher or "local") as server:
         probe_defaults = manifest.probe.model_dump(exclude_none=True)
-        if server.smoke:
-            # The tiny random-weight fallback model: its own tokenizer and template, not the hub's.
-            probe_defaults.update(tokenizer=server.model_path, chat_template=None, chat_template_kwargs={}, stop=[],
-                                  stop_token_ids=[])
+        if "tokenizer" not in probe_defaults and is_gguf(manifest.model):  # the GGUF metadata has the template
+            probe_defaults["tokenizer"] = manifest.resolve_path(manifest.model)
         yield {
             "base_urls": args.base_url or server.base_urls,
             "model": args.model or server.model_name,
             "probe": probe_defaults,
-            "smoke": server.smoke,
             "api_key_env": server.api_key_env or args.api_key_env,
         }
 

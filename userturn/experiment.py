@@ -70,7 +70,8 @@ class DatasetEntry(_Strict):
 class JudgeEntry(_Strict):
     """One judge of the panel (see judges.llm_judge.JudgeConfig for all fields).
 
-    `model: self` judges with the model under test on its own endpoint (the report flags it self-judged).
+    `model: self` judges with the model under test on its own endpoint (the report flags it self-judged);
+    `model: rules` alone labels with the deterministic rules only (no judge model; other records stay unjudged).
     """
 
     model: str
@@ -83,8 +84,9 @@ class JudgeEntry(_Strict):
 
     @model_validator(mode="after")
     def _endpoint_known(self) -> JudgeEntry:
-        if self.model != "self" and not self.base_url:
-            raise ValueError("a judge needs `base_url` (or `model: self` to judge with the model under test)")
+        if self.model not in ("self", "rules") and not self.base_url:
+            raise ValueError("a judge needs `base_url` (or `model: self` to judge with the model under test, "
+                             "or `model: rules` for the rules alone)")
         return self
 
 
@@ -267,11 +269,16 @@ def _panel(exp: Experiment, server: dict[str, Any], rejudge: bool = False) -> An
     """The judge panel for one served model; `model: self` entries point at that model's own endpoint."""
     if not exp.judges:
         return None
+    models = [j for j in exp.judges if j.model != "rules"]  # a judge panel runs the rules first anyway
+    if not models:
+        from userturn.judges.rules_only import RulesOnly
+
+        return RulesOnly()
     from userturn.judges.llm_judge import JudgeConfig
     from userturn.judges.panel import JudgePanel, PanelConfig
 
     configs = []
-    for j in exp.judges:
+    for j in models:
         fields = j.model_dump()
         if j.model == "self":
             fields.update(model=server["model"], base_url=server["base_urls"][0])
@@ -367,6 +374,9 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     return results, summaries
 
 
+SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `userturn show RESULTS`)
+
+
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
     from rich.console import Console
@@ -377,5 +387,17 @@ def print_report(results: Path) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=220)
-    console.print(groups_table(summarise(load_results(results)), f"userturn report: {results}"))
+    records = load_results(results)
+    groups = summarise(records)
+    console.print(groups_table(groups, f"userturn report: {results}"))
+    from userturn.client.show import turns_table
+
+    console.print(turns_table(records, limit=SHOWN_TURNS, title="generated user turns"))
+    unjudged, total = sum(g.unjudged for g in groups), sum(g.records for g in groups)
+    if unjudged:
+        console.print(f"labelled by: {', '.join(sorted({j for g in groups for j in g.judges})) or 'rules only'}; "
+                      f"{unjudged} of {total} records are unjudged (no rule fired and no judge model labelled "
+                      "them), so each rate counts only the labelled records. For real numbers add a judge model: "
+                      f"userturn judge {results} --judge-base-url URL --judge-model NAME (or `judges:` in the "
+                      "experiment file).", soft_wrap=True)
     console.print(f"(full report with judge agreement and plots: userturn report {results})")

@@ -7,13 +7,15 @@ Hub access goes through `client.loaders.hub.fetch_rows` only.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from userturn.client.dataset import DatasetItem
 from userturn.client.lazy_dataset import JsonlItems, load_jsonl_lazy
 from userturn.client.loaders import coval, gsm8k, healthbench, hub, ifeval, mt_bench
-from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError
+from userturn.client.loaders.base import BuiltinDataset, HubSource, PackagedSource, RowError, RowMapper
 
 from userturn.errors import UserError
 
@@ -36,22 +38,47 @@ def _looks_like_path(spec: str) -> bool:
     return path.suffix in (".jsonl", ".json") or path.exists() or "/" in spec or "\\" in spec
 
 
+def _notice(message: str) -> None:
+    print(f"userturn: {message}", file=sys.stderr, flush=True)
+
+
+def _rows(dataset: BuiltinDataset, source: HubSource | PackagedSource,
+          split_name: str) -> tuple[Iterable[dict[str, Any]], str, RowMapper]:
+    """(rows, where they come from, mapping): the hub split, else its packaged copy (said in one line)."""
+    if isinstance(source, PackagedSource):
+        return source.rows(), source.where, source.map_row or dataset.map_row
+    try:
+        return (hub.fetch_rows(source.repo, source.config, source.split, data_files=source.data_files), source.repo,
+                dataset.map_row)
+    except UserError as exc:
+        packaged = dataset.offline.get(split_name)
+        if packaged is None:
+            raise
+        try:
+            rows = packaged.rows()
+        except UserError as missing:
+            raise UserError(f"{exc}; the packaged copy failed too: {missing}") from None
+        _notice(f"{dataset.display_name(split_name)}: hub copy unavailable ({str(exc)[:200]}); "
+                f"using the packaged copy from {packaged.where}")
+        return rows, packaged.where, packaged.map_row or dataset.map_row
+
+
 def load_builtin(dataset: BuiltinDataset, split: str | None) -> list[DatasetItem]:
     """Every item of one split (rows the mapping skips are left out). A malformed row is a UserError."""
-    source: HubSource = dataset.source(split)
     split_name = split or dataset.default_split
+    rows, where, map_row = _rows(dataset, dataset.source(split), split_name)
     items: list[DatasetItem] = []
     seen: dict[str, int] = {}
-    for index, row in enumerate(hub.fetch_rows(source.repo, source.config, source.split, data_files=source.data_files)):
+    for index, row in enumerate(rows):
         try:
-            item = dataset.map_row(row, index, split_name)
+            item = map_row(row, index, split_name)
         except RowError as exc:
-            raise UserError(f"{dataset.name} ({source.repo}) row {index}: {exc}") from None
+            raise UserError(f"{dataset.name} ({where}) row {index}: {exc}") from None
         if item is None:
             continue
-        item.located(f"{dataset.name} ({source.repo}) row {index}")
+        item.located(f"{dataset.name} ({where}) row {index}")
         if item.id in seen:
-            raise UserError(f"{dataset.name} ({source.repo}) row {index}: duplicate id {item.id!r} "
+            raise UserError(f"{dataset.name} ({where}) row {index}: duplicate id {item.id!r} "
                             f"(first at row {seen[item.id]})")
         seen[item.id] = index
         items.append(item)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,16 +26,34 @@ RowMapper = Callable[[dict[str, Any], int, str], DatasetItem | None]
 
 
 @dataclass(frozen=True)
+class PackagedSource:
+    """A split read from files inside an installed package: works without the hub.
+
+    `rows()` yields rows in the shape `map_row` expects (a UserError when the package is missing); `map_row`
+    overrides the dataset's mapping for this split (None: the dataset's own).
+    """
+
+    where: str
+    rows: Callable[[], Iterable[dict[str, Any]]]
+    map_row: RowMapper | None = None
+
+
+
+@dataclass(frozen=True)
 class BuiltinDataset:
-    """A dataset userturn knows by name. `map_row(row, index, split)` returns None to skip a row."""
+    """A dataset userturn knows by name. `map_row(row, index, split)` returns None to skip a row.
+
+    `offline` holds packaged copies of hub splits, read when the hub copy cannot be loaded (said in one line).
+    """
 
     name: str
     summary: str
-    splits: dict[str, HubSource]
+    splits: dict[str, HubSource | PackagedSource]
     default_split: str
     map_row: RowMapper
+    offline: dict[str, PackagedSource] = field(default_factory=dict)
 
-    def source(self, split: str | None) -> HubSource:
+    def source(self, split: str | None) -> HubSource | PackagedSource:
         split = split or self.default_split
         if split not in self.splits:
             raise UserError(f"dataset {self.name!r} has no split {split!r} (choose from {', '.join(self.splits)})")

