@@ -213,14 +213,12 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
     with slurm_job(m, log_dir=logs.resolve(), say=say) as (job, endpoints):
         urls = [v1(e.base_url) for e in endpoints]
         router = job.router_endpoint()
-        smoke = any(e.smoke for e in endpoints)
 
         def watch() -> str | None:
             ended = job.ended()
             return None if ended is None else str(job.failure(f"stopped serving: {ended}"))
 
         yield Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=endpoints[0].model,
-                     smoke=smoke,
                      log_paths=[job.log_path(t) for t in range(job.tasks)], replica_urls=urls,
                      api_key_env=m.api_key_env, model_path=endpoints[0].model_path, slurm_job_id=job.job_id,
                      watch=watch)

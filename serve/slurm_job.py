@@ -1,8 +1,8 @@
 """Helpers the sbatch script runs inside the job: `python -m userturn.serve.slurm_job resolve-model ...`.
 
-`resolve-model` prints shell `export` lines (MODEL, SERVED, SMOKE) for the CPU engine: a local dir as is, a hub id
-downloaded (or taken from the cache), and with `--fallback tiny-random` the tiny random model when the hub is
-unreachable, served under the smoke name so its noise is never recorded under the real model's name.
+`resolve-model` prints shell `export` lines (MODEL, SERVED) for the CPU engine: a local dir or GGUF file as is, a
+`pkg:` GGUF file inside its installed package (resolved in the job's own environment), a hub id downloaded (or
+taken from the cache). A model that cannot be had is one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -14,30 +14,25 @@ import sys
 from userturn.errors import UserError
 
 
-def resolve_model_exports(model: str, served: str, fallback: str, revision: str | None = None) -> str:
-    """The `export MODEL=... SERVED=... SMOKE=0|1` line for the CPU engine's model."""
-    from userturn.serve.launcher import SMOKE_MODEL_NAME, resolve_cpu_model
+def resolve_model_exports(model: str, served: str, revision: str | None = None) -> str:
+    """The `export MODEL=... SERVED=...` line for the CPU engine's model."""
+    from userturn.serve.launcher import resolve_cpu_model
     from userturn.serve.manifest import Manifest
 
-    m = Manifest(engine="transformers", model=model, revision=revision, served_model_name=served,
-                 fallback=fallback)  # type: ignore[arg-type]
-    path, smoke = resolve_cpu_model(m, lambda msg: print(f"userturn: {msg}", file=sys.stderr, flush=True))
-    if smoke and path != model:
-        served = SMOKE_MODEL_NAME
-    return f"export MODEL={shlex.quote(path)} SERVED={shlex.quote(served)} SMOKE={int(smoke)}"
+    m = Manifest(engine="transformers", model=model, revision=revision, served_model_name=served)
+    return f"export MODEL={shlex.quote(resolve_cpu_model(m))} SERVED={shlex.quote(served)}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m userturn.serve.slurm_job")
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("resolve-model", help="print MODEL/SERVED/SMOKE exports for the CPU engine")
+    r = sub.add_parser("resolve-model", help="print MODEL/SERVED exports for the CPU engine")
     r.add_argument("--model", required=True)
     r.add_argument("--served-model-name", required=True)
-    r.add_argument("--fallback", choices=["none", "tiny-random"], default="none")
     r.add_argument("--revision", default=None)
     args = parser.parse_args(argv)
     try:
-        print(resolve_model_exports(args.model, args.served_model_name, args.fallback, args.revision))
+        print(resolve_model_exports(args.model, args.served_model_name, args.revision))
     except UserError as exc:
         print(f"userturn: {exc}", file=sys.stderr)
         return 2

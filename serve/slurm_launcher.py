@@ -40,7 +40,6 @@ class Endpoint(BaseModel):
     array_task_id: int = 0
     host: str
     port: int
-    smoke: bool = False
     model_path: str | None = None
 
 

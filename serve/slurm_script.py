@@ -1,8 +1,8 @@
-"""The sbatch script for a manifest: runs unchanged on any SLURM cluster, for every engine.
-
-One job (a job array for `replicas: N`); one srun task per node. At run time the script picks a free port, resolves
-the CPU engine's model (hub, cache, or the tiny fallback), starts the server, polls its readiness routes and then
-writes the endpoint as JSON to `$USERTURN_ENDPOINT_DIR/<job>_<task>.json` (what `--launcher slurm` waits for).
+"""The sbatch script for a manifest: runs unchanged on any SLURM cluster, for every engine. One job (a job array for
+`replicas: N`); one srun task per node. At run time the script picks a free port, resolves the CPU engine's model (a
+local path, an installed package's GGUF file, or the hub and its cache), starts the server, polls its readiness
+routes and then writes the endpoint as JSON to `$USERTURN_ENDPOINT_DIR/<job>_<task>.json` (what `--launcher slurm`
+waits for).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ for path in paths:
 e = os.environ
 url = "http://%s:%s/v1" % (e["HEAD_NODE"], port)
 info = {"base_url": url, "model": e["SERVED"], "job_id": e["JOB"],
-        "array_task_id": int(e["TASK"]), "host": e["HEAD_NODE"], "port": int(port), "smoke": e["SMOKE"] == "1",
+        "array_task_id": int(e["TASK"]), "host": e["HEAD_NODE"], "port": int(port),
         "model_path": e["MODEL"]}
 with open(out + ".tmp", "w") as fh:
     json.dump(info, fh)
@@ -118,7 +118,7 @@ def _server_line(m: Manifest) -> str:
         model = "__USERTURN_MODEL__" if m.engine == "transformers" and not m.command else None  # llama.cpp: -m/-hf
         argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model=model,
                            threads=threads)  # type: ignore[arg-type]
-    for flag in ("--served-model-name", "--alias"):  # the CPU engine may serve the fallback under another name
+    for flag in ("--served-model-name", "--alias"):  # the name the job resolved ($SERVED)
         if flag in argv and not m.command:
             argv[argv.index(flag) + 1] = "__USERTURN_SERVED__"
     inner = shlex.join(argv)
@@ -152,16 +152,16 @@ def _router_lines(m: Manifest) -> list[str]:
 
 
 def _model_lines(m: Manifest, python: str) -> list[str]:
-    """MODEL / SERVED / SMOKE: fixed, or (CPU engine) resolved in the job: hub, cache, or the tiny fallback."""
+    """MODEL / SERVED: fixed, or (CPU engine) resolved in the job: a local path, a package's GGUF, hub or cache."""
     model = m.resolve_path(m.model) or ""
     if m.engine == "transformers" and not m.command:
         argv = ["-m", "userturn.serve.slurm_job", "resolve-model", "--model", model,
-                "--served-model-name", m.request_model_name, "--fallback", m.fallback]
+                "--served-model-name", m.request_model_name]
         if m.revision:
             argv += ["--revision", m.revision]
-        return ["# the model: a local dir, the hub (or its cache), or with fallback: tiny-random a tiny random model",
+        return ["# the model: a local path, a GGUF file inside an installed package, or the hub (or its cache)",
                 f'EXPORTS=$("$USERTURN_PYTHON" {shlex.join(argv)})', 'eval "$EXPORTS"']
-    return [f"export MODEL={shlex.quote(model)} SERVED={shlex.quote(m.request_model_name)} SMOKE=0"]
+    return [f"export MODEL={shlex.quote(model)} SERVED={shlex.quote(m.request_model_name)}"]
 
 
 def render_slurm(m: Manifest, *, python: str | None = None) -> str:
@@ -192,8 +192,6 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     for var in CARRIED_ENV:
         if os.environ.get(var):
             lines.append(f'export {var}="${{{var}:-{os.environ[var]}}}"')
-    if m.fallback != "none":
-        lines.append(f"# fallback: {m.fallback} (if the hub is unreachable: a SMOKE RUN, outputs are noise)")
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(m.env.items())]
     endpoint_dir = f'"${{USERTURN_ENDPOINT_DIR:-{s.endpoint_dir or "$SLURM_SUBMIT_DIR/userturn-endpoints"}}}"'
     port = f"$(({m.port} + TASK))" if m.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'

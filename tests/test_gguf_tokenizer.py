@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from gguf_fixture import write_tiny_gguf
-from userturn.client import gguf_tokenizer
 from userturn.client.templates import PromptRenderer
 
+from userturn import gguf_tokenizer
 from userturn.errors import UserError
 from userturn.packaged import install_hint, is_gguf, resolve
 

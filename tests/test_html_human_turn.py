@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from userturn.judges.html_report import render_html
+from userturn.judges.html_report import examples_of, render_html
 from userturn.judges.report import summarise
 
 from userturn.records import JudgeVerdict, ProbeRecord, record_key
@@ -22,7 +22,7 @@ def record(item: str, turn: str, meta: dict | None) -> ProbeRecord:
 
 def test_human_next_turn_column_beside_the_generated_turn():
     records = [record("111", "Area of the triangle?", {"second_turn": "What's the area of the <circle>?"})]
-    html = render_html(records, summarise(records), [], None, "r.jsonl")
+    html = render_html(summarise(records), [], examples_of(records), len(records), None, "r.jsonl")
     assert "<th title=\"the human-written next turn the dataset carries (meta.second_turn)\">human next turn" in html
     row = html.split("<td>m|mt-bench|111", 1)[1].split("</tr>", 1)[0]
     generated, human = row.index("Area of the triangle?"), row.index("What&#39;s the area of the &lt;circle&gt;?")
@@ -31,4 +31,5 @@ def test_human_next_turn_column_beside_the_generated_turn():
 
 def test_no_column_when_no_record_has_one():
     records = [record("1", "hello", None)]
-    assert "human next turn" not in render_html(records, summarise(records), [], None, "r.jsonl")
+    html = render_html(summarise(records), [], examples_of(records), len(records), None, "r.jsonl")
+    assert "human next turn" not in html

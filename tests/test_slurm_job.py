@@ -7,29 +7,30 @@ import sys
 from pathlib import Path
 
 import pytest
-from userturn.serve import launcher
 from userturn.serve.slurm_job import main, resolve_model_exports
 
 
 def exported(line: str) -> dict[str, str]:
     """Run the line through bash and read the variables back."""
-    out = subprocess.run(["bash", "-c", f'{line}\nprintf "%s\\n" "$MODEL" "$SERVED" "$SMOKE"'], capture_output=True,
+    out = subprocess.run(["bash", "-c", f'{line}\nprintf "%s\\n" "$MODEL" "$SERVED"'], capture_output=True,
                          text=True, check=True).stdout.splitlines()
-    return dict(zip(["MODEL", "SERVED", "SMOKE"], out, strict=True))
+    return dict(zip(["MODEL", "SERVED"], out, strict=True))
 
 
 def test_local_dir_is_served_as_is(tmp_path: Path) -> None:
     model = tmp_path / "my model"  # a space survives the shell
     model.mkdir()
-    assert exported(resolve_model_exports(str(model), "mine", "none")) == {
-        "MODEL": str(model), "SERVED": "mine", "SMOKE": "0"}
+    assert exported(resolve_model_exports(str(model), "mine")) == {"MODEL": str(model), "SERVED": "mine"}
 
 
-def test_unreachable_hub_falls_back_to_the_smoke_model(monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(launcher, "tiny_model_dir", lambda: tiny_model_dir)
-    line = resolve_model_exports("userturn-test/not-cached-anywhere", "qwen3-0.6b", "tiny-random")
-    assert exported(line) == {"MODEL": str(tiny_model_dir), "SERVED": launcher.SMOKE_MODEL_NAME, "SMOKE": "1"}
+def test_packaged_gguf_is_found_in_the_jobs_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    (site / "somepkg").mkdir(parents=True)
+    (site / "somepkg" / "__init__.py").write_text("")
+    gguf = site / "somepkg" / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(site))
+    assert exported(resolve_model_exports("pkg:somepkg/m.gguf", "small")) == {"MODEL": str(gguf), "SERVED": "small"}
 
 
 def test_no_fallback_is_one_line_and_exit_2(tmp_path: Path) -> None:

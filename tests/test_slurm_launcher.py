@@ -69,11 +69,11 @@ def test_pending_past_the_deadline_fails_and_cancels(fake_slurm: Path, tmp_path:
 def test_endpoint_is_served_then_cancelled(fake_slurm: Path, tmp_path: Path) -> None:
     (fake_slurm / "state").write_text("77|RUNNING|None\n")
     (fake_slurm / "endpoint").write_text(json.dumps({
-        "base_url": "http://node7:4321/v1", "model": "tiny-random-smoke", "job_id": "77", "array_task_id": 0,
-        "host": "node7", "port": 4321, "smoke": True, "model_path": "/cache/tiny"}))
+        "base_url": "http://node7:4321/v1", "model": "smollm2-135m-instruct", "job_id": "77", "array_task_id": 0,
+        "host": "node7", "port": 4321, "model_path": "/cache/smollm2.gguf"}))
     with launch(manifest(), launcher="slurm", log_dir=tmp_path / "runs", status=None) as server:
-        assert server.base_urls == ["http://node7:4321/v1"] and server.model_name == "tiny-random-smoke"
-        assert server.smoke and server.model_path == "/cache/tiny" and server.slurm_job_id == "77"
+        assert server.base_urls == ["http://node7:4321/v1"] and server.model_name == "smollm2-135m-instruct"
+        assert server.model_path == "/cache/smollm2.gguf" and server.slurm_job_id == "77"
         assert server.failure() is None
         (fake_slurm / "state").write_text("77|FAILED|NonZeroExitCode\n")
         assert "stopped serving: FAILED (NonZeroExitCode)" in (server.failure() or "")
