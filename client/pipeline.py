@@ -42,9 +42,8 @@ from userturn.records import (
 )
 from userturn.results_lock import results_lock
 from userturn.resume_index import ResumeIndex, scan_results
+from userturn.text import strip_reasoning
 from userturn.workers import run_all
-
-THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
 class Renderer(Protocol):
@@ -139,14 +138,6 @@ class AssistantTurn:
     error: str | None = None
     text: str | None = None
     finish_reason: str | None = None
-
-
-def strip_reasoning(text: str) -> str:
-    """Drop <think> blocks (and a dangling leading </think>) from a completion."""
-    text = THINK_BLOCK.sub("", text)
-    if "</think>" in text:
-        text = text.split("</think>", 1)[1]
-    return text.strip()
 
 
 def clean_user_turn(text: str, stops: Sequence[str]) -> str:

@@ -323,11 +323,13 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     """The inline judge panel from --judge-* flags, checked before any generation; None without judges."""
     if not args.judge_model and not args.judge_base_url:
         return None  # nothing to judge with: skip loading the judge modules (start-up time)
-    from userturn.judges import panel_from_args
+    from userturn.judges import make_panel, panel_config
 
-    panel = panel_from_args(args)
-    if panel is not None:
-        await panel.check()
+    config = panel_config(args)
+    if config is None:
+        return None
+    panel = make_panel(config)
+    await panel.check()
     return panel
 
 
