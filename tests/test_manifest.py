@@ -128,7 +128,7 @@ def test_probe_defaults_round_trip() -> None:
         "tokenizer": "x", "stop": ["<|im_end|>"], "stop_token_ids": [7], "enable_thinking": False, "max_tokens": 64,
         "temperatures": [0, 1.0], "chat_template_kwargs": {"a": 1}}})
     assert m.probe.stop == ["<|im_end|>"] and m.probe.max_tokens == 64 and m.probe.enable_thinking is False
-    assert m.probe.renderer == "chat_template"
+    assert m.probe.renderer is None  # auto: harmony for a gpt-oss tokenizer, else the chat template
 
 
 def shipped() -> list[Path]:
