@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from userturn.errors import UserError
 from userturn.files import read_yaml_mapping
+from userturn.shipped import resolve_named
 
 Engine = Literal["sglang", "transformers", "llamacpp", "external"]
 GPU_ENGINES: frozenset[str] = frozenset({"sglang", "llamacpp"})
@@ -253,6 +254,7 @@ def parse_manifest(data: Any, path: Path | str = "<manifest>") -> Manifest:
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    """Read and validate a manifest YAML file; every problem is a one-line UserError naming the file."""
-    p = Path(path)
+    """Read and validate a manifest YAML file, or a shipped manifest by name (`quickstart-cpu`); every problem is a
+    one-line UserError naming the file."""
+    p = resolve_named(path, "manifests")
     return parse_manifest(read_yaml_mapping(p, "manifest"), p)

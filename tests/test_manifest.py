@@ -104,7 +104,8 @@ def test_top_level_must_be_mapping(tmp_path: Path) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    assert error_of(tmp_path / "nope.yaml") == f"{tmp_path / 'nope.yaml'}: manifest not found"
+    assert error_of(tmp_path / "nope.yaml").startswith(f"{tmp_path / 'nope.yaml'}: manifest not found (no such file; "
+                                                    "shipped manifests: glm-4.5-air, ")
 
 
 def test_relative_paths_resolve_against_manifest_dir(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from userturn.errors import UserError
 from userturn.files import read_yaml_mapping
 from userturn.run_builder import Layer, ProbeOptions, RendererName, TargetSource
 from userturn.run_builder import assistant_source as auto_source
+from userturn.shipped import resolve_named
 
 Mode = Literal["raw", "chat"]
 RESUME_HINT = "use another --out-dir or experiment name"
@@ -181,10 +182,9 @@ def _describe(path: Path, exc: ValidationError) -> str:
 
 
 def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
-    """Parse and validate an experiment file -> (experiment, its directory). Errors name the file and key."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"experiment file not found: {path}")
+    """Parse and validate an experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory).
+    Errors name the file and key."""
+    path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
     try:
         return Experiment.model_validate(data), path.parent
@@ -221,11 +221,15 @@ def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOption
 
 
 def check_files(exp: Experiment, source: Path) -> None:
-    """Every manifest the experiment names exists (an error names the file and key)."""
+    """Every manifest the experiment names exists, as a file (relative to the experiment file or the working
+    directory) or a shipped name (an error names the file and key)."""
     for index, entry in enumerate(exp.models):
-        if entry.manifest is not None and not (source.parent / entry.manifest).is_file() \
-                and not Path(entry.manifest).is_file():
-            raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}")
+        if entry.manifest is None or (source.parent / entry.manifest).is_file():
+            continue
+        try:
+            resolve_named(entry.manifest, "manifests")
+        except UserError:
+            raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
 
 
 def resolve(base: Path, value: str | None) -> str | None:
