@@ -356,7 +356,7 @@ class Endpoint:
         Fatal statuses (401/403/404) raise EndpointError so the caller can stop the run.
         """
         url = self.url(path)
-        if type(payload) is bytes:
+        if isinstance(payload, bytes):
             body = payload
         else:
             body = orjson.dumps(payload)

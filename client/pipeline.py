@@ -251,7 +251,6 @@ class ProbeRun:
                 self._pool.setdefault(item.id, item)
             self._ring = SwapRing(settings.seed, self._pool)
         self._partners: dict[str, str] = {}
-        self._partners: dict[str, str] = {}
 
     # ----- configuration --------------------------------------------------------------------------------------
     def _config(self, perturbation: str) -> dict[str, Any]:
@@ -719,7 +718,7 @@ class ProbeRun:
         c = self.counters
         for job in jobs:
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
-            if type(record) is bytes:  # an ok record, already serialised
+            if isinstance(record, bytes):  # an ok record, already serialised
                 writer.write_line(record)
                 c.done += 1
                 c.ok += 1

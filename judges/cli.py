@@ -144,7 +144,7 @@ def _print_score(console: Console, s: object) -> None:
     columns = [*SHORT, ERROR]
     for col in columns:
         confusion.add_column(SHORT.get(col, col), justify="right")
-    for gold_label, row in s.confusion.items():
-        if sum(row.values()):
-            confusion.add_row(gold_label, *(str(row[c]) for c in columns))
+    for gold_label, counts in s.confusion.items():
+        if sum(counts.values()):
+            confusion.add_row(gold_label, *(str(counts[c]) for c in columns))
     console.print(confusion)

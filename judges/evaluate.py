@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ class JudgeScore(BaseModel):
     confusion: dict[str, dict[str, int]] = Field(description="gold label -> predicted label (or 'error') -> count")
 
 
-def score(judge: str, gold: list[str], predicted: list[str | None]) -> JudgeScore:
+def score(judge: str, gold: Sequence[str], predicted: Sequence[str | None]) -> JudgeScore:
     """Accuracy over labelled items, per-label precision/recall/F1, kappa vs gold, confusion matrix."""
     pairs = [(g, p) for g, p in zip(gold, predicted, strict=True) if p is not None]
     confusion = {g: dict.fromkeys([*LABELS, ERROR], 0) for g in LABELS}

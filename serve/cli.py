@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from userturn.serve.manifest import load_manifest
 
     m = load_manifest(args.manifest)
-    launcher = args.launcher or "local"
+    launcher: Launcher = args.launcher or "local"
     if args.emit and args.launcher:
         raise UserError("--emit writes the job; --launcher runs it: use one of them")
     if args.emit:

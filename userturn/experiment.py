@@ -114,7 +114,7 @@ class Experiment(_Strict):
     temperatures: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=1)
     samples: int | None = Field(default=None, ge=1)
     perturbations: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
-    modes: list[Mode] = Field(default_factory=lambda: ["raw"], min_length=1)
+    modes: list[Mode] = Field(default_factory=lambda: ["raw"], min_length=1)  # type: ignore[arg-type]
     assistant_from: Literal["dataset", "model", "auto"] = "auto"
     assistant_samples: int = Field(default=1, ge=1, description=">1: N sampled assistant turns per query (rerank)")
     assistant_temperature: float | None = Field(default=None, ge=0)
@@ -241,7 +241,7 @@ def resolve(base: Path, value: str | None) -> str | None:
 
 
 def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
-               ) -> tuple[str, list[DatasetItem], list[DatasetItem] | None]:
+               ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
     """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
     from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
     from userturn.cli_probe import load_items as load_spec
@@ -262,7 +262,7 @@ def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[Datas
     return auto_source(items, entry.assistant_from or exp.assistant_from)
 
 
-def expand_assistant_samples(items: list[DatasetItem], n: int) -> list[DatasetItem]:
+def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
     """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample) so the model answers each
     query N times with different seeds; `userturn rerank` groups them back by query_id."""
     if n == 1:
