@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from userturn.judges.agreement import cohen_kappa
 from userturn.judges.panel import JudgePanel
 
 from userturn.errors import UserError, first_error
+from userturn.files import jsonl_objects
 from userturn.records import Message, ProbeRecord
 from userturn.taxonomy import LABELS, Label
 
@@ -64,23 +64,17 @@ def load_gold(path: str | Path) -> list[GoldItem]:
         raise UserError(f"gold file not found: {path}")
     items: list[GoldItem] = []
     seen: set[str] = set()
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = orjson.loads(raw)
-                if isinstance(obj, dict) and obj.get("id") is None and obj.get("key") is None:
-                    obj["id"] = str(number)
-                item = GoldItem.model_validate(obj)
-            except orjson.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
-            except ValidationError as exc:
-                raise UserError(f"{path}:{number}: not a gold item ({first_error(exc, 'line')})") from None
-            if item.id in seen:
-                raise UserError(f"{path}:{number}: duplicate id {item.id!r}")
-            seen.add(item.id)
-            items.append(item)
+    for number, obj in jsonl_objects(path):
+        if obj.get("id") is None and obj.get("key") is None:
+            obj["id"] = str(number)
+        try:
+            item = GoldItem.model_validate(obj)
+        except ValidationError as exc:
+            raise UserError(f"{path}:{number}: not a gold item ({first_error(exc, 'line')})") from None
+        if item.id in seen:
+            raise UserError(f"{path}:{number}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item)
     if not items:
         raise UserError(f"gold file is empty: {path}")
     return items

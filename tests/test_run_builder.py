@@ -115,3 +115,23 @@ def test_probe_manifest_and_run_send_identical_requests(tmp_path: Path, monkeypa
     run_records, _ = read_records(tmp_path / "runs" / "same" / "results.jsonl")
     assert {r.config_fingerprint for r in probe_records.values()} == \
         {r.config_fingerprint for r in run_records.values()}
+
+
+def test_a_probe_flag_beats_the_manifest_and_a_left_out_flag_does_not(tmp_path: Path) -> None:
+    from userturn.cli import build_parser
+    from userturn.cli_probe import flag_layer, target_source
+
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("engine: external\nbase_url: http://h/v1\nprobe: {max_tokens: 9, top_p: 0.8, "
+                        "temperatures: [0.5]}\n")
+    args = build_parser().parse_args(["probe", "--manifest", str(manifest), "--dataset", "d", "--out", "o",
+                                      "--max-tokens", "12", "--temperature", "0", "--temperature", "1"])
+    _, options = preview(target_source(args), [flag_layer(args)])
+    assert (options.max_tokens, options.top_p, options.temperatures, options.samples) == (12, 0.8, [0.0, 1.0], 1)
+    assert (options.concurrency, options.request_timeout, options.max_retries) == (64, 300.0, 5)
+
+
+def test_top_p_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["probe", "--base-url", "http://h/v1", "--model", "m", "--dataset", "d", "--out", "o", "--top-p", "1.5"])
+    assert exc.value.code == 2 and "argument --top-p: must be above 0 and at most 1" in capsys.readouterr().err
