@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 
 from userturn.judges.arguments import add_judge_arguments, panel_config
 
-from userturn import aio
-
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -65,6 +63,7 @@ def judge_command(args: argparse.Namespace) -> int:
     from userturn.judges.panel import make_panel
     from userturn.judges.run_judge import default_out_path, judge_file, print_summary
 
+    from userturn import aio
     from userturn.results_lock import results_lock
 
     results = Path(args.results)
@@ -95,6 +94,7 @@ def judge_eval_command(args: argparse.Namespace) -> int:
     from userturn.judges.evaluate import evaluate, load_gold
     from userturn.judges.panel import make_panel
 
+    from userturn import aio
     from userturn.jsonl import JsonlWriter
 
     items = load_gold(args.gold)

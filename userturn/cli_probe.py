@@ -8,15 +8,14 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from userturn import aio, collector, defaults
+from userturn import collector, defaults
 from userturn.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.errors import UserError
-from userturn.run_builder import Layer, TargetSource
 
-if TYPE_CHECKING:  # the heavy modules load when a command runs, not when the parser is built
+if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command runs, not when the parser is built
     from userturn.client.dataset import DatasetItem
     from userturn.client.pipeline import ProbeSummary
-    from userturn.run_builder import ProbeOptions, ProbeTarget
+    from userturn.run_builder import Layer, ProbeOptions, ProbeTarget, TargetSource
 
 NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
 
@@ -153,6 +152,8 @@ def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
 
 def flag_layer(args: argparse.Namespace) -> Layer:
     """The settings the probe flags give (None where a flag was left out)."""
+    from userturn.run_builder import Layer
+
     return Layer(
         tokenizer=args.tokenizer, chat_template=args.chat_template, renderer=args.renderer,
         temperatures=args.temperature, samples=args.samples, max_tokens=args.max_tokens, top_p=args.top_p,
@@ -166,11 +167,15 @@ def flag_layer(args: argparse.Namespace) -> Layer:
 
 
 def target_source(args: argparse.Namespace) -> TargetSource:
+    from userturn.run_builder import TargetSource
+
     return TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
                         api_key_env=args.api_key_env, launcher=args.launcher)
 
 
 def probe_command(args: argparse.Namespace) -> int:
+    from userturn import aio
+
     return aio.run(probe_main(args))
 
 
