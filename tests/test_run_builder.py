@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,16 +61,16 @@ def o200k(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPa
 def test_renderer_harmony_selects_the_harmony_renderer(o200k: None, tmp_path: Path) -> None:
     target = ProbeTarget(base_urls=["http://h/v1"], model="m", tokenizer=QWEN_DIR)
     assert load_renderer(target, ProbeOptions()).engine == "jinja"
-    harmony = load_renderer(target.model_copy(update={"renderer": "harmony"}), ProbeOptions())
+    harmony = load_renderer(replace(target, renderer="harmony"), ProbeOptions())
     assert harmony.engine == "harmony" and harmony.user_turn_prompt(DATA[0]["messages"]).endswith(
         "<|start|>user<|message|>")
     gpt_oss = tmp_path / "gpt-oss-20b"  # a gpt-oss tokenizer renders through harmony unless told otherwise
     gpt_oss.mkdir()
     (gpt_oss / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|return|>"}))
     shutil.copy(ROOT / "tests" / "fixtures" / "templates" / "gpt-oss.jinja", gpt_oss / "chat_template.jinja")
-    auto = target.model_copy(update={"tokenizer": str(gpt_oss)})
+    auto = replace(target, tokenizer=str(gpt_oss))
     assert load_renderer(auto, ProbeOptions()).engine == "harmony"
-    assert load_renderer(auto.model_copy(update={"renderer": "chat_template"}), ProbeOptions()).engine == "jinja"
+    assert load_renderer(replace(auto, renderer="chat_template"), ProbeOptions()).engine == "jinja"
 
 
 def test_raw_mode_without_a_tokenizer_is_a_user_error() -> None:

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from userturn import defaults
 from userturn.errors import UserError
@@ -35,12 +34,13 @@ Launcher = Literal["local", "slurm"]
 Mode = Literal["raw", "chat"]
 
 
-class Layer(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Layer:
     """What one source says about a probe run; None means "not set here" (a lower layer or the default decides).
+    `template_kwargs` is merged key by key instead: a higher layer's key wins, the others stay.
 
-    `template_kwargs` is merged key by key instead: a higher layer's key wins, the others stay."""
-
-    model_config = ConfigDict(extra="forbid")
+    Values are checked where they enter (argparse types, the experiment and manifest schemas), so the layers and
+    what they resolve to are plain dataclasses: building them costs a command nothing at start-up."""
 
     # how prompts are rendered (ProbeTarget)
     tokenizer: str | None = None
@@ -48,50 +48,49 @@ class Layer(BaseModel):
     renderer: RendererName | None = None
     # sampling and sending (ProbeOptions)
     temperatures: list[float] | None = None
-    samples: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    samples: int | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
     seed: int | None = None
     enable_thinking: bool | None = None
     template_kwargs: dict[str, Any] | None = None
     send_stop_token_ids: bool | None = None
-    assistant_temperature: float | None = Field(default=None, ge=0)
-    assistant_max_tokens: int | None = Field(default=None, ge=1)
+    assistant_temperature: float | None = None
+    assistant_max_tokens: int | None = None
     allow_special_tokens: bool | None = None
-    concurrency: int | None = Field(default=None, ge=1)
-    rpm: float | None = Field(default=None, gt=0)
-    tpm: float | None = Field(default=None, gt=0)
-    request_timeout: float | None = Field(default=None, gt=0)
-    max_retries: int | None = Field(default=None, ge=0)
-    max_response_bytes: int | None = Field(default=None, ge=1)
+    concurrency: int | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    request_timeout: float | None = None
+    max_retries: int | None = None
+    max_response_bytes: int | None = None
     http_backend: HttpBackend | None = None
 
 
 TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
 
 
-class ProbeOptions(BaseModel):
-    """How to sample and how hard to push the endpoint, resolved (see `resolve`)."""
+@dataclass(frozen=True, kw_only=True)
+class ProbeOptions:
+    """How to sample and how hard to push the endpoint, resolved (see `resolve`); unset: `userturn/defaults.py`."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    temperatures: list[float] = Field(default_factory=lambda: list(defaults.TEMPERATURES), min_length=1)
-    samples: int = Field(default=defaults.SAMPLES, ge=1)
-    max_tokens: int = Field(default=defaults.MAX_TOKENS, ge=1)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    temperatures: list[float] = field(default_factory=lambda: list(defaults.TEMPERATURES))
+    samples: int = defaults.SAMPLES
+    max_tokens: int = defaults.MAX_TOKENS
+    top_p: float | None = None
     seed: int = defaults.SEED
     enable_thinking: bool | None = None
-    template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
     send_stop_token_ids: bool = False
-    assistant_temperature: float = Field(default=defaults.ASSISTANT_TEMPERATURE, ge=0)
-    assistant_max_tokens: int = Field(default=defaults.ASSISTANT_MAX_TOKENS, ge=1)
+    assistant_temperature: float = defaults.ASSISTANT_TEMPERATURE
+    assistant_max_tokens: int = defaults.ASSISTANT_MAX_TOKENS
     allow_special_tokens: bool = False
-    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
-    rpm: float | None = Field(default=None, gt=0)
-    tpm: float | None = Field(default=None, gt=0)
-    request_timeout: float = Field(default=defaults.REQUEST_TIMEOUT_S, gt=0)
-    max_retries: int = Field(default=defaults.MAX_RETRIES, ge=0)
-    max_response_bytes: int | None = Field(default=None, ge=1)
+    concurrency: int = defaults.CONCURRENCY
+    rpm: float | None = None
+    tpm: float | None = None
+    request_timeout: float = defaults.REQUEST_TIMEOUT_S
+    max_retries: int = defaults.MAX_RETRIES
+    max_response_bytes: int | None = None
     http_backend: HttpBackend = defaults.HTTP_BACKEND  # type: ignore[assignment]
 
     @property
@@ -103,21 +102,21 @@ class ProbeOptions(BaseModel):
         return merged
 
 
-class ProbeTarget(BaseModel):
-    """Where requests go and how their prompts are rendered, resolved."""
+@dataclass(frozen=True, kw_only=True)
+class ProbeTarget:
+    """Where requests go and how their prompts are rendered, resolved. `stop`, `stop_token_ids` and `extra_body`
+    come from the manifest (added to the template's stops, merged into every request)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    base_urls: list[str] = Field(min_length=1)
+    base_urls: list[str]
     model: str
     api_key_env: str = defaults.API_KEY_ENV
     tokenizer: str | None = None
     chat_template: str | None = None
     renderer: RendererName = "auto"
-    stop: list[str] = Field(default_factory=list, description="stops added to the template's (manifest)")
-    stop_token_ids: list[int] = Field(default_factory=list)
-    extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request (manifest)")
-    manifest: str | None = Field(default=None, description="the manifest the target was launched from")
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    manifest: str | None = None  # the manifest the target was launched from
     launcher: Launcher | None = None
 
 
@@ -138,7 +137,7 @@ def resolve(layers: Sequence[Layer]) -> tuple[dict[str, Any], ProbeOptions]:
     chosen: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
     for layer in reversed(layers):
-        chosen.update(layer.model_dump(exclude_none=True, exclude={"template_kwargs"}))
+        chosen.update((k, v) for k, v in vars(layer).items() if v is not None and k != "template_kwargs")
         kwargs.update(layer.template_kwargs or {})
     target = {name: chosen.pop(name) for name in TARGET_FIELDS if name in chosen}
     return target, ProbeOptions(**chosen, template_kwargs=kwargs)
