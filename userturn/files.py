@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from userturn.errors import UserError
 
@@ -16,6 +15,8 @@ def read_yaml_mapping(path: str | Path, kind: str = "file", what: str = "keys") 
     """A YAML file (a `kind`: "manifest", "experiment file") whose top level is a mapping of `what`. Every problem
     is one UserError naming the file (and the line of a syntax error): missing or unreadable, invalid YAML, or
     another top-level type."""
+    import yaml  # loaded by the commands that read YAML only
+
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
