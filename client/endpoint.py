@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from userturn.client.http_backends import Backend, HttpReply, ResponseTooLarge, TransportFailure, make_backend
 from userturn.client.redact import redact, redact_bytes, register_secret
 
+from userturn import defaults
 from userturn.errors import EndpointError
 
 if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never pays its import
@@ -57,12 +58,12 @@ class EndpointConfig(BaseModel):
     """How to reach and treat one OpenAI-compatible endpoint."""
 
     base_url: str = Field(description="e.g. http://127.0.0.1:30000/v1")
-    api_key_env: str = "OPENAI_API_KEY"
-    request_timeout: float = Field(default=300.0, gt=0, description="per-attempt deadline, seconds")
-    max_retries: int = Field(default=5, ge=0)
-    concurrency: int = Field(default=64, ge=1)
-    backoff_initial: float = Field(default=0.5, ge=0)
-    backoff_max: float = Field(default=30.0, ge=0)
+    api_key_env: str = defaults.API_KEY_ENV
+    request_timeout: float = Field(default=defaults.REQUEST_TIMEOUT_S, gt=0, description="per-attempt deadline, s")
+    max_retries: int = Field(default=defaults.MAX_RETRIES, ge=0)
+    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
+    backoff_initial: float = Field(default=defaults.BACKOFF_INITIAL_S, ge=0)
+    backoff_max: float = Field(default=defaults.BACKOFF_MAX_S, ge=0)
     http_backend: Literal["httpx", "aiohttp"] = Field(
         default="httpx", description="httpx (respx-mockable) or aiohttp (faster; used by `userturn probe`)")
     max_response_bytes: int | None = Field(
@@ -355,7 +356,7 @@ class Endpoint:
         Fatal statuses (401/403/404) raise EndpointError so the caller can stop the run.
         """
         url = self.url(path)
-        if type(payload) is bytes:
+        if isinstance(payload, bytes):
             body = payload
         else:
             body = orjson.dumps(payload)

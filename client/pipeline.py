@@ -42,9 +42,8 @@ from userturn.records import (
 )
 from userturn.results_lock import results_lock
 from userturn.resume_index import ResumeIndex, scan_results
+from userturn.text import strip_reasoning
 from userturn.workers import run_all
-
-THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
 class Renderer(Protocol):
@@ -139,14 +138,6 @@ class AssistantTurn:
     error: str | None = None
     text: str | None = None
     finish_reason: str | None = None
-
-
-def strip_reasoning(text: str) -> str:
-    """Drop <think> blocks (and a dangling leading </think>) from a completion."""
-    text = THINK_BLOCK.sub("", text)
-    if "</think>" in text:
-        text = text.split("</think>", 1)[1]
-    return text.strip()
 
 
 def clean_user_turn(text: str, stops: Sequence[str]) -> str:
@@ -259,7 +250,6 @@ class ProbeRun:
             for item in self.items:
                 self._pool.setdefault(item.id, item)
             self._ring = SwapRing(settings.seed, self._pool)
-        self._partners: dict[str, str] = {}
         self._partners: dict[str, str] = {}
 
     # ----- configuration --------------------------------------------------------------------------------------
@@ -728,7 +718,7 @@ class ProbeRun:
         c = self.counters
         for job in jobs:
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
-            if type(record) is bytes:  # an ok record, already serialised
+            if isinstance(record, bytes):  # an ok record, already serialised
                 writer.write_line(record)
                 c.done += 1
                 c.ok += 1

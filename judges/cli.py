@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from userturn.judges.arguments import add_judge_arguments
+from userturn.judges.arguments import add_judge_arguments, panel_config
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -61,16 +60,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def judge_command(args: argparse.Namespace) -> int:
-    from userturn.judges.panel import panel_from_args
+    from userturn.judges.panel import make_panel
     from userturn.judges.run_judge import default_out_path, judge_file, print_summary
 
+    from userturn import aio
     from userturn.results_lock import results_lock
 
     results = Path(args.results)
     out = Path(args.out) if args.out else default_out_path(results)
-    panel = panel_from_args(args)
-    assert panel is not None  # --judge-model is required here
-    panel.config.keep_other_verdicts = args.keep_verdicts
+    config = panel_config(args)
+    assert config is not None  # --judge-model is required here
+    panel = make_panel(config)
 
     async def run() -> int:
         async with panel:
@@ -79,7 +79,7 @@ def judge_command(args: argparse.Namespace) -> int:
                                            progress=not args.no_progress)
         return print_summary(summary)
 
-    return asyncio.run(run())
+    return aio.run(run())
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -92,21 +92,22 @@ def judge_eval_command(args: argparse.Namespace) -> int:
     import orjson
     from rich.console import Console
     from userturn.judges.evaluate import evaluate, load_gold
-    from userturn.judges.panel import panel_from_args
+    from userturn.judges.panel import make_panel
 
+    from userturn import aio
     from userturn.jsonl import JsonlWriter
 
     items = load_gold(args.gold)
-    panel = panel_from_args(args)
-    assert panel is not None
-    panel.config.judge_all = not args.with_rules
+    config = panel_config(args)
+    assert config is not None  # --judge-model is required here
+    panel = make_panel(config.model_copy(update={"judge_all": not args.with_rules}))
 
     async def run() -> tuple[list, list]:
         async with panel:
             await panel.check()
             return await evaluate(items, panel, workers=args.judge_concurrency)
 
-    scores, judged = asyncio.run(run())
+    scores, judged = aio.run(run())
     if args.out:
         with JsonlWriter(args.out) as writer:
             for record in judged:
@@ -143,7 +144,7 @@ def _print_score(console: Console, s: object) -> None:
     columns = [*SHORT, ERROR]
     for col in columns:
         confusion.add_column(SHORT.get(col, col), justify="right")
-    for gold_label, row in s.confusion.items():
-        if sum(row.values()):
-            confusion.add_row(gold_label, *(str(row[c]) for c in columns))
+    for gold_label, counts in s.confusion.items():
+        if sum(counts.values()):
+            confusion.add_row(gold_label, *(str(counts[c]) for c in columns))
     console.print(confusion)

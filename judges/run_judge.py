@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +89,7 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
     return plan
 
 
-def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWriter) -> Iterator[ProbeRecord]:
+def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWriter) -> Generator[ProbeRecord]:
     """The records to judge, in input order, read one at a time; generation errors are written as they pass."""
     offsets = sorted(packed for packed in plan.entries.values() if packed & 3 != SKIP)
     with contextlib.ExitStack() as stack:

@@ -233,7 +233,7 @@ class Generator:
             out = self.model.generate(**enc, **kwargs)
 
         def decode(ids: list[int]) -> str:
-            return self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
+            return str(self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens))
 
         seqs = [
             finish_sequence(row[prompt_len:].tolist(), stop_token_ids=stop_ids, stop_strings=req.stop,
@@ -249,9 +249,9 @@ class Generator:
     def render_chat(self, req: ChatRequest) -> str:
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         try:
-            return self.tokenizer.apply_chat_template(
+            return str(self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True, **req.chat_template_kwargs
-            )
+            ))
         except Exception as exc:  # template errors are the client's input problem
             raise ApiError(400, f"chat template failed: {exc}") from None
 

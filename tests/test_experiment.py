@@ -15,6 +15,7 @@ from userturn.experiment import (
     check_files,
     expand_assistant_samples,
     load_experiment,
+    model_options,
     plan,
     planned_records,
 )
@@ -40,7 +41,8 @@ datasets: [data.jsonl]
 def test_minimal_defaults(tmp_path: Path):
     exp, base = load_experiment(write(tmp_path, BASE))
     assert base == tmp_path
-    assert exp.temperatures == [0.0] and exp.samples == 1 and exp.perturbations == ["none"] and exp.modes == ["raw"]
+    assert exp.perturbations == ["none"] and exp.modes == ["raw"]
+    assert exp.temperatures is None and exp.samples is None  # left to the manifest, else the defaults
     assert exp.datasets[0].spec == "data.jsonl"
 
 
@@ -64,7 +66,7 @@ def test_model_entry_needs_one_kind(tmp_path: Path):
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path: Path):
-    with pytest.raises(UserError, match=r"exp.yaml:2: invalid YAML \(mapping values are not allowed here\)"):
+    with pytest.raises(UserError, match=r"exp.yaml:2: invalid YAML: mapping values are not allowed here"):
         load_experiment(write(tmp_path, "name: t\nfoo: bar: baz\n"))
     with pytest.raises(UserError, match="experiment file not found"):
         load_experiment(tmp_path / "nope.yaml")
@@ -89,7 +91,20 @@ def test_plan_order_and_size():
     assert len(units) == 8
     assert [(u.model_index, u.dataset_index, u.mode) for u in units[:3]] == [(0, 0, "raw"), (0, 0, "chat"),
                                                                            (0, 1, "raw")]
-    assert planned_records(exp, [10, 5]) == 2 * 2 * (2 * 3 * 2) * 15
+    options = [model_options(entry, exp, Path(".")) for entry in exp.models]
+    assert [(o.temperatures, o.samples) for o in options] == [([0, 1], 3)] * 2
+    assert planned_records(exp, [10, 5], options) == 2 * 2 * (2 * 3 * 2) * 15
+
+
+def test_a_models_manifest_fills_in_what_the_experiment_leaves_out(tmp_path: Path):
+    (tmp_path / "m.yaml").write_text("engine: external\nbase_url: http://h/v1\nmodel: m\n"
+                                     "probe: {temperatures: [0.2, 0.9], max_tokens: 77, top_p: 0.5}\n")
+    exp = Experiment.model_validate({"name": "g", "models": [{"manifest": "m.yaml"}, {"manifest": "m.yaml",
+                                                                                    "max_tokens": 5}],
+                                     "datasets": ["x"], "top_p": 0.25})
+    first, second = (model_options(entry, exp, tmp_path) for entry in exp.models)
+    assert (first.temperatures, first.max_tokens, first.top_p, first.samples) == ([0.2, 0.9], 77, 0.25, 1)
+    assert second.max_tokens == 5  # the model entry wins over the manifest
 
 
 def test_assistant_samples_copies_items_with_query_ids():
@@ -136,10 +151,11 @@ async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_res
 
     from userturn.experiment import _panel
     from userturn.records import ProbeRecord
+    from userturn.run_builder import ProbeOptions
 
     exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],
                                      "datasets": ["d.jsonl"], "judges": [{"model": "rules"}]})
-    hook = _panel(exp, {"model": "m", "base_urls": ["http://h/v1"]})
+    hook = _panel(exp, "m", "http://h/v1", ProbeOptions())
     assert isinstance(hook, RulesOnly)
     convo = [{"role": "user", "content": "How many brothers does David have?"},
              {"role": "assistant", "content": "One."}]

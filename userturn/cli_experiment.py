@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Run every model x dataset x mode of an experiment YAML into one resumable "
                                      "results file, <out_dir>/<name>/results.jsonl, and print the report. "
                                      "Rerun the same command to resume.")
-    run.add_argument("experiment", metavar="EXPERIMENT.yaml")
+    run.add_argument("experiment", metavar="EXPERIMENT", help="experiment YAML, or a shipped experiment by name (e.g. "
+                     "smoke; `userturn list` shows them)")
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
     run.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
     run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
@@ -59,11 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from userturn.cli_probe import run_async
+    from userturn import aio
     from userturn.experiment import (
         check_files,
         load_experiment,
         load_items,
+        model_options,
         plan,
         planned_records,
         print_report,
@@ -71,18 +73,25 @@ def run_command(args: argparse.Namespace) -> int:
         run_experiment,
     )
     from userturn.results_lock import results_lock
+    from userturn.shipped import resolve_named
 
-    exp, base = load_experiment(args.experiment)
-    check_files(exp, Path(args.experiment))
+    source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
+    exp, base = load_experiment(source)
+    check_files(exp, source)
     if args.dry_run:
         counts = [len(load_items(entry, exp, base)[1]) for entry in exp.datasets]
-        print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts)} records planned "
+        options = [model_options(entry, exp, base) for entry in exp.models]
+        grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
+        print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
               f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
-              f"{len(exp.perturbations)} perturbations x {len(exp.temperatures)} temperatures x {exp.samples} samples"
-              f" x {exp.assistant_samples} assistant samples)")
+              f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
+              "samples)")
+        for entry, o in zip(exp.models, options, strict=True):
+            print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
+                  f"top_p {o.top_p}, concurrency {o.concurrency}")
         return 0
     with results_lock(results_path(exp, args.out_dir)):  # held for the whole grid (exit 2 if another run has it)
-        results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
+        results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
                                                       progress=not args.no_progress, rejudge=args.rejudge,
                                                       launcher=args.launcher))
     errors = sum(s.errors for s in summaries)
