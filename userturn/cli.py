@@ -31,6 +31,15 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def format_help(self) -> str:
+        """argparse's help with the epilog (the examples) kept as written: indented command lines, not refilled."""
+        epilog, self.epilog = self.epilog, None
+        try:
+            text = super().format_help()
+        finally:
+            self.epilog = epilog
+        return text + ("\n" + epilog.rstrip() + "\n" if epilog else "")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
@@ -41,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in _registrars():
         register(sub)
+    from userturn.client.help_text import epilog
+
+    for name, command in sub.choices.items():
+        command.epilog = epilog(name)
     return parser
 
 

@@ -167,12 +167,8 @@ def show_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
-
-
 def rerank_command(args: argparse.Namespace) -> int:
-    from userturn.client.rerank import as_dicts, rerank
+    from userturn.client.rerank import as_dicts, rerank, rerank_table
 
     rows = rerank(_records(args.results))
     if args.json:
@@ -182,20 +178,11 @@ def rerank_command(args: argparse.Namespace) -> int:
         print("userturn: no query has labeled records with task correctness (need a scored dataset, judged "
               "records, and several assistant samples per query)", file=sys.stderr)
         return 1
-    from rich.console import Console
-    from rich.table import Table
+    from userturn.client.terminal import console as make_console
 
-    table = Table(title=f"userturn rerank: {args.results}")
-    for column in ("model", "dataset", "mode", "perturbation", "T", "queries", "responses", "correct", "mixed",
-                   "AUROC", "within", "top-1", "random"):
-        table.add_column(column, justify="left" if column in ("model", "dataset", "mode", "perturbation")
-                         else "right")
-    for r in rows:
-        table.add_row(r.model, r.dataset, r.mode, r.perturbation, f"{r.temperature:g}", str(r.queries),
-                      str(r.responses), str(r.correct_responses), str(r.mixed_queries), _fmt(r.auroc),
-                      _fmt(r.within_auroc), _fmt(r.top1), _fmt(r.top1_random))
-    console = Console()
-    console.print(table)
+    console = make_console()
+    console.print(rerank_table(rows, f"userturn rerank: {args.results}"))
     console.print("AUROC: correct vs incorrect responses by follow-up rate (0.5 = no signal); within: same-query "
-                  "pairs only; top-1: the highest-rate response is correct (mixed queries), vs a random pick.")
+                  "pairs only; top-1: the highest-rate response is correct (mixed queries: with correct and "
+                  "incorrect responses), vs a random pick in brackets.")
     return 0

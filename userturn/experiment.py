@@ -376,17 +376,15 @@ SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `usert
 
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
-    from rich.console import Console
-
+    from userturn.client.terminal import console as make_console
     from userturn.judges.report import load_results, summarise
-    from userturn.judges.report_table import groups_table
+    from userturn.judges.report_table import groups_table, totals_line
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=220)
+    console = make_console()
     records = load_results(results)
     groups = summarise(records)
     console.print(groups_table(groups, f"userturn report: {results}"))
+    console.print(totals_line(groups))
     from userturn.client.show import turns_table
 
     console.print(turns_table(records, limit=SHOWN_TURNS, title="generated user turns"))
