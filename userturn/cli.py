@@ -64,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "loads_inputs_first", False):
         collector.release()  # the command has nothing heavy to load: collect as usual from here
     try:
+        from userturn.client.paths import check_paths
+
+        check_paths(args)  # every bad path is one line and exit 2, before anything loads or launches
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"userturn: error: {exc}", file=sys.stderr)

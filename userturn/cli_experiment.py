@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -61,17 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from userturn import aio
-    from userturn.experiment import (
-        check_files,
-        load_experiment,
-        load_items,
-        model_options,
-        plan,
-        planned_records,
-        print_report,
-        results_path,
-        run_experiment,
-    )
+    from userturn.experiment import check_files, load_experiment, print_report, results_path, run_experiment
     from userturn.results_lock import results_lock
     from userturn.shipped import resolve_named
 
@@ -79,17 +70,7 @@ def run_command(args: argparse.Namespace) -> int:
     exp, base = load_experiment(source)
     check_files(exp, source)
     if args.dry_run:
-        counts = [len(load_items(entry, exp, base)[1]) for entry in exp.datasets]
-        options = [model_options(entry, exp, base) for entry in exp.models]
-        grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
-        print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
-              f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
-              f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
-              "samples)")
-        for entry, o in zip(exp.models, options, strict=True):
-            print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
-                  f"top_p {o.top_p}, concurrency {o.concurrency}")
-        return 0
+        return dry_run(exp, base, source)
     with results_lock(results_path(exp, args.out_dir)):  # held for the whole grid (exit 2 if another run has it)
         results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
                                                       progress=not args.no_progress, rejudge=args.rejudge,
@@ -114,6 +95,48 @@ def run_command(args: argparse.Namespace) -> int:
         print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
         status = 1
     return status
+
+
+def dry_run(exp: Any, base: Path, source: Path) -> int:
+    """Validate the grid without launching anything: datasets load, each model's settings resolve, and in raw mode
+    each model's chat template renders one real prompt (printed) that ends at the open user header."""
+    from userturn.client.dry_run import render_preview, shown
+    from userturn.experiment import (
+        assistant_source,
+        load_items,
+        naming_entry,
+        plan,
+        planned_records,
+        target_source,
+    )
+    from userturn.run_builder import ProbeTarget, load_renderer, preview
+
+    datasets = [load_items(entry, exp, base) for entry in exp.datasets]
+    sources = [assistant_source(entry, exp, items) for entry, (_, items, _) in zip(exp.datasets, datasets,
+                                                                                     strict=True)]
+    counts = [len(items) for _, items, _ in datasets]
+    options = []
+    prompts = []
+    for index, entry in enumerate(exp.models):
+        with naming_entry(source, index, entry):
+            fields, o = preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])
+            options.append(o)
+            if "raw" in exp.modes:
+                target = ProbeTarget(base_urls=[], model=str(entry.model or entry.label), **fields)
+                prompt = render_preview(load_renderer(target, o), datasets[0][1], sources[0])
+                prompts.append((entry.label, datasets[0][0], prompt))
+    grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
+    print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
+          f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
+          f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
+          "samples)")
+    for entry, o in zip(exp.models, options, strict=True):
+        print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
+              f"top_p {o.top_p}, concurrency {o.concurrency}")
+    for label, dataset, prompt in prompts:
+        print(f"--- {label}: raw prompt of the first {dataset} item, as it will be sent (ends at the open user "
+              f"header) ---\n{shown(prompt)}\n--- end of prompt ---")
+    return 0
 
 
 def _records(path: str) -> list:
