@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="re-ask judges that already have an ok verdict in the input file")
     judge.add_argument("--keep-verdicts", action="store_true",
                        help="keep verdicts of judges outside this panel on the records (they do not vote)")
-    judge.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    judge.add_argument("--no-progress", action="store_true",
+                       help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
     add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
     judge.set_defaults(func=judge_command)
 

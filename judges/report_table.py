@@ -148,8 +148,12 @@ def totals_line(groups: list[GroupSummary]) -> str:
     if not with_usage:
         return "tokens: no record carries a usage report"
     prompt, completion = sum(g.prompt_tokens for g in groups), sum(g.completion_tokens for g in groups)
-    return (f"tokens: {prompt:,} prompt + {completion:,} completion = {prompt + completion:,} over {with_usage:,} "
-            f"of {sum(g.records for g in groups):,} records with usage (per row: --wide or --json)")
+    return (f"tokens: {prompt:,} prompt + {completion:,} completion, {with_usage:,} of "
+            f"{sum(g.records for g in groups):,} records reporting usage (per row: --wide, --json)")
+
+
+SHORT_LEGEND = ("excluded = judge failures / generation errors / unjudged records (all outside n); Δ in "
+                "percentage points")
 
 
 def legend(wide: bool) -> str:

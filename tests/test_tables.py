@@ -78,7 +78,7 @@ def test_report_fits_100_columns_with_whole_cells(results: Path, capsys: pytest.
     names = first_column(out, "model / dataset", "perturb")
     assert LONG_MODEL + LONG_DATASET in names  # wrapped, never cut
     assert "(chat)" in out and "(raw)" in out  # mixed modes: the mode is named under the dataset
-    assert "tokens: 1,170,720 prompt + 38,400 completion = 1,209,120 over 960 of 961 records" in out
+    assert "tokens: 1,170,720 prompt + 38,400 completion, 960 of 961 records reporting usage" in out
 
 
 def test_report_table_follows_columns(results: Path, capsys: pytest.CaptureFixture[str],

@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("experiment", metavar="EXPERIMENT", help="experiment YAML, or a shipped experiment by name (e.g. "
                      "smoke; `userturn list` shows them)")
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
-    run.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
+    run.add_argument("--no-progress", action="store_true",
+                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
     run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
     run.add_argument("--rejudge", action="store_true",
                      help="the results file holds labels of another judge panel (other `judges:` models or prompt): "

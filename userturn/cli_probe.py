@@ -100,7 +100,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-special-tokens", action="store_true", default=None,
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
-    g.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

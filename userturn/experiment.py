@@ -392,12 +392,13 @@ def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
     from userturn.client.terminal import console as make_console
     from userturn.judges.report import load_results, summarise
-    from userturn.judges.report_table import groups_table, totals_line
+    from userturn.judges.report_table import SHORT_LEGEND, groups_table, totals_line
 
     console = make_console()
     records = load_results(results)
     groups = summarise(records)
     console.print(groups_table(groups, f"userturn report: {results}"))
+    console.print(SHORT_LEGEND)
     console.print(totals_line(groups))
     from userturn.client.show import turns_table
 
