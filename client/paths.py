@@ -81,6 +81,9 @@ def check_paths(args: argparse.Namespace) -> None:
     for attr, what in INPUT_FILES.get(command, []):
         if getattr(args, attr, None) is not None:
             input_file(getattr(args, attr), what)
+    dataset = getattr(args, "dataset", None) if command == "probe" else None
+    if isinstance(dataset, str) and Path(dataset).is_dir():  # a built-in name is no path: only a directory is wrong
+        raise UserError(f"--dataset {dataset}: is a directory; name a JSONL file or a built-in dataset")
     for attr, what in OUTPUT_FILES.get(command, []):
         if getattr(args, attr, None) is not None:
             output_file(getattr(args, attr), what)

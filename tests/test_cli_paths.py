@@ -50,6 +50,7 @@ def bad_paths(tmp_path: Path) -> dict[str, list[list[str]]]:
     return {
         "is a directory": [
             ["probe", *PROBE, "--dataset", data, "--out", str(adir)],
+            ["probe", *PROBE, "--dataset", str(adir), "--out", str(tmp_path / "o.jsonl")],
             ["judge", data, "--out", str(adir), *JUDGE],
             ["export", data, "--format", "sft", "--out", str(adir)],
             ["judge-eval", data, "--out", str(adir), *JUDGE],
