@@ -135,3 +135,11 @@ def test_rerank_fits_100_columns(tmp_path: Path, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     check_fits(out)
     assert LONG_MODEL in first_column(out, "model / dataset", "perturb") and "wrong_answer" in out and "AUROC" in out
+
+
+def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    from userturn.client.terminal import console
+
+    assert console().width == 100 and console(wide=True).width == 300  # piped: explicit, never rich's 80
+    monkeypatch.setenv("COLUMNS", "132")
+    assert console().width == 132 and console(wide=True).width == 132
