@@ -3,6 +3,13 @@ line: tests/test_help.py parses each of them with the real parser)."""
 
 from __future__ import annotations
 
+TOP = """\
+  userturn run smoke                       # the offline quick start: serve, probe, label, report
+  userturn list                            # shipped manifests and experiments, datasets, perturbations
+  userturn probe --manifest qwen3.5-9b --dataset gsm8k --limit 100 --out runs/q9b.jsonl
+  userturn report runs/q9b.jsonl
+Each command's --help ends with its own examples."""
+
 EXAMPLES: dict[str, str] = {
     "probe": """\
   # a server you run yourself (raw completions, the model's own chat template)
@@ -55,7 +62,7 @@ Rerun the same command to resume; --dry-run checks every model's template with o
 }
 
 
-def epilog(command: str) -> str | None:
-    """The `examples:` block of a command's help; None for a command without examples."""
-    text = EXAMPLES.get(command)
+def epilog(command: str | None) -> str | None:
+    """The `examples:` block of a command's help (None: of `userturn` itself); None for a command without any."""
+    text = TOP if command is None else EXAMPLES.get(command)
     return None if text is None else "examples:\n" + text

@@ -6,7 +6,7 @@ import argparse
 import shlex
 
 import pytest
-from userturn.client.help_text import EXAMPLES
+from userturn.client.help_text import EXAMPLES, TOP
 
 from userturn.cli import build_parser
 
@@ -62,3 +62,11 @@ def test_report_help_prints_the_percent_sign(capsys: pytest.CaptureFixture[str])
         build_parser().parse_args(["report", "--help"])
     out = capsys.readouterr().out
     assert "95% interval" in out and "%%" not in out and "--wide" in out
+
+
+def test_top_level_help_has_examples_that_parse() -> None:
+    text = build_parser().format_help()
+    assert "\nexamples:\n  userturn run smoke" in text
+    for line in example_lines(TOP):
+        argv = shlex.split(line.split("#")[0])[1:]
+        assert build_parser().parse_args(argv).command == argv[0]

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         register(sub)
     from userturn.client.help_text import epilog
 
+    parser.epilog = epilog(None)
     for name, command in sub.choices.items():
         command.epilog = epilog(name)
     return parser
