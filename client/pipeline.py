@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
 from userturn.client.perturb import PerturbationNotApplicable, SwapRing
-from userturn.client.progress import Progress, RunCounters
+from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.seeds import sample_seed
 from userturn.client.special_tokens import SpecialTokens, check_items
@@ -227,6 +227,7 @@ class ProbeRun:
         self.progress = Progress(
             self.counters,
             lambda: [e.stats for e in self.endpoints],
+            judge_stats=lambda: judge_endpoint_stats(self.judge),
             title=progress_title or f"userturn probe {settings.model} on {settings.dataset}",
             enabled=progress,
         )

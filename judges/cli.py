@@ -30,17 +30,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="re-ask judges that already have an ok verdict in the input file")
     judge.add_argument("--keep-verdicts", action="store_true",
                        help="keep verdicts of judges outside this panel on the records (they do not vote)")
-    judge.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    judge.add_argument("--no-progress", action="store_true",
+                       help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
     add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
     judge.set_defaults(func=judge_command)
 
     report = sub.add_parser(
         "report", help="follow-up rate per model x dataset x perturbation x temperature",
-        description="Summarise a (judged) results file: n, follow-ups, follow-up rate with a Wilson 95%% interval, "
+        description="Summarise a (judged) results file: n, follow-ups, follow-up rate with a Wilson 95% interval, "
                     "label mix, judge failures and task accuracy per model x dataset x mode x perturbation x "
                     "temperature.")
     report.add_argument("results", metavar="RESULTS.jsonl")
     report.add_argument("--json", action="store_true", help="print the groups as a JSON array instead of a table")
+    report.add_argument("--wide", action="store_true", help="every column (items, label mix, judges, tokens per row); "
+                        "the default table fits 100 columns")
     report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report")
     report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures as PNG files to DIR")
     report.set_defaults(func=report_command)
@@ -90,7 +93,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 def judge_eval_command(args: argparse.Namespace) -> int:
     import orjson
-    from rich.console import Console
+    from userturn.client.terminal import console as make_console
     from userturn.judges.evaluate import evaluate, load_gold
     from userturn.judges.panel import make_panel
 
@@ -115,7 +118,7 @@ def judge_eval_command(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps([s.model_dump() for s in scores], option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console = make_console()
     for s in scores:
         _print_score(console, s)
     return 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 import orjson
-from rich.console import Console
+from userturn.client.terminal import console
 from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
 from userturn.judges.report_table import print_report
 
@@ -33,10 +33,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(report.groups), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=240)
-        print_report(console, report.groups, report.agreements, args.results)
+        print_report(console(wide=args.wide), report.groups, report.agreements, args.results, wide=args.wide)
     return 0
 
 

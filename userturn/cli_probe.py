@@ -100,7 +100,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-special-tokens", action="store_true", default=None,
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
-    g.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -173,9 +174,30 @@ def target_source(args: argparse.Namespace) -> TargetSource:
                         api_key_env=args.api_key_env, launcher=args.launcher)
 
 
+def check_conflicts(args: argparse.Namespace) -> None:
+    """Flags that contradict each other, refused before any dataset loads or any server launches."""
+    if args.manifest and args.base_url:
+        raise UserError("--manifest launches its own server and --base-url points elsewhere: give one of them "
+                        "(--manifest NAME, or --base-url URL --model NAME)")
+    if args.launcher and not args.manifest:
+        raise UserError("--launcher goes with --manifest (it says where the manifest's server runs)")
+    if not args.manifest and not args.base_url:
+        raise UserError("--base-url or --manifest is required")
+    if args.assistant_from == "dataset":
+        given = [flag for flag, value in (("--assistant-temperature", args.assistant_temperature),
+                                          ("--assistant-max-tokens", args.assistant_max_tokens)) if value is not None]
+        if given:
+            raise UserError(f"{' and '.join(given)} set how the model writes the assistant turn, but "
+                            "--assistant-from dataset takes it from the dataset")
+    if args.mode == "chat" and (args.chat_template or args.renderer == "harmony"):
+        flag = "--chat-template" if args.chat_template else "--renderer harmony"
+        raise UserError(f"{flag} renders raw prompts; --mode chat sends messages to the server's chat API")
+
+
 def probe_command(args: argparse.Namespace) -> int:
     from userturn import aio
 
+    check_conflicts(args)
     return aio.run(probe_main(args))
 
 
@@ -183,13 +205,14 @@ async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.perturb import validate
     from userturn.client.scoring import preflight
     from userturn.results_lock import results_lock
-    from userturn.run_builder import open_target
+    from userturn.run_builder import assistant_source, open_target
 
     perturbations = validate(args.perturb or ["none"])
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
                                     whole="swap" in perturbations)
     dataset_name = args.dataset_name or name
     preflight(dataset_name, items)
+    args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
     layers = [flag_layer(args)]
     # the lock first: a second writer stops before any launch
     with results_lock(args.out), open_target(target_source(args), layers) as (target, options):

@@ -10,9 +10,10 @@ resumes where it stopped. Settings left out here come from the model's manifest,
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -213,6 +214,17 @@ def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequ
     return per_model * len(exp.modes) * len(exp.perturbations) * exp.assistant_samples * sum(items_per_dataset)
 
 
+@contextlib.contextmanager
+def naming_entry(source: Path, index: int, entry: ModelEntry) -> Iterator[None]:
+    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`."""
+    try:
+        yield
+    except UserError as exc:
+        named = UserError(f"{source}: models.{index} ({entry.label}): {exc}")
+        named.exit_code = exc.exit_code
+        raise named from None
+
+
 def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOptions:
     """The options one model's runs will use (its manifest read, nothing launched): for `--dry-run`."""
     from userturn.run_builder import preview
@@ -334,13 +346,15 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     names = [name for name, _, _ in datasets]
     if len(set(names)) != len(names):
         raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
-    for name, items, _ in datasets:
+    for (name, items, _), dataset in zip(datasets, exp.datasets, strict=True):
         scoring.preflight(name, items)
+        assistant_source(dataset, exp, items)  # `assistant_from: dataset` on open conversations: refused here
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
-    for entry in exp.models:
+    for index, entry in enumerate(exp.models):
         layers = [entry.layer(), exp.layer()]
-        with open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
+        with naming_entry(source, index, entry), \
+                open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
             panel = _panel(exp, target.model, target.base_urls[0], options, rejudge)
             try:
                 if panel is not None:
@@ -376,17 +390,16 @@ SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `usert
 
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
-    from rich.console import Console
-
+    from userturn.client.terminal import console as make_console
     from userturn.judges.report import load_results, summarise
-    from userturn.judges.report_table import groups_table
+    from userturn.judges.report_table import SHORT_LEGEND, groups_table, totals_line
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=220)
+    console = make_console()
     records = load_results(results)
     groups = summarise(records)
     console.print(groups_table(groups, f"userturn report: {results}"))
+    console.print(SHORT_LEGEND)
+    console.print(totals_line(groups))
     from userturn.client.show import turns_table
 
     console.print(turns_table(records, limit=SHOWN_TURNS, title="generated user turns"))

@@ -287,6 +287,11 @@ class TargetSession:
 def assistant_source(items: Sequence[DatasetItem], choice: Literal["dataset", "model", "auto"] | None,
                      ) -> Literal["dataset", "model"]:
     """Where the assistant turn comes from: as chosen, or (auto/None) the dataset when every item ends with one."""
+    if choice == "dataset" and getattr(items, "all_end_with_assistant", None) is not True:
+        open_item = next((i for i in items if not i.ends_with_assistant), None)
+        if open_item is not None:  # no assistant turn to probe after: refused before anything launches
+            raise UserError(f"assistant turn from the dataset, but item {open_item.id!r} ends with a user turn "
+                            "(use --assistant-from model / assistant_from: model to have the model answer)")
     if choice in ("dataset", "model"):
         return choice
     ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
