@@ -1,0 +1,91 @@
+"""`userturn show RESULTS.jsonl KEY`: one record whole, with the exact prompt it was generated from.
+
+The prompt is rebuilt from the record (`client.prompt_replay`) with the renderer the probe used: `--tokenizer`
+(and `--chat-template`, `--renderer`) as given to the probe, or `--manifest` for its `probe:` section; the record's
+template variables (`config.template_kwargs`) are applied. The rebuilt prompt is checked against the record's
+`prompt_sha256`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from userturn.errors import UserError
+
+EXAMPLES = """examples:
+  userturn show runs/smoke/results.jsonl
+  userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0' \\
+      --manifest manifests/quickstart-cpu.yaml
+  userturn show results.jsonl KEY --tokenizer Qwen/Qwen3-0.6B --prompt-only > prompt.txt"""
+
+
+def add_arguments(show: argparse.ArgumentParser) -> None:
+    """The KEY form's arguments on the `show` parser (and its examples, unless the parser has some)."""
+    if show.epilog is None:
+        show.epilog, show.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
+    show.add_argument("key", metavar="KEY", nargs="?", default=None,
+                      help="one record's key: print it whole (prompt as sent, generated turn, human next turn, "
+                           "verdicts with rationales)")
+    g = show.add_argument_group("the prompt of a raw-mode record (rendered again as the probe rendered it)")
+    g.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF", help="the tokenizer the probe used")
+    g.add_argument("--chat-template", default=None, metavar="FILE", help="the --chat-template the probe used")
+    g.add_argument("--renderer", choices=["auto", "chat_template", "harmony"], default=None,
+                   help="the renderer the probe used (default: the record's template engine)")
+    g.add_argument("--manifest", default=None, metavar="FILE_OR_NAME",
+                   help="take tokenizer, template and renderer from a manifest's probe: section (flags win)")
+    g.add_argument("--prompt-only", action="store_true",
+                   help="print only the prompt, byte for byte as sent (raw: the prompt string; chat: the messages "
+                        "JSON); exit 1 when it does not match the record's prompt_sha256")
+
+
+def _renderer(args: argparse.Namespace, record: Any) -> Any:
+    from userturn.client.prompt_replay import recorded_engine, template_kwargs
+    from userturn.client.templates import PromptRenderer
+
+    tokenizer, chat_template, renderer = args.tokenizer, args.chat_template, args.renderer
+    if args.manifest is not None:
+        from userturn.run_builder import manifest_layer
+        from userturn.serve.manifest import load_manifest
+        from userturn.shipped import resolve_named
+
+        layer = manifest_layer(load_manifest(resolve_named(args.manifest, "manifests")))
+        tokenizer = tokenizer or layer.tokenizer
+        chat_template = chat_template or layer.chat_template
+        renderer = renderer or layer.renderer
+    if tokenizer is None:
+        return None
+    if renderer is None or renderer == "auto":
+        engine = recorded_engine(record)
+        renderer = {"harmony": "harmony", "jinja": "chat_template"}.get(engine or "", renderer or "auto")
+    harmony = {"auto": None, "chat_template": False, "harmony": True}[renderer]
+    return PromptRenderer.load(tokenizer, chat_template=chat_template, template_kwargs=template_kwargs(record) or None,
+                               harmony=harmony)
+
+
+def show_record(args: argparse.Namespace) -> int:
+    """Print one record (or only its prompt). Unknown key: UserError with the closest keys (exit 2)."""
+    from userturn.client.prompt_replay import find_record, replay_prompt
+    from userturn.client.show import record_view
+
+    record = find_record(args.results, args.key)
+    renderer = _renderer(args, record) if record.mode == "raw" else None
+    try:
+        prompt = replay_prompt(record, renderer)
+        problem = None
+    except UserError as exc:
+        if args.prompt_only:
+            raise
+        prompt, problem = None, str(exc)
+    if args.prompt_only:
+        assert prompt is not None
+        sys.stdout.write(prompt.text)
+        sys.stdout.flush()
+        if not prompt.verified:
+            print(f"userturn show: the rebuilt prompt's sha256 {prompt.sha256[:16]} is not the record's "
+                  f"prompt_sha256 {(prompt.recorded_sha256 or 'none')[:16]}", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(record_view(record, prompt, problem))
+    return 0 if prompt is None or prompt.verified else 1
