@@ -68,6 +68,33 @@ def replay_prompt(record: ProbeRecord, renderer: PromptRenderer | None) -> Repla
     return ReplayedPrompt("raw", text, sha256_text(text), record.prompt_sha256)
 
 
+class Replayer:
+    """Rebuilds the prompts of many records with one tokenizer: a renderer per (engine, template variables), loaded
+    once. `tokenizer` None: chat-mode prompts only (raw mode raises UserError saying what to pass)."""
+
+    def __init__(self, tokenizer: str | None, chat_template: str | None = None, renderer: str | None = None) -> None:
+        self.tokenizer, self.chat_template, self.renderer = tokenizer, chat_template, renderer
+        self._loaded: dict[bytes, PromptRenderer] = {}
+
+    def renderer_for(self, record: ProbeRecord) -> PromptRenderer | None:
+        if record.mode == "chat" or self.tokenizer is None:
+            return None
+        choice = self.renderer
+        if choice is None or choice == "auto":
+            choice = {"harmony": "harmony", "jinja": "chat_template"}.get(recorded_engine(record) or "", "auto")
+        kwargs = template_kwargs(record)
+        cache_key = orjson.dumps([choice, kwargs], option=orjson.OPT_SORT_KEYS)
+        if cache_key not in self._loaded:
+            harmony = {"auto": None, "chat_template": False, "harmony": True}[choice]
+            self._loaded[cache_key] = PromptRenderer.load(self.tokenizer, chat_template=self.chat_template,
+                                                          template_kwargs=kwargs or None, harmony=harmony)
+        return self._loaded[cache_key]
+
+    def prompt(self, record: ProbeRecord) -> ReplayedPrompt:
+        """`replay_prompt` with this replayer's renderer for the record."""
+        return replay_prompt(record, self.renderer_for(record))
+
+
 def find_record(path: str | Path, key: str, *, suggestions: int = 3) -> ProbeRecord:
     """The last record with `key` in a results file, read line by line (a file of millions of lines is never held;
     only its keys are, for the suggestions). Unknown key: UserError with the closest keys."""

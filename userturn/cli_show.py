@@ -40,9 +40,9 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
                         "JSON); exit 1 when it does not match the record's prompt_sha256")
 
 
-def _renderer(args: argparse.Namespace, record: Any) -> Any:
-    from userturn.client.prompt_replay import recorded_engine, template_kwargs
-    from userturn.client.templates import PromptRenderer
+def replayer(args: argparse.Namespace) -> Any:
+    """The `Replayer` of the flags (a manifest's probe: section fills what they leave out)."""
+    from userturn.client.prompt_replay import Replayer
 
     tokenizer, chat_template, renderer = args.tokenizer, args.chat_template, args.renderer
     if args.manifest is not None:
@@ -54,29 +54,22 @@ def _renderer(args: argparse.Namespace, record: Any) -> Any:
         tokenizer = tokenizer or layer.tokenizer
         chat_template = chat_template or layer.chat_template
         renderer = renderer or layer.renderer
-    if tokenizer is None:
-        return None
-    if renderer is None or renderer == "auto":
-        engine = recorded_engine(record)
-        renderer = {"harmony": "harmony", "jinja": "chat_template"}.get(engine or "", renderer or "auto")
-    harmony = {"auto": None, "chat_template": False, "harmony": True}[renderer]
-    return PromptRenderer.load(tokenizer, chat_template=chat_template, template_kwargs=template_kwargs(record) or None,
-                               harmony=harmony)
+    return Replayer(tokenizer, chat_template, renderer)
 
 
 def show_record(args: argparse.Namespace) -> int:
     """Print one record (or only its prompt). Unknown key: UserError with the closest keys (exit 2)."""
-    from userturn.client.prompt_replay import find_record, replay_prompt
+    from userturn.client.prompt_replay import find_record
     from userturn.client.show import record_view
 
     record = find_record(args.results, args.key)
-    renderer = _renderer(args, record) if record.mode == "raw" else None
+    replay = replayer(args)
     try:
-        prompt = replay_prompt(record, renderer)
+        prompt = replay.prompt(record)
         problem = None
     except UserError as exc:
-        if args.prompt_only:
-            raise
+        if args.prompt_only or replay.tokenizer is not None:
+            raise  # a renderer was asked for and does not fit: an error, not a quiet omission
         prompt, problem = None, str(exc)
     if args.prompt_only:
         assert prompt is not None
