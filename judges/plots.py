@@ -6,7 +6,8 @@ Four figures, each with one series (or point, or bar) per model, and one colour 
 * `followup_vs_temperature` — genuine follow-up rate against sampling temperature, one panel per dataset, the
   unperturbed rows, item-clustered 95% intervals (`judges.stats.clustered_rate`).
 * `accuracy_vs_followup` — task accuracy against follow-up rate at one temperature (`--plot-temperature`, default
-  the lowest present), one point per model and dataset panel, 95% interval bars on both axes.
+  the lowest present), one point per model and dataset panel, 95% interval bars on both axes (points at the same
+  place are drawn a few points apart, vertically, so none hides another).
 * `perturbation_effects` — each perturbation's paired difference to the unperturbed row (percentage points) with
   its paired 95% interval (`judges.stats.paired_difference`), per model, at that temperature.
 * `label_mix` — label composition per model (stacked bars of shares), at that temperature, unperturbed.
@@ -37,8 +38,9 @@ FORMATS = ("png", "pdf", "svg")
 PNG_DPI = 200
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
-# Label colours: their own palette (not the models'), the follow-up label green, the degenerate ones apart.
-LABEL_COLORS = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#7f7f7f", "#17becf", "#d62728")
+# Label colours: ColorBrewer Set2, a palette apart from the models' tab10 (bars are labels, tick texts are models).
+LABEL_COLORS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#b3b3b3")
+DODGE_POINTS = 5.0  # points drawn at the same place are shifted this many typographic points apart (vertically)
 
 
 def _pyplot() -> Any:
@@ -166,6 +168,24 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
     return fig
 
 
+def _dodges(points: Sequence[tuple[float, float]], tolerance: float = 0.5) -> list[float]:
+    """Vertical display offsets (points) so that points at (nearly) the same place stay visible side by side:
+    the data keep their values; only their drawing is shifted (0 for a point alone)."""
+    out = [0.0] * len(points)
+    clusters: list[list[int]] = []
+    for i, (x, y) in enumerate(points):
+        home = next((c for c in clusters if abs(points[c[0]][0] - x) <= tolerance
+                     and abs(points[c[0]][1] - y) <= tolerance), None)
+        if home is None:
+            clusters.append([i])
+        else:
+            home.append(i)
+    for cluster in clusters:
+        for rank, i in enumerate(cluster):
+            out[i] = (rank - (len(cluster) - 1) / 2) * DODGE_POINTS
+    return out
+
+
 def accuracy_interval(g: GroupSummary) -> tuple[float, float] | None:
     """95% Wilson interval of a row's task accuracy over its scored items (the unit: one assistant turn each)."""
     if g.accuracy is None or not g.accuracy_n:
@@ -178,6 +198,8 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
     """At one temperature: per dataset panel one point per model (unperturbed), follow-up rate (x, item-clustered
     95% CI) against task accuracy (y, 95% Wilson CI over scored items). The legend names the models."""
     plt = _pyplot()
+    from matplotlib import transforms
+
     colors = colors or model_colors(g.model for g in groups)
     t = plot_temperature(groups, temperature)
     rows = [g for g in _baseline(groups) if g.accuracy is not None and t is not None and g.temperature == t]
@@ -189,15 +211,18 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
     legend: dict[str, Any] = {}
     for ax, dataset in zip(axes, datasets, strict=False):
         xs, ys = [], []
-        for g in sorted((g for g in rows if g.dataset == dataset), key=lambda g: (g.model, _variant(g))):
+        members = sorted((g for g in rows if g.dataset == dataset), key=lambda g: (g.model, _variant(g)))
+        dodge = _dodges([(100 * (g.followup_rate or 0.0), 100 * (g.accuracy or 0.0)) for g in members])
+        for g, shift in zip(members, dodge, strict=True):
             index = variants[g.model].index(_variant(g))
             x = 100 * (g.followup_rate or 0.0)
             y = 100 * (g.accuracy or 0.0)
             acc = accuracy_interval(g) or (g.accuracy or 0.0, g.accuracy or 0.0)
             xerr = [[x - 100 * (g.ci_low or 0.0)], [100 * (g.ci_high or 0.0) - x]]
             yerr = [[y - 100 * acc[0]], [100 * acc[1] - y]]
+            offset = transforms.offset_copy(ax.transData, fig=fig, x=0.0, y=shift, units="points")
             point = ax.errorbar([x], [y], xerr=xerr, yerr=yerr, color=colors[g.model], marker=MARKERS[index],
-                                markersize=6, capsize=3, elinewidth=0.9, linestyle="none",
+                                markersize=6, capsize=3, elinewidth=0.9, linestyle="none", transform=offset,
                                 label=_series_label(g.model, _variant(g), variants))
             legend.setdefault(point.get_label(), point)
             xs += [100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0)]
