@@ -10,7 +10,8 @@ Four figures, each with one series (or point, or bar) per model, and one colour 
   place are drawn a few points apart, vertically, so none hides another).
 * `perturbation_effects` — each perturbation's paired difference to the unperturbed row (percentage points) with
   its paired 95% interval (`judges.stats.paired_difference`), per model, at that temperature.
-* `label_mix` — label composition per model (stacked bars of shares), at that temperature, unperturbed.
+* `label_mix` — label composition per model (stacked bars of shares, unjudged and judge-failed turns included), at
+  that temperature, unperturbed.
 
 Axes follow the data (rates that live in 0–25% get a 0–~28% axis). A model with several unperturbed
 configurations (raw and chat mode, two settings) gets one series per configuration in its colour, told apart by
@@ -283,10 +284,14 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
     return fig
 
 
+UNLABELLED = (("unjudged", "#e8e8e8"), ("judge failed", "#4d4d4d"))
+
+
 def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
               colors: dict[str, str] | None = None) -> Any:
-    """At one temperature: per model (and dataset) a stacked bar of label shares among labelled turns
-    (unperturbed; several configurations of a model are summed only when they share a dataset and variant)."""
+    """At one temperature: per model (one bar per dataset and configuration, unperturbed) the composition of its
+    generated turns: each label's share, then the unjudged and judge-failed shares (so a bar labelled by rules
+    alone shows how little was labelled). Tick labels in the model's colour, with "labelled n of N"."""
     plt = _pyplot()
     colors = colors or model_colors(g.model for g in groups)
     t = plot_temperature(groups, temperature)
@@ -297,14 +302,21 @@ def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
     variants = _variants(rows)
     bars = sorted(rows, key=lambda g: (g.dataset, g.model, _variant(g)))
     datasets = {g.dataset for g in bars}
+    totals = [g.n + g.unjudged + g.judge_failures for g in bars]
     names = [_series_label(g.model, _variant(g), variants) + (f" · {g.dataset}" if len(datasets) > 1 else "")
-             for g in bars]
-    fig, ax = plt.subplots(figsize=(8.5, max(2.2, 0.42 * len(bars) + 1.4)))
+             + f"\nlabelled {g.n} of {total}" for g, total in zip(bars, totals, strict=True)]
+    fig, ax = plt.subplots(figsize=(8.5, max(2.2, 0.55 * len(bars) + 1.4)))
+    segments: list[tuple[str, str, list[int]]] = [
+        (f"{SHORT[label]} {label}", LABEL_COLORS[i % len(LABEL_COLORS)], [g.labels[label] for g in bars])
+        for i, label in enumerate(LABELS)]
+    segments += [(name, colour, counts) for (name, colour), counts in
+                 zip(UNLABELLED, ([g.unjudged for g in bars], [g.judge_failures for g in bars]), strict=True)
+                 if any(counts)]
     left = [0.0] * len(bars)
-    for i, label in enumerate(LABELS):
-        widths = [100 * g.labels[label] / g.n for g in bars]
-        ax.barh(range(len(bars)), widths, left=left, color=LABEL_COLORS[i % len(LABEL_COLORS)], height=0.7,
-                label=f"{SHORT[label]} {label}")
+    for name, colour, counts in segments:
+        widths = [100 * c / total for c, total in zip(counts, totals, strict=True)]
+        ax.barh(range(len(bars)), widths, left=left, color=colour, height=0.7, label=name, edgecolor="white",
+                linewidth=0.5)
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.set_yticks(range(len(bars)))
     ax.set_yticklabels(names, fontsize=8)
@@ -312,7 +324,7 @@ def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
         tick.set_color(colors[g.model])  # the model's colour, as in the other figures
     ax.set_ylim(len(bars) - 0.5, -0.5)
     ax.set_xlim(0, 100)
-    ax.set_xlabel("share of labelled turns (%)")
+    ax.set_xlabel("share of generated turns (%)")
     ax.set_title(f"Label composition per model at T={fmt_temp(t or 0.0)} (unperturbed)", fontsize=11)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()

@@ -102,7 +102,7 @@ def test_model_colours_are_the_same_in_every_figure(groups):
             assert line_colors(ax) == colors
         ticks = figures["label_mix"].get_axes()[0].get_yticklabels()
         for tick in ticks:
-            model = tick.get_text().split(" · ")[0]
+            model = tick.get_text().split(" · ")[0].split("\n")[0]
             assert to_hex(tick.get_color()) == colors[model]
     finally:
         for fig in figures.values():
@@ -160,6 +160,26 @@ def test_label_mix_one_bar_per_model_and_dataset_summing_to_100(groups):
     for patch in ax.patches:
         totals[patch.get_y()] = totals.get(patch.get_y(), 0.0) + patch.get_width()
     assert all(total == pytest.approx(100) for total in totals.values())
+    assert all("labelled 24 of 24" in t.get_text() for t in ax.get_yticklabels())
+
+
+def test_label_mix_shows_unjudged_and_failed_turns_beside_the_labels():
+    rs = records(models=MODELS[:1], datasets=DATASETS[:1], temps=(0.0,))
+    for i, r in enumerate(rs):
+        if i % 4 == 1:
+            r.label, r.label_source, r.judge_status = None, None, None  # unjudged
+        elif i % 4 == 2:
+            r.label, r.label_source, r.judge_status = None, None, "error"  # judge failed
+    group = next(g for g in summarise(rs) if g.perturbation == "none")
+    ax = plots.label_mix([group]).get_axes()[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-2:] == ["unjudged", "judge failed"]
+    widths = {c.get_label(): c.patches[0].get_width() for c in ax.containers}
+    total = group.n + group.unjudged + group.judge_failures
+    assert widths["unjudged"] == pytest.approx(100 * group.unjudged / total) and group.unjudged == 6
+    assert widths["judge failed"] == pytest.approx(100 * group.judge_failures / total)
+    assert sum(widths.values()) == pytest.approx(100)
+    assert f"labelled {group.n} of {total}" in ax.get_yticklabels()[0].get_text()
 
 
 def test_unknown_plot_temperature_is_a_user_error(groups, tmp_path, capsys):
