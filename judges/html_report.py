@@ -9,6 +9,7 @@ settings, the judge panels and the full sha256 of each judge prompt, and the dat
 
 from __future__ import annotations
 
+import array
 import base64
 import bisect
 import datetime as dt
@@ -168,12 +169,17 @@ class _AcrossItems:
         self.size = size
         self.chosen: dict[bytes, tuple[bytes, int, bytes]] = {}  # item rank -> (key rank, line number, raw line)
         self.records = 0
-        self.items: set[str] = set()
+        self._item_ranks = array.array("q")  # 8 bytes per record offered: a million records cost 8 MB, not a set
+
+    @property
+    def items(self) -> int:
+        """Distinct items offered (by their 64-bit rank; a collision among fewer than 10^8 items is negligible)."""
+        return len(np.unique(np.frombuffer(self._item_ranks, dtype=np.int64))) if self.records else 0
 
     def offer(self, item_id: str, key: str, number: int, raw: bytes) -> None:
         self.records += 1
-        self.items.add(item_id)
         item, rank = _rank(item_id), _rank(key)
+        self._item_ranks.append(int.from_bytes(item, "little", signed=True))
         held = self.chosen.get(item)
         if held is not None:
             if rank < held[0]:
@@ -263,7 +269,7 @@ class _Selection:
 
     def examples(self, path: Path | str) -> Examples:
         return Examples(
-            by_label={label: Shown(s.parsed(path), s.records, len(s.items))
+            by_label={label: Shown(s.parsed(path), s.records, s.items)
                       for label, s in self.per_label.items() if s.records},
             table=Shown(self.table.parsed(path), self.table.records),
             failures=Shown(self.failed.parsed(path), self.failed.records),

@@ -146,8 +146,9 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
             members.sort(key=lambda g: g.temperature)
             index = variants[model].index(variant)
             y = [100 * (g.followup_rate or 0.0) for g in members]
-            err = [[100 * ((g.followup_rate or 0.0) - (g.ci_low or 0.0)) for g in members],
-                   [100 * ((g.ci_high or 0.0) - (g.followup_rate or 0.0)) for g in members]]
+            bars = [_bar(100 * (g.followup_rate or 0.0), 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))
+                    for g in members]
+            err = [[b[0] for b in bars], [b[1] for b in bars]]
             line = ax.errorbar([g.temperature for g in members], y, yerr=err, color=colors[model],
                                linestyle=LINESTYLES[index % len(LINESTYLES)], marker=MARKERS[index % len(MARKERS)],
                                markersize=4, capsize=3, linewidth=1.4, elinewidth=0.9,
@@ -167,6 +168,12 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
     fig.suptitle("Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI)", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _bar(value: float, low: float, high: float) -> tuple[float, float]:
+    """Error-bar lengths below and above `value`; an estimate a rounding error outside its interval gets 0, not a
+    negative length (matplotlib refuses those)."""
+    return max(0.0, value - low), max(0.0, high - value)
 
 
 def _dodges(points: Sequence[tuple[float, float]], tolerance: float = 0.5) -> list[float]:
@@ -219,8 +226,8 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
             x = 100 * (g.followup_rate or 0.0)
             y = 100 * (g.accuracy or 0.0)
             acc = accuracy_interval(g) or (g.accuracy or 0.0, g.accuracy or 0.0)
-            xerr = [[x - 100 * (g.ci_low or 0.0)], [100 * (g.ci_high or 0.0) - x]]
-            yerr = [[y - 100 * acc[0]], [100 * acc[1] - y]]
+            xerr = [[e] for e in _bar(x, 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))]
+            yerr = [[e] for e in _bar(y, 100 * acc[0], 100 * acc[1])]
             offset = transforms.offset_copy(ax.transData, fig=fig, x=0.0, y=shift, units="points")
             point = ax.errorbar([x], [y], xerr=xerr, yerr=yerr, color=colors[g.model], marker=MARKERS[index],
                                 markersize=6, capsize=3, elinewidth=0.9, linestyle="none", transform=offset,
@@ -264,7 +271,7 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
             slot = slots.index((g.model, _variant(g)))
             y = perturbations.index(g.perturbation) + (slot - (len(slots) - 1) / 2) * (0.7 / max(1, len(slots)))
             d = 100 * (g.delta_vs_none or 0.0)
-            xerr = [[d - 100 * (g.delta_ci_low or 0.0)], [100 * (g.delta_ci_high or 0.0) - d]]
+            xerr = [[e] for e in _bar(d, 100 * (g.delta_ci_low or 0.0), 100 * (g.delta_ci_high or 0.0))]
             index = variants[g.model].index(_variant(g))
             point = ax.errorbar([d], [y], xerr=xerr, color=colors[g.model], marker=MARKERS[index], markersize=5,
                                 capsize=3, elinewidth=0.9, linestyle="none",

@@ -218,3 +218,8 @@ def test_points_at_the_same_place_are_drawn_apart_but_keep_their_values():
     assert [tuple(line.get_data()[0]) for line in drawn] == [tuple(drawn[0].get_data()[0])] * 2  # same values
     shown = [line.get_transform().transform((line.get_data()[0][0], line.get_data()[1][0])) for line in drawn]
     assert shown[0][0] == pytest.approx(shown[1][0]) and abs(shown[0][1] - shown[1][1]) > 3  # drawn apart
+
+
+def test_an_estimate_a_rounding_error_outside_its_interval_draws_no_negative_bar():
+    assert plots._bar(100.0, 64.5, 99.99999999999999) == (pytest.approx(35.5), 0.0)
+    assert plots._bar(0.0, 1e-15, 30.0) == (0.0, 30.0)
