@@ -34,7 +34,7 @@ from userturn.client.http_backends import Backend, HttpReply, ResponseTooLarge, 
 from userturn.client.redact import redact, redact_bytes, register_secret
 
 from userturn import defaults
-from userturn.errors import EndpointError
+from userturn.errors import EndpointError, RequestFailed, RetryableError
 
 if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never pays its import
     from tenacity import RetryCallState
@@ -50,7 +50,6 @@ BYTES_PER_TOKEN = 256
 LOGPROB_BYTES = 512  # one {"token", "logprob", "bytes"} entry
 UNBOUNDED_RESPONSE_CAP = 64 << 20  # a request without max_tokens
 MODELS_RESPONSE_CAP = 16 << 20  # GET /models
-AttemptKind = Literal["http", "malformed", "connect", "dropped", "timeout"]
 ReplyShape = Literal["completion", "chat"] | None
 
 
@@ -71,36 +70,6 @@ class EndpointConfig(BaseModel):
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
-
-
-class RetryableError(Exception):
-    """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response).
-
-    `kind` says what the attempt got: "http" (a response: a retryable status or a malformed body), "malformed" (bytes
-    that are not valid HTTP), "connect" (no connection), "dropped" (the connection broke) or "timeout".
-    """
-
-    def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-        self.kind: AttemptKind = kind
-
-
-class RequestFailed(Exception):
-    """A request that will not succeed: a non-retryable 4xx, an oversized response, or retries exhausted.
-
-    `endpoint_down` is set (to a one-line reason) when the retries ran out because the endpoint is unreachable: the
-    caller should stop the run rather than fail more samples (see `Endpoint._give_up`).
-    """
-
-    def __init__(self, reason: str, status: int | None = None, attempts: int = 1,
-                 endpoint_down: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.attempts = attempts
-        self.endpoint_down = endpoint_down
 
 
 @dataclass

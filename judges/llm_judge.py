@@ -7,12 +7,12 @@ import time
 from typing import Any
 
 from pydantic import BaseModel, Field
-from userturn.client.endpoint import Endpoint, EndpointConfig, RequestFailed
+from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema
 from userturn.judges.prompt import JudgePrompt
 
 from userturn import defaults
-from userturn.errors import EndpointError
+from userturn.errors import EndpointError, RequestFailed
 from userturn.records import JudgeVerdict
 from userturn.taxonomy import LABELS
 

@@ -18,10 +18,10 @@ import pytest
 import respx
 from loopback_server import LoopbackServer
 from userturn.client.dataset import DatasetItem
-from userturn.client.endpoint import Endpoint, EndpointConfig, RequestFailed
+from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.client.pipeline import ProbeRun, ProbeSettings
 
-from userturn.errors import EndpointError
+from userturn.errors import EndpointError, RequestFailed
 from userturn.jsonl import read_records
 from userturn.records import Message
 
