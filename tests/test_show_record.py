@@ -140,3 +140,16 @@ def test_prompt_only_bytes_on_a_real_stdout(raw_run):
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == next(b["prompt"] for b in bodies if b["seed"] == record.seed).encode()
+
+
+def test_manifest_gives_the_tokenizer_and_a_bad_tokenizer_is_an_error(raw_run, tmp_path, capsys):
+    out, bodies = raw_run
+    manifest = tmp_path / "loop.yaml"
+    manifest.write_text(f"name: loop\nengine: external\nbase_url: http://127.0.0.1:9/v1\nserved_model_name: mock\n"
+                        f"probe:\n  tokenizer: {QWEN_DIR}\n")
+    record = find_record(out, "mock|d|q1|raw|wrong_answer|t=0.7|s=0")
+    assert main(["show", str(out), record.key, "--manifest", str(manifest), "--prompt-only"]) == 0
+    assert capsys.readouterr().out == next(b["prompt"] for b in bodies if b["seed"] == record.seed)
+    assert main(["show", str(out), record.key, "--tokenizer", str(tmp_path / "missing")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "missing" in captured.err
