@@ -153,3 +153,11 @@ def test_manifest_gives_the_tokenizer_and_a_bad_tokenizer_is_an_error(raw_run, t
     assert main(["show", str(out), record.key, "--tokenizer", str(tmp_path / "missing")]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "missing" in captured.err
+
+
+def test_record_flags_need_a_key_and_limit_needs_the_table(raw_run, capsys):
+    out, _ = raw_run
+    assert main(["show", str(out), "--prompt-only"]) == 2
+    assert "--prompt-only needs a KEY" in capsys.readouterr().err
+    assert main(["show", str(out), "mock|d|q1|raw|none|t=0.0|s=0", "--limit", "2"]) == 2
+    assert "--limit applies to the table" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from userturn.cli_show import add_arguments as add_show_arguments
-from userturn.cli_show import show_record
+from userturn.cli_show import show_record, wants_record
 from userturn.errors import UserError
 
 
@@ -163,7 +163,7 @@ def show_command(args: argparse.Namespace) -> int:
 
     from userturn.client.show import turns_table
 
-    if args.key is not None:
+    if wants_record(args):
         return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")

@@ -23,6 +23,8 @@ EXAMPLES = """examples:
 
 def add_arguments(show: argparse.ArgumentParser) -> None:
     """The KEY form's arguments on the `show` parser (and its examples, unless the parser has some)."""
+    show.description = (show.description or "") + (" With KEY: that one record whole, its prompt exactly as sent "
+                                                    "(rebuilt and checked against the record's prompt_sha256).")
     if show.epilog is None:
         show.epilog, show.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     show.add_argument("key", metavar="KEY", nargs="?", default=None,
@@ -57,11 +59,24 @@ def replayer(args: argparse.Namespace) -> Any:
     return Replayer(tokenizer, chat_template, renderer)
 
 
+def wants_record(args: argparse.Namespace) -> bool:
+    """A KEY, or a flag that only makes sense with one."""
+    return args.key is not None or any((args.tokenizer, args.chat_template, args.renderer, args.manifest,
+                                        args.prompt_only))
+
+
 def show_record(args: argparse.Namespace) -> int:
     """Print one record (or only its prompt). Unknown key: UserError with the closest keys (exit 2)."""
     from userturn.client.prompt_replay import find_record
     from userturn.client.show import record_view
 
+    flags = [f for f, given in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template),
+                                ("--renderer", args.renderer), ("--manifest", args.manifest),
+                                ("--prompt-only", args.prompt_only)) if given]
+    if args.key is None:
+        raise UserError(f"{flags[0]} needs a KEY: it applies to one record (userturn show RESULTS.jsonl KEY)")
+    if args.limit is not None:
+        raise UserError("--limit applies to the table of turns, not to one KEY")
     record = find_record(args.results, args.key)
     replay = replayer(args)
     try:
