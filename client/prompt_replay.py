@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -72,8 +73,10 @@ class Replayer:
     """Rebuilds the prompts of many records with one tokenizer: a renderer per (engine, template variables), loaded
     once. `tokenizer` None: chat-mode prompts only (raw mode raises UserError saying what to pass)."""
 
-    def __init__(self, tokenizer: str | None, chat_template: str | None = None, renderer: str | None = None) -> None:
+    def __init__(self, tokenizer: str | None, chat_template: str | None = None, renderer: str | None = None,
+                 now: datetime | None = None) -> None:
         self.tokenizer, self.chat_template, self.renderer = tokenizer, chat_template, renderer
+        self.now = now  # the clock of templates that print the date (`strftime_now`, gpt-oss): the probe's day
         self._loaded: dict[bytes, PromptRenderer] = {}
 
     def renderer_for(self, record: ProbeRecord) -> PromptRenderer | None:
@@ -87,7 +90,8 @@ class Replayer:
         if cache_key not in self._loaded:
             harmony = {"auto": None, "chat_template": False, "harmony": True}[choice]
             self._loaded[cache_key] = PromptRenderer.load(self.tokenizer, chat_template=self.chat_template,
-                                                          template_kwargs=kwargs or None, harmony=harmony)
+                                                          template_kwargs=kwargs or None, harmony=harmony,
+                                                          now=self.now)
         return self._loaded[cache_key]
 
     def prompt(self, record: ProbeRecord) -> ReplayedPrompt:

@@ -161,3 +161,27 @@ def test_record_flags_need_a_key_and_limit_needs_the_table(raw_run, capsys):
     assert "--prompt-only needs a KEY" in capsys.readouterr().err
     assert main(["show", str(out), "mock|d|q1|raw|none|t=0.0|s=0", "--limit", "2"]) == 2
     assert "--limit applies to the table" in capsys.readouterr().err
+
+
+def test_a_template_that_prints_the_date_needs_the_probe_day_and_a_wrong_one_is_a_mismatch(tmp_path, capsys):
+    import datetime as dt
+
+    template = tmp_path / "dated.jinja"
+    template.write_text("Today is {{ strftime_now('%Y-%m-%d') }}.\n{% for m in messages %}<|{{ m.role }}|>"
+                        "{{ m.content }}<|end|>\n{% endfor %}")
+    out = tmp_path / "out.jsonl"
+    with MockServer(completion_handler()) as server:
+        probe(server, write_dataset(tmp_path / "d.jsonl"), out, "--tokenizer", QWEN_DIR, "--chat-template",
+              str(template))
+        sent = {b["seed"]: b["prompt"] for b in server.bodies("/completions")}
+    record = find_record(out, "mock|d|q0|raw|none|t=0.0|s=0")
+    today = sent[record.seed][len("Today is "):].split(".", 1)[0]  # the probe's day (read back: no midnight race)
+    assert dt.date.fromisoformat(today)
+    common = ["show", str(out), record.key, "--tokenizer", QWEN_DIR, "--chat-template", str(template)]
+    assert main([*common, "--date", today, "--prompt-only"]) == 0
+    assert capsys.readouterr().out == sent[record.seed]
+    assert main([*common, "--date", "2020-01-02"]) == 1  # another day: shown, marked, exit 1
+    view = capsys.readouterr().out
+    assert "MISMATCH" in view and "this is not the prompt that was sent" in view and "Today is 2020-01-02" in view
+    assert main([*common, "--date", "2020-01-02", "--prompt-only"]) == 1
+    assert "is not the record's prompt_sha256" in capsys.readouterr().err

@@ -37,9 +37,20 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
                    help="the renderer the probe used (default: the record's template engine)")
     g.add_argument("--manifest", default=None, metavar="FILE_OR_NAME",
                    help="take tokenizer, template and renderer from a manifest's probe: section (flags win)")
+    g.add_argument("--date", type=_date, default=None, metavar="YYYY-MM-DD",
+                   help="the day the probe ran, for templates that print the date (default: today)")
     g.add_argument("--prompt-only", action="store_true",
                    help="print only the prompt, byte for byte as sent (raw: the prompt string; chat: the messages "
                         "JSON); exit 1 when it does not match the record's prompt_sha256")
+
+
+def _date(text: str) -> Any:
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(text, "%Y-%m-%d").replace(hour=12)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected YYYY-MM-DD, got {text!r}") from None
 
 
 def replayer(args: argparse.Namespace) -> Any:
@@ -56,13 +67,13 @@ def replayer(args: argparse.Namespace) -> Any:
         tokenizer = tokenizer or layer.tokenizer
         chat_template = chat_template or layer.chat_template
         renderer = renderer or layer.renderer
-    return Replayer(tokenizer, chat_template, renderer)
+    return Replayer(tokenizer, chat_template, renderer, now=args.date)
 
 
 def wants_record(args: argparse.Namespace) -> bool:
     """A KEY, or a flag that only makes sense with one."""
     return args.key is not None or any((args.tokenizer, args.chat_template, args.renderer, args.manifest,
-                                        args.prompt_only))
+                                        args.date, args.prompt_only))
 
 
 def show_record(args: argparse.Namespace) -> int:
@@ -72,7 +83,7 @@ def show_record(args: argparse.Namespace) -> int:
 
     flags = [f for f, given in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template),
                                 ("--renderer", args.renderer), ("--manifest", args.manifest),
-                                ("--prompt-only", args.prompt_only)) if given]
+                                ("--date", args.date), ("--prompt-only", args.prompt_only)) if given]
     if args.key is None:
         raise UserError(f"{flags[0]} needs a KEY: it applies to one record (userturn show RESULTS.jsonl KEY)")
     if args.limit is not None:
