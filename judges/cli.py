@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from userturn.judges.arguments import add_judge_arguments, panel_config
 
+from userturn.argtypes import non_negative_float
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -45,7 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--wide", action="store_true", help="every column (items, label mix, judges, tokens per row); "
                         "the default table fits 100 columns")
     report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report")
-    report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures as PNG files to DIR")
+    report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures to DIR (PNG, PDF, SVG)")
+    report.add_argument("--plot-temperature", type=non_negative_float, default=None, metavar="T",
+                        help="temperature of the single-temperature figures (default: the lowest present)")
+    report.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF",
+                        help="the probe's tokenizer: the HTML sample table shows raw-mode prompts exactly as sent")
+    report.add_argument("--chat-template", default=None, metavar="FILE", help="the probe's --chat-template, if any")
     report.set_defaults(func=report_command)
 
     evaluate = sub.add_parser(

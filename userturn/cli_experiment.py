@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from userturn.cli_show import add_arguments as add_show_arguments
+from userturn.cli_show import show_record, wants_record
 from userturn.errors import UserError
 
 
@@ -50,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "(meta.second_turn), and the label with who gave it.")
     show.add_argument("results", metavar="RESULTS.jsonl")
     show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
     show.set_defaults(func=show_command)
 
     rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
@@ -184,6 +187,8 @@ def show_command(args: argparse.Namespace) -> int:
 
     from userturn.client.show import turns_table
 
+    if wants_record(args):
+        return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
     console = Console() if sys.stdout.isatty() else Console(width=200)
