@@ -53,7 +53,8 @@ Rerun the same command to resume; --dry-run checks every model's template with o
   userturn export runs/smoke/results.jsonl --format sft-human --out human.jsonl""",
     "show": """\
   userturn show runs/smoke/results.jsonl
-  userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0' --manifest quickstart-cpu
+  userturn show runs/smoke/results.jsonl \\
+      'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0' --manifest quickstart-cpu
   userturn show runs/q9b.jsonl 'qwen3.5-9b|gsm8k|12|raw|none|t=0.0|s=0' --tokenizer Qwen/Qwen3.5-9B --prompt-only""",
     "rerank": """\
   userturn rerank runs/q9b.judged.jsonl

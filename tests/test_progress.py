@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from chatml_renderer import Renderer
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig, EndpointStats
 from userturn.client.perturb import perturb
@@ -125,18 +126,6 @@ async def test_tty_uses_the_rich_view():
 PROBE, JUDGE = "http://probe.test/v1", "http://judge.test/v1"
 
 
-class Renderer:
-    template_sha256 = "t" * 64
-
-    def __init__(self) -> None:
-        self.stop = ["<|im_end|>"]
-        self.stop_token_ids: list[int] = []
-
-    def user_turn_prompt(self, messages: list[Message]) -> str:
-        return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
-
-    def count_tokens(self, text: str) -> int | None:
-        return None
 
 
 def item(i: int, answer: str) -> DatasetItem:
