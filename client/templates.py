@@ -443,6 +443,7 @@ class JinjaBackend:
     """A chat template compiled once, rendered with the variables transformers passes."""
 
     engine = "jinja"
+    compiler = "jinja2"
 
     def __init__(self, source: str, variables: Mapping[str, Any], now: datetime, name: str) -> None:
         self.template = compile_template(source, now)
@@ -513,6 +514,7 @@ class PromptRenderer:
         template_kwargs: Mapping[str, Any] | None = None,
         now: datetime | None = None,
         harmony: bool | None = None,
+        compiler: Literal["auto", "jinja2", "minijinja"] = "auto",
     ) -> PromptRenderer:
         """Load a local tokenizer dir or a hub id (small files only).
 
@@ -521,6 +523,10 @@ class PromptRenderer:
         template_kwargs: more template variables (e.g. `reasoning_effort` for gpt-oss, `clear_thinking` for GLM).
         now: the clock for `strftime_now` and gpt-oss's current date (default: frozen at load time).
         harmony: render gpt-oss with openai-harmony (default: yes for a gpt-oss model without a template override).
+        compiler: what runs a Jinja template: "auto" is minijinja where it renders this template exactly as jinja2
+            does (checked at load and while running, `client.minijinja_backend`), else jinja2; "jinja2" always
+            jinja2; "minijinja" refuses a template minijinja cannot render identically. The bytes are the same, so
+            the records' `template_engine` is `jinja` either way.
         """
         now = now or datetime.now()
         files = read_tokenizer_files(name_or_path)
@@ -545,9 +551,19 @@ class PromptRenderer:
                        template_sha256=harmony_backend.template_sha256, stop=harmony_backend.stop,
                        stop_token_ids=harmony_backend.stop_token_ids, count_fn=harmony_backend.count_tokens,
                        special_tokens=tokenizer_special_tokens(files, variables) | harmony_backend.special_tokens)
-        backend = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
+        jinja = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
         tokens = added_tokens(files.config, files.tokenizer_json)
-        stop = merge_stops(_end_of_turn(backend, tokens), eos_stops(files.config, files.generation_config, tokens))
+        stop = merge_stops(_end_of_turn(jinja, tokens), eos_stops(files.config, files.generation_config, tokens))
+        backend: _Backend = jinja
+        if compiler != "jinja2":
+            from userturn.client.minijinja_backend import MiniJinjaBackend
+
+            fast = MiniJinjaBackend.checked(source, {**variables, **extra}, now, jinja)
+            if fast is not None:
+                backend = fast
+            elif compiler == "minijinja":
+                raise UserError(f"chat template of {name_or_path}: minijinja cannot render it exactly as jinja2 does "
+                                "(or is not installed); use the jinja2 engine")
         return cls(
             name=name_or_path, family=family, backend=backend, template_sha256=sha256_text(source),
             stop=stop, stop_token_ids=stop_token_ids(stop, tokens),
@@ -616,7 +632,9 @@ class PromptRenderer:
         return len(self._tokenizer.encode(text, add_special_tokens=True).ids)
 
     def __repr__(self) -> str:
-        return (f"PromptRenderer({self.name!r}, family={self.family}, engine={self.engine}, "
+        compiler = getattr(self.backend, "compiler", None)
+        return (f"PromptRenderer({self.name!r}, family={self.family}, engine={self.engine}"
+                f"{f' ({compiler})' if compiler else ''}, "
                 f"template_sha256={self.template_sha256[:12]}, stop={self.stop})")
 
 
