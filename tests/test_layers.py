@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"userturn": "userturn", "client": "userturn.client", "serve": "userturn.serve", "judges": "userturn.judges"}
 TOP = ("userturn.cli", "userturn.cli_probe", "userturn.cli_experiment", "userturn.experiment", "userturn.__main__",
-       "userturn.run_builder", "userturn.commands")
+       "userturn.run_builder", "userturn.commands", "userturn.cli_train", "userturn.posttrain")
 ALLOWED = {"core": {"core"}, "serve": {"core", "serve"}, "client": {"core", "client"},
            "judges": {"core", "client", "judges"}, "top": {"core", "serve", "client", "judges", "top"}}
 

@@ -189,6 +189,9 @@ def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     manifest = load_manifest(args.manifest)
     with launch(manifest, launcher=launcher or "local") as server:
         probe_defaults = manifest.probe.model_dump(exclude_none=True)
+        for key in ("tokenizer", "chat_template"):  # ./x and ../x are relative to the manifest
+            if key in probe_defaults:
+                probe_defaults[key] = manifest.resolve_path(probe_defaults[key])
         if "tokenizer" not in probe_defaults and is_gguf(manifest.model):  # the GGUF metadata has the template
             probe_defaults["tokenizer"] = manifest.resolve_path(manifest.model)
         yield {
@@ -284,6 +287,7 @@ async def probe_main(args: argparse.Namespace) -> int:
             extra_stop=list(defaults.get("stop") or []),
             extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
             template_kwargs=template_kwargs if args.mode == "raw" else {},
+            record_meta=dict(defaults.get("record_meta") or {}),
         )
         summary = await execute(items, settings, args, server["base_urls"], renderer, server["api_key_env"],
                                 swap_pool=every)

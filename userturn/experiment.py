@@ -353,6 +353,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                                 extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
                                 concurrency=exp.concurrency,
                                 template_kwargs=template_kwargs if mode == "raw" else {},
+                                record_meta=dict(defaults.get("record_meta") or {}),
                             )
                             runs.append(ProbeRun(
                                 probe_items, settings, endpoints=endpoints,
