@@ -48,7 +48,7 @@ class TrainSettings(BaseModel):
     lora_dropout: float = Field(default=0.0, ge=0, lt=1)
     learning_rate: float | None = Field(default=None, gt=0, description="default 2e-4 (sft), 5e-5 (dpo)")
     seed: int = 0
-    batch_size: int = Field(default=4, ge=1)
+    batch_size: int = Field(default=1, ge=1, description="1: no padding (fastest per example on a CPU)")
     grad_accum: int = Field(default=1, ge=1)
     max_length: int = Field(default=384, ge=8, description="tokens per example; longer prompts are cut on the left")
     beta: float = Field(default=0.1, gt=0, description="DPO temperature")
@@ -122,6 +122,11 @@ def _training_args(settings: TrainSettings, output_dir: str, on_gpu: bool, bf16:
         "data_seed": settings.seed, "logging_steps": 1, "save_strategy": "no", "report_to": [],
         "disable_tqdm": True, "use_cpu": not on_gpu, "bf16": bf16, "dataloader_num_workers": 0,
         "lr_scheduler_type": "linear", "warmup_steps": 0, "max_length": settings.max_length,
+        # TRL turns activation checkpointing on by default: it recomputes the forward pass (~1/3 more time) to save
+        # memory a small model on a CPU does not need; keep it for GPUs, where bigger models train.
+        "gradient_checkpointing": on_gpu,
+        # batches of similar lengths: padding is most of the work when one long prompt joins short ones
+        "train_sampling_strategy": "group_by_length" if settings.batch_size > 1 else "random",
     }
     if settings.method == "dpo":
         args["beta"] = settings.beta
@@ -166,6 +171,8 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
         model = AutoModelForCausalLM.from_pretrained(source.model, **kwargs)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot load the base model {source.model}: {str(exc).splitlines()[0]}") from None
+    if source.gguf_file:
+        _drop_gguf_quantizer(model, source)
     load_seconds = time.monotonic() - started
     from transformers import set_seed
 
@@ -210,6 +217,21 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
         final_loss=losses[-1][1] if losses else None, losses=losses, device="cuda" if on_gpu else "cpu",
         dtype=str(dtype).removeprefix("torch."), trainable_parameters=trainable, total_parameters=total,
     )
+
+
+def _drop_gguf_quantizer(model: Any, source: BaseModelSource) -> None:
+    """A GGUF file loads dequantised into plain float tensors, but transformers still marks the model quantized (and
+    refuses to train it). With every weight a float tensor nothing quantized is left: drop the mark, so training runs
+    and the saved checkpoint is an ordinary one."""
+    if not all(p.is_floating_point() for p in model.parameters()):
+        raise UserError(f"{source.model}/{source.gguf_file}: transformers kept the GGUF weights quantized; training "
+                        "needs them dequantized (uninstall `kernels`, or train from a safetensors checkpoint)")
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
+    for module in model.modules():
+        if getattr(getattr(module, "config", None), "_is_quantized", False):
+            module.config._is_quantized = False
 
 
 def _pretokenized_dpo() -> type:

@@ -51,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lora-r", type=int, default=16, metavar="R", help="LoRA rank (alpha = 2R)")
     p.add_argument("--learning-rate", type=float, default=None, metavar="LR", help="default 2e-4 (sft), 5e-5 (dpo)")
     p.add_argument("--seed", type=int, default=0, metavar="S")
-    p.add_argument("--batch-size", type=int, default=4, metavar="B")
+    p.add_argument("--batch-size", type=int, default=1, metavar="B",
+                   help="examples per step (1: no padding, the fastest per example on a CPU)")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="K", help="steps accumulated per optimizer step")
     p.add_argument("--max-length", type=int, default=384, metavar="T",
                    help="tokens per example; a longer prompt is cut on the left (counted in training.json)")
     p.add_argument("--beta", type=float, default=0.1, help="DPO beta")
@@ -95,6 +97,7 @@ def settings_from(args: argparse.Namespace) -> TrainSettings:
     try:
         return TrainSettings(method=args.method, max_steps=args.max_steps, epochs=args.epochs, lora_r=args.lora_r,
                              learning_rate=args.learning_rate, seed=args.seed, batch_size=args.batch_size,
+                             grad_accum=args.grad_accum,
                              max_length=args.max_length, beta=args.beta, threads=args.threads)
     except ValidationError as exc:
         raise UserError(f"train: --{first_error(exc).replace('_', '-')}") from None
