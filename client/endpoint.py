@@ -33,7 +33,8 @@ from pydantic import BaseModel, Field
 from userturn.client.http_backends import Backend, HttpReply, ResponseTooLarge, TransportFailure, make_backend
 from userturn.client.redact import redact, redact_bytes, register_secret
 
-from userturn.errors import EndpointError
+from userturn import defaults
+from userturn.errors import EndpointError, RequestFailed, RetryableError
 
 if TYPE_CHECKING:  # tenacity loads on the first retry: a run without one never pays its import
     from tenacity import RetryCallState
@@ -49,7 +50,6 @@ BYTES_PER_TOKEN = 256
 LOGPROB_BYTES = 512  # one {"token", "logprob", "bytes"} entry
 UNBOUNDED_RESPONSE_CAP = 64 << 20  # a request without max_tokens
 MODELS_RESPONSE_CAP = 16 << 20  # GET /models
-AttemptKind = Literal["http", "malformed", "connect", "dropped", "timeout"]
 ReplyShape = Literal["completion", "chat"] | None
 
 
@@ -57,12 +57,12 @@ class EndpointConfig(BaseModel):
     """How to reach and treat one OpenAI-compatible endpoint."""
 
     base_url: str = Field(description="e.g. http://127.0.0.1:30000/v1")
-    api_key_env: str = "OPENAI_API_KEY"
-    request_timeout: float = Field(default=300.0, gt=0, description="per-attempt deadline, seconds")
-    max_retries: int = Field(default=5, ge=0)
-    concurrency: int = Field(default=64, ge=1)
-    backoff_initial: float = Field(default=0.5, ge=0)
-    backoff_max: float = Field(default=30.0, ge=0)
+    api_key_env: str = defaults.API_KEY_ENV
+    request_timeout: float = Field(default=defaults.REQUEST_TIMEOUT_S, gt=0, description="per-attempt deadline, s")
+    max_retries: int = Field(default=defaults.MAX_RETRIES, ge=0)
+    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
+    backoff_initial: float = Field(default=defaults.BACKOFF_INITIAL_S, ge=0)
+    backoff_max: float = Field(default=defaults.BACKOFF_MAX_S, ge=0)
     http_backend: Literal["httpx", "aiohttp"] = Field(
         default="httpx", description="httpx (respx-mockable) or aiohttp (faster; used by `userturn probe`)")
     max_response_bytes: int | None = Field(
@@ -70,36 +70,6 @@ class EndpointConfig(BaseModel):
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
-
-
-class RetryableError(Exception):
-    """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response).
-
-    `kind` says what the attempt got: "http" (a response: a retryable status or a malformed body), "malformed" (bytes
-    that are not valid HTTP), "connect" (no connection), "dropped" (the connection broke) or "timeout".
-    """
-
-    def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-        self.kind: AttemptKind = kind
-
-
-class RequestFailed(Exception):
-    """A request that will not succeed: a non-retryable 4xx, an oversized response, or retries exhausted.
-
-    `endpoint_down` is set (to a one-line reason) when the retries ran out because the endpoint is unreachable: the
-    caller should stop the run rather than fail more samples (see `Endpoint._give_up`).
-    """
-
-    def __init__(self, reason: str, status: int | None = None, attempts: int = 1,
-                 endpoint_down: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.attempts = attempts
-        self.endpoint_down = endpoint_down
 
 
 @dataclass
@@ -355,7 +325,7 @@ class Endpoint:
         Fatal statuses (401/403/404) raise EndpointError so the caller can stop the run.
         """
         url = self.url(path)
-        if type(payload) is bytes:
+        if isinstance(payload, bytes):
             body = payload
         else:
             body = orjson.dumps(payload)

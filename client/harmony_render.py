@@ -27,6 +27,7 @@ from userturn.client.special_tokens import SpecialTokens
 
 from userturn.errors import UserError
 from userturn.records import sha256_text
+from userturn.text import content_text
 
 O200K_FILE = "o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
@@ -199,9 +200,4 @@ class HarmonyRenderer:
 
 
 def _text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI-style content parts
-        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
-    return "" if content is None else str(content)
+    return content_text(message.get("content"))

@@ -12,7 +12,7 @@ import random
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import overload
+from typing import BinaryIO, overload
 
 from userturn.client.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
 
@@ -51,7 +51,7 @@ class JsonlItems(Sequence[DatasetItem]):
             for index in range(len(self._offsets)):
                 yield self._read(fh, index)
 
-    def _read(self, fh, index: int) -> DatasetItem:  # type: ignore[no-untyped-def]
+    def _read(self, fh: BinaryIO, index: int) -> DatasetItem:
         fh.seek(self._offsets[index])
         try:
             item = parse_item_line(self.path, self._numbers[index], fh.readline(MAX_LINE_BYTES + 1).strip())

@@ -28,7 +28,15 @@ from userturn.client.scoring import find_final_number
 from userturn.errors import UserError
 from userturn.records import Message
 
-PERTURBATIONS: tuple[str, ...] = ("none", "wrong_answer", "truncate", "swap", "remove", "generic")
+SUMMARIES: dict[str, str] = {  # one line each, for `userturn list` (the module docstring says what each tests)
+    "none": "the assistant turn as it is",
+    "wrong_answer": "the final number changed (the model should push back)",
+    "truncate": "the answer cut mid-way (the model should ask to continue)",
+    "swap": "another item's answer (the model should point out the mismatch)",
+    "remove": "no assistant turn (genuine follow-ups should drop)",
+    "generic": "a fixed non-answer (re-asking should rise)",
+}
+PERTURBATIONS: tuple[str, ...] = tuple(SUMMARIES)
 GENERIC_RESPONSE = "I'm not able to help with that right now."
 
 

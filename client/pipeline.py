@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
 from userturn.client.perturb import PerturbationNotApplicable, SwapRing
-from userturn.client.progress import Progress, RunCounters
+from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.seeds import sample_seed
 from userturn.client.special_tokens import SpecialTokens, check_items
@@ -42,9 +42,8 @@ from userturn.records import (
 )
 from userturn.results_lock import results_lock
 from userturn.resume_index import ResumeIndex, scan_results
+from userturn.text import strip_reasoning
 from userturn.workers import run_all
-
-THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
 class Renderer(Protocol):
@@ -142,14 +141,6 @@ class AssistantTurn:
     finish_reason: str | None = None
 
 
-def strip_reasoning(text: str) -> str:
-    """Drop <think> blocks (and a dangling leading </think>) from a completion."""
-    text = THINK_BLOCK.sub("", text)
-    if "</think>" in text:
-        text = text.split("</think>", 1)[1]
-    return text.strip()
-
-
 def clean_user_turn(text: str, stops: Sequence[str]) -> str:
     """The generated user turn without a trailing stop string some servers echo back."""
     for stop in stops:
@@ -237,6 +228,7 @@ class ProbeRun:
         self.progress = Progress(
             self.counters,
             lambda: [e.stats for e in self.endpoints],
+            judge_stats=lambda: judge_endpoint_stats(self.judge),
             title=progress_title or f"userturn probe {settings.model} on {settings.dataset}",
             enabled=progress,
         )
@@ -260,7 +252,6 @@ class ProbeRun:
             for item in self.items:
                 self._pool.setdefault(item.id, item)
             self._ring = SwapRing(settings.seed, self._pool)
-        self._partners: dict[str, str] = {}
         self._partners: dict[str, str] = {}
 
     # ----- configuration --------------------------------------------------------------------------------------
@@ -730,7 +721,7 @@ class ProbeRun:
         c = self.counters
         for job in jobs:
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
-            if type(record) is bytes:  # an ok record, already serialised
+            if isinstance(record, bytes):  # an ok record, already serialised
                 writer.write_line(record)
                 c.done += 1
                 c.ok += 1

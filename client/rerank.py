@@ -17,8 +17,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from userturn.records import ProbeRecord, sha256_text
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 GENUINE = "genuine_followup"
 
@@ -120,3 +124,24 @@ def rerank(records: Iterable[ProbeRecord]) -> list[RerankRow]:
 
 def as_dicts(rows: list[RerankRow]) -> list[dict]:
     return [asdict(row) for row in rows]
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def rerank_table(rows: list[RerankRow], title: str) -> Table:
+    """The rerank rows as a table that fits 100 columns: names wrap, numbers stay whole."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("model / dataset", overflow="fold", min_width=12)
+    table.add_column("perturb", overflow="fold", max_width=12)
+    for column in ("T", "queries\n(mixed)", "responses\n(correct)", "AUROC", "within", "top-1\n(random)"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(f"{r.model}\n[dim]{r.dataset} ({r.mode})[/]", r.perturbation, f"{r.temperature:g}",
+                      f"{r.queries} ({r.mixed_queries})", f"{r.responses} ({r.correct_responses})", _fmt(r.auroc),
+                      _fmt(r.within_auroc), f"{_fmt(r.top1)} ({_fmt(r.top1_random)})", end_section=True)
+    return table

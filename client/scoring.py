@@ -17,10 +17,10 @@ from typing import Any
 from userturn.client.dataset import DatasetItem
 
 from userturn.errors import UserError
+from userturn.text import strip_reasoning
 
 Score = tuple[bool | None, dict[str, float] | None]
 
-THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 # A number with an optional sign and $ (either order), thousands separators and decimals.
 NUMBER = re.compile(
     r"(?<![\w.])(?P<sign>[-−]?)\s?\$?\s?(?P<sign2>[-−]?)(?P<digits>\d{1,3}(?:,\d{3})+|\d+)(?P<frac>\.\d+)?"
@@ -30,16 +30,6 @@ MARKERS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\\boxed\s*\{(?P<tail>[^{}]*)\}"),
     re.compile(r"(?:final answer|answer is|answer:)\s*(?:is)?\s*[:=]?\s*(?P<tail>[^\n]*)", re.IGNORECASE),
 )
-
-
-def strip_reasoning(text: str) -> str:
-    """The answer without `<think>` blocks; an unclosed leading block (cut reasoning) leaves nothing."""
-    text = THINK.sub("", text)
-    if "</think>" in text:
-        text = text.split("</think>", 1)[1]
-    if text.lstrip().startswith("<think>"):
-        return ""
-    return text.strip()
 
 
 @dataclass(frozen=True)

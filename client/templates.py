@@ -391,8 +391,8 @@ def _post_processor_prefix(processor: Mapping[str, Any] | None) -> list[str]:
         return []
     if processor.get("type") == "Sequence":
         for inner in processor.get("processors") or []:
-            if prefix := _post_processor_prefix(inner):
-                return prefix
+            if found := _post_processor_prefix(inner):
+                return found
         return []
     if processor.get("type") != "TemplateProcessing":
         return []
@@ -539,11 +539,12 @@ class PromptRenderer:
         if use_harmony:
             from userturn.client.harmony_render import HarmonyRenderer
 
-            backend = HarmonyRenderer(today=now, reasoning_effort=str(extra.get("reasoning_effort", "medium")),
-                                      model_identity=extra.get("model_identity"))
-            return cls(name=name_or_path, family="gpt-oss", backend=backend, template_sha256=backend.template_sha256,
-                       stop=backend.stop, stop_token_ids=backend.stop_token_ids, count_fn=backend.count_tokens,
-                       special_tokens=tokenizer_special_tokens(files, variables) | backend.special_tokens)
+            harmony_backend = HarmonyRenderer(today=now, reasoning_effort=str(extra.get("reasoning_effort", "medium")),
+                                              model_identity=extra.get("model_identity"))
+            return cls(name=name_or_path, family="gpt-oss", backend=harmony_backend,
+                       template_sha256=harmony_backend.template_sha256, stop=harmony_backend.stop,
+                       stop_token_ids=harmony_backend.stop_token_ids, count_fn=harmony_backend.count_tokens,
+                       special_tokens=tokenizer_special_tokens(files, variables) | harmony_backend.special_tokens)
         backend = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
         tokens = added_tokens(files.config, files.tokenizer_json)
         stop = merge_stops(_end_of_turn(backend, tokens), eos_stops(files.config, files.generation_config, tokens))

@@ -125,8 +125,10 @@ def _training_args(settings: TrainSettings, output_dir: str, on_gpu: bool, bf16:
         # TRL turns activation checkpointing on by default: it recomputes the forward pass (~1/3 more time) to save
         # memory a small model on a CPU does not need; keep it for GPUs, where bigger models train.
         "gradient_checkpointing": on_gpu,
-        # batches of similar lengths: padding is most of the work when one long prompt joins short ones
-        "train_sampling_strategy": "group_by_length" if settings.batch_size > 1 else "random",
+        # SFT batches of similar lengths: padding is most of the work when one long prompt joins short ones (DPO
+        # rows carry prompt/chosen/rejected ids, no `input_ids` the length sampler could measure)
+        "train_sampling_strategy": "group_by_length" if settings.batch_size > 1 and settings.method == "sft"
+        else "random",
     }
     if settings.method == "dpo":
         args["beta"] = settings.beta
@@ -177,8 +179,8 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
     from transformers import set_seed
 
     set_seed(settings.seed)  # the LoRA initialisation and the data order
-    lora = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-                      target_modules="all-linear", task_type="CAUSAL_LM")
+    lora = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha or 2 * settings.lora_r,
+                      lora_dropout=settings.lora_dropout, target_modules="all-linear", task_type="CAUSAL_LM")
     dataset = _dataset(examples)
     with tempfile.TemporaryDirectory(prefix="userturn-train-") as scratch:
         args = _training_args(settings, scratch, on_gpu, bf16)
@@ -196,15 +198,16 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
 
         for quiet in (PrinterCallback, ProgressCallback):  # the progress callbacks passed in report instead
             trainer.remove_callback(quiet)
-        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-        total = sum(p.numel() for p in trainer.model.parameters())
+        peft_model: Any = trainer.model
+        trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in peft_model.parameters())
         train_started = time.monotonic()
         trainer.train()
         train_seconds = time.monotonic() - train_started
         steps = int(trainer.state.global_step)
         losses = [(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history if "loss" in h]
         save_started = time.monotonic()
-        merged = trainer.model.merge_and_unload()
+        merged = peft_model.merge_and_unload()
         merged = merged.to(torch.float32)  # served on CPU in float32; a GPU engine casts as its manifest says
         out_dir.mkdir(parents=True, exist_ok=True)
         merged.save_pretrained(str(out_dir), safe_serialization=True)

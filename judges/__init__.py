@@ -1,7 +1,8 @@
 """Judges: label generated user turns (rules, then judge models), measure agreement, and report.
 
 Public API: `JudgePanel` (await panel.judge(record) -> labelled copy), `PanelConfig`, `JudgeConfig`,
-`JudgeCounters`, `add_judge_arguments(parser)`, `panel_from_args(args)`. Loaded on first use, so building the
+`JudgeCounters`, `add_judge_arguments(parser)`, `panel_config(args)` (the flags as a typed `PanelConfig`),
+`make_panel(config)`. Loaded on first use, so building the
 CLI parser stays cheap.
 """
 
@@ -15,7 +16,8 @@ _EXPORTS = {
     "JudgeCounters": "userturn.judges.panel",
     "JudgePanel": "userturn.judges.panel",
     "PanelConfig": "userturn.judges.panel",
-    "panel_from_args": "userturn.judges.panel",
+    "make_panel": "userturn.judges.panel",
+    "panel_config": "userturn.judges.arguments",
     "add_judge_arguments": "userturn.judges.arguments",
 }
 

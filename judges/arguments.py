@@ -7,68 +7,17 @@ clamped silently.
 from __future__ import annotations
 
 import argparse
-import json
-import math
-from typing import Any
+from typing import TYPE_CHECKING
 
-MIN_JUDGE_MAX_TOKENS = 16  # the shortest verdict, {"rationale": "", "label": "generic"}, is about 15 tokens
+from userturn import defaults
+from userturn.argtypes import at_least, json_object, non_negative_float, non_negative_int, positive_float, positive_int
+from userturn.errors import UserError
 
+if TYPE_CHECKING:
+    from userturn.judges.panel import PanelConfig
 
-def _number(text: str, kind: type) -> Any:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-    if kind is float and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def judge_max_tokens(text: str) -> int:
-    value = _number(text, int)
-    if value < MIN_JUDGE_MAX_TOKENS:
-        raise argparse.ArgumentTypeError(f"must be at least {MIN_JUDGE_MAX_TOKENS} (a JSON verdict needs about 15 "
-                                         f"tokens, more for reasoning judges), got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = _number(text, float)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _number(text, float)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(value).__name__}")
-    return value
+MIN_JUDGE_MAX_TOKENS = defaults.MIN_JUDGE_MAX_TOKENS
+judge_max_tokens = at_least(MIN_JUDGE_MAX_TOKENS, " (a JSON verdict needs about 15 tokens, more for reasoning judges)")
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = False,
@@ -82,19 +31,23 @@ def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                        help="OpenAI-compatible base URL of the judge (e.g. http://127.0.0.1:30000/v1); give once "
                             "for all judges or once per --judge-model, in the same order")
     group.add_argument("--judge-api-key-env", action="append", default=None, metavar="VAR",
-                       help="env var holding the judge API key (default OPENAI_API_KEY); once, or once per judge")
-    group.add_argument("--judge-max-tokens", type=judge_max_tokens, default=4096, metavar="N",
+                       help=f"env var holding the judge API key (default {defaults.API_KEY_ENV}); once, or once per "
+                            "judge")
+    d = defaults
+    group.add_argument("--judge-max-tokens", type=judge_max_tokens, default=d.JUDGE_MAX_TOKENS, metavar="N",
                        help=f"max tokens per judge reply, at least {MIN_JUDGE_MAX_TOKENS}; leave room for reasoning "
-                            "judges (default 4096)")
-    group.add_argument("--judge-temperature", type=non_negative_float, default=0.0, metavar="T", help="default 0")
-    group.add_argument("--judge-timeout", type=positive_float, default=300.0, metavar="S",
-                       help="per-request deadline in seconds (default 300)")
-    group.add_argument("--judge-max-retries", type=non_negative_int, default=5, metavar="N",
-                       help="HTTP retries per judge request (429/5xx/timeouts; default 5)")
-    group.add_argument("--judge-reasks", type=non_negative_int, default=2, metavar="N",
-                       help="re-ask a judge whose reply is not a valid verdict up to N times (default 2)")
-    group.add_argument(*concurrency_flags, dest="judge_concurrency", type=positive_int, default=16, metavar="C",
-                       help="judge requests in flight per judge (default 16)")
+                            f"judges (default {d.JUDGE_MAX_TOKENS})")
+    group.add_argument("--judge-temperature", type=non_negative_float, default=d.JUDGE_TEMPERATURE, metavar="T",
+                       help=f"default {d.JUDGE_TEMPERATURE:g}")
+    group.add_argument("--judge-timeout", type=positive_float, default=d.REQUEST_TIMEOUT_S, metavar="S",
+                       help=f"per-request deadline in seconds (default {d.REQUEST_TIMEOUT_S:g})")
+    group.add_argument("--judge-max-retries", type=non_negative_int, default=d.MAX_RETRIES, metavar="N",
+                       help=f"HTTP retries per judge request (429/5xx/timeouts; default {d.MAX_RETRIES})")
+    group.add_argument("--judge-reasks", type=non_negative_int, default=d.JUDGE_REASKS, metavar="N",
+                       help=f"re-ask a judge whose reply is not a valid verdict up to N times (default "
+                            f"{d.JUDGE_REASKS})")
+    group.add_argument(*concurrency_flags, dest="judge_concurrency", type=positive_int, default=d.JUDGE_CONCURRENCY,
+                       metavar="C", help=f"judge requests in flight per judge (default {d.JUDGE_CONCURRENCY})")
     group.add_argument("--judge-extra-body", type=json_object, default=None, metavar="JSON",
                        help='JSON object merged into each judge request, e.g. \'{"chat_template_kwargs": '
                             '{"enable_thinking": false}}\'')
@@ -109,3 +62,40 @@ def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     group.add_argument("--rejudge", action="store_true",
                        help="the file holds labels of another judge panel (other judge models or prompt): label "
                             "those records again with this panel instead of refusing")
+
+
+def _per_judge(values: list[str] | None, n: int, flag: str, default: str | None) -> list[str]:
+    if not values:
+        if default is None:
+            raise UserError(f"{flag} is required with --judge-model")
+        return [default] * n
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise UserError(f"give {flag} once, or once per --judge-model ({n}); got {len(values)}")
+    return values
+
+
+def panel_config(args: argparse.Namespace) -> PanelConfig | None:
+    """The typed panel the judge flags describe (what `judges.panel.make_panel` takes); None without --judge-model.
+    The only place that reads the judge flags."""
+    from userturn.judges.llm_judge import JudgeConfig
+    from userturn.judges.panel import PanelConfig
+
+    models: list[str] | None = args.judge_model
+    if not models:
+        if args.judge_base_url:
+            raise UserError("--judge-base-url given without --judge-model")
+        return None
+    urls = _per_judge(args.judge_base_url, len(models), "--judge-base-url", None)
+    keys = _per_judge(args.judge_api_key_env, len(models), "--judge-api-key-env", defaults.API_KEY_ENV)
+    judges = [
+        JudgeConfig(model=m, base_url=u, api_key_env=k, temperature=args.judge_temperature,
+                    max_tokens=args.judge_max_tokens, request_timeout=args.judge_timeout,
+                    max_retries=args.judge_max_retries, reasks=args.judge_reasks,
+                    concurrency=args.judge_concurrency, extra_body=args.judge_extra_body or {})
+        for m, u, k in zip(models, urls, keys, strict=True)
+    ]
+    return PanelConfig(judges=judges, judge_all=args.judge_all, force=bool(getattr(args, "force", False)),
+                       rejudge=bool(getattr(args, "rejudge", False)),
+                       keep_other_verdicts=bool(getattr(args, "keep_verdicts", False)), prompt_path=args.judge_prompt)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from userturn.judges.arguments import add_judge_arguments
+from userturn.judges.arguments import add_judge_arguments, panel_config
+
+from userturn.argtypes import non_negative_float
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,19 +32,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="re-ask judges that already have an ok verdict in the input file")
     judge.add_argument("--keep-verdicts", action="store_true",
                        help="keep verdicts of judges outside this panel on the records (they do not vote)")
-    judge.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    judge.add_argument("--no-progress", action="store_true",
+                       help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
     add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
     judge.set_defaults(func=judge_command)
 
     report = sub.add_parser(
         "report", help="follow-up rate per model x dataset x perturbation x temperature",
-        description="Summarise a (judged) results file: n, follow-ups, follow-up rate with a Wilson 95%% interval, "
+        description="Summarise a (judged) results file: n, follow-ups, follow-up rate with a Wilson 95% interval, "
                     "label mix, judge failures and task accuracy per model x dataset x mode x perturbation x "
                     "temperature.")
     report.add_argument("results", metavar="RESULTS.jsonl")
     report.add_argument("--json", action="store_true", help="print the groups as a JSON array instead of a table")
+    report.add_argument("--wide", action="store_true", help="every column (items, label mix, judges, tokens per row); "
+                        "the default table fits 100 columns")
     report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report")
-    report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures as PNG files to DIR")
+    report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures to DIR (PNG, PDF, SVG)")
+    report.add_argument("--plot-temperature", type=non_negative_float, default=None, metavar="T",
+                        help="temperature of the single-temperature figures (default: the lowest present)")
+    report.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF",
+                        help="the probe's tokenizer: the HTML sample table shows raw-mode prompts exactly as sent")
+    report.add_argument("--chat-template", default=None, metavar="FILE", help="the probe's --chat-template, if any")
     report.set_defaults(func=report_command)
 
     evaluate = sub.add_parser(
@@ -61,16 +70,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def judge_command(args: argparse.Namespace) -> int:
-    from userturn.judges.panel import panel_from_args
+    from userturn.judges.panel import make_panel
     from userturn.judges.run_judge import default_out_path, judge_file, print_summary
 
+    from userturn import aio
     from userturn.results_lock import results_lock
 
     results = Path(args.results)
     out = Path(args.out) if args.out else default_out_path(results)
-    panel = panel_from_args(args)
-    assert panel is not None  # --judge-model is required here
-    panel.config.keep_other_verdicts = args.keep_verdicts
+    config = panel_config(args)
+    assert config is not None  # --judge-model is required here
+    panel = make_panel(config)
 
     async def run() -> int:
         async with panel:
@@ -79,7 +89,7 @@ def judge_command(args: argparse.Namespace) -> int:
                                            progress=not args.no_progress)
         return print_summary(summary)
 
-    return asyncio.run(run())
+    return aio.run(run())
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -90,23 +100,24 @@ def report_command(args: argparse.Namespace) -> int:
 
 def judge_eval_command(args: argparse.Namespace) -> int:
     import orjson
-    from rich.console import Console
+    from userturn.client.terminal import console as make_console
     from userturn.judges.evaluate import evaluate, load_gold
-    from userturn.judges.panel import panel_from_args
+    from userturn.judges.panel import make_panel
 
+    from userturn import aio
     from userturn.jsonl import JsonlWriter
 
     items = load_gold(args.gold)
-    panel = panel_from_args(args)
-    assert panel is not None
-    panel.config.judge_all = not args.with_rules
+    config = panel_config(args)
+    assert config is not None  # --judge-model is required here
+    panel = make_panel(config.model_copy(update={"judge_all": not args.with_rules}))
 
     async def run() -> tuple[list, list]:
         async with panel:
             await panel.check()
             return await evaluate(items, panel, workers=args.judge_concurrency)
 
-    scores, judged = asyncio.run(run())
+    scores, judged = aio.run(run())
     if args.out:
         with JsonlWriter(args.out) as writer:
             for record in judged:
@@ -114,7 +125,7 @@ def judge_eval_command(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps([s.model_dump() for s in scores], option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console = make_console()
     for s in scores:
         _print_score(console, s)
     return 0
@@ -143,7 +154,7 @@ def _print_score(console: Console, s: object) -> None:
     columns = [*SHORT, ERROR]
     for col in columns:
         confusion.add_column(SHORT.get(col, col), justify="right")
-    for gold_label, row in s.confusion.items():
-        if sum(row.values()):
-            confusion.add_row(gold_label, *(str(row[c]) for c in columns))
+    for gold_label, counts in s.confusion.items():
+        if sum(counts.values()):
+            confusion.add_row(gold_label, *(str(counts[c]) for c in columns))
     console.print(confusion)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from userturn.judges.agreement import cohen_kappa
 from userturn.judges.panel import JudgePanel
 
 from userturn.errors import UserError, first_error
+from userturn.files import jsonl_objects
 from userturn.records import Message, ProbeRecord
 from userturn.taxonomy import LABELS, Label
 
@@ -63,23 +64,17 @@ def load_gold(path: str | Path) -> list[GoldItem]:
         raise UserError(f"gold file not found: {path}")
     items: list[GoldItem] = []
     seen: set[str] = set()
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = orjson.loads(raw)
-                if isinstance(obj, dict) and obj.get("id") is None and obj.get("key") is None:
-                    obj["id"] = str(number)
-                item = GoldItem.model_validate(obj)
-            except orjson.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
-            except ValidationError as exc:
-                raise UserError(f"{path}:{number}: not a gold item ({first_error(exc, 'line')})") from None
-            if item.id in seen:
-                raise UserError(f"{path}:{number}: duplicate id {item.id!r}")
-            seen.add(item.id)
-            items.append(item)
+    for number, obj in jsonl_objects(path):
+        if obj.get("id") is None and obj.get("key") is None:
+            obj["id"] = str(number)
+        try:
+            item = GoldItem.model_validate(obj)
+        except ValidationError as exc:
+            raise UserError(f"{path}:{number}: not a gold item ({first_error(exc, 'line')})") from None
+        if item.id in seen:
+            raise UserError(f"{path}:{number}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item)
     if not items:
         raise UserError(f"gold file is empty: {path}")
     return items
@@ -107,7 +102,7 @@ class JudgeScore(BaseModel):
     confusion: dict[str, dict[str, int]] = Field(description="gold label -> predicted label (or 'error') -> count")
 
 
-def score(judge: str, gold: list[str], predicted: list[str | None]) -> JudgeScore:
+def score(judge: str, gold: Sequence[str], predicted: Sequence[str | None]) -> JudgeScore:
     """Accuracy over labelled items, per-label precision/recall/F1, kappa vs gold, confusion matrix."""
     pairs = [(g, p) for g, p in zip(gold, predicted, strict=True) if p is not None]
     confusion = {g: dict.fromkeys([*LABELS, ERROR], 0) for g in LABELS}

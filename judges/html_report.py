@@ -1,17 +1,34 @@
-"""The HTML report: one self-contained file (plots inlined as base64 PNG), every text HTML-escaped."""
+"""The HTML report: one self-contained file, every generated text HTML-escaped.
+
+Sections: the rows (rates, intervals, paired deltas), judge agreement, the figures (inline SVG), examples per label
+drawn across items ("5 of 72 from 5 of 30 items"), a browsable sample of records with the exact prompt on demand
+(`<details>`; raw-mode prompts need the probe's tokenizer: `report --tokenizer`), judge failures, and provenance:
+userturn and dependency versions, the platform, the results file, every configuration fingerprint with its
+settings, the judge panels and the full sha256 of each judge prompt, and the date.
+"""
 
 from __future__ import annotations
 
+import array
 import base64
 import bisect
 import datetime as dt
-from dataclasses import dataclass
+import hashlib
+import importlib.metadata
+import platform
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import numpy as np
+import orjson
+from markupsafe import Markup
 from pydantic import ValidationError
 from userturn.client.export import human_turn
+from userturn.client.prompt_replay import ReplayedPrompt
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
@@ -23,6 +40,8 @@ from userturn.records import ProbeRecord
 from userturn.taxonomy import DESCRIPTIONS, LABELS, SHORT
 
 SAMPLES_PER_LABEL = 5
+SAMPLE_TABLE = 50
+FAILURES = 20
 CLIP = 600
 
 TEMPLATE = """<!doctype html>
@@ -32,7 +51,8 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.num{text-align:right} .self{color:#b00;font-weight:bold}
-pre{white-space:pre-wrap;margin:0;font-size:12px;max-width:520px} img{max-width:100%;border:1px solid #eee}
+pre{white-space:pre-wrap;margin:0;font-size:12px;max-width:520px} img,svg{max-width:100%;height:auto}
+pre.prompt{max-width:900px;background:#f8f8f8;padding:4px} figure{margin:1em 0} figcaption{font-weight:bold}
 .note{color:#555;font-size:13px}
 </style></head><body>
 <h1>userturn report</h1>
@@ -76,23 +96,56 @@ independent judge for reported numbers.</p>{% endif %}
 <td class="num">{{ p.items }}</td><td class="num">{{ rate(p.percent_agreement) }}</td>
 <td class="num">{{ kappa(p.cohen_kappa) }} (cohen)</td></tr>{% endfor %}{% endif %}{% endfor %}</table>{% endif %}
 {% if figures %}<h2>Figures</h2>
-{% for name, b64 in figures.items() %}<h3>{{ name }}</h3><img alt="{{ name }}" src="data:image/png;base64,{{ b64 }}">
-{% endfor %}{% else %}<p class="note">No figures: {{ no_figures }}</p>{% endif %}
+{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.name }}</figcaption>
+{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.name }}" src="data:image/png;base64,{{ f.png }}">{% endif %}
+</figure>{% endfor %}{% else %}<p class="note">No figures: {{ no_figures }}</p>{% endif %}
 <h2>Sample generated user turns per label</h2>
-{% for label, rows in samples.items() %}<h3>{{ label }} ({{ rows|length }} shown)</h3>
+<p class="note">Per label, records from distinct items (a fixed pseudo-random choice of items, the same on every
+run), so one item cannot fill a label's examples.</p>
+{% for label, shown in samples.items() %}<h3>{{ label }}: {{ shown.caption }}</h3>
 <table><tr><th>record</th><th>query</th><th>assistant response</th><th>generated user turn</th>
 {% if any_human %}<th title="the human-written next turn the dataset carries (meta.second_turn)">human next turn
 </th>{% endif %}<th>label by</th><th>rationale</th></tr>
-{% for s in rows %}<tr><td>{{ s.key }}</td><td><pre>{{ s.query }}</pre></td><td><pre>{{ s.response }}</pre></td>
+{% for s in shown.rows %}<tr><td>{{ s.key }}</td><td><pre>{{ s.query }}</pre></td><td><pre>{{ s.response }}</pre></td>
 <td><pre>{{ s.turn }}</pre></td>{% if any_human %}<td><pre>{{ s.human }}</pre></td>{% endif %}
 <td>{{ s.by }}{% if s.self %} <span class="self">self</span>{% endif %}</td>
 <td>{{ s.rationale }}</td></tr>{% endfor %}</table>
 {% endfor %}
-{% if failures %}<h2>Judge failures (raw judge output kept)</h2>
+<h2 id="records">Records: {{ table_caption }}</h2>
+<p class="note">A fixed pseudo-random sample of the ok records. Open a row's prompt to see it exactly as sent
+{% if not prompts_rendered %}(chat mode; raw-mode prompts need the probe's tokenizer: <code>userturn report FILE
+--html OUT --tokenizer DIR_OR_HUB_ID</code>){% endif %}; <code>userturn show FILE KEY</code> prints one record
+whole.</p>
+<table><tr><th>record</th><th>item</th><th>T</th><th>perturbation</th><th>label</th><th>generated user turn</th>
+<th>prompt</th></tr>
+{% for r in table %}<tr><td>{{ r.key }}</td><td>{{ r.item }}</td><td class="num">{{ r.temp }}</td>
+<td>{{ r.perturbation }}</td><td>{{ r.label }}</td><td><pre>{{ r.turn }}</pre></td>
+<td>{% if r.prompt is not none %}<details><summary>prompt ({{ r.note }})</summary>
+<pre class="prompt">{{ r.prompt }}</pre></details>
+{% else %}<details><summary>conversation{% if r.note %} (prompt not rebuilt: {{ r.note }}){% endif %}
+</summary><pre class="prompt">{{ r.messages }}</pre></details>{% endif %}</td></tr>
+{% endfor %}</table>
+{% if failures %}<h2>Judge failures (raw judge output kept): {{ failures_caption }}</h2>
 <table><tr><th>record</th><th>judge</th><th>error</th><th>raw</th></tr>
 {% for f in failures %}<tr><td>{{ f.key }}</td><td>{{ f.judge }}</td><td>{{ f.error }}</td>
 <td><pre>{{ f.raw }}</pre></td></tr>
 {% endfor %}</table>{% endif %}
+<h2 id="provenance">Provenance</h2>
+<table><tr><th>generated</th><td>{{ generated }}</td></tr>
+<tr><th>results file</th><td>{{ source }}{% if prov.file %} ({{ prov.file }}){% endif %}</td></tr>
+<tr><th>versions</th><td>{% for name, v in prov.versions.items() %}{{ name }} {{ v }}{% if not loop.last %}, {% endif %}
+{% endfor %}</td></tr>
+<tr><th>python</th><td>{{ prov.python }} on {{ prov.platform }}</td></tr>
+<tr><th>judge panels</th><td>{{ prov.panels|join(", ") or "none (rule labels only)" }}</td></tr>
+<tr><th>judge prompts (sha256)</th><td>{% for judge, shas in prov.judge_prompts.items() %}{{ judge }}:
+{{ shas|join(", ") }}<br>{% else %}none{% endfor %}</td></tr>
+{% if prov.unfingerprinted %}<tr><th>unfingerprinted</th><td>{{ prov.unfingerprinted }} records from before
+configuration fingerprints</td></tr>{% endif %}</table>
+<h3>Configurations ({{ prov.configs|length }})</h3>
+<table><tr><th>fingerprint</th><th>rows</th><th>records</th><th>settings</th></tr>
+{% for c in prov.configs %}<tr><td><code>{{ c.fingerprint }}</code></td><td class="num">{{ c.rows }}</td>
+<td class="num">{{ c.records }}</td><td><details><summary>{{ c.name }}</summary><pre>{{ c.json }}</pre></details></td>
+</tr>{% endfor %}</table>
 </body></html>
 """
 
@@ -102,99 +155,262 @@ def _clip(text: str | None, limit: int = CLIP) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
 
 
-class _Smallest:
-    """The `size` smallest (key, raw line) pairs offered (deterministic examples in bounded memory)."""
+def _rank(text: str) -> bytes:
+    """A stable pseudo-random order (the same in every run and on every machine): examples spread over items
+    instead of clustering on the alphabetically first ones."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+
+
+class _AcrossItems:
+    """Up to `size` records from distinct items (the items first in `_rank` order; within an item the record first
+    in `_rank` order of its key), in bounded memory; counts every record and item offered."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.items: list[tuple[str, int, bytes]] = []
+        self.chosen: dict[bytes, tuple[bytes, int, bytes]] = {}  # item rank -> (key rank, line number, raw line)
+        self.records = 0
+        self._item_ranks = array.array("q")  # 8 bytes per record offered: a million records cost 8 MB, not a set
+
+    @property
+    def items(self) -> int:
+        """Distinct items offered (by their 64-bit rank; a collision among fewer than 10^8 items is negligible)."""
+        return len(np.unique(np.frombuffer(self._item_ranks, dtype=np.int64))) if self.records else 0
+
+    def offer(self, item_id: str, key: str, number: int, raw: bytes) -> None:
+        self.records += 1
+        item, rank = _rank(item_id), _rank(key)
+        self._item_ranks.append(int.from_bytes(item, "little", signed=True))
+        held = self.chosen.get(item)
+        if held is not None:
+            if rank < held[0]:
+                self.chosen[item] = (rank, number, raw)
+            return
+        if len(self.chosen) < self.size:
+            self.chosen[item] = (rank, number, raw)
+            return
+        worst = max(self.chosen)
+        if item < worst:
+            del self.chosen[worst]
+            self.chosen[item] = (rank, number, raw)
+
+    def parsed(self, path: Path | str) -> list[ProbeRecord]:
+        return [_parse(raw, path, number) for _, (_, number, raw) in sorted(self.chosen.items())]
+
+
+class _FirstByRank:
+    """The `size` records first in `_rank` order of their key (a deterministic sample); counts every one offered."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.held: list[tuple[bytes, int, bytes]] = []
+        self.records = 0
 
     def offer(self, key: str, number: int, raw: bytes) -> None:
-        if len(self.items) < self.size or key < self.items[-1][0]:
-            bisect.insort(self.items, (key, number, raw))
-            del self.items[self.size:]
+        self.records += 1
+        rank = _rank(key)
+        if len(self.held) < self.size or rank < self.held[-1][0]:
+            bisect.insort(self.held, (rank, number, raw))
+            del self.held[self.size:]
 
-    def records(self, path: Path) -> list[ProbeRecord]:
-        out = []
-        for _, number, raw in self.items:
-            try:
-                out.append(ProbeRecord.model_validate_json(raw))
-            except ValidationError as exc:
-                raise UserError(f"{path}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
-        return out
+    def parsed(self, path: Path | str) -> list[ProbeRecord]:
+        return [_parse(raw, path, number) for _, number, raw in self.held]
+
+
+def _parse(raw: bytes, path: Path | str, number: int) -> ProbeRecord:
+    try:
+        return ProbeRecord.model_validate_json(raw)
+    except ValidationError as exc:
+        raise UserError(f"{path}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
+
+
+@dataclass
+class Shown:
+    """Records shown from a longer list: `of` records in all (from `items` distinct items, where counted)."""
+
+    records: list[ProbeRecord]
+    of: int
+    items: int | None = None
+
+    @property
+    def caption(self) -> str:
+        items = f" from {len({r.item_id for r in self.records})} of {self.items} items" if self.items else ""
+        return f"{len(self.records)} of {self.of}{items}"
 
 
 @dataclass
 class Examples:
-    """Sample records per label (smallest keys first) and records whose judges failed, for the HTML report."""
+    """What the HTML report shows of the records: examples per label drawn across items, a sample of ok records,
+    judge failures, and the judge prompts' full sha256 per judge."""
 
-    by_label: dict[str, list[ProbeRecord]]
-    failures: list[ProbeRecord]
+    by_label: dict[str, Shown]
+    table: Shown
+    failures: Shown
+    judge_prompts: dict[str, list[str]] = field(default_factory=dict)
 
 
-def select_examples(path: str | Path, keep: np.ndarray, failures: int = 20) -> Examples:
-    """Second streaming pass: up to SAMPLES_PER_LABEL records per label and `failures` judge-failed records, by
-    smallest key, among the lines that count (`keep`, from the first pass)."""
-    per_label = {label: _Smallest(SAMPLES_PER_LABEL) for label in LABELS}
-    failed = _Smallest(failures)
+class _Selection:
+    def __init__(self, per_label: int, table: int, failures: int) -> None:
+        self.per_label = {label: _AcrossItems(per_label) for label in LABELS}
+        self.table = _FirstByRank(table)
+        self.failed = _FirstByRank(failures)
+        self.judge_prompts: dict[str, set[str]] = defaultdict(set)
+
+    def offer(self, d: dict, number: int, raw: bytes) -> None:
+        key, item = d["key"], str(d.get("item_id"))
+        if d.get("label") is not None:
+            self.per_label[d["label"]].offer(item, key, number, raw)
+        if d.get("status") == "ok":
+            self.table.offer(key, number, raw)
+        if d.get("judge_status") == "error":
+            self.failed.offer(key, number, raw)
+        for verdict in d.get("judges") or ():
+            if verdict.get("prompt_sha256"):
+                self.judge_prompts[verdict["judge"]].add(verdict["prompt_sha256"])
+
+    def examples(self, path: Path | str) -> Examples:
+        return Examples(
+            by_label={label: Shown(s.parsed(path), s.records, s.items)
+                      for label, s in self.per_label.items() if s.records},
+            table=Shown(self.table.parsed(path), self.table.records),
+            failures=Shown(self.failed.parsed(path), self.failed.records),
+            judge_prompts={judge: sorted(shas) for judge, shas in sorted(self.judge_prompts.items())})
+
+
+def select_examples(path: str | Path, keep: np.ndarray, *, per_label: int = SAMPLES_PER_LABEL,
+                    table: int = SAMPLE_TABLE, failures: int = FAILURES) -> Examples:
+    """Second streaming pass over the lines that count (`keep`, from the first pass): per label up to `per_label`
+    records from distinct items, `table` ok records, `failures` judge-failed records (deterministic choices), in
+    memory bounded by those sizes and the number of items."""
+    selection = _Selection(per_label, table, failures)
     path = Path(path)
     for index, (number, d, raw) in enumerate(iter_checked(path)):
-        if not keep[index]:
-            continue
-        if d.get("label") is not None:
-            per_label[d["label"]].offer(d["key"], number, raw)
-        if d.get("judge_status") == "error":
-            failed.offer(d["key"], number, raw)
-    return Examples(by_label={label: s.records(path) for label, s in per_label.items() if s.items},
-                    failures=failed.records(path))
+        if keep[index]:
+            selection.offer(d, number, raw)
+    return selection.examples(path)
 
 
-def examples_of(records: list[ProbeRecord]) -> Examples:
+def examples_of(records: list[ProbeRecord], *, per_label: int = SAMPLES_PER_LABEL, table: int = SAMPLE_TABLE,
+                failures: int = FAILURES) -> Examples:
     """`select_examples` for records already loaded."""
-    ordered = sorted(records, key=lambda r: r.key)
-    by_label = {label: [r for r in ordered if r.label == label][:SAMPLES_PER_LABEL] for label in LABELS}
-    return Examples(by_label={k: v for k, v in by_label.items() if v},
-                    failures=[r for r in ordered if r.judge_status == "error"][:20])
+    selection = _Selection(per_label, table, failures)
+    for number, r in enumerate(records, start=1):
+        selection.offer(r.model_dump(mode="json"), number, r.model_dump_json().encode())
+    return selection.examples("<records>")
 
 
-def _samples(examples: Examples) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for label, rows in examples.by_label.items():
-        out[label] = []
-        for r in rows:
+def _samples(examples: Examples) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for label, shown in examples.by_label.items():
+        rows = []
+        for r in shown.records:
             query, response = query_and_response(r)
             voters = [v for v in r.judges if v.label == r.label and v.status == "ok"]
             by = ", ".join(v.judge for v in voters) or (r.label_source or "")
-            out[label].append({"key": r.key, "query": _clip(query), "response": _clip(response),
-                               "turn": _clip(r.user_turn), "human": _clip(human_turn(r)), "by": by,
-                               "self": is_self_judged(r),
-                               "rationale": _clip(voters[0].rationale if voters else "", 300)})
+            rows.append({"key": r.key, "query": _clip(query), "response": _clip(response),
+                         "turn": _clip(r.user_turn), "human": _clip(human_turn(r)), "by": by,
+                         "self": is_self_judged(r), "rationale": _clip(voters[0].rationale if voters else "", 300)})
+        out[label] = {"caption": shown.caption, "rows": rows}
     return out
 
 
-def _failures(records: list[ProbeRecord], limit: int = 20) -> list[dict]:
+def _failures(shown: Shown) -> list[dict]:
     rows = []
-    for r in records:
+    for r in shown.records:
         for v in r.judges:
             if v.status == "error":
                 rows.append({"key": r.key, "judge": v.judge, "error": v.error, "raw": _clip(v.raw, 400)})
-        if len(rows) >= limit:
-            break
     return rows
 
 
+PromptOf = Callable[[ProbeRecord], ReplayedPrompt]
+
+
+def _table_rows(shown: Shown, prompt_of: PromptOf | None) -> list[dict]:
+    rows = []
+    for r in shown.records:
+        prompt, note = None, ""
+        if prompt_of is not None:
+            try:
+                replayed = prompt_of(r)
+            except UserError as exc:
+                note = str(exc)
+            else:
+                prompt = replayed.text if replayed.mode == "raw" else orjson.dumps(
+                    replayed.messages, option=orjson.OPT_INDENT_2).decode()
+                note = ("sha256 matches the record's prompt_sha256" if replayed.verified else
+                        "NOT VERIFIED: sha256 differs from the record's prompt_sha256" if replayed.recorded_sha256
+                        else "not verified: the record has no prompt_sha256")
+        label = r.label or ("judge failed" if r.judge_status == "error" else "unjudged")
+        rows.append({"key": r.key, "model": r.model, "dataset": r.dataset, "item": r.item_id, "mode": r.mode,
+                     "perturbation": r.perturbation, "temp": fmt_temp(r.temperature), "label": label,
+                     "turn": _clip(r.user_turn, 300), "prompt": prompt, "note": note,
+                     "messages": orjson.dumps([m.model_dump() for m in r.messages], option=orjson.OPT_INDENT_2)
+                     .decode()})
+    return rows
+
+
+DEPENDENCIES = ("numpy", "pydantic", "jinja2", "matplotlib", "orjson", "aiohttp", "httpx", "openai", "transformers",
+                "torch", "tokenizers", "openai-harmony", "gguf")
+
+
+def provenance(source: str, groups: list[GroupSummary], examples: Examples) -> dict[str, Any]:
+    """Versions, platform, the results file, configuration fingerprints and judge prompt hashes of a report."""
+    versions = {}
+    for name in ("userturn", *DEPENDENCIES):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    configs: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        if g.config_fingerprint is None:
+            continue
+        entry = configs.setdefault(g.config_fingerprint, {"rows": 0, "records": 0, "config": g.config,
+                                                           "name": f"{g.model} · {g.dataset} · {g.mode} · "
+                                                                   f"{g.perturbation}"})
+        entry["rows"] += 1
+        entry["records"] += g.records
+    file_info = ""
+    try:
+        stat = Path(source).stat()
+        file_info = (f"{stat.st_size:,} bytes, modified "
+                     f"{dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}")
+    except OSError:
+        pass
+    return {"versions": versions, "python": platform.python_version(), "platform": platform.platform(terse=True),
+            "file": file_info, "unfingerprinted": sum(g.records for g in groups if g.config_fingerprint is None),
+            "configs": [{"fingerprint": fp, **v, "json": orjson.dumps(v["config"], option=orjson.OPT_INDENT_2 |
+                                                                      orjson.OPT_SORT_KEYS).decode()}
+                        for fp, v in sorted(configs.items())],
+            "panels": sorted({p for g in groups for p in g.judge_panel}),
+            "judge_prompts": examples.judge_prompts}
+
+
+def _inline_svg(svg: bytes) -> str:
+    """An SVG file's <svg> element, for inlining (matplotlib's output: no scripts; the XML prolog dropped)."""
+    text = svg.decode("utf-8")
+    return text[text.index("<svg"):]
+
+
 def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], examples: Examples, total: int,
-                figures: dict[str, bytes] | None, source: str, no_figures: str = "") -> str:
-    """The report as one HTML string (autoescaped: generated text cannot inject markup)."""
+                figures: dict[str, dict[str, bytes]] | None, source: str, no_figures: str = "", *,
+                prompt_of: PromptOf | None = None) -> str:
+    """The report as one HTML string (autoescaped: generated text cannot inject markup). `figures`: {name: {format:
+    bytes}} (SVG inlined, else PNG as a data URI); `prompt_of` rebuilds a record's prompt for the sample table."""
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    shown_figures = [{"name": name, "svg": Markup(_inline_svg(f["svg"])) if "svg" in f else None,
+                      "png": base64.b64encode(f["png"]).decode("ascii") if "png" in f and "svg" not in f else None}
+                     for name, f in (figures or {}).items()]
     return env.from_string(TEMPLATE).render(
-        source=source, total=total, generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        source=source, total=total, generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         groups=groups, labels=LABELS, short=SHORT, descriptions=DESCRIPTIONS,
         any_self=any(g.self_judged for g in groups), agreements=agreements,
-        any_settings=any(g.settings for g in groups),
-        figures={k: base64.b64encode(v).decode("ascii") for k, v in (figures or {}).items()},
+        any_settings=any(g.settings for g in groups), figures=shown_figures,
         no_figures=no_figures, samples=_samples(examples), failures=_failures(examples.failures),
-        any_human=any(human_turn(r) for rows in examples.by_label.values() for r in rows),
+        failures_caption=examples.failures.caption, table=_table_rows(examples.table, prompt_of),
+        table_caption=examples.table.caption, prompts_rendered=prompt_of is not None,
+        prov=provenance(source, groups, examples),
+        any_human=any(human_turn(r) for shown in examples.by_label.values() for r in shown.records),
         rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=lambda k: "—" if k is None else f"{k:.3f}",
     )
 

@@ -7,11 +7,12 @@ import time
 from typing import Any
 
 from pydantic import BaseModel, Field
-from userturn.client.endpoint import Endpoint, EndpointConfig, RequestFailed
+from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema
 from userturn.judges.prompt import JudgePrompt
 
-from userturn.errors import EndpointError
+from userturn import defaults
+from userturn.errors import EndpointError, RequestFailed
 from userturn.records import JudgeVerdict
 from userturn.taxonomy import LABELS
 
@@ -25,15 +26,16 @@ class JudgeConfig(BaseModel):
 
     model: str
     base_url: str
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    max_tokens: int = Field(default=4096, ge=16, description="room for reasoning judges")
-    request_timeout: float = Field(default=300.0, gt=0)
-    max_retries: int = Field(default=5, ge=0, description="HTTP retries per request (429/5xx/timeouts)")
-    reasks: int = Field(default=2, ge=0, description="re-asks after an unparseable reply")
-    concurrency: int = Field(default=16, ge=1)
+    api_key_env: str = defaults.API_KEY_ENV
+    temperature: float = Field(default=defaults.JUDGE_TEMPERATURE, ge=0)
+    max_tokens: int = Field(default=defaults.JUDGE_MAX_TOKENS, ge=defaults.MIN_JUDGE_MAX_TOKENS,
+                            description="room for reasoning judges")
+    request_timeout: float = Field(default=defaults.REQUEST_TIMEOUT_S, gt=0)
+    max_retries: int = Field(default=defaults.MAX_RETRIES, ge=0, description="HTTP retries (429/5xx/timeouts)")
+    reasks: int = Field(default=defaults.JUDGE_REASKS, ge=0, description="re-asks after an unparseable reply")
+    concurrency: int = Field(default=defaults.JUDGE_CONCURRENCY, ge=1)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
-    backoff_initial: float = Field(default=0.5, ge=0)
+    backoff_initial: float = Field(default=defaults.BACKOFF_INITIAL_S, ge=0)
 
 
 def is_connection_failure(exc: RequestFailed) -> bool:

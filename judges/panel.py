@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import sys
@@ -248,44 +247,8 @@ def judge_failure_line(prog: str, failures: int, where: str, counters: JudgeCoun
             f"(judge_status \"error\"; the generation is kept; {detail}); rerun the same command to judge them again")
 
 
-def _per_judge(values: list[str] | None, n: int, flag: str, default: str | None) -> list[str]:
-    if not values:
-        if default is None:
-            raise UserError(f"{flag} is required with --judge-model")
-        return [default] * n
-    if len(values) == 1:
-        return values * n
-    if len(values) != n:
-        raise UserError(f"give {flag} once, or once per --judge-model ({n}); got {len(values)}")
-    return values
-
-
-def panel_config_from_args(args: argparse.Namespace) -> PanelConfig | None:
-    """The panel described by the judge flags; None when no --judge-model was given."""
-    models: list[str] | None = getattr(args, "judge_model", None)
-    if not models:
-        if getattr(args, "judge_base_url", None):
-            raise UserError("--judge-base-url given without --judge-model")
-        return None
-    urls = _per_judge(args.judge_base_url, len(models), "--judge-base-url", None)
-    keys = _per_judge(args.judge_api_key_env, len(models), "--judge-api-key-env", "OPENAI_API_KEY")
-    extra = args.judge_extra_body or {}
-    judges = [
-        JudgeConfig(model=m, base_url=u, api_key_env=k, temperature=args.judge_temperature,
-                    max_tokens=args.judge_max_tokens, request_timeout=args.judge_timeout,
-                    max_retries=args.judge_max_retries, reasks=args.judge_reasks,
-                    concurrency=args.judge_concurrency, extra_body=extra)
-        for m, u, k in zip(models, urls, keys, strict=True)
-    ]
-    return PanelConfig(judges=judges, judge_all=args.judge_all, force=bool(getattr(args, "force", False)),
-                       rejudge=bool(getattr(args, "rejudge", False)), prompt_path=args.judge_prompt)
-
-
-def panel_from_args(args: argparse.Namespace) -> JudgePanel | None:
-    """A ready panel from the judge flags, or None when judging was not asked for."""
-    config = panel_config_from_args(args)
-    if config is None:
-        return None
+def make_panel(config: PanelConfig) -> JudgePanel:
+    """A ready panel for `config`, warning on stderr when its prompt does not escape the data it shows."""
     panel = JudgePanel(config)
     if not panel.prompt.fenced:
         print(f"userturn: warning: judge prompt {panel.prompt.name} does not escape its data (no `| xml_text`), so "

@@ -11,10 +11,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from userturn.errors import first_error
 from userturn.taxonomy import Label, normalise_label
+from userturn.text import content_text, strip_reasoning
 
-_THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
-_THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _DECODER = json.JSONDecoder()
 
@@ -52,18 +50,6 @@ def response_schema() -> dict[str, Any]:
 
 class ParseError(ValueError):
     """The reply held no valid verdict object."""
-
-
-def strip_reasoning(text: str) -> str:
-    """Drop <think>...</think> blocks; text after a lone closing tag; nothing after an unclosed opening tag."""
-    text = _THINK_BLOCK.sub("", text)
-    closes = list(_THINK_CLOSE.finditer(text))
-    if closes:
-        text = text[closes[-1].end():]
-    opened = _THINK_OPEN.search(text)
-    if opened:
-        text = text[: opened.start()]
-    return text.strip()
 
 
 def _candidates(text: str) -> list[tuple[int, int, Any]]:
@@ -117,7 +103,9 @@ def message_text(data: dict[str, Any]) -> tuple[str | None, str | None]:
     except (KeyError, IndexError, TypeError):
         return None, None
     message = choice.get("message") or {}
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return (content if isinstance(content, str) else None), choice.get("finish_reason")
+    raw = message.get("content")
+    try:
+        content = None if raw is None else content_text(raw)
+    except TypeError:  # not text: no usable reply
+        content = None
+    return content, choice.get("finish_reason")

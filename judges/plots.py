@@ -1,19 +1,47 @@
-"""Report figures (matplotlib, Agg backend): rate vs temperature, accuracy vs rate, label mix."""
+"""Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG.
+
+Four figures, each with one series (or point, or bar) per model, and one colour per model across all of them
+(`model_colors`):
+
+* `followup_vs_temperature` — genuine follow-up rate against sampling temperature, one panel per dataset, the
+  unperturbed rows, item-clustered 95% intervals (`judges.stats.clustered_rate`).
+* `accuracy_vs_followup` — task accuracy against follow-up rate at one temperature (`--plot-temperature`, default
+  the lowest present), one point per model and dataset panel, 95% interval bars on both axes (points at the same
+  place are drawn a few points apart, vertically, so none hides another).
+* `perturbation_effects` — each perturbation's paired difference to the unperturbed row (percentage points) with
+  its paired 95% interval (`judges.stats.paired_difference`), per model, at that temperature.
+* `label_mix` — label composition per model (stacked bars of shares, unjudged and judge-failed turns included), at
+  that temperature, unperturbed.
+
+Axes follow the data (rates that live in 0–25% get a 0–~28% axis). A model with several unperturbed
+configurations (raw and chat mode, two settings) gets one series per configuration in its colour, told apart by
+line style and marker.
+"""
 
 from __future__ import annotations
 
 import io
+import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from userturn.judges.report import GroupSummary
 from userturn.judges.report_table import fmt_temp
+from userturn.judges.stats import wilson_interval
 
 from userturn.errors import UserError
 from userturn.taxonomy import LABELS, SHORT
 
-PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "label_mix")
+PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
+FORMATS = ("png", "pdf", "svg")
+PNG_DPI = 200
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+# Label colours: ColorBrewer Set2, a palette apart from the models' tab10 (bars are labels, tick texts are models).
+LABEL_COLORS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#b3b3b3")
+DODGE_POINTS = 5.0  # points drawn at the same place are shifted this many typographic points apart (vertically)
 
 
 def _pyplot() -> Any:
@@ -27,104 +55,340 @@ def _pyplot() -> Any:
     return plt
 
 
-def followup_vs_temperature(groups: list[GroupSummary]) -> Any:
-    """One line per row series (model, dataset, mode, perturbation, settings); item-clustered 95% intervals."""
+def model_colors(models: Iterable[str]) -> dict[str, str]:
+    """One colour per model (sorted names, tab10, then tab20's others): the same in every figure of a report."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    series: dict[str, list[GroupSummary]] = defaultdict(list)
-    for g in groups:
-        if g.followup_rate is not None:
-            series[g.series].append(g)
-    for name, rows in sorted(series.items()):
-        rows.sort(key=lambda g: g.temperature)
-        x = [g.temperature for g in rows]
-        y = [100 * g.followup_rate for g in rows]  # type: ignore[operator]
-        err = [[100 * (g.followup_rate - g.ci_low) for g in rows],  # type: ignore[operator]
-               [100 * (g.ci_high - g.followup_rate) for g in rows]]  # type: ignore[operator]
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=name)
-    ax.set_xlabel("sampling temperature")
-    ax.set_ylabel("genuine follow-up rate (%)")
-    ax.set_ylim(-3, 103)
-    ax.set_title("Follow-up rate vs temperature (item-clustered 95% CI)")
-    if series:
-        ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
+    from matplotlib.colors import to_hex
+
+    palette = [to_hex(c) for c in plt.get_cmap("tab10").colors]
+    palette += [c for c in (to_hex(c) for c in plt.get_cmap("tab20").colors) if c not in palette]
+    return {model: palette[i % len(palette)] for i, model in enumerate(sorted(set(models)))}
+
+
+def plot_temperature(groups: Sequence[GroupSummary], temperature: float | None = None) -> float | None:
+    """The temperature of the single-temperature figures: `temperature` (UserError when no row has it), else the
+    lowest present among rows with a follow-up rate."""
+    present = sorted({g.temperature for g in groups if g.followup_rate is not None})
+    if temperature is None:
+        return present[0] if present else None
+    if not any(math.isclose(t, temperature, abs_tol=1e-9) for t in present):
+        shown = ", ".join(fmt_temp(t) for t in present) or "none"
+        raise UserError(f"--plot-temperature {fmt_temp(temperature)}: no labelled row at that temperature "
+                        f"(present: {shown})")
+    return next(t for t in present if math.isclose(t, temperature, abs_tol=1e-9))
+
+
+def _variant(g: GroupSummary) -> str:
+    """What sets a model's rows apart within one dataset panel besides temperature."""
+    return " · ".join(p for p in (g.mode, g.settings) if p)
+
+
+def _baseline(groups: Iterable[GroupSummary]) -> list[GroupSummary]:
+    """Unperturbed rows with a follow-up rate (the rows a model is drawn from)."""
+    return [g for g in groups if g.perturbation == "none" and g.followup_rate is not None]
+
+
+def _variants(rows: Iterable[GroupSummary]) -> dict[str, list[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for g in rows:
+        out[g.model].add(_variant(g))
+    return {m: sorted(v) for m, v in out.items()}
+
+
+def _series_label(model: str, variant: str, variants: dict[str, list[str]]) -> str:
+    return f"{model} ({variant})" if len(variants.get(model, [])) > 1 else model
+
+
+def _padded(low: float, high: float, floor: float = 0.0, ceiling: float = 100.0) -> tuple[float, float]:
+    """Axis limits around [low, high] (in %) with 8% padding, clamped to [floor, ceiling]; a little span always."""
+    span = max(high - low, 2.0)
+    return max(floor, low - 0.08 * span), min(ceiling, high + 0.08 * span)
+
+
+def _panels(plt: Any, count: int, width: float = 4.2, height: float = 3.6, sharey: bool = True) -> tuple[Any, list]:
+    fig, axes = plt.subplots(1, max(1, count), figsize=(width * max(1, count) + 1.8, height), sharey=sharey,
+                             squeeze=False)
+    return fig, list(axes[0])
+
+
+def _legend_right(fig: Any, handles: list, labels: list[str]) -> None:
+    if handles:
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+
+
+def _empty(fig: Any, ax: Any, text: str) -> Any:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
     fig.tight_layout()
     return fig
 
 
-def accuracy_vs_followup(groups: list[GroupSummary]) -> Any:
-    """Task accuracy against follow-up rate, one point per group with both: the decoupling figure."""
+def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, str] | None = None) -> Any:
+    """One panel per dataset; per model one line over temperature (unperturbed rows), item-clustered 95% CIs."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 5))
-    points = [g for g in groups if g.accuracy is not None and g.followup_rate is not None]
-    models = sorted({g.model for g in points})
-    for model in models:
-        rows = [g for g in points if g.model == model]
-        ax.scatter([100 * g.followup_rate for g in rows], [100 * g.accuracy for g in rows],  # type: ignore[operator]
-                   label=model, s=40)
+    rows = _baseline(groups)
+    colors = colors or model_colors(g.model for g in groups)
+    datasets = sorted({g.dataset for g in rows})
+    fig, axes = _panels(plt, len(datasets))
+    if not rows:
+        return _empty(fig, axes[0], "no unperturbed rows with labelled turns")
+    variants = _variants(rows)
+    legend: dict[str, Any] = {}
+    high = max(100 * (g.ci_high or 0.0) for g in rows)
+    temps = sorted({g.temperature for g in rows})
+    for ax, dataset in zip(axes, datasets, strict=False):
+        series: dict[tuple[str, str], list[GroupSummary]] = defaultdict(list)
         for g in rows:
-            ax.annotate(f"{g.dataset} t={fmt_temp(g.temperature)}", (100 * g.followup_rate, 100 * g.accuracy),  # type: ignore[operator]
-                        fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("genuine follow-up rate (%)")
-    ax.set_ylabel("task accuracy (%)")
-    ax.set_xlim(-3, 103)
-    ax.set_ylim(-3, 103)
-    ax.set_title("Task accuracy vs interaction awareness")
-    if not points:
-        ax.text(50, 50, "no groups with task accuracy", ha="center", va="center")
-    else:
-        ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
+            if g.dataset == dataset:
+                series[(g.model, _variant(g))].append(g)
+        for (model, variant), members in sorted(series.items()):
+            members.sort(key=lambda g: g.temperature)
+            index = variants[model].index(variant)
+            y = [100 * (g.followup_rate or 0.0) for g in members]
+            bars = [_bar(100 * (g.followup_rate or 0.0), 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))
+                    for g in members]
+            err = [[b[0] for b in bars], [b[1] for b in bars]]
+            line = ax.errorbar([g.temperature for g in members], y, yerr=err, color=colors[model],
+                               linestyle=LINESTYLES[index % len(LINESTYLES)], marker=MARKERS[index % len(MARKERS)],
+                               markersize=4, capsize=3, linewidth=1.4, elinewidth=0.9,
+                               label=_series_label(model, variant, variants))
+            legend.setdefault(line.get_label(), line)
+        ax.set_title(dataset, fontsize=10)
+        ax.set_xlabel("sampling temperature")
+        ax.set_xticks(temps)
+        ax.set_xticklabels([fmt_temp(t) for t in temps])
+        span = (temps[-1] - temps[0]) or 1.0
+        ax.set_xlim(temps[0] - 0.06 * span, temps[-1] + 0.06 * span)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("genuine follow-up rate (%)")
+    axes[0].set_ylim(*_padded(0.0, high))
+    axes[0].set_ylim(bottom=0.0)
+    _legend_right(fig, list(legend.values()), list(legend))
+    fig.suptitle("Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI)", fontsize=11)
     fig.tight_layout()
     return fig
 
 
-def label_mix(groups: list[GroupSummary]) -> Any:
-    """Stacked horizontal bars: share of each label per group."""
-    plt = _pyplot()
-    rows = [g for g in groups if g.n]
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(rows) + 1.5)))
-    names = [f"{g.series} · t={fmt_temp(g.temperature)}" for g in rows]
-    left = [0.0] * len(rows)
-    colors = plt.get_cmap("tab10").colors
-    for i, label in enumerate(LABELS):
-        widths = [100 * g.labels[label] / g.n for g in rows]
-        ax.barh(names, widths, left=left, color=colors[i % len(colors)], label=f"{SHORT[label]} {label}")
-        left = [a + b for a, b in zip(left, widths, strict=True)]
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of labelled turns (%)")
-    ax.set_title("Label mix")
-    ax.invert_yaxis()
-    ax.tick_params(axis="y", labelsize=7)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    return fig
+def _bar(value: float, low: float, high: float) -> tuple[float, float]:
+    """Error-bar lengths below and above `value`; an estimate a rounding error outside its interval gets 0, not a
+    negative length (matplotlib refuses those)."""
+    return max(0.0, value - low), max(0.0, high - value)
 
 
-def render_figures(groups: list[GroupSummary]) -> dict[str, bytes]:
-    """{plot name: PNG bytes} for every report figure."""
-    plt = _pyplot()
-    out: dict[str, bytes] = {}
-    for name, make in zip(PLOT_NAMES, (followup_vs_temperature, accuracy_vs_followup, label_mix), strict=True):
-        fig = make(groups)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        out[name] = buffer.getvalue()
+def _dodges(points: Sequence[tuple[float, float]], tolerance: float = 0.5) -> list[float]:
+    """Vertical display offsets (points) so that points at (nearly) the same place stay visible side by side:
+    the data keep their values; only their drawing is shifted (0 for a point alone)."""
+    out = [0.0] * len(points)
+    clusters: list[list[int]] = []
+    for i, (x, y) in enumerate(points):
+        home = next((c for c in clusters if abs(points[c[0]][0] - x) <= tolerance
+                     and abs(points[c[0]][1] - y) <= tolerance), None)
+        if home is None:
+            clusters.append([i])
+        else:
+            home.append(i)
+    for cluster in clusters:
+        for rank, i in enumerate(cluster):
+            out[i] = (rank - (len(cluster) - 1) / 2) * DODGE_POINTS
     return out
 
 
-def write_plots(figures: dict[str, bytes], directory: str | Path) -> list[Path]:
-    """Write each figure as DIR/<name>.png; returns the paths."""
+def accuracy_interval(g: GroupSummary) -> tuple[float, float] | None:
+    """95% Wilson interval of a row's task accuracy over its scored items (the unit: one assistant turn each)."""
+    if g.accuracy is None or not g.accuracy_n:
+        return None
+    return wilson_interval(g.accuracy * g.accuracy_n, g.accuracy_n)
+
+
+def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | None = None,
+                         colors: dict[str, str] | None = None) -> Any:
+    """At one temperature: per dataset panel one point per model (unperturbed), follow-up rate (x, item-clustered
+    95% CI) against task accuracy (y, 95% Wilson CI over scored items). The legend names the models."""
+    plt = _pyplot()
+    from matplotlib import transforms
+
+    colors = colors or model_colors(g.model for g in groups)
+    t = plot_temperature(groups, temperature)
+    rows = [g for g in _baseline(groups) if g.accuracy is not None and t is not None and g.temperature == t]
+    datasets = sorted({g.dataset for g in rows})
+    fig, axes = _panels(plt, len(datasets), width=4.0, height=3.8, sharey=False)
+    if not rows:
+        return _empty(fig, axes[0], "no unperturbed rows with task accuracy and labelled turns")
+    variants = _variants(rows)
+    legend: dict[str, Any] = {}
+    for ax, dataset in zip(axes, datasets, strict=False):
+        xs, ys = [], []
+        members = sorted((g for g in rows if g.dataset == dataset), key=lambda g: (g.model, _variant(g)))
+        dodge = _dodges([(100 * (g.followup_rate or 0.0), 100 * (g.accuracy or 0.0)) for g in members])
+        for g, shift in zip(members, dodge, strict=True):
+            index = variants[g.model].index(_variant(g))
+            x = 100 * (g.followup_rate or 0.0)
+            y = 100 * (g.accuracy or 0.0)
+            acc = accuracy_interval(g) or (g.accuracy or 0.0, g.accuracy or 0.0)
+            xerr = [[e] for e in _bar(x, 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))]
+            yerr = [[e] for e in _bar(y, 100 * acc[0], 100 * acc[1])]
+            offset = transforms.offset_copy(ax.transData, fig=fig, x=0.0, y=shift, units="points")
+            point = ax.errorbar([x], [y], xerr=xerr, yerr=yerr, color=colors[g.model], marker=MARKERS[index],
+                                markersize=6, capsize=3, elinewidth=0.9, linestyle="none", transform=offset,
+                                label=_series_label(g.model, _variant(g), variants))
+            legend.setdefault(point.get_label(), point)
+            xs += [100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0)]
+            ys += [100 * acc[0], 100 * acc[1]]
+        ax.set_xlim(*_padded(min(xs), max(xs)))
+        ax.set_ylim(*_padded(min(ys), max(ys)))
+        ax.set_title(dataset, fontsize=10)
+        ax.set_xlabel("genuine follow-up rate (%)")
+        ax.set_ylabel("task accuracy (%)")
+        ax.grid(alpha=0.3)
+    _legend_right(fig, list(legend.values()), list(legend))
+    fig.suptitle(f"Task accuracy vs genuine follow-up rate at T={fmt_temp(t or 0.0)} (unperturbed; 95% CIs)",
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | None = None,
+                         colors: dict[str, str] | None = None) -> Any:
+    """At one temperature: per dataset panel, each perturbation's paired difference to the unperturbed rate (pp)
+    with its paired 95% interval, one marker per model (offset within the perturbation's row)."""
+    plt = _pyplot()
+    colors = colors or model_colors(g.model for g in groups)
+    t = plot_temperature(groups, temperature)
+    rows = [g for g in groups if g.perturbation != "none" and g.delta_vs_none is not None and g.temperature == t]
+    datasets = sorted({g.dataset for g in rows})
+    perturbations = sorted({g.perturbation for g in rows})
+    fig, axes = _panels(plt, len(datasets), width=4.2, height=max(2.6, 0.7 * len(perturbations) + 1.6))
+    if not rows:
+        return _empty(fig, axes[0], "no perturbed rows paired with an unperturbed one")
+    variants = {m: sorted({_variant(g) for g in rows if g.model == m}) for m in {g.model for g in rows}}
+    slots = sorted({(g.model, _variant(g)) for g in rows})
+    legend: dict[str, Any] = {}
+    low = min(100 * (g.delta_ci_low or 0.0) for g in rows)
+    high = max(100 * (g.delta_ci_high or 0.0) for g in rows)
+    for ax, dataset in zip(axes, datasets, strict=False):
+        for g in (g for g in rows if g.dataset == dataset):
+            slot = slots.index((g.model, _variant(g)))
+            y = perturbations.index(g.perturbation) + (slot - (len(slots) - 1) / 2) * (0.7 / max(1, len(slots)))
+            d = 100 * (g.delta_vs_none or 0.0)
+            xerr = [[e] for e in _bar(d, 100 * (g.delta_ci_low or 0.0), 100 * (g.delta_ci_high or 0.0))]
+            index = variants[g.model].index(_variant(g))
+            point = ax.errorbar([d], [y], xerr=xerr, color=colors[g.model], marker=MARKERS[index], markersize=5,
+                                capsize=3, elinewidth=0.9, linestyle="none",
+                                label=_series_label(g.model, _variant(g), variants))
+            legend.setdefault(point.get_label(), point)
+        ax.axvline(0.0, color="#444", linewidth=0.8)
+        ax.set_yticks(range(len(perturbations)))
+        ax.set_yticklabels(perturbations)
+        ax.set_ylim(len(perturbations) - 0.5, -0.5)
+        ax.set_xlim(*_padded(min(low, 0.0), max(high, 0.0), floor=-100.0))
+        ax.set_title(dataset, fontsize=10)
+        ax.set_xlabel("Δ follow-up rate vs none (pp)")
+        ax.grid(alpha=0.3, axis="x")
+    _legend_right(fig, list(legend.values()), list(legend))
+    fig.suptitle(f"Perturbation effects at T={fmt_temp(t or 0.0)} (paired over shared items; 95% CI)", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+UNLABELLED = (("unjudged", "#e8e8e8"), ("judge failed", "#4d4d4d"))
+
+
+def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
+              colors: dict[str, str] | None = None) -> Any:
+    """At one temperature: per model (one bar per dataset and configuration, unperturbed) the composition of its
+    generated turns: each label's share, then the unjudged and judge-failed shares (so a bar labelled by rules
+    alone shows how little was labelled). Tick labels in the model's colour, with "labelled n of N"."""
+    plt = _pyplot()
+    colors = colors or model_colors(g.model for g in groups)
+    t = plot_temperature(groups, temperature)
+    rows = [g for g in groups if g.perturbation == "none" and g.n and g.temperature == t]
+    if not rows:
+        fig, axes = _panels(plt, 1)
+        return _empty(fig, axes[0], "no unperturbed labelled rows")
+    variants = _variants(rows)
+    bars = sorted(rows, key=lambda g: (g.dataset, g.model, _variant(g)))
+    datasets = {g.dataset for g in bars}
+    totals = [g.n + g.unjudged + g.judge_failures for g in bars]
+    names = [_series_label(g.model, _variant(g), variants) + (f" · {g.dataset}" if len(datasets) > 1 else "")
+             + f"\nlabelled {g.n} of {total}" for g, total in zip(bars, totals, strict=True)]
+    fig, ax = plt.subplots(figsize=(8.5, max(2.2, 0.55 * len(bars) + 1.4)))
+    segments: list[tuple[str, str, list[int]]] = [
+        (f"{SHORT[label]} {label}", LABEL_COLORS[i % len(LABEL_COLORS)], [g.labels[label] for g in bars])
+        for i, label in enumerate(LABELS)]
+    segments += [(name, colour, counts) for (name, colour), counts in
+                 zip(UNLABELLED, ([g.unjudged for g in bars], [g.judge_failures for g in bars]), strict=True)
+                 if any(counts)]
+    left = [0.0] * len(bars)
+    for name, colour, counts in segments:
+        widths = [100 * c / total for c, total in zip(counts, totals, strict=True)]
+        ax.barh(range(len(bars)), widths, left=left, color=colour, height=0.7, label=name, edgecolor="white",
+                linewidth=0.5)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_yticks(range(len(bars)))
+    ax.set_yticklabels(names, fontsize=8)
+    for tick, g in zip(ax.get_yticklabels(), bars, strict=True):
+        tick.set_color(colors[g.model])  # the model's colour, as in the other figures
+    ax.set_ylim(len(bars) - 0.5, -0.5)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of generated turns (%)")
+    ax.set_title(f"Label composition per model at T={fmt_temp(t or 0.0)} (unperturbed)", fontsize=11)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def build_figures(groups: Sequence[GroupSummary], temperature: float | None = None) -> dict[str, Any]:
+    """{name: matplotlib Figure} for every report figure, with one shared model colour map."""
+    colors = model_colors(g.model for g in groups)
+    t = plot_temperature(groups, temperature)
+    makers: dict[str, Callable[[], Any]] = {
+        "followup_vs_temperature": lambda: followup_vs_temperature(groups, colors),
+        "accuracy_vs_followup": lambda: accuracy_vs_followup(groups, t, colors),
+        "perturbation_effects": lambda: perturbation_effects(groups, t, colors),
+        "label_mix": lambda: label_mix(groups, t, colors),
+    }
+    return {name: makers[name]() for name in PLOT_NAMES}
+
+
+def figure_bytes(fig: Any, fmt: str) -> bytes:
+    """One figure in one format (PNG at PNG_DPI; PDF and SVG vector, text kept as text in SVG)."""
+    import matplotlib
+
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}):
+        fig.savefig(buffer, format=fmt, dpi=PNG_DPI if fmt == "png" else "figure", bbox_inches="tight",
+                    metadata={"Date": None} if fmt == "svg" else None)
+    return buffer.getvalue()
+
+
+def render_figures(groups: Sequence[GroupSummary], temperature: float | None = None,
+                   formats: Sequence[str] = FORMATS) -> dict[str, dict[str, bytes]]:
+    """{figure name: {format: bytes}} for every report figure; the figures are closed afterwards."""
+    plt = _pyplot()
+    out: dict[str, dict[str, bytes]] = {}
+    for name, fig in build_figures(groups, temperature).items():
+        try:
+            out[name] = {fmt: figure_bytes(fig, fmt) for fmt in formats}
+        finally:
+            plt.close(fig)
+    return out
+
+
+def write_plots(figures: dict[str, dict[str, bytes]], directory: str | Path) -> list[Path]:
+    """Write each figure as DIR/<name>.<format> for every format rendered; returns the paths."""
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create plot directory {directory}: {exc.strerror}") from None
     paths = []
-    for name, png in figures.items():
-        path = directory / f"{name}.png"
-        path.write_bytes(png)
-        paths.append(path)
+    for name, rendered in figures.items():
+        for fmt, data in rendered.items():
+            path = directory / f"{name}.{fmt}"
+            try:
+                path.write_bytes(data)
+            except OSError as exc:
+                raise UserError(f"cannot write {path}: {exc.strerror}") from None
+            paths.append(path)
     return paths

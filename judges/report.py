@@ -65,6 +65,9 @@ class GroupSummary(BaseModel):
     config_fingerprint: str | None
     config: dict | None
     settings: str = Field(default="", description="what sets this row apart from rows that differ only in it")
+    prompt_tokens: int = Field(default=0, description="prompt tokens of the row's probe requests (records' usage)")
+    completion_tokens: int = Field(default=0, description="completion tokens of the row's probe requests")
+    usage_records: int = Field(default=0, description="records of the row that carry a usage report")
 
     @property
     def series(self) -> str:
@@ -204,6 +207,7 @@ def build_report(scan: Scan) -> Report:
     """Rows, intervals, paired deltas and agreement from one scan (last line per key counts)."""
     keep = scan.keep_mask()
     row_list, outcome_list, configs = list(scan.rows), list(scan.outcomes), scan.configs
+    tokens = scan.kept_tokens(keep)
     rows_raw, items, codes = scan.kept_columns(keep)
     rows = _merge_panels(scan, np.unique(rows_raw))[rows_raw].astype(np.int32)
     del rows_raw
@@ -225,6 +229,10 @@ def build_report(scan: Scan) -> Report:
         "self_judged": lambda o: o.self_judged,
     }.items()}
     counts["records"] = hist.sum(axis=1)
+    counts["prompt_tokens"] = np.bincount(rows, weights=tokens[:, 0], minlength=n_rows).astype(np.int64)
+    counts["completion_tokens"] = np.bincount(rows, weights=tokens[:, 1], minlength=n_rows).astype(np.int64)
+    counts["usage_records"] = np.bincount(rows, weights=tokens.any(axis=1), minlength=n_rows).astype(np.int64)
+    del tokens
     label_counts = {label: hist @ table(lambda o, i=i: o.label is not None and label_index[o.label] == i)
                     for i, label in enumerate(LABELS)}
     pattern_counts: Counter = Counter()
@@ -261,7 +269,8 @@ def build_report(scan: Scan) -> Report:
             accuracy_n=accuracy_n, self_judged=int(counts["self_judged"][r]),
             judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
             config_fingerprint=row.fingerprint, config=configs.get(row.fingerprint) if row.fingerprint else None,
-            settings=settings[row],
+            settings=settings[row], prompt_tokens=int(counts["prompt_tokens"][r]),
+            completion_tokens=int(counts["completion_tokens"][r]), usage_records=int(counts["usage_records"][r]),
         ))
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
@@ -316,7 +325,7 @@ JSON_KEYS = ["model", "dataset", "perturbation", "temperature", "n", "items", "f
              "ci_high", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items", "delta_note",
              "judge_failures", "labels", "accuracy", "mode", "settings", "config_fingerprint", "config", "records",
              "generation_errors", "unjudged", "rule_labels", "accuracy_n", "self_judged", "judges", "judge_panel",
-             "design_effect"]
+             "design_effect", "prompt_tokens", "completion_tokens", "usage_records"]
 
 
 def to_json_rows(groups: list[GroupSummary]) -> list[dict]:

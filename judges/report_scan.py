@@ -116,6 +116,16 @@ def row_and_outcome(d: dict) -> tuple[RowId, Outcome]:
     return row, outcome
 
 
+def _usage(d: dict) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) the server reported for the record's request; 0 for what is missing."""
+    usage = d.get("usage")
+    if type(usage) is not dict:
+        return 0, 0
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (prompt if type(prompt) is int and prompt > 0 else 0,
+            completion if type(completion) is int and completion > 0 else 0)
+
+
 def _signature(d: dict) -> tuple:
     """Everything `row_and_outcome` and `_problem` read except key, item id and config: lines with the same
     signature have the same row and outcome. Raises (KeyError, TypeError, AttributeError) on odd shapes."""
@@ -135,6 +145,7 @@ class Scan:
         self.row = array("i")
         self.item_hash = array("q")
         self.outcome = array("i")
+        self.tokens = array("q")  # per line: prompt tokens, completion tokens (0 where the record has no usage)
         self.rows: dict[RowId, int] = {}
         self.outcomes: dict[Outcome, int] = {}
         self.configs: dict[str, dict | None] = {}  # fingerprint -> readable config (first seen)
@@ -149,6 +160,7 @@ class Scan:
         self.row.append(known[0])
         self.item_hash.append(hash(d["item_id"]))
         self.outcome.append(known[1])
+        self.tokens.extend(_usage(d))
         return None
 
     def classify(self, d: Any) -> tuple[int, int] | str:
@@ -179,6 +191,7 @@ class Scan:
         self.row.append(r)
         self.item_hash.append(hash(d["item_id"]))
         self.outcome.append(o)
+        self.tokens.extend(_usage(d))
 
     def _intern(self, d: dict) -> tuple[int, int]:
         row, outcome = row_and_outcome(d)
@@ -189,6 +202,12 @@ class Scan:
     def __len__(self) -> int:
         return len(self.row)
 
+    def kept_tokens(self, keep: np.ndarray) -> np.ndarray:
+        """(prompt, completion) tokens of the lines that count, shape (lines, 2); call before `kept_columns`."""
+        if not len(self.tokens):
+            return np.zeros((0, 2), np.int64)
+        return np.frombuffer(self.tokens, dtype=np.int64).reshape(-1, 2)[keep]
+
     def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row, item hash, outcome code) of the lines that count, as arrays; the per-line columns are then
         released (they are the largest thing the report holds)."""
@@ -198,6 +217,7 @@ class Scan:
         items = np.frombuffer(self.item_hash, dtype=np.int64)[keep]
         codes = np.frombuffer(self.outcome, dtype=np.int32)[keep]
         self.key_hash, self.row, self.item_hash, self.outcome = array("q"), array("i"), array("q"), array("i")
+        self.tokens = array("q")
         return rows, items, codes
 
     def keep_mask(self) -> np.ndarray:

@@ -46,27 +46,127 @@ def self_judged_flag(group: GroupSummary) -> str:
     return "SELF" if group.self_judged == group.n else f"SELF {group.self_judged}/{group.n}"
 
 
-def groups_table(groups: list[GroupSummary], title: str) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+def fmt_tokens(count: int) -> str:
+    """12 / 3.4k / 5.6M: a token count in at most 6 characters."""
+    if count < 10_000:
+        return str(count)
+    if count < 10_000_000:
+        return f"{count / 1000:.1f}k" if count < 100_000 else f"{count // 1000}k"
+    return f"{count / 1_000_000:.1f}M"
+
+
+def _interval(low: float | None, high: float | None, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return "" if low is None or high is None else f"[{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]"
+
+
+def _delta_cell(group: GroupSummary) -> str:
+    """Compact Δ: value on the first line, paired interval below ('—' for none rows, 'n/a' with no pairing)."""
+    if group.perturbation == "none":
+        return "—"
+    if group.delta_vs_none is None:
+        return "n/a"
+    return f"{100 * group.delta_vs_none:+.1f}\n{_interval(group.delta_ci_low, group.delta_ci_high, signed=True)}"
+
+
+def _row_name(group: GroupSummary, show_mode: bool) -> str:
+    """model / dataset (mode) / settings / SELF flag: one cell, one fact per line."""
+    lines = [group.model, f"[dim]{group.dataset}{f' ({group.mode})' if show_mode else ''}[/]"]
+    if group.settings:
+        lines.append(f"[dim]{group.settings}[/]")
+    flag = self_judged_flag(group)
+    if flag:
+        lines.append(f"[bold red]{flag}[/]")
+    return "\n".join(lines)
+
+
+def _table(title: str) -> Table:
+    from rich import box
+
+    return Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+
+
+def _numeric(table: Table, name: str) -> None:
+    """A right-aligned column that never wraps: numbers stay whole, the text columns give way."""
+    table.add_column(name, justify="right", no_wrap=True)
+
+
+def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False) -> Table:
+    """The results table. Default: a compact set of columns that fits 100 columns, long names wrapped (never cut);
+    `wide`: every column."""
+    if wide:
+        return _wide_table(groups, title)
+    table = _table(title)
+    show_mode = len({g.mode for g in groups}) > 1
+    table.add_column("model / dataset", overflow="fold", min_width=12)
+    table.add_column("perturb", overflow="fold", max_width=12)
+    for name in ("T", "n", "follow-up\n[95% CI]", "Δ vs none pp\n[95% CI]", "accuracy", "excluded"):
+        _numeric(table, name)
+    for g in groups:
+        accuracy = "—" if g.accuracy is None else f"{100 * g.accuracy:.1f}%"
+        rate = "—" if g.followup_rate is None else f"{fmt_rate(g.followup_rate)}\n{_interval(g.ci_low, g.ci_high)}"
+        table.add_row(_row_name(g, show_mode), g.perturbation, fmt_temp(g.temperature), str(g.n), rate,
+                      _delta_cell(g), accuracy, f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}",
+                      end_section=True)
+    return table
+
+
+def _wide_table(groups: list[GroupSummary], title: str) -> Table:
+    table = _table(title)
     any_settings = any(g.settings for g in groups)
-    columns = [("model", "left"), ("dataset", "left"), ("mode", "left"), ("perturb", "left"), ("temp", "right")]
-    columns += [("settings", "left")] if any_settings else []
-    columns += [("n", "right"), ("items", "right"), ("follow-ups", "right"), ("rate", "right"), ("95% CI", "right"),
-                ("Δ vs none pp (95% CI)", "right"), ("judge fail", "right"), ("gen err", "right"),
-                ("unjudged", "right"), ("accuracy", "right"), ("labels", "left"), ("judged by", "left")]
-    for name, justify in columns:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    text = ["model", "dataset", "mode", "perturb"] + (["settings"] if any_settings else [])
+    for name in text:
+        table.add_column(name, overflow="fold")
+    for name in ("temp", "n", "items", "follow-ups", "rate", "95% CI", "Δ vs none pp (95% CI)", "judge fail",
+                 "gen err", "unjudged", "accuracy", "prompt tok", "compl. tok"):
+        _numeric(table, name)
+    table.add_column("labels", overflow="fold")
+    table.add_column("judged by", overflow="fold")
     for g in groups:
         accuracy = "—" if g.accuracy is None else f"{100 * g.accuracy:.1f}% (n={g.accuracy_n})"
         judged_by = ", ".join(g.judges) or ("rules" if g.rule_labels else "—")
         flag = self_judged_flag(g)
-        cells = [g.model, g.dataset, g.mode, g.perturbation, fmt_temp(g.temperature)]
-        cells += [g.settings] if any_settings else []
-        cells += [str(g.n), str(g.items), str(g.followups), fmt_rate(g.followup_rate), fmt_ci(g), fmt_delta(g),
-                  str(g.judge_failures), str(g.generation_errors), str(g.unjudged), accuracy, label_mix(g.labels),
-                  f"{judged_by} [bold red]{flag}[/]" if flag else judged_by]
+        delta = _delta_cell(g).replace("\n", " ")
+        if g.delta_items is not None and g.delta_vs_none is not None:
+            delta += f" {g.delta_items} items"
+        cells = [g.model, g.dataset, g.mode, g.perturbation] + ([g.settings] if any_settings else [])
+        cells += [fmt_temp(g.temperature), str(g.n), str(g.items), str(g.followups), fmt_rate(g.followup_rate),
+                  _interval(g.ci_low, g.ci_high) or "—", delta, str(g.judge_failures), str(g.generation_errors),
+                  str(g.unjudged), accuracy, _tokens(g.prompt_tokens, g), _tokens(g.completion_tokens, g),
+                  label_mix(g.labels), f"{judged_by} [bold red]{flag}[/]" if flag else judged_by]
         table.add_row(*cells)
     return table
+
+
+def _tokens(count: int, group: GroupSummary) -> str:
+    return fmt_tokens(count) if group.usage_records else "—"
+
+
+def totals_line(groups: list[GroupSummary]) -> str:
+    """Token usage over the whole file, from the records' usage (the servers' own counts)."""
+    with_usage = sum(g.usage_records for g in groups)
+    if not with_usage:
+        return "tokens: no record carries a usage report"
+    prompt, completion = sum(g.prompt_tokens for g in groups), sum(g.completion_tokens for g in groups)
+    return (f"tokens: {prompt:,} prompt + {completion:,} completion, {with_usage:,} of "
+            f"{sum(g.records for g in groups):,} records reporting usage (per row: --wide, --json)")
+
+
+SHORT_LEGEND = ("excluded = judge failures / generation errors / unjudged records (all outside n); Δ in "
+                "percentage points")
+
+
+def legend(wide: bool) -> str:
+    """What the columns mean, as printed under the table."""
+    common = ("n = labelled records; follow-up = genuine_followup / n; 95% CI = Wilson score interval at the "
+              "item-clustered effective sample size; Δ vs none = rate minus the none row's over the items labelled "
+              "under both, percentage points, paired item-level 95% CI (Newcombe method 10); accuracy = task "
+              "accuracy of the probed assistant turns")
+    if wide:
+        return (common + "; items = distinct items behind n; judge failures, generation errors and unjudged "
+                "records are outside n; tokens: the probe requests' usage as the server reported it.")
+    return (common + "; excluded = judge failures / generation errors / unjudged records, all outside n. "
+            "All columns (items, label mix, judges, tokens per row): --wide.")
 
 
 def agreement_table(agreement: PanelAgreement) -> Table:
@@ -86,18 +186,25 @@ def agreement_table(agreement: PanelAgreement) -> Table:
     return table
 
 
+def judged_by_line(groups: list[GroupSummary]) -> str:
+    judges = sorted({j for g in groups for j in g.judges})
+    rules = sum(g.rule_labels for g in groups)
+    return "judged by: " + (", ".join(judges) or "no judge model") + (f" (+ rules: {rules} records)" if rules else "")
+
+
 def print_report(console: Console, groups: list[GroupSummary], agreements: list[PanelAgreement],
-                 source: str) -> None:
-    """Render the whole terminal report."""
-    console.print(groups_table(groups, f"userturn report: {source}"))
-    console.print("labels: " + ", ".join(f"{v}={k}" for k, v in SHORT.items()))
-    console.print("rate = genuine_followup / n (labelled); items = distinct items behind n; 95% CI = Wilson score "
-                  "interval at the item-clustered effective sample size; Δ vs none = rate minus the none row's over "
-                  "the items labelled under both, percentage points, paired item-level 95% CI (Newcombe method 10); "
-                  "judge failures, generation errors and unjudged records are outside n.")
+                 source: str, *, wide: bool = False) -> None:
+    """Render the whole terminal report (compact columns; `wide`: all of them)."""
+    console.print(groups_table(groups, f"userturn report: {source}", wide=wide))
+    if wide:
+        console.print("labels: " + ", ".join(f"{v}={k}" for k, v in SHORT.items()))
+    else:
+        console.print(judged_by_line(groups))
+    console.print(legend(wide))
+    console.print(totals_line(groups))
     for g in groups:
         if g.perturbation != "none" and g.delta_vs_none is None and g.delta_note:
-            console.print(f"Δ n/a for {g.series} · t={fmt_temp(g.temperature)}: {g.delta_note}")
+            console.print(f"Δ n/a for {g.series} · T={fmt_temp(g.temperature)}: {g.delta_note}")
     if any(g.self_judged for g in groups):
         console.print("[bold red]SELF[/]: labelled by the same model that was probed (self-judged); "
                       "use an independent judge for reported numbers.")

@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 
@@ -25,7 +24,6 @@ from userturn.jsonl import JsonlWriter
 from userturn.records import ProbeRecord
 from userturn.workers import run_all
 
-PLAIN_PROGRESS_EVERY_S = 30.0
 OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"
 # What to do with an input key, packed with its byte offset into one int (offset << 2 | action): 100,000 keys
 # then cost one small int each instead of a tuple.
@@ -89,7 +87,7 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
     return plan
 
 
-def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWriter) -> Iterator[ProbeRecord]:
+def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWriter) -> Generator[ProbeRecord]:
     """The records to judge, in input order, read one at a time; generation errors are written as they pass."""
     offsets = sorted(packed for packed in plan.entries.values() if packed & 3 != SKIP)
     with contextlib.ExitStack() as stack:
@@ -105,13 +103,6 @@ def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWrite
                 # Resume: keep the verdicts the output already has; the panel re-asks only missing or failed ones.
                 record.judges = read_record(out_fh, output.path, previous[0]).judges
             yield record
-
-
-def _status_text(c: JudgeCounters) -> str:
-    rate = c.followup_rate()
-    rate_text = "—" if rate is None else f"{100 * rate:.1f}%"
-    return (f"judged {c.judged} · rules {c.rule_labels} · [red]judge failures {c.judge_failures}[/] · "
-            f"follow-up rate {rate_text}")
 
 
 async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, workers: int = 16,
@@ -132,41 +123,28 @@ async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, worker
     started = time.monotonic()
     await panel.check()
     writer = JsonlWriter(out_path)
-    bar = _progress(plan.todo, progress)
-    task_id = bar.add_task(_status_text(panel.counters), total=plan.todo) if bar else None
-    last_line = time.monotonic()
+    counters = RunCounters(total=plan.todo, skipped=plan.skipped)
+    view = Progress(counters, lambda: [], judge_stats=lambda: judge_endpoint_stats(panel), title="userturn judge",
+                    enabled=progress and plan.todo > 0)  # the same view as probe and run
     records = work(results, plan, output, writer)
 
     async def worker() -> None:
-        nonlocal last_line
+        c = panel.counters
         for record in records:
             writer.write(await panel.judge(record))
-            if bar is not None:
-                bar.update(task_id, advance=1, description=_status_text(panel.counters))  # type: ignore[arg-type]
-            elif time.monotonic() - last_line >= PLAIN_PROGRESS_EVERY_S:
-                last_line = time.monotonic()
-                c = panel.counters
-                print(f"userturn judge: {c.judged + c.rule_labels + c.judge_failures}/{plan.todo} "
-                      f"(judge failures {c.judge_failures})", file=sys.stderr, flush=True)
+            counters.done += 1
+            counters.ok += 1
+            counters.judged, counters.rule_labels, counters.judge_failures = c.judged, c.rule_labels, c.judge_failures
 
     try:
-        if bar is not None:
-            bar.start()
+        view.start()
         await run_all(worker() for _ in range(max(1, min(workers, plan.todo))))
     finally:
         records.close()
-        if bar is not None:
-            bar.stop()
+        await view.stop()
         writer.close()
     return JudgeRunSummary(total=len(plan.entries), already_done=plan.skipped, carried=plan.carry,
                            counters=panel.counters, elapsed_s=time.monotonic() - started, out_path=out_path)
-
-
-def _progress(total: int, enabled: bool) -> Progress | None:
-    if not enabled or total == 0:
-        return None
-    return Progress(TextColumn("[bold]judging[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.description}"), console=Console(stderr=True), transient=False)
 
 
 def print_summary(summary: JudgeRunSummary) -> int:

@@ -106,7 +106,7 @@ class ItemTallies:
     @classmethod
     def from_mapping(cls, counts: Mapping[Hashable, tuple[int, int]]) -> ItemTallies:
         """From {item id: (followups, labelled)}."""
-        ids = sorted(counts)
+        ids = sorted(counts)  # type: ignore[type-var]  # ids of one file are all str or all int
         return cls(items=np.array(ids, dtype=object), followups=np.array([counts[i][0] for i in ids], np.int64),
                    labelled=np.array([counts[i][1] for i in ids], np.int64))
 

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "stop them all on Ctrl-C/SIGTERM. --dry-run prints the exact commands; --emit writes a SLURM or Kubernetes "
         "job instead.",
     )
-    p.add_argument("manifest", type=Path, help="manifest YAML (see manifests/)")
+    p.add_argument("manifest", metavar="MANIFEST", help="manifest YAML, or a shipped manifest by name (e.g. "
+                   "quickstart-cpu; `userturn list` shows them)")
     p.add_argument("--dry-run", action="store_true", help="print the commands (shell-quoted, with env) and exit")
     p.add_argument("--emit", choices=["slurm", "k8s"], help="write an sbatch script or Kubernetes YAML instead")
     p.add_argument("--out", type=Path, help="file for --emit (default: stdout)")
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from userturn.serve.manifest import load_manifest
 
     m = load_manifest(args.manifest)
-    launcher = args.launcher or "local"
+    launcher: Launcher = args.launcher or "local"
     if args.emit and args.launcher:
         raise UserError("--emit writes the job; --launcher runs it: use one of them")
     if args.emit:

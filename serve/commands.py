@@ -83,7 +83,7 @@ def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python
 
 def cpu_engine_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
                     model: str | None = None, threads: int | None = None) -> list[str]:
-    """`python -m serve.cpu_engine ...` (the embedded transformers engine)."""
+    """`python -m userturn.serve.cpu_engine ...` (the embedded transformers engine)."""
     argv = [python, "-m", CPU_ENGINE_MODULE, "--model", model or m.resolve_path(m.model) or ""]
     _opt(argv, "--tokenizer", m.resolve_path(m.tokenizer))
     _opt(argv, "--revision", m.revision)

@@ -6,7 +6,7 @@ POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
 Requests run one at a time on a single inference thread; it is a laptop/CI engine, not a throughput engine.
 `--model` may be a GGUF file (a path, or `pkg:PACKAGE/file.gguf` inside an installed package): transformers
 dequantises it to float32, and the tokenizer and chat template come from its metadata (`client.gguf_tokenizer`).
-Run: `python -m serve.cpu_engine --model PATH_OR_HUB_ID --port 8000` (extra: `pip install 'userturn[cpu]'`).
+Run: `python -m userturn.serve.cpu_engine --model PATH_OR_HUB_ID --port 8000` (extra: `pip install 'userturn[cpu]'`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 
 class EngineConfig(BaseModel):
-    """What `python -m serve.cpu_engine` was started with."""
+    """What `python -m userturn.serve.cpu_engine` was started with."""
 
     model: str
     tokenizer: str | None = None
@@ -233,7 +233,7 @@ class Generator:
             out = self.model.generate(**enc, **kwargs)
 
         def decode(ids: list[int]) -> str:
-            return self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
+            return str(self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens))
 
         seqs = [
             finish_sequence(row[prompt_len:].tolist(), stop_token_ids=stop_ids, stop_strings=req.stop,
@@ -249,9 +249,9 @@ class Generator:
     def render_chat(self, req: ChatRequest) -> str:
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         try:
-            return self.tokenizer.apply_chat_template(
+            return str(self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True, **req.chat_template_kwargs
-            )
+            ))
         except Exception as exc:  # template errors are the client's input problem
             raise ApiError(400, f"chat template failed: {exc}") from None
 
@@ -345,7 +345,7 @@ def build_app(gen: Generator) -> web.Application:
 
 
 def parse_args(argv: list[str] | None = None) -> EngineConfig:
-    p = argparse.ArgumentParser(prog="python -m serve.cpu_engine", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m userturn.serve.cpu_engine", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="model path, hub id, or GGUF file (path or pkg:PACKAGE/file.gguf)")
     p.add_argument("--tokenizer")
     p.add_argument("--served-model-name")

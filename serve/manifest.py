@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from userturn.errors import UserError
+from userturn.files import read_yaml_mapping
+from userturn.shipped import resolve_named
 
 Engine = Literal["sglang", "transformers", "llamacpp", "external"]
 GPU_ENGINES: frozenset[str] = frozenset({"sglang", "llamacpp"})
@@ -30,17 +31,17 @@ class ProbeDefaults(_Strict):
     """Probe-side settings for this model family, so `userturn probe --manifest M` needs no other flags."""
 
     tokenizer: str | None = Field(default=None, description="tokenizer (hub id or path) used to render prompts")
-    renderer: Literal["chat_template", "harmony"] = Field(
-        default="chat_template", description="how prompts are rendered: the tokenizer's Jinja template or Harmony"
-    )
+    renderer: Literal["auto", "chat_template", "harmony"] | None = Field(
+        default=None, description="how prompts are rendered: the tokenizer's Jinja template, Harmony (gpt-oss), or "
+        "auto (None): Harmony for a gpt-oss tokenizer without a chat_template override")
     chat_template: str | None = Field(default=None, description="Jinja template file overriding the tokenizer's")
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra template variables")
     enable_thinking: bool | None = Field(default=None, description="passed to the template when not None")
     stop: list[str] = Field(default_factory=list, description="stop strings for the raw user-turn completion")
     stop_token_ids: list[int] = Field(default_factory=list, description="stop token ids (sent when supported)")
-    send_stop_token_ids: bool = False
+    send_stop_token_ids: bool | None = Field(default=None, description="also send stop_token_ids (SGLang, vLLM)")
     max_tokens: int | None = Field(default=None, ge=1)
-    temperatures: list[float] | None = None
+    temperatures: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=1)
     top_p: float | None = Field(default=None, gt=0, le=1)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
     record_meta: dict[str, Any] = Field(default_factory=dict, description="copied into every record's meta "
@@ -255,19 +256,7 @@ def parse_manifest(data: Any, path: Path | str = "<manifest>") -> Manifest:
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    """Read and validate a manifest YAML file; every problem is a one-line UserError naming the file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{p}: manifest not found") from None
-    except OSError as exc:
-        raise UserError(f"{p}: cannot read manifest: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{where}: invalid YAML: {problem}") from None
-    return parse_manifest(data, p)
+    """Read and validate a manifest YAML file, or a shipped manifest by name (`quickstart-cpu`); every problem is a
+    one-line UserError naming the file."""
+    p = resolve_named(path, "manifests")
+    return parse_manifest(read_yaml_mapping(p, "manifest"), p)

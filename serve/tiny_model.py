@@ -1,7 +1,7 @@
 """A tiny random-weight Qwen3 model with a locally trained ChatML tokenizer: smoke tests without a download.
 
 Outputs of this model are noise; everything served from it is labelled a smoke run.
-Usage: `python -m serve.tiny_model OUT_DIR` (or `build_tiny_model(out_dir)`).
+Usage: `python -m userturn.serve.tiny_model OUT_DIR` (or `build_tiny_model(out_dir)`).
 """
 
 from __future__ import annotations

@@ -16,14 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from chatml_renderer import Renderer
 from loopback_server import LoopbackServer
 from userturn.client.dataset import DatasetItem
-from userturn.client.endpoint import Endpoint, EndpointConfig, RequestFailed
+from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.client.pipeline import ProbeRun, ProbeSettings
 
-from userturn.errors import EndpointError
+from userturn.errors import EndpointError, RequestFailed
 from userturn.jsonl import read_records
-from userturn.records import Message
 
 BASE = "http://health.test/v1"
 OK = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}
@@ -107,18 +107,6 @@ async def test_a_live_endpoint_that_refuses_one_request_is_not_down() -> None:
             assert alone.value.endpoint_down is not None
 
 
-class Renderer:
-    template_sha256 = "t" * 64
-
-    def __init__(self) -> None:
-        self.stop = ["<|im_end|>"]
-        self.stop_token_ids: list[int] = []
-
-    def user_turn_prompt(self, messages: list[Message]) -> str:
-        return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
-
-    def count_tokens(self, text: str) -> int | None:
-        return None
 
 
 @pytest.mark.parametrize("assistant_from", ["dataset", "model"])

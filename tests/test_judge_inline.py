@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from chatml_renderer import Renderer
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.client.pipeline import ProbeRun, ProbeSettings, ProbeSummary
@@ -18,23 +19,10 @@ from userturn.judges.panel import JudgePanel, PanelConfig
 from userturn.cli_probe import report_summary
 from userturn.errors import EndpointError, UserError
 from userturn.jsonl import read_records
-from userturn.records import Message
 
 PROBE, JUDGE = "http://probe.test/v1", "http://judge.test/v1"
 
 
-class Renderer:
-    template_sha256 = "t" * 64
-
-    def __init__(self) -> None:
-        self.stop = ["<|im_end|>"]
-        self.stop_token_ids: list[int] = []
-
-    def user_turn_prompt(self, messages: list[Message]) -> str:
-        return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
-
-    def count_tokens(self, text: str) -> int | None:
-        return None
 
 
 ITEMS = [DatasetItem.model_validate({"id": f"q{i}", "messages": [

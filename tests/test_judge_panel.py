@@ -10,9 +10,10 @@ import re
 import httpx
 import pytest
 import respx
-from userturn.judges.arguments import add_judge_arguments
+from userturn.judges import panel as judge_panel
+from userturn.judges.arguments import add_judge_arguments, panel_config
 from userturn.judges.llm_judge import JudgeConfig
-from userturn.judges.panel import JudgePanel, JudgingFacts, PanelConfig, panel_from_args, panel_id
+from userturn.judges.panel import JudgePanel, JudgingFacts, PanelConfig, panel_id
 from userturn.judges.prompt import load_prompt
 
 from userturn.errors import UserError
@@ -158,6 +159,11 @@ def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_judge_arguments(parser)
     return parser.parse_args(list(argv))
+
+
+def panel_from_args(args: argparse.Namespace) -> JudgePanel | None:
+    config = panel_config(args)
+    return None if config is None else judge_panel.make_panel(config)
 
 
 def test_panel_from_args() -> None:

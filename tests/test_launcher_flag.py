@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from userturn.cli import main
-from userturn.experiment import Experiment, ModelEntry, model_args
+from userturn.experiment import Experiment, ModelEntry, target_source
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -21,9 +21,9 @@ def experiment(**fields):
 
 def test_model_launcher_wins_then_flag_then_file(tmp_path: Path) -> None:
     exp = experiment(launcher="slurm")
-    assert [model_args(e, exp, tmp_path).launcher for e in exp.models] == ["slurm", "local", None]
-    assert [model_args(e, exp, tmp_path, "local").launcher for e in exp.models] == ["local", "local", None]
-    assert model_args(ModelEntry(manifest="m.yaml"), experiment(), tmp_path).launcher == "local"
+    assert [target_source(e, exp, tmp_path).launcher for e in exp.models] == ["slurm", "local", None]
+    assert [target_source(e, exp, tmp_path, "local").launcher for e in exp.models] == ["local", "local", None]
+    assert target_source(ModelEntry(manifest="m.yaml"), experiment(), tmp_path).launcher == "local"
 
 
 def test_probe_launcher_needs_a_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

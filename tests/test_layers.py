@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"userturn": "userturn", "client": "userturn.client", "serve": "userturn.serve", "judges": "userturn.judges"}
-TOP = ("userturn.cli", "userturn.cli_probe", "userturn.cli_experiment", "userturn.experiment", "userturn.__main__",
-       "userturn.run_builder", "userturn.commands", "userturn.cli_train", "userturn.posttrain")
+FOLDERS = {"userturn": "userturn", "client": "userturn.client", "serve": "userturn.serve", "judges": "userturn.judges",
+           "manifests": "userturn.manifests", "experiments": "userturn.experiments"}
+TOP = ("userturn.cli", "userturn.cli_probe", "userturn.cli_experiment", "userturn.cli_list", "userturn.experiment",
+       "userturn.__main__", "userturn.run_builder", "userturn.commands",
+       "userturn.cli_show", "userturn.cli_train", "userturn.posttrain")
 ALLOWED = {"core": {"core"}, "serve": {"core", "serve"}, "client": {"core", "client"},
            "judges": {"core", "client", "judges"}, "top": {"core", "serve", "client", "judges", "top"}}
 

@@ -104,7 +104,8 @@ def test_top_level_must_be_mapping(tmp_path: Path) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    assert error_of(tmp_path / "nope.yaml") == f"{tmp_path / 'nope.yaml'}: manifest not found"
+    assert error_of(tmp_path / "nope.yaml").startswith(f"{tmp_path / 'nope.yaml'}: manifest not found (no such file; "
+                                                    "shipped manifests: glm-4.5-air, ")
 
 
 def test_relative_paths_resolve_against_manifest_dir(tmp_path: Path) -> None:
@@ -128,7 +129,7 @@ def test_probe_defaults_round_trip() -> None:
         "tokenizer": "x", "stop": ["<|im_end|>"], "stop_token_ids": [7], "enable_thinking": False, "max_tokens": 64,
         "temperatures": [0, 1.0], "chat_template_kwargs": {"a": 1}}})
     assert m.probe.stop == ["<|im_end|>"] and m.probe.max_tokens == 64 and m.probe.enable_thinking is False
-    assert m.probe.renderer == "chat_template"
+    assert m.probe.renderer is None  # auto: harmony for a gpt-oss tokenizer, else the chat template
 
 
 def shipped() -> list[Path]:

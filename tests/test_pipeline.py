@@ -1,4 +1,5 @@
-"""The probe pipeline against respx-mocked endpoints: records, seeds, resume, errors, judging hooks."""
+"""The probe pipeline through the production aiohttp backend (tests/mock_http.py: httpx-style handlers on a
+loopback socket): records, seeds, resume, errors, judging hooks."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import httpx
 import pytest
-import respx
+from mock_http import MockServer
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
@@ -14,8 +15,6 @@ from userturn.client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, s
 from userturn.errors import EndpointError
 from userturn.jsonl import read_records
 from userturn.records import Message, ProbeRecord
-
-BASE = "http://probe.test/v1"
 
 
 class ChatMLRenderer:
@@ -44,8 +43,9 @@ def items(n: int = 3, with_assistant: bool = True) -> list[DatasetItem]:
     return out
 
 
-def endpoint(**kw) -> Endpoint:
-    cfg = dict(base_url=BASE, max_retries=2, backoff_initial=0.0, backoff_max=0.0, request_timeout=5)
+def endpoint(server: MockServer, **kw) -> Endpoint:
+    cfg = dict(base_url=server.base_url, max_retries=2, backoff_initial=0.0, backoff_max=0.0, request_timeout=5,
+               http_backend="aiohttp")
     cfg.update(kw)
     return Endpoint(EndpointConfig(**cfg))
 
@@ -59,8 +59,8 @@ def completion(request: httpx.Request) -> httpx.Response:
     })
 
 
-async def run(tmp_path, settings: ProbeSettings, its=None, **kw):
-    ep = endpoint()
+async def run(server: MockServer, tmp_path, settings: ProbeSettings, its=None, **kw):
+    ep = endpoint(server)
     try:
         probe = ProbeRun(its or items(), settings, endpoints=[ep], renderer=ChatMLRenderer(),
                          out_path=str(tmp_path / "out.jsonl"), progress=False, **kw)
@@ -77,9 +77,9 @@ def settings(**kw) -> ProbeSettings:
 
 
 async def test_one_record_per_sample_with_distinct_seeds(tmp_path):
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        summary = await run(tmp_path, settings())
+        summary = await run(mock, tmp_path, settings())
     assert route.call_count == 12 and summary.ok == 12 and summary.errors == 0
     records, report = read_records(tmp_path / "out.jsonl")
     assert len(records) == 12 and report.lines == 12
@@ -101,9 +101,9 @@ async def test_one_record_per_sample_with_distinct_seeds(tmp_path):
 ])
 async def test_request_bodies_carry_sample_fields_top_p_and_extra_body(tmp_path, extra_body, plan):
     """Bodies are serialised once per item and completed per sample; --extra-body keys still win."""
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        await run(tmp_path, settings(top_p=0.9, extra_body=extra_body, **plan))
+        await run(mock, tmp_path, settings(top_p=0.9, extra_body=extra_body, **plan))
     records = read_records(tmp_path / "out.jsonl")[0]
     sent = [json.loads(c.request.content) for c in route.calls]
     n = 12 if not plan else 3
@@ -125,18 +125,18 @@ async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):
             return httpx.Response(400, json={"error": {"message": "prompt too long"}})
         return completion(request)
 
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/completions").mock(side_effect=flaky)
-        first = await run(tmp_path, settings())
+        first = await run(mock, tmp_path, settings())
     assert first.ok == 8 and first.errors == 4
     records, _ = read_records(tmp_path / "out.jsonl")
     bad = records["m|d|q2|raw|none|t=0.0|s=0"]
     assert bad.status == "error" and "HTTP 400" in bad.error and "prompt too long" in bad.error
     assert bad.user_turn is None and bad.attempts == 1
 
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        second = await run(tmp_path, settings())
+        second = await run(mock, tmp_path, settings())
     assert route.call_count == 4 and second.skipped == 8 and second.ok == 4
     records, _ = read_records(tmp_path / "out.jsonl")
     assert all(r.status == "ok" for r in records.values()) and len(records) == 12
@@ -144,16 +144,16 @@ async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):
     ok_keys = [x["key"] for x in lines if x["status"] == "ok"]
     assert len(ok_keys) == len(set(ok_keys)) == 12  # never a duplicate ok key
 
-    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        third = await run(tmp_path, settings())
+        third = await run(mock, tmp_path, settings())
     assert route.call_count == 0 and third.skipped == 12
 
 
 async def test_retries_exhausted_make_error_records_not_empty_turns(tmp_path):
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/completions").mock(return_value=httpx.Response(503, text="overloaded"))
-        summary = await run(tmp_path, settings(temperatures=[0.0], samples=1))
+        summary = await run(mock, tmp_path, settings(temperatures=[0.0], samples=1))
     assert summary.errors == 3
     for rec in read_records(tmp_path / "out.jsonl")[0].values():
         assert rec.status == "error" and rec.user_turn is None and rec.attempts == 3
@@ -169,9 +169,9 @@ async def test_off_schema_completion_values_are_validated_not_fatal(tmp_path):
         choice = {"index": 0, "text": "Really?", "finish_reason": 5 if item else "stop"}
         return httpx.Response(200, json={"choices": [choice], "usage": {"prompt_tokens": "10", "total_tokens": 12}})
 
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/completions").mock(side_effect=odd)
-        summary = await run(tmp_path, settings(temperatures=[0.0], samples=1))
+        summary = await run(mock, tmp_path, settings(temperatures=[0.0], samples=1))
     assert summary.ok == 2 and summary.errors == 1
     records = read_records(tmp_path / "out.jsonl")[0]
     bad = records["m|d|q1|raw|none|t=0.0|s=0"]
@@ -187,10 +187,10 @@ async def test_fatal_401_stops_the_run_and_keeps_written_records(tmp_path):
         seen["n"] += 1
         return completion(request) if seen["n"] <= 2 else httpx.Response(401, json={"error": "bad key"})
 
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/completions").mock(side_effect=auth_expires)
         with pytest.raises(EndpointError, match="HTTP 401"):
-            await run(tmp_path, settings(concurrency=1))
+            await run(mock, tmp_path, settings(concurrency=1))
     records, report = read_records(tmp_path / "out.jsonl")
     assert len(records) == 2 and all(r.status == "ok" for r in records.values()) and not report.torn_tail
 
@@ -204,10 +204,10 @@ async def test_assistant_turn_from_model_is_generated_once_and_reused(tmp_path):
     def scorer(dataset, item, response):
         return response.endswith(f"{item.answer}."), {"exact": 1.0}
 
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         chat_route = mock.post("/chat/completions").mock(side_effect=chat)
         mock.post("/completions").mock(side_effect=completion)
-        await run(tmp_path, settings(assistant_from="model"), its=items(with_assistant=False), scorer=scorer)
+        await run(mock, tmp_path, settings(assistant_from="model"), its=items(with_assistant=False), scorer=scorer)
     assert chat_route.call_count == 3
     records, _ = read_records(tmp_path / "out.jsonl")
     rec = records["m|d|q1|raw|none|t=0.0|s=0"]
@@ -217,18 +217,18 @@ async def test_assistant_turn_from_model_is_generated_once_and_reused(tmp_path):
     assert records["m|d|q0|raw|none|t=0.0|s=0"].correct is True and rec.correct is False
 
     # Resume with more samples: the assistant turns are reused from the records, not regenerated.
-    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+    with MockServer() as mock:
         chat_route = mock.post("/chat/completions").mock(side_effect=chat)
         mock.post("/completions").mock(side_effect=completion)
-        summary = await run(tmp_path, settings(assistant_from="model", samples=3), its=items(with_assistant=False),
-                            scorer=scorer)
+        summary = await run(mock, tmp_path, settings(assistant_from="model", samples=3),
+                            its=items(with_assistant=False), scorer=scorer)
     assert chat_route.call_count == 0 and summary.ok == 6
 
 
 async def test_dataset_without_assistant_turn_gives_clear_errors(tmp_path):
-    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        summary = await run(tmp_path, settings(samples=1, temperatures=[0.0]), its=items(with_assistant=False))
+        summary = await run(mock, tmp_path, settings(samples=1, temperatures=[0.0]), its=items(with_assistant=False))
     assert route.call_count == 0 and summary.errors == 3
     rec = next(iter(read_records(tmp_path / "out.jsonl")[0].values()))
     assert "--assistant-from model" in rec.error
@@ -252,9 +252,9 @@ async def test_inline_judge_hook_and_perturbations_in_keys(tmp_path):
         return messages
 
     judge = CountingJudge()
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        summary = await run(tmp_path, settings(perturbations=["none", "generic"], temperatures=[0.5], samples=1,
+        summary = await run(mock, tmp_path, settings(perturbations=["none", "generic"], temperatures=[0.5], samples=1,
                                                send_stop_token_ids=True), judge=judge, perturb=perturb)
     assert summary.ok == 6 and judge.n == 6 and summary.judged == 3 and summary.judge_failures == 3
     records, _ = read_records(tmp_path / "out.jsonl")
@@ -272,8 +272,8 @@ async def test_chat_mode_uses_role_flip_and_chat_endpoint(tmp_path):
     def chat(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"choices": [{"message": {"content": "But why 4?"}, "finish_reason": "stop"}]})
 
-    ep = endpoint()
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
+        ep = endpoint(mock)
         route = mock.post("/chat/completions").mock(side_effect=chat)
         probe = ProbeRun(items(1), settings(mode="chat", temperatures=[1.0], samples=1), endpoints=[ep],
                          renderer=None, role_flip=flip, out_path=str(tmp_path / "o.jsonl"), progress=False)
@@ -294,9 +294,9 @@ def test_text_helpers():
 
 
 async def test_manifest_stops_are_added_to_the_template_ones(tmp_path):
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        await run(tmp_path, settings(temperatures=[0.0], samples=1, send_stop_token_ids=True,
+        await run(mock, tmp_path, settings(temperatures=[0.0], samples=1, send_stop_token_ids=True,
                                      extra_stop=["###", "<|im_end|>"], extra_stop_token_ids=[9]), its=items(1))
     sent = json.loads(route.calls[0].request.content)
     assert sent["stop"] == ["<|im_end|>", "###"] and sent["stop_token_ids"] == [7, 9]
@@ -308,10 +308,10 @@ class UnreachableJudge:
 
 
 async def test_unreachable_judge_keeps_the_generation_and_stops(tmp_path):
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/completions").mock(side_effect=completion)
         with pytest.raises(EndpointError, match=r"judge\.test"):
-            await run(tmp_path, settings(temperatures=[0.0], samples=1, concurrency=1), its=items(2),
+            await run(mock, tmp_path, settings(temperatures=[0.0], samples=1, concurrency=1), its=items(2),
                       judge=UnreachableJudge())
     records, _ = read_records(tmp_path / "out.jsonl")
     assert len(records) == 1

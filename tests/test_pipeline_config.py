@@ -9,8 +9,8 @@ import re
 
 import httpx
 import pytest
-import respx
-from test_pipeline import BASE, ChatMLRenderer, completion, endpoint
+from mock_http import MockServer
+from test_pipeline import ChatMLRenderer, completion, endpoint
 from userturn.client.dataset import DatasetItem
 from userturn.client.perturb import GENERIC_RESPONSE, perturb
 from userturn.client.pipeline import ProbeRun, ProbeSettings
@@ -45,8 +45,8 @@ def settings(**kw) -> ProbeSettings:
     return ProbeSettings(**base)
 
 
-async def probe(out, s: ProbeSettings, its, **kw):
-    ep = endpoint()
+async def probe(server: MockServer, out, s: ProbeSettings, its, **kw):
+    ep = endpoint(server)
     try:
         run = ProbeRun(its, s, endpoints=[ep], renderer=kw.pop("renderer", ChatMLRenderer()), out_path=str(out),
                        progress=False, perturb=perturb, scorer=score, **kw)
@@ -56,9 +56,9 @@ async def probe(out, s: ProbeSettings, its, **kw):
 
 
 async def mocked(out, s, its, **kw):
-    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        summary = await probe(out, s, its, **kw)
+        summary = await probe(mock, out, s, its, **kw)
     return summary, route.call_count
 
 
@@ -97,10 +97,10 @@ async def test_model_written_turn_is_scored_after_perturbation(tmp_path):
         return httpx.Response(200, json={"choices": [{"message": {"content": "So the answer is 7."}}]})
 
     its = [DatasetItem.model_validate({"id": "q0", "answer": "7", "messages": [{"role": "user", "content": "3+4?"}]})]
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/chat/completions").mock(side_effect=chat)
         mock.post("/completions").mock(side_effect=completion)
-        await probe(tmp_path / "o.jsonl", settings(perturbations=["none", "wrong_answer", "remove"],
+        await probe(mock, tmp_path / "o.jsonl", settings(perturbations=["none", "wrong_answer", "remove"],
                                                    assistant_from="model"), its)
     records = read_records(tmp_path / "o.jsonl")[0]
     assert records["m|gsm8k|q0|raw|none|t=0.0|s=0"].correct is True
@@ -141,10 +141,10 @@ async def test_swap_partner_outside_the_run_is_answered_by_the_model_and_reused(
             for i in range(3)]
     out = tmp_path / "o.jsonl"
     for samples in (1, 2):
-        with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+        with MockServer() as mock:
             mock.post("/chat/completions").mock(side_effect=chat)
             mock.post("/completions").mock(side_effect=completion)
-            await probe(out, settings(perturbations=["swap"], assistant_from="model", samples=samples), [pool[0]],
+            await probe(mock, out, settings(perturbations=["swap"], assistant_from="model", samples=samples), [pool[0]],
                         swap_pool=pool)
     # ring q2 -> q1 -> q0 -> q2: q0's partner is q2, answered once (first run) and reused from the swap record
     assert calls == ["Question 0?", "Question 2?"]
@@ -248,10 +248,10 @@ async def test_assistant_turns_are_reused_only_from_the_same_model(tmp_path):
     its = [DatasetItem.model_validate({"id": "q0", "answer": "7", "messages": [{"role": "user", "content": "3+4?"}]})]
     out = tmp_path / "o.jsonl"
     for model in ("a", "b"):
-        with respx.mock(using="httpx", base_url=BASE) as mock:
+        with MockServer() as mock:
             mock.post("/chat/completions").mock(side_effect=chat)
             mock.post("/completions").mock(side_effect=completion)
-            await probe(out, settings(model=model, assistant_from="model"), its)
+            await probe(mock, out, settings(model=model, assistant_from="model"), its)
     records = read_records(out)[0]
     assert records["a|gsm8k|q0|raw|none|t=0.0|s=0"].messages[-1].content == "a says 7."
     assert records["b|gsm8k|q0|raw|none|t=0.0|s=0"].messages[-1].content == "b says 7."
@@ -287,10 +287,10 @@ async def test_an_empty_model_answer_is_an_error_not_a_wrong_answer(tmp_path):
 
     its = [DatasetItem.model_validate({"id": i, "answer": a, "messages": [{"role": "user", "content": q}]})
            for i, a, q in (("q0", "7", "3+4?"), ("q1", "9", "4+5?"))]
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/chat/completions").mock(side_effect=chat)
         route = mock.post("/completions").mock(side_effect=completion)
-        summary = await probe(tmp_path / "o.jsonl", settings(assistant_from="model"), its)
+        summary = await probe(mock, tmp_path / "o.jsonl", settings(assistant_from="model"), its)
     assert summary.errors == 1 and summary.ok == 1 and route.call_count == 1
     records = read_records(tmp_path / "o.jsonl")[0]
     failed = records["m|gsm8k|q0|raw|none|t=0.0|s=0"]
@@ -302,9 +302,9 @@ async def test_an_empty_model_answer_is_an_error_not_a_wrong_answer(tmp_path):
 
 async def test_error_records_of_another_configuration_do_not_block_a_rerun(tmp_path):
     out = tmp_path / "o.jsonl"
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/completions").mock(return_value=httpx.Response(400, json={"error": "prompt too long"}))
-        first = await probe(out, settings(max_tokens=4096), math_items())
+        first = await probe(mock, out, settings(max_tokens=4096), math_items())
     assert first.errors == 3
     summary, calls = await mocked(out, settings(max_tokens=64), math_items())  # nothing was produced: go on
     assert summary.ok == 3 and calls == 3

@@ -5,8 +5,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator, Sequence
 
-import respx
-from test_pipeline import BASE, completion, run, settings
+from mock_http import MockServer
+from test_pipeline import completion, run, settings
 from userturn.client.dataset import DatasetItem
 
 from userturn.jsonl import read_records
@@ -46,17 +46,17 @@ class OnDemandItems(Sequence[DatasetItem]):
 
 async def test_items_are_not_all_held_at_once(tmp_path):
     its = OnDemandItems(300)
-    with respx.mock(using="httpx", base_url=BASE) as mock:
+    with MockServer() as mock:
         mock.post("/completions").mock(side_effect=completion)
-        summary = await run(tmp_path, settings(temperatures=[1.0], samples=2, concurrency=4), its=its)
+        summary = await run(mock, tmp_path, settings(temperatures=[1.0], samples=2, concurrency=4), its=its)
     assert summary.ok == 600
     assert its.most_alive <= 8, its.most_alive  # a few in flight, never the dataset
     records, _ = read_records(tmp_path / "out.jsonl")
     assert len(records) == 600
 
     its = OnDemandItems(300)  # resume: everything is done, nothing is sent, still nothing is held
-    with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:
+    with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
-        summary = await run(tmp_path, settings(temperatures=[1.0], samples=2, concurrency=4), its=its)
+        summary = await run(mock, tmp_path, settings(temperatures=[1.0], samples=2, concurrency=4), its=its)
     assert summary.skipped == 600 and summary.ok == 0 and route.call_count == 0
     assert its.most_alive <= 8, its.most_alive

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shutil
@@ -46,10 +45,10 @@ def test_self_judged_matching() -> None:
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(FIXTURE)]) == 0
+    assert main(["report", str(FIXTURE), "--wide"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "Qwen/Qwen3-0.6B" in line and "raw" in line and " 0 " in line)
-    assert re.search(r"50\.0%\s*│\s*21\.5–78\.5", row)
+    assert re.search(r"50\.0%\s+\[21\.5, 78\.5\]", row)
     assert "GF 4 RQ 2 AC 1 GE 1" in row
     assert "SELF" in out and "self-judged" in out
     assert "Wilson" in out
@@ -73,12 +72,13 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
 def test_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     html_path, plots = tmp_path / "out" / "report.html", tmp_path / "plots"
     assert main(["report", str(FIXTURE), "--html", str(html_path), "--plots", str(plots), "--json"]) == 0
-    for name in ("followup_vs_temperature", "accuracy_vs_followup", "label_mix"):
+    for name in ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix"):
         png = (plots / f"{name}.png").read_bytes()
         assert png.startswith(PNG) and len(png) > 5000
+        assert (plots / f"{name}.pdf").read_bytes().startswith(b"%PDF")
+        assert b"<svg" in (plots / f"{name}.svg").read_bytes()
     html = html_path.read_text()
-    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 3 and all(base64.b64decode(i).startswith(PNG) for i in images)
+    assert len(re.findall(r'<figure id="fig-[a-z_]+"><figcaption>[a-z_]+</figcaption>\n<svg', html)) == 4
     assert "<script>" not in html and "&lt;script&gt;" in html  # generated text is escaped
     assert "&lt;b&gt;&amp;amp;&lt;/b&gt;" in html
     assert "self-judged" in html and "0.714" in html and "genuine_followup" in html

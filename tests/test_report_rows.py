@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import orjson
@@ -104,8 +105,7 @@ def test_items_and_the_clustered_interval(tmp_path: Path, capsys: pytest.Capture
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.1176, 0.7693), abs=5e-5)  # not Wilson's 21.9-61.3
     assert row["design_effect"] == pytest.approx(4.0)
     out = table(path, capsys)
-    line = next(x for x in out.splitlines() if "│ none" in x)
-    assert "11.8–76.9" in line and "│ 20 │     5 │" in line
+    assert "[11.8, 76.9]" in out and re.search(r" none +0 +20 +40\.0% ", out)
     html = tmp_path / "r.html"
     assert main(["report", str(path), "--html", str(html)]) == 0
     text = html.read_text()
@@ -124,7 +124,8 @@ def test_delta_vs_none_worked_example(tmp_path: Path, capsys: pytest.CaptureFixt
     assert (wrong["delta_ci_low"], wrong["delta_ci_high"]) == pytest.approx((-0.3222, 0.5993), abs=5e-5)
     assert (wrong["ci_low"], wrong["ci_high"]) == pytest.approx((0.2307, 0.8824), abs=5e-5)
     assert wrong["settings"] == "" and none["settings"] == ""  # the perturbation is the only difference
-    assert "+20.0 (-32.2…+59.9; 5 items)" in table(path, capsys)
+    out = table(path, capsys)
+    assert "+20.0" in out and "[-32.2, +59.9]" in out
     html = tmp_path / "r.html"
     assert main(["report", str(path), "--html", str(html)]) == 0
     assert "+20.0 (-32.2…+59.9; 5 items)" in html.read_text()
@@ -194,7 +195,7 @@ def test_close_temperatures_are_shown_apart(tmp_path: Path, capsys: pytest.Captu
     close = rec("i1", temperature=0.7000001)
     close["key"] += "000001"  # keys carry the temperature as given (the key format is client/records.py's)
     out = table(write(tmp_path / "r.jsonl", [rec("i1", temperature=0.7), close]), capsys)
-    assert "│ 0.7000001 │" in out and "│       0.7 │" in out
+    assert re.search(r" 0\.7000001 +1 ", out) and re.search(r" 0\.7 +1 ", out)
 
 
 def test_report_benchmark_runs_small() -> None:

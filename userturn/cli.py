@@ -17,12 +17,13 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 
 def _registrars() -> list[Registrar]:
     from userturn.cli_experiment import register as register_experiment
+    from userturn.cli_list import register as register_list
     from userturn.cli_probe import register as register_probe
     from userturn.cli_train import register as register_train
     from userturn.judges.cli import register as register_judges
     from userturn.serve.cli import register as register_serve
 
-    return [register_probe, register_judges, register_serve, register_experiment, register_train]
+    return [register_probe, register_judges, register_serve, register_experiment, register_list, register_train]
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,6 +31,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        """argparse's help with the epilog (the examples) kept as written: indented command lines, not refilled."""
+        epilog, self.epilog = self.epilog, None
+        try:
+            text = super().format_help()
+        finally:
+            self.epilog = epilog
+        return text + ("\n" + epilog.rstrip() + "\n" if epilog else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in _registrars():
         register(sub)
+    from userturn.client.help_text import epilog
+
+    parser.epilog = epilog(None)
+    for name, command in sub.choices.items():
+        command.epilog = epilog(name)
     return parser
 
 
@@ -51,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "loads_inputs_first", False):
         collector.release()  # the command has nothing heavy to load: collect as usual from here
     try:
+        from userturn.client.paths import check_paths
+
+        check_paths(args)  # every bad path is one line and exit 2, before anything loads or launches
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"userturn: error: {exc}", file=sys.stderr)

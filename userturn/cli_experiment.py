@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
+from userturn.cli_show import add_arguments as add_show_arguments
+from userturn.cli_show import show_record, wants_record
 from userturn.errors import UserError
 
 
@@ -18,9 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Run every model x dataset x mode of an experiment YAML into one resumable "
                                      "results file, <out_dir>/<name>/results.jsonl, and print the report. "
                                      "Rerun the same command to resume.")
-    run.add_argument("experiment", metavar="EXPERIMENT.yaml")
+    run.add_argument("experiment", metavar="EXPERIMENT", help="experiment YAML, or a shipped experiment by name (e.g. "
+                     "smoke; `userturn list` shows them)")
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
-    run.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
+    run.add_argument("--no-progress", action="store_true",
+                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
     run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
     run.add_argument("--rejudge", action="store_true",
                      help="the results file holds labels of another judge panel (other `judges:` models or prompt): "
@@ -47,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "(meta.second_turn), and the label with who gave it.")
     show.add_argument("results", metavar="RESULTS.jsonl")
     show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
     show.set_defaults(func=show_command)
 
     rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
@@ -59,30 +65,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from userturn.cli_probe import run_async
-    from userturn.experiment import (
-        check_files,
-        load_experiment,
-        load_items,
-        plan,
-        planned_records,
-        print_report,
-        results_path,
-        run_experiment,
-    )
+    from userturn import aio
+    from userturn.experiment import check_files, load_experiment, print_report, results_path, run_experiment
     from userturn.results_lock import results_lock
+    from userturn.shipped import resolve_named
 
-    exp, base = load_experiment(args.experiment)
-    check_files(exp, Path(args.experiment))
+    source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
+    exp, base = load_experiment(source)
+    check_files(exp, source)
     if args.dry_run:
-        counts = [len(load_items(entry, exp, base)[1]) for entry in exp.datasets]
-        print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts)} records planned "
-              f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
-              f"{len(exp.perturbations)} perturbations x {len(exp.temperatures)} temperatures x {exp.samples} samples"
-              f" x {exp.assistant_samples} assistant samples)")
-        return 0
+        return dry_run(exp, base, source)
     with results_lock(results_path(exp, args.out_dir)):  # held for the whole grid (exit 2 if another run has it)
-        results, summaries = run_async(run_experiment(exp, base, Path(args.experiment), out_dir=args.out_dir,
+        results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
                                                       progress=not args.no_progress, rejudge=args.rejudge,
                                                       launcher=args.launcher))
     errors = sum(s.errors for s in summaries)
@@ -105,6 +99,48 @@ def run_command(args: argparse.Namespace) -> int:
         print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
         status = 1
     return status
+
+
+def dry_run(exp: Any, base: Path, source: Path) -> int:
+    """Validate the grid without launching anything: datasets load, each model's settings resolve, and in raw mode
+    each model's chat template renders one real prompt (printed) that ends at the open user header."""
+    from userturn.client.dry_run import render_preview, shown
+    from userturn.experiment import (
+        assistant_source,
+        load_items,
+        naming_entry,
+        plan,
+        planned_records,
+        target_source,
+    )
+    from userturn.run_builder import ProbeTarget, load_renderer, preview
+
+    datasets = [load_items(entry, exp, base) for entry in exp.datasets]
+    sources = [assistant_source(entry, exp, items) for entry, (_, items, _) in zip(exp.datasets, datasets,
+                                                                                     strict=True)]
+    counts = [len(items) for _, items, _ in datasets]
+    options = []
+    prompts = []
+    for index, entry in enumerate(exp.models):
+        with naming_entry(source, index, entry):
+            fields, o = preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])
+            options.append(o)
+            if "raw" in exp.modes:
+                target = ProbeTarget(base_urls=[], model=str(entry.model or entry.label), **fields)
+                prompt = render_preview(load_renderer(target, o), datasets[0][1], sources[0])
+                prompts.append((entry.label, datasets[0][0], prompt))
+    grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
+    print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
+          f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
+          f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
+          "samples)")
+    for entry, o in zip(exp.models, options, strict=True):
+        print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
+              f"top_p {o.top_p}, concurrency {o.concurrency}")
+    for label, dataset, prompt in prompts:
+        print(f"--- {label}: raw prompt of the first {dataset} item, as it will be sent (ends at the open user "
+              f"header) ---\n{shown(prompt)}\n--- end of prompt ---")
+    return 0
 
 
 def _records(path: str) -> list:
@@ -151,6 +187,8 @@ def show_command(args: argparse.Namespace) -> int:
 
     from userturn.client.show import turns_table
 
+    if wants_record(args):
+        return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
     console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -158,12 +196,8 @@ def show_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
-
-
 def rerank_command(args: argparse.Namespace) -> int:
-    from userturn.client.rerank import as_dicts, rerank
+    from userturn.client.rerank import as_dicts, rerank, rerank_table
 
     rows = rerank(_records(args.results))
     if args.json:
@@ -173,20 +207,11 @@ def rerank_command(args: argparse.Namespace) -> int:
         print("userturn: no query has labeled records with task correctness (need a scored dataset, judged "
               "records, and several assistant samples per query)", file=sys.stderr)
         return 1
-    from rich.console import Console
-    from rich.table import Table
+    from userturn.client.terminal import console as make_console
 
-    table = Table(title=f"userturn rerank: {args.results}")
-    for column in ("model", "dataset", "mode", "perturbation", "T", "queries", "responses", "correct", "mixed",
-                   "AUROC", "within", "top-1", "random"):
-        table.add_column(column, justify="left" if column in ("model", "dataset", "mode", "perturbation")
-                         else "right")
-    for r in rows:
-        table.add_row(r.model, r.dataset, r.mode, r.perturbation, f"{r.temperature:g}", str(r.queries),
-                      str(r.responses), str(r.correct_responses), str(r.mixed_queries), _fmt(r.auroc),
-                      _fmt(r.within_auroc), _fmt(r.top1), _fmt(r.top1_random))
-    console = Console()
-    console.print(table)
+    console = make_console()
+    console.print(rerank_table(rows, f"userturn rerank: {args.results}"))
     console.print("AUROC: correct vs incorrect responses by follow-up rate (0.5 = no signal); within: same-query "
-                  "pairs only; top-1: the highest-rate response is correct (mixed queries), vs a random pick.")
+                  "pairs only; top-1: the highest-rate response is correct (mixed queries: with correct and "
+                  "incorrect responses), vs a random pick in brackets.")
     return 0

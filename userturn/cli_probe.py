@@ -3,75 +3,56 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from userturn import collector
+from userturn import collector, defaults
+from userturn.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.errors import UserError
 
-if TYPE_CHECKING:  # the heavy modules load when a command runs, not when the parser is built
+if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command runs, not when the parser is built
     from userturn.client.dataset import DatasetItem
-    from userturn.client.pipeline import ProbeSettings, ProbeSummary
+    from userturn.client.pipeline import ProbeSummary
+    from userturn.run_builder import Layer, ProbeOptions, ProbeTarget, TargetSource
 
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
 
 
 def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by every command that talks to a model endpoint."""
+    """Flags shared by every command that talks to a model endpoint. A flag left out lets the manifest or the
+    default decide (README "Where settings come from")."""
+    d = defaults
     g = parser.add_argument_group("endpoint")
     g.add_argument("--base-url", action="append", default=None, metavar="URL",
                    help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1 (repeat to round-robin replicas)")
     g.add_argument("--model", help="model name sent in requests (and recorded)")
-    g.add_argument("--manifest", metavar="YAML", help="launch (or point at) the server a manifest describes; "
-                   "supplies base URL, model name, tokenizer and stops; the server is shut down afterwards")
+    g.add_argument("--manifest", metavar="NAME_OR_YAML", help="launch (or point at) the server a manifest describes "
+                   "(a file, or a shipped manifest by name: `userturn list`); supplies base URL, model name, "
+                   "tokenizer, stops and probe defaults; the server is shut down afterwards")
     g.add_argument("--launcher", choices=["local", "slurm"], default=None,
                    help="with --manifest: run the server as local processes (default) or as a SLURM job")
-    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
-                   help="environment variable holding the API key (optional for local servers; never written)")
-    g.add_argument("--concurrency", type=positive_int, default=64, help="requests in flight (default 64)")
+    g.add_argument("--api-key-env", default=None, metavar="VAR",
+                   help=f"environment variable holding the API key (default {d.API_KEY_ENV}; optional for local "
+                        "servers; never written)")
+    g.add_argument("--concurrency", type=positive_int, default=None,
+                   help=f"requests in flight (default {d.CONCURRENCY})")
     g.add_argument("--rpm", type=positive_float, default=None, help="requests-per-minute limit")
     g.add_argument("--tpm", type=positive_float, default=None, help="tokens-per-minute limit (prompt + max tokens)")
-    g.add_argument("--request-timeout", type=positive_float, default=300.0, metavar="S",
-                   help="per-attempt deadline in seconds; a hung request is cut and retried (default 300)")
-    g.add_argument("--max-retries", type=non_negative_int, default=5,
-                   help="retries after the first attempt (default 5)")
+    g.add_argument("--request-timeout", type=positive_float, default=None, metavar="S",
+                   help=f"per-attempt deadline in seconds; a hung request is cut and retried (default "
+                        f"{d.REQUEST_TIMEOUT_S:g})")
+    g.add_argument("--max-retries", type=non_negative_int, default=None,
+                   help=f"retries after the first attempt (default {d.MAX_RETRIES})")
     g.add_argument("--max-response-bytes", type=positive_int, default=None, metavar="B",
                    help="cap on each response body (default: 256 bytes per requested token + 1 MiB)")
-    g.add_argument("--http-backend", choices=["aiohttp", "httpx"], default="aiohttp",
+    g.add_argument("--http-backend", choices=["aiohttp", "httpx"], default=None,
                    help="aiohttp (default, fastest) or httpx (the httpx API, e.g. for respx or httpx proxies)")
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    d = defaults
     g = parser.add_argument_group("probe")
     g.add_argument("--dataset", required=True,
                    help="local JSONL path, or a built-in dataset NAME[:split] (gsm8k, ifeval, mt-bench, ...)")
@@ -81,18 +62,24 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                    help="tokenizer with the model's chat template (local dir, hub id, or a .gguf file / "
                         "pkg:PACKAGE/file.gguf: its metadata); required in raw mode")
     g.add_argument("--chat-template", default=None, metavar="FILE", help="override the tokenizer's chat template")
+    g.add_argument("--renderer", choices=["auto", "chat_template", "harmony"], default=None,
+                   help="how prompts are rendered: the chat template, or Harmony (gpt-oss); default: the manifest's, "
+                        "else auto (Harmony for a gpt-oss tokenizer without --chat-template)")
     g.add_argument("--enable-thinking", choices=["true", "false"], default=None,
                    help="pass enable_thinking to the chat template (e.g. Qwen3, GLM)")
     g.add_argument("--template-kwarg", action="append", default=None, metavar="KEY=VALUE",
                    help="extra chat-template variable (repeatable), e.g. reasoning_effort=high for gpt-oss; "
                         "VALUE is parsed as JSON when it can be")
     g.add_argument("--temperature", type=non_negative_float, action="append", default=None, metavar="T",
-                   help="sampling temperature (repeat for a sweep; default 0)")
-    g.add_argument("--samples", type=positive_int, default=1, metavar="K", help="samples per item and temperature")
+                   help="sampling temperature (repeat for a sweep) " + NOT_SET.format("0"))
+    g.add_argument("--samples", type=positive_int, default=None, metavar="K",
+                   help=f"samples per item and temperature (default {d.SAMPLES})")
     g.add_argument("--max-tokens", type=positive_int, default=None, metavar="M",
-                   help="max tokens of the user turn (default: manifest probe default, else 256)")
-    g.add_argument("--top-p", type=float, default=None)
-    g.add_argument("--seed", type=int, default=0, metavar="S", help="run seed; each sample's seed derives from it")
+                   help="max tokens of the user turn " + NOT_SET.format(d.MAX_TOKENS))
+    g.add_argument("--top-p", type=probability, default=None, metavar="P",
+                   help="nucleus sampling, in (0, 1] " + NOT_SET.format("not sent"))
+    g.add_argument("--seed", type=int, default=None, metavar="S",
+                   help=f"run seed; each sample's seed derives from it (default {d.SEED})")
     g.add_argument("--limit", type=positive_int, default=None, metavar="N", help="first N items only")
     g.add_argument("--shuffle-seed", type=int, default=None, help="shuffle items deterministically before --limit")
     g.add_argument("--perturb", action="append", default=None, metavar="NAME",
@@ -103,15 +90,18 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
                    help="where the assistant turn comes from (default: dataset if the item ends with one, "
                         "else model)")
-    g.add_argument("--assistant-temperature", type=non_negative_float, default=0.0)
-    g.add_argument("--assistant-max-tokens", type=positive_int, default=1024)
-    g.add_argument("--send-stop-token-ids", action="store_true",
+    g.add_argument("--assistant-temperature", type=non_negative_float, default=None, metavar="T",
+                   help=f"temperature of a model-written assistant turn (default {d.ASSISTANT_TEMPERATURE:g})")
+    g.add_argument("--assistant-max-tokens", type=positive_int, default=None, metavar="M",
+                   help=f"max tokens of a model-written assistant turn (default {d.ASSISTANT_MAX_TOKENS})")
+    g.add_argument("--send-stop-token-ids", action="store_true", default=None,
                    help="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn token "
-                        "is not an EOS, e.g. gpt-oss <|end|>)")
-    g.add_argument("--allow-special-tokens", action="store_true",
+                        "is not an EOS, e.g. gpt-oss <|end|>) " + NOT_SET.format("off"))
+    g.add_argument("--allow-special-tokens", action="store_true", default=None,
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
-    g.add_argument("--no-progress", action="store_true", help="plain periodic lines instead of the live view")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -147,71 +137,6 @@ def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None, whole:
     return name, select(every, limit=limit, shuffle_seed=shuffle_seed), every
 
 
-def merged_template_kwargs(kwargs: dict[str, Any] | None, enable_thinking: bool | None) -> dict[str, Any]:
-    """The chat-template variables a renderer gets (what `PromptRenderer.load` passes), as recorded in `config`."""
-    merged = dict(kwargs or {})
-    if enable_thinking is not None:
-        merged["enable_thinking"] = enable_thinking
-    return merged
-
-
-def probe_command(args: argparse.Namespace) -> int:
-    return run_async(probe_main(args))
-
-
-def run_async(coro: Any) -> Any:
-    """Run a coroutine on uvloop where available."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - windows
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
-
-
-@contextlib.contextmanager
-def serving(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    """Resolve base URLs / model / tokenizer from flags, or launch the manifest's server for the duration."""
-    launcher = getattr(args, "launcher", None)
-    if not args.manifest:
-        if launcher:
-            raise UserError("--launcher goes with --manifest")
-        if not args.base_url:
-            raise UserError("--base-url or --manifest is required")
-        if not args.model:
-            raise UserError("--model is required with --base-url")
-        yield {"base_urls": args.base_url, "model": args.model, "probe": {}, "api_key_env": args.api_key_env}
-        return
-    from userturn.packaged import is_gguf
-    from userturn.serve.launcher import launch
-    from userturn.serve.manifest import load_manifest
-
-    manifest = load_manifest(args.manifest)
-    with launch(manifest, launcher=launcher or "local") as server:
-        probe_defaults = manifest.probe.model_dump(exclude_none=True)
-        for key in ("tokenizer", "chat_template"):  # ./x and ../x are relative to the manifest
-            if key in probe_defaults:
-                probe_defaults[key] = manifest.resolve_path(probe_defaults[key])
-        if "tokenizer" not in probe_defaults and is_gguf(manifest.model):  # the GGUF metadata has the template
-            probe_defaults["tokenizer"] = manifest.resolve_path(manifest.model)
-        yield {
-            "base_urls": args.base_url or server.base_urls,
-            "model": args.model or server.model_name,
-            "probe": probe_defaults,
-            "api_key_env": server.api_key_env or args.api_key_env,
-        }
-
-
-def build_renderer(tokenizer: str | None, chat_template: str | None, enable_thinking: bool | None,
-                   template_kwargs: dict[str, Any] | None = None):
-    from userturn.client.templates import PromptRenderer
-
-    if not tokenizer:
-        raise UserError("--tokenizer is required in raw mode (the model's chat template renders the prompt)")
-    return PromptRenderer.load(tokenizer, chat_template=chat_template, enable_thinking=enable_thinking,
-                               template_kwargs=template_kwargs or None)
-
-
 def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
     """`KEY=VALUE` pairs -> dict; VALUE parsed as JSON when possible (true, 3, "x"), else kept as text."""
     out: dict[str, Any] = {}
@@ -226,112 +151,109 @@ def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def pipeline_hooks() -> dict[str, Any]:
-    """Perturbations, task scoring and the chat-mode role flip."""
-    from userturn.client.chat_mode import role_flip_messages
-    from userturn.client.perturb import perturb
-    from userturn.client.scoring import score
+def flag_layer(args: argparse.Namespace) -> Layer:
+    """The settings the probe flags give (None where a flag was left out)."""
+    from userturn.run_builder import Layer
 
-    return {"perturb": perturb, "scorer": score, "role_flip": role_flip_messages}
+    return Layer(
+        tokenizer=args.tokenizer, chat_template=args.chat_template, renderer=args.renderer,
+        temperatures=args.temperature, samples=args.samples, max_tokens=args.max_tokens, top_p=args.top_p,
+        seed=args.seed, enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "true",
+        template_kwargs=parse_template_kwargs(args.template_kwarg) or None,
+        send_stop_token_ids=args.send_stop_token_ids, assistant_temperature=args.assistant_temperature,
+        assistant_max_tokens=args.assistant_max_tokens, allow_special_tokens=args.allow_special_tokens,
+        concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm, request_timeout=args.request_timeout,
+        max_retries=args.max_retries, max_response_bytes=args.max_response_bytes, http_backend=args.http_backend,
+    )
 
 
-def _bool(value: str | None) -> bool | None:
-    return None if value is None else value == "true"
+def target_source(args: argparse.Namespace) -> TargetSource:
+    from userturn.run_builder import TargetSource
+
+    return TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
+                        api_key_env=args.api_key_env, launcher=args.launcher)
+
+
+def check_conflicts(args: argparse.Namespace) -> None:
+    """Flags that contradict each other, refused before any dataset loads or any server launches."""
+    if args.manifest and args.base_url:
+        raise UserError("--manifest launches its own server and --base-url points elsewhere: give one of them "
+                        "(--manifest NAME, or --base-url URL --model NAME)")
+    if args.launcher and not args.manifest:
+        raise UserError("--launcher goes with --manifest (it says where the manifest's server runs)")
+    if not args.manifest and not args.base_url:
+        raise UserError("--base-url or --manifest is required")
+    if args.assistant_from == "dataset":
+        given = [flag for flag, value in (("--assistant-temperature", args.assistant_temperature),
+                                          ("--assistant-max-tokens", args.assistant_max_tokens)) if value is not None]
+        if given:
+            raise UserError(f"{' and '.join(given)} set how the model writes the assistant turn, but "
+                            "--assistant-from dataset takes it from the dataset")
+    if args.mode == "chat" and (args.chat_template or args.renderer == "harmony"):
+        flag = "--chat-template" if args.chat_template else "--renderer harmony"
+        raise UserError(f"{flag} renders raw prompts; --mode chat sends messages to the server's chat API")
+
+
+def probe_command(args: argparse.Namespace) -> int:
+    from userturn import aio
+
+    check_conflicts(args)
+    return aio.run(probe_main(args))
 
 
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.perturb import validate
-    from userturn.client.pipeline import ProbeSettings
     from userturn.client.scoring import preflight
     from userturn.results_lock import results_lock
+    from userturn.run_builder import assistant_source, open_target
 
     perturbations = validate(args.perturb or ["none"])
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
                                     whole="swap" in perturbations)
     dataset_name = args.dataset_name or name
     preflight(dataset_name, items)
-    with results_lock(args.out), serving(args) as server:  # the lock first: a second writer stops before any launch
-        defaults = server["probe"]
-        tokenizer = args.tokenizer or defaults.get("tokenizer")
-        enable_thinking = _bool(args.enable_thinking)
-        if enable_thinking is None:
-            enable_thinking = defaults.get("enable_thinking")
-        renderer = None
-        template_kwargs = merged_template_kwargs({**(defaults.get("chat_template_kwargs") or {}),
-                                                  **parse_template_kwargs(args.template_kwarg)}, enable_thinking)
-        if args.mode == "raw":
-            renderer = build_renderer(tokenizer, args.chat_template or defaults.get("chat_template"),
-                                      enable_thinking, template_kwargs)
-        ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
-        if ended is None:
-            ended = all(i.ends_with_assistant for i in items)
-        assistant_from = args.assistant_from or ("dataset" if ended else "model")
-        settings = ProbeSettings(
-            model=server["model"],
-            dataset=dataset_name,
-            temperatures=args.temperature or defaults.get("temperatures") or [0.0],
-            samples=args.samples,
-            max_tokens=args.max_tokens or defaults.get("max_tokens") or 256,
-            seed=args.seed,
-            top_p=args.top_p if args.top_p is not None else defaults.get("top_p"),
-            perturbations=perturbations,
-            mode=args.mode,
-            assistant_from=assistant_from,
-            assistant_temperature=args.assistant_temperature,
-            assistant_max_tokens=args.assistant_max_tokens,
-            send_stop_token_ids=args.send_stop_token_ids or bool(defaults.get("send_stop_token_ids")),
-            concurrency=args.concurrency,
-            rpm=args.rpm,
-            tpm=args.tpm,
-            extra_body=dict(defaults.get("extra_body") or {}),
-            extra_stop=list(defaults.get("stop") or []),
-            extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
-            template_kwargs=template_kwargs if args.mode == "raw" else {},
-            record_meta=dict(defaults.get("record_meta") or {}),
-        )
-        summary = await execute(items, settings, args, server["base_urls"], renderer, server["api_key_env"],
-                                swap_pool=every)
+    args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
+    layers = [flag_layer(args)]
+    # the lock first: a second writer stops before any launch
+    with results_lock(args.out), open_target(target_source(args), layers) as (target, options):
+        summary = await execute(items, target, options, args, dataset_name=dataset_name,
+                                perturbations=perturbations, swap_pool=every)
     return report_summary(summary, args.out)
 
 
-async def execute(items: list[DatasetItem], settings: ProbeSettings, args: argparse.Namespace,
-                  base_urls: list[str], renderer: Any, api_key_env: str,
-                  swap_pool: list[DatasetItem] | None = None) -> ProbeSummary:
-    from userturn.client.endpoint import Endpoint, EndpointConfig
-    from userturn.client.pipeline import ProbeRun
+async def execute(items: Sequence[DatasetItem], target: ProbeTarget, options: ProbeOptions,
+                  args: argparse.Namespace, *, dataset_name: str, perturbations: list[str],
+                  swap_pool: Sequence[DatasetItem] | None = None) -> ProbeSummary:
+    from userturn.run_builder import TargetSession, assistant_source
 
-    endpoints = [
-        Endpoint(EndpointConfig(base_url=url, api_key_env=api_key_env, request_timeout=args.request_timeout,
-                                max_retries=args.max_retries, concurrency=settings.concurrency,
-                                http_backend=args.http_backend, max_response_bytes=args.max_response_bytes))
-        for url in base_urls
-    ]
     judge = None
-    try:
-        for endpoint in endpoints:
-            await endpoint.check()
+    async with TargetSession(target, options) as session:
+        if args.mode == "raw":
+            session.renderer  # noqa: B018 - load the chat template before any request: a bad one stops here
+        await session.check()
         judge = await _judge_panel(args)
-        run = ProbeRun(items, settings, endpoints=endpoints, renderer=renderer, out_path=args.out, judge=judge,
-                       progress=not args.no_progress, allow_special_tokens=args.allow_special_tokens,
-                       swap_pool=swap_pool, **pipeline_hooks())
-        collector.release()  # inputs are loaded: collect again for the run itself
-        return await run.run()
-    finally:
-        if judge is not None:
-            await judge.aclose()
-        for endpoint in endpoints:
-            await endpoint.aclose()
+        try:
+            run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
+                                    assistant_from=assistant_source(items, args.assistant_from), out_path=args.out,
+                                    judge=judge, progress=not args.no_progress, swap_pool=swap_pool)
+            collector.release()  # inputs are loaded: collect again for the run itself
+            return await run.run()
+        finally:
+            if judge is not None:
+                await judge.aclose()
 
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
     """The inline judge panel from --judge-* flags, checked before any generation; None without judges."""
     if not args.judge_model and not args.judge_base_url:
         return None  # nothing to judge with: skip loading the judge modules (start-up time)
-    from userturn.judges import panel_from_args
+    from userturn.judges import make_panel, panel_config
 
-    panel = panel_from_args(args)
-    if panel is not None:
-        await panel.check()
+    config = panel_config(args)
+    if config is None:
+        return None
+    panel = make_panel(config)
+    await panel.check()
     return panel
 
 

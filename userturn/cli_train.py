@@ -131,16 +131,13 @@ def base_source(manifest: Manifest) -> BaseModelSource:
 
 def probe_renderer(manifest: Manifest) -> Any:
     """The renderer `userturn probe --manifest` uses for this manifest (same tokenizer, template and variables)."""
-    from userturn.cli_probe import build_renderer, merged_template_kwargs
-    from userturn.packaged import is_gguf
+    from userturn.run_builder import ProbeTarget, load_renderer, manifest_layer, resolve
 
-    probe = manifest.probe
-    tokenizer = manifest.resolve_path(probe.tokenizer)
-    if tokenizer is None:
-        model = manifest.resolve_path(manifest.model)
-        tokenizer = model if is_gguf(model) else manifest.resolve_path(manifest.tokenizer) or model
-    kwargs = merged_template_kwargs(probe.chat_template_kwargs, probe.enable_thinking)
-    return build_renderer(tokenizer, manifest.resolve_path(probe.chat_template), probe.enable_thinking, kwargs)
+    fields, options = resolve([manifest_layer(manifest)])
+    if not fields.get("tokenizer"):  # no probe tokenizer: the served model's own
+        fields["tokenizer"] = manifest.resolve_path(manifest.tokenizer) or manifest.resolve_path(manifest.model)
+    return load_renderer(ProbeTarget(base_urls=[], model=manifest.served_model_name or manifest.model or "", **fields),
+                         options)
 
 
 # ----- the run ---------------------------------------------------------------------------------------------------
@@ -252,6 +249,7 @@ def run_train(manifest_path: Path, data_path: Path, settings: TrainSettings, out
     tokenizer = load_tokenizer(source)
     encode = encoder(tokenizer)
     stats: RenderStats
+    examples: list[Any]
     if settings.method == "sft":
         examples, stats = sft_examples(data.rows, renderer, encode, settings.max_length)  # type: ignore[arg-type]
     else:

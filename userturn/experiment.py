@@ -2,25 +2,32 @@
 run into one resumable results file, `<out_dir>/<name>/results.jsonl`, then reported.
 
 Models are serving manifests (launched for the duration, see `serve`) or plain endpoints. Every model x
-dataset x mode is one `client.pipeline.ProbeRun` appending to the same file; rerunning skips records that
-are already `ok`, so an interrupted experiment resumes where it stopped.
+dataset x mode is one `client.pipeline.ProbeRun`, built by `userturn.run_builder` exactly as `userturn probe` builds
+its run, appending to the same file; rerunning skips records that are already `ok`, so an interrupted experiment
+resumes where it stopped. Settings left out here come from the model's manifest, else the defaults
+(`run_builder.Layer`: experiment model entry > experiment > manifest > default).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import itertools
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from userturn import defaults
 from userturn.client.dataset import DatasetItem
 from userturn.client.perturb import PERTURBATIONS
 from userturn.errors import UserError
+from userturn.files import read_yaml_mapping
+from userturn.run_builder import Layer, ProbeOptions, RendererName, TargetSource
+from userturn.run_builder import assistant_source as auto_source
+from userturn.shipped import resolve_named
 
 Mode = Literal["raw", "chat"]
 RESUME_HINT = "use another --out-dir or experiment name"
@@ -38,11 +45,18 @@ class ModelEntry(_Strict):
     model: str | None = Field(default=None, description="model name sent in requests (endpoint models)")
     tokenizer: str | None = Field(default=None, description="tokenizer with the chat template (raw mode)")
     chat_template: str | None = None
+    renderer: RendererName | None = Field(default=None, description="chat_template, harmony or auto")
     enable_thinking: bool | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str | None = Field(default=None, description=f"default: the manifest's, else {defaults.API_KEY_ENV}")
     max_tokens: int | None = Field(default=None, ge=1, description="overrides the experiment's max_tokens")
     send_stop_token_ids: bool | None = None
     launcher: Literal["local", "slurm"] | None = Field(default=None, description="overrides the experiment's")
+
+    def layer(self) -> Layer:
+        """What this entry sets for its model's runs (above the experiment's own settings)."""
+        return Layer(tokenizer=self.tokenizer, chat_template=self.chat_template, renderer=self.renderer,
+                     enable_thinking=self.enable_thinking, max_tokens=self.max_tokens,
+                     send_stop_token_ids=self.send_stop_token_ids)
 
     @model_validator(mode="after")
     def _one_kind(self) -> ModelEntry:
@@ -76,10 +90,10 @@ class JudgeEntry(_Strict):
 
     model: str
     base_url: str | None = Field(default=None, description="judge endpoint; not needed for `model: self`")
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    max_tokens: int = Field(default=4096, ge=16)
-    concurrency: int = Field(default=16, ge=1)
+    api_key_env: str = defaults.API_KEY_ENV
+    temperature: float = Field(default=defaults.JUDGE_TEMPERATURE, ge=0)
+    max_tokens: int = Field(default=defaults.JUDGE_MAX_TOKENS, ge=defaults.MIN_JUDGE_MAX_TOKENS)
+    concurrency: int = Field(default=defaults.JUDGE_CONCURRENCY, ge=1)
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -91,30 +105,34 @@ class JudgeEntry(_Strict):
 
 
 class Experiment(_Strict):
-    """The whole grid. Unknown keys are errors (typos must not silently change an experiment)."""
+    """The whole grid. Unknown keys are errors (typos must not silently change an experiment). A probe setting left
+    out (None) comes from each model's manifest, else the default (`run_builder.ProbeOptions`)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
     models: list[ModelEntry] = Field(min_length=1)
     datasets: list[DatasetEntry] = Field(min_length=1)
-    temperatures: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
-    samples: int = Field(default=1, ge=1)
+    temperatures: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    samples: int | None = Field(default=None, ge=1)
     perturbations: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
-    modes: list[Mode] = Field(default_factory=lambda: ["raw"], min_length=1)
+    modes: list[Mode] = Field(default_factory=lambda: ["raw"], min_length=1)  # type: ignore[arg-type]
     assistant_from: Literal["dataset", "model", "auto"] = "auto"
     assistant_samples: int = Field(default=1, ge=1, description=">1: N sampled assistant turns per query (rerank)")
-    assistant_temperature: float = Field(default=0.0, ge=0)
-    assistant_max_tokens: int = Field(default=1024, ge=1)
-    max_tokens: int = Field(default=256, ge=1)
+    assistant_temperature: float | None = Field(default=None, ge=0)
+    assistant_max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int = 0
+    seed: int | None = None
     limit: int | None = Field(default=None, ge=1, description="default per-dataset limit")
     shuffle_seed: int | None = None
-    concurrency: int = Field(default=64, ge=1)
-    request_timeout: float = Field(default=300.0, gt=0)
-    max_retries: int = Field(default=5, ge=0)
+    concurrency: int | None = Field(default=None, ge=1)
+    rpm: float | None = Field(default=None, gt=0, description="requests-per-minute limit (per model)")
+    tpm: float | None = Field(default=None, gt=0, description="tokens-per-minute limit (per model)")
+    request_timeout: float | None = Field(default=None, gt=0)
+    max_retries: int | None = Field(default=None, ge=0)
     judges: list[JudgeEntry] = Field(default_factory=list)
-    allow_special_tokens: bool = Field(default=False, description="probe (and flag) items holding special tokens")
+    allow_special_tokens: bool | None = Field(default=None, description="probe (and flag) items holding special "
+                                              "tokens")
     out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
     launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
 
@@ -136,15 +154,23 @@ class Experiment(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
         for field in ("temperatures", "perturbations", "modes"):
-            values = getattr(self, field)
+            values = getattr(self, field) or []
             if len(set(values)) != len(values):
                 raise ValueError(f"{field}: repeated values {values}")
         if self.assistant_samples > 1:
             if self.assistant_from == "dataset":
                 raise ValueError("assistant_samples > 1 needs assistant_from: model")
-            if self.assistant_temperature == 0:
+            if not self.assistant_temperature:
                 raise ValueError("assistant_samples > 1 needs assistant_temperature > 0 (greedy answers are equal)")
         return self
+
+    def layer(self) -> Layer:
+        """What the experiment sets for every model (below each model entry's own settings)."""
+        return Layer(temperatures=self.temperatures, samples=self.samples, max_tokens=self.max_tokens,
+                     top_p=self.top_p, seed=self.seed, assistant_temperature=self.assistant_temperature,
+                     assistant_max_tokens=self.assistant_max_tokens, allow_special_tokens=self.allow_special_tokens,
+                     concurrency=self.concurrency, rpm=self.rpm, tpm=self.tpm, request_timeout=self.request_timeout,
+                     max_retries=self.max_retries)
 
 
 def _describe(path: Path, exc: ValidationError) -> str:
@@ -157,18 +183,10 @@ def _describe(path: Path, exc: ValidationError) -> str:
 
 
 def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
-    """Parse and validate an experiment file -> (experiment, its directory). Errors name the file and key."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"experiment file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of settings at the top level")
+    """Parse and validate an experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory).
+    Errors name the file and key."""
+    path = resolve_named(path, "experiments")
+    data = read_yaml_mapping(path, "experiment file", "settings")
     try:
         return Experiment.model_validate(data), path.parent
     except ValidationError as exc:
@@ -190,17 +208,40 @@ def plan(exp: Experiment) -> list[Unit]:
         range(len(exp.models)), range(len(exp.datasets)), exp.modes)]
 
 
-def planned_records(exp: Experiment, items_per_dataset: list[int]) -> int:
-    per_item = len(exp.temperatures) * exp.samples * len(exp.perturbations) * exp.assistant_samples
-    return len(exp.models) * len(exp.modes) * per_item * sum(items_per_dataset)
+def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequence[ProbeOptions]) -> int:
+    """Records the grid plans, with each model's resolved options (`model_options`)."""
+    per_model = sum(len(o.temperatures) * o.samples for o in options)
+    return per_model * len(exp.modes) * len(exp.perturbations) * exp.assistant_samples * sum(items_per_dataset)
+
+
+@contextlib.contextmanager
+def naming_entry(source: Path, index: int, entry: ModelEntry) -> Iterator[None]:
+    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`."""
+    try:
+        yield
+    except UserError as exc:
+        named = UserError(f"{source}: models.{index} ({entry.label}): {exc}")
+        named.exit_code = exc.exit_code
+        raise named from None
+
+
+def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOptions:
+    """The options one model's runs will use (its manifest read, nothing launched): for `--dry-run`."""
+    from userturn.run_builder import preview
+
+    return preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])[1]
 
 
 def check_files(exp: Experiment, source: Path) -> None:
-    """Every manifest the experiment names exists (an error names the file and key)."""
+    """Every manifest the experiment names exists, as a file (relative to the experiment file or the working
+    directory) or a shipped name (an error names the file and key)."""
     for index, entry in enumerate(exp.models):
-        if entry.manifest is not None and not (source.parent / entry.manifest).is_file() \
-                and not Path(entry.manifest).is_file():
-            raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}")
+        if entry.manifest is None or (source.parent / entry.manifest).is_file():
+            continue
+        try:
+            resolve_named(entry.manifest, "manifests")
+        except UserError:
+            raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
 
 
 def resolve(base: Path, value: str | None) -> str | None:
@@ -212,7 +253,7 @@ def resolve(base: Path, value: str | None) -> str | None:
 
 
 def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
-               ) -> tuple[str, list[DatasetItem], list[DatasetItem] | None]:
+               ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
     """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
     from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
     from userturn.cli_probe import load_items as load_spec
@@ -226,16 +267,14 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
     return entry.name or name, items, every
 
 
-def assistant_source(entry: DatasetEntry, exp: Experiment, items: list[DatasetItem]) -> Literal["dataset", "model"]:
-    choice = entry.assistant_from or exp.assistant_from
+def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[DatasetItem]) \
+        -> Literal["dataset", "model"]:
     if exp.assistant_samples > 1:
         return "model"
-    if choice == "auto":
-        return "dataset" if all(i.ends_with_assistant for i in items) else "model"
-    return choice
+    return auto_source(items, entry.assistant_from or exp.assistant_from)
 
 
-def expand_assistant_samples(items: list[DatasetItem], n: int) -> list[DatasetItem]:
+def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
     """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample) so the model answers each
     query N times with different seeds; `userturn rerank` groups them back by query_id."""
     if n == 1:
@@ -255,18 +294,19 @@ def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
     (run_dir / "experiment.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
-def model_args(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> argparse.Namespace:
-    """The flags `client.cli_probe.serving` reads, for one model entry (its launcher, else `launcher`, else the
+def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> TargetSource:
+    """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the
     experiment's)."""
-    return argparse.Namespace(
-        manifest=resolve(base, entry.manifest), base_url=[entry.base_url] if entry.base_url else None,
+    return TargetSource(
+        manifest=resolve(base, entry.manifest), base_urls=[entry.base_url] if entry.base_url else None,
         model=entry.model, api_key_env=entry.api_key_env,
-        launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,
+        launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
     )
 
 
-def _panel(exp: Experiment, server: dict[str, Any], rejudge: bool = False) -> Any:
-    """The judge panel for one served model; `model: self` entries point at that model's own endpoint."""
+def _panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:
+    """The judge panel for one served model; `model: self` entries point at that model's own endpoint. Judges use
+    the model's resolved request timeout and retries."""
     if not exp.judges:
         return None
     models = [j for j in exp.judges if j.model != "rules"]  # a judge panel runs the rules first anyway
@@ -281,8 +321,9 @@ def _panel(exp: Experiment, server: dict[str, Any], rejudge: bool = False) -> An
     for j in models:
         fields = j.model_dump()
         if j.model == "self":
-            fields.update(model=server["model"], base_url=server["base_urls"][0])
-        configs.append(JudgeConfig(**fields, request_timeout=exp.request_timeout, max_retries=exp.max_retries))
+            fields.update(model=model, base_url=base_url)
+        configs.append(JudgeConfig(**fields, request_timeout=options.request_timeout,
+                                   max_retries=options.max_retries))
     return JudgePanel(PanelConfig(judges=configs, rejudge=rejudge))
 
 
@@ -295,11 +336,9 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                          progress: bool = True, rejudge: bool = False,
                          launcher: str | None = None) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
-    from userturn.cli_probe import build_renderer, merged_template_kwargs, pipeline_hooks, serving
     from userturn.client import scoring
-    from userturn.client.endpoint import Endpoint, EndpointConfig
-    from userturn.client.pipeline import ProbeRun, ProbeSettings
     from userturn.resume_index import scan_results
+    from userturn.run_builder import TargetSession, open_target
 
     results = results_path(exp, out_dir)
     run_dir = results.parent
@@ -307,68 +346,39 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     names = [name for name, _, _ in datasets]
     if len(set(names)) != len(names):
         raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
-    for name, items, _ in datasets:
+    for (name, items, _), dataset in zip(datasets, exp.datasets, strict=True):
         scoring.preflight(name, items)
+        assistant_source(dataset, exp, items)  # `assistant_from: dataset` on open conversations: refused here
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
-    for entry in exp.models:
-        with serving(model_args(entry, exp, base, launcher)) as server:
-            panel = _panel(exp, server, rejudge)
+    for index, entry in enumerate(exp.models):
+        layers = [entry.layer(), exp.layer()]
+        with naming_entry(source, index, entry), \
+                open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
+            panel = _panel(exp, target.model, target.base_urls[0], options, rejudge)
             try:
                 if panel is not None:
                     await panel.check()
-                defaults = server["probe"]
-                renderer = None
-                enable_thinking = (entry.enable_thinking if entry.enable_thinking is not None
-                                   else defaults.get("enable_thinking"))
-                template_kwargs = merged_template_kwargs(defaults.get("chat_template_kwargs"), enable_thinking)
-                if "raw" in exp.modes:
-                    renderer = build_renderer(entry.tokenizer or defaults.get("tokenizer"),
-                                              entry.chat_template or defaults.get("chat_template"),
-                                              enable_thinking, template_kwargs)
-                endpoints = [Endpoint(EndpointConfig(base_url=url, api_key_env=server["api_key_env"],
-                                                     request_timeout=exp.request_timeout,
-                                                     max_retries=exp.max_retries, concurrency=exp.concurrency))
-                             for url in server["base_urls"]]
-                try:
-                    for endpoint in endpoints:
-                        await endpoint.check()
+                async with TargetSession(target, options) as session:
+                    if "raw" in exp.modes:
+                        session.renderer  # noqa: B018 - load the chat template before any request
+                    await session.check()
                     runs = []
                     for (name, items, every), dataset in zip(datasets, exp.datasets, strict=True):
                         probe_items = expand_assistant_samples(items, exp.assistant_samples)
                         pool = expand_assistant_samples(every, exp.assistant_samples) if every is not None else None
                         for mode in exp.modes:
-                            settings = ProbeSettings(
-                                model=server["model"], dataset=name, temperatures=exp.temperatures,
-                                samples=exp.samples, max_tokens=entry.max_tokens or exp.max_tokens, seed=exp.seed,
-                                top_p=exp.top_p, perturbations=exp.perturbations, mode=mode,
-                                assistant_from=assistant_source(dataset, exp, items),
-                                assistant_temperature=exp.assistant_temperature,
-                                assistant_max_tokens=exp.assistant_max_tokens,
-                                send_stop_token_ids=bool(entry.send_stop_token_ids
-                                                         if entry.send_stop_token_ids is not None
-                                                         else defaults.get("send_stop_token_ids")),
-                                extra_body=dict(defaults.get("extra_body") or {}),
-                                extra_stop=list(defaults.get("stop") or []),
-                                extra_stop_token_ids=list(defaults.get("stop_token_ids") or []),
-                                concurrency=exp.concurrency,
-                                template_kwargs=template_kwargs if mode == "raw" else {},
-                                record_meta=dict(defaults.get("record_meta") or {}),
-                            )
-                            runs.append(ProbeRun(
-                                probe_items, settings, endpoints=endpoints,
-                                renderer=renderer if mode == "raw" else None, out_path=str(results), judge=panel,
-                                progress=progress, progress_title=f"{exp.name}: {server['model']} on {name} ({mode})",
-                                swap_pool=pool, resume_hint=RESUME_HINT,
-                                allow_special_tokens=exp.allow_special_tokens, **pipeline_hooks()))
+                            runs.append(session.probe_run(
+                                probe_items, dataset=name, mode=mode, perturbations=exp.perturbations,
+                                assistant_from=assistant_source(dataset, exp, items), out_path=str(results),
+                                judge=panel, progress=progress,
+                                progress_title=f"{exp.name}: {target.model} on {name} ({mode})", swap_pool=pool,
+                                resume_hint=RESUME_HINT))
                     existing = scan_results(results)
                     for run in runs:  # every run of this model is checked before any of them writes
                         run.check_resume(existing)
                     for run in runs:
                         summaries.append(await run.run())
-                finally:
-                    for endpoint in endpoints:
-                        await endpoint.aclose()
             finally:
                 if panel is not None:
                     await panel.aclose()
@@ -380,17 +390,16 @@ SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `usert
 
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
-    from rich.console import Console
-
+    from userturn.client.terminal import console as make_console
     from userturn.judges.report import load_results, summarise
-    from userturn.judges.report_table import groups_table
+    from userturn.judges.report_table import SHORT_LEGEND, groups_table, totals_line
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=220)
+    console = make_console()
     records = load_results(results)
     groups = summarise(records)
     console.print(groups_table(groups, f"userturn report: {results}"))
+    console.print(SHORT_LEGEND)
+    console.print(totals_line(groups))
     from userturn.client.show import turns_table
 
     console.print(turns_table(records, limit=SHOWN_TURNS, title="generated user turns"))

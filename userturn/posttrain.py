@@ -24,7 +24,7 @@ import json
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,7 +64,7 @@ class PostTrainExperiment(BaseModel):
     concurrency: int = Field(default=2, ge=1)
     request_timeout: float = Field(default=600.0, gt=0)
     judges: list[JudgeEntry] = Field(default_factory=lambda: [JudgeEntry(model="rules")])
-    train_data: list[ExportFormat] = Field(default_factory=lambda: ["sft-human"], min_length=1)
+    train_data: list[ExportFormat] = Field(default_factory=lambda: list[ExportFormat](["sft-human"]), min_length=1)
     train: TrainSettings
     out_dir: str = "runs"
 
@@ -151,7 +151,7 @@ METRICS: dict[str, str] = {
 }
 
 
-def _tallies(records: Iterable[ProbeRecord], temperature: float, metric: str) -> dict[str, tuple[int, int]]:
+def _tallies(records: Iterable[ProbeRecord], temperature: float, metric: str) -> dict[Hashable, tuple[int, int]]:
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in records:
         if r.status != "ok" or r.temperature != temperature or r.perturbation != "none":
@@ -238,7 +238,7 @@ class Stages:
 def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path, dataset_name: str, samples: int,
            run_dir: Path, source: Path, progress: bool) -> list[ProbeRecord]:
     """Probe one model on one items file into `<run_dir>/<name>/results.jsonl` (resumable), judged inline."""
-    from userturn.cli_probe import run_async
+    from userturn.aio import run as run_async
     from userturn.experiment import Experiment, results_path, run_experiment
     from userturn.jsonl import read_records
     from userturn.results_lock import results_lock

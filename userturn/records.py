@@ -6,7 +6,7 @@ The writer, the resume reader, the judge and the report all use these models.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,7 +73,7 @@ class ProbeRecord(BaseModel):
     template_sha256: str | None = None
     config_fingerprint: str | None = Field(default=None, description="16 hex digits: sha256 of `config` as "
                                            "canonical JSON (client.fingerprint); None in files from before it")
-    config: dict | None = Field(default=None, description="the settings that shaped the generation "
+    config: dict[str, Any] | None = Field(default=None, description="the settings that shaped the generation "
                                 "(client.fingerprint.GenerationConfig)")
     # What came back.
     user_turn: str | None = None
@@ -96,7 +96,7 @@ class ProbeRecord(BaseModel):
     judge_panel: str | None = Field(default=None, description="id of the judge panel that judged the record "
                                     "(judges.panel.panel_id: its judge models in order and its prompt sha256)")
     judges: list[JudgeVerdict] = Field(default_factory=list)
-    meta: dict | None = None
+    meta: dict[str, Any] | None = None
     special_tokens_in_content: bool | None = Field(
         default=None, description="true: the probed messages contain the tokenizer's special tokens (allowed with "
         "--allow-special-tokens); false: checked, none; null: not checked (no tokenizer, or an older record)")
@@ -145,7 +145,7 @@ def sha256_text(text: str) -> str:
 _USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
-def shared_json(shared: dict) -> dict:
+def shared_json(shared: dict[str, Any]) -> dict[str, Any]:
     """The JSON form of the fields every sample of one (item, perturbation) shares, in `ProbeRecord` field order.
 
     Built by validating and dumping one placeholder `ProbeRecord`, so the schema and its serialiser decide every
@@ -156,7 +156,7 @@ def shared_json(shared: dict) -> dict:
 
 
 def ok_record_line(
-    base: dict,
+    base: dict[str, Any],
     *,
     key: str,
     temperature: float,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import msgspec
 
@@ -63,8 +63,8 @@ class ResumeIndex:
     """Last state per key of a results file, the distinct run configurations in it, and what the scan found."""
 
     states: dict[str, int] = field(default_factory=dict)
-    configs: dict[str, dict | None] = field(default_factory=dict)  # config_fingerprint -> config (first seen)
-    ok_configs: dict[str, dict | None] = field(default_factory=dict)  # the same, over ok lines only
+    configs: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # config_fingerprint -> config (first seen)
+    ok_configs: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # the same, over ok lines only
     unfingerprinted: int = 0  # records without a config_fingerprint (files from before it existed)
     unfingerprinted_keys: set[str] = field(default_factory=set)  # ok records without one (their keys)
     old_schema: tuple[int, str] | None = None  # (schema_version, key) of the first record in the pre-2 key format

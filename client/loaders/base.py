@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from userturn.client.dataset import DatasetItem
 
 from userturn.errors import UserError, first_error
+from userturn.text import content_text
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,10 @@ def require(row: dict[str, Any], name: str) -> Any:
 
 def text_of(content: Any) -> str:
     """Message content as text: a string, or the text parts of an OpenAI-style content list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
-        return "".join(parts)
-    if content is None:
-        return ""
-    raise RowError(f"message content is a {type(content).__name__}, not text")
+    try:
+        return content_text(content)
+    except TypeError as exc:
+        raise RowError(str(exc)) from None
 
 
 def chat_messages(raw: Any) -> list[dict[str, str]]:

