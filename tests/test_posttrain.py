@@ -70,8 +70,10 @@ def test_bad_experiment_files_name_the_file_and_key(tmp_path: Path, change: dict
         load_posttrain(path)
 
 
-def test_the_shipped_experiment_file_is_valid():
-    exp = load_posttrain(Path(__file__).resolve().parents[1] / "experiments" / "posttrain.yaml")
+def test_the_shipped_experiment_file_is_valid_and_resolves_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    exp, path = load_posttrain("posttrain")
+    assert path.name == "posttrain.yaml" and path.is_file()
     assert exp.train.method == "sft" and exp.train_data == ["sft-human"] and exp.held_out == 12
 
 

@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from userturn.client.train import TrainSettings
 from userturn.errors import UserError
 from userturn.experiment import JudgeEntry
+from userturn.files import read_yaml_mapping
 from userturn.records import ProbeRecord
+from userturn.shipped import resolve_named
 
 ExportFormat = Literal["sft-human", "sft", "preference"]
 GENUINE = "genuine_followup"
@@ -77,19 +78,13 @@ class PostTrainExperiment(BaseModel):
         return self
 
 
-def load_posttrain(path: Path) -> PostTrainExperiment:
-    if not path.is_file():
-        raise UserError(f"experiment file not found: {path}")
+def load_posttrain(path: str | Path) -> tuple[PostTrainExperiment, Path]:
+    """Parse and validate a post-training experiment file, or a shipped one by name (`posttrain`) -> (experiment,
+    its path). Errors name the file and key."""
+    path = resolve_named(path, "experiments")
+    data = read_yaml_mapping(path, "experiment file", "settings")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of settings at the top level")
-    try:
-        return PostTrainExperiment.model_validate(data)
+        return PostTrainExperiment.model_validate(data), path
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
@@ -290,7 +285,7 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
     from userturn.client.loaders import parse_spec
     from userturn.client.train_data import EvalSet
 
-    cfg = load_posttrain(path)
+    cfg, path = load_posttrain(path)
     here = path.parent
     manifest = _relative(here, cfg.base)
     if not Path(manifest).is_file():
