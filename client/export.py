@@ -1,10 +1,10 @@
 """Judged conversations as training data (TRL conversational JSONL) for collaboration-oriented post-training.
 
-* `sft`:        {"messages": [...probed conversation, {"role": "user", "content": <genuine follow-up>}]}
-* `preference`: {"prompt": [...probed conversation], "chosen": [{"role": "user", ...genuine}],
+* `sft`:        {"id", "messages": [...probed conversation, {"role": "user", "content": <genuine follow-up>}]}
+* `preference`: {"id", "prompt": [...probed conversation], "chosen": [{"role": "user", ...genuine}],
                  "rejected": [{"role": "user", ...degenerate}]} for the same context (same key minus sample):
                  the i-th genuine sample is paired with the i-th degenerate one, so each record is used once.
-* `sft-human`:  {"messages": [...probed conversation, {"role": "user", "content": <what a real user said next>}]}
+* `sft-human`:  {"id", "messages": [...probed conversation, {"role": "user", "content": <what a real user said next>}]}
                  from datasets that carry the human's next turn in `meta.second_turn` (MT-Bench): one row per
                  distinct conversation (samples, temperatures and models that saw the same one share it), labels
                  not needed. Perturbed conversations are skipped: the human wrote the turn after the original answer.
@@ -71,7 +71,8 @@ def sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[st
         if record.label != GENUINE:
             stats.skipped_not_genuine += 1
             continue
-        rows.append({"messages": [*_conversation(record), {"role": "user", "content": record.user_turn}]})
+        rows.append({"id": record.item_id,
+                     "messages": [*_conversation(record), {"role": "user", "content": record.user_turn}]})
     return rows
 
 
@@ -88,6 +89,7 @@ def preference_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[
         stats.unpaired += len(group) - 2 * pairs
         for good, bad in zip(genuine[:pairs], degenerate[:pairs], strict=True):
             rows.append({
+                "id": good.item_id,
                 "prompt": _conversation(good),
                 "chosen": [{"role": "user", "content": good.user_turn}],
                 "rejected": [{"role": "user", "content": bad.user_turn}],
@@ -120,7 +122,7 @@ def human_sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[d
             stats.duplicates += 1
             continue
         seen.add(key)
-        rows.append({"messages": messages})
+        rows.append({"id": record.item_id, "messages": messages})
     return rows
 
 

@@ -62,6 +62,16 @@ Rerun the same command to resume; --dry-run checks every model's template with o
     "list": """\
   userturn list
   userturn list manifests""",
+    "train": """\
+  # on MT-Bench's human second turns (userturn export ... --format sft-human), never on held-out items
+  userturn train --manifest quickstart-cpu --data human.jsonl --method sft --out models/smol-sft \\
+      --max-steps 40 --eval-set held-out.jsonl
+  userturn train --manifest qwen3.5-2b --data pairs.jsonl --method dpo --out models/q2b-dpo --lora-r 16 --epochs 1
+Then probe the trained model: userturn probe --manifest models/smol-sft/manifest.yaml ...""",
+    "posttrain": """\
+  userturn posttrain experiments/posttrain.yaml
+  userturn posttrain experiments/posttrain.yaml --out-dir /scratch/runs --no-progress
+Rerun the same command to resume: finished stages are reused.""",
 }
 
 

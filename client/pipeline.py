@@ -93,6 +93,7 @@ class ProbeSettings(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                             description="the variables the renderer was loaded with (recorded)")
+    record_meta: dict[str, Any] = Field(default_factory=dict, description="merged into every record's meta")
     concurrency: int = Field(default=64, ge=1)
     rpm: float | None = None
     tpm: float | None = None
@@ -410,6 +411,7 @@ class ProbeRun:
                 meta["assistant_finish_reason"] = context["assistant_finish_reason"]
         if context.get("swap_partner") is not None:
             meta["swap_partner"] = context["swap_partner"]
+        meta.update(s.record_meta)
         return {
             "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
             "perturbation": perturbation, "messages": messages,

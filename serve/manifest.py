@@ -44,6 +44,8 @@ class ProbeDefaults(_Strict):
     temperatures: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=1)
     top_p: float | None = Field(default=None, gt=0, le=1)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
+    record_meta: dict[str, Any] = Field(default_factory=dict, description="copied into every record's meta "
+                                        "(a trained model's provenance: `userturn train` writes it)")
 
 
 class RouterConfig(_Strict):

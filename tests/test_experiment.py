@@ -142,6 +142,12 @@ def test_shipped_experiments_validate():
     assert len(paper.models) >= 10
 
 
+def test_a_post_training_file_given_to_run_says_which_command_runs_it():
+    with pytest.raises(UserError, match=r"posttrain.yaml: a post-training experiment \(base \+ train\): run it with "
+                                        r"`userturn posttrain "):
+        load_experiment("posttrain")
+
+
 def test_dry_run_prints_the_plan(tmp_path: Path, capsys):
     data = tmp_path / "data.jsonl"
     data.write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}]}\n'

@@ -38,7 +38,7 @@ RECORDS = [
 
 def test_sft_rows_append_the_genuine_follow_up():
     rows, stats = export_rows(RECORDS, "sft")
-    assert rows[0] == {"messages": [*CONVO, {"role": "user", "content": "Why is it 7?"}]}
+    assert rows[0] == {"id": "i1", "messages": [*CONVO, {"role": "user", "content": "Why is it 7?"}]}
     assert [r["messages"][-1]["content"] for r in rows] == ["Why is it 7?", "And 3 + 5?", "ok thanks, and 4+4?"]
     assert (stats.records, stats.written, stats.skipped_unlabeled, stats.skipped_error) == (8, 3, 1, 1)
     assert stats.skipped_not_genuine == 3
@@ -47,9 +47,9 @@ def test_sft_rows_append_the_genuine_follow_up():
 def test_preference_pairs_within_the_same_context_use_each_record_once():
     rows, stats = export_rows(RECORDS, "preference")
     assert rows == [
-        {"prompt": CONVO, "chosen": [{"role": "user", "content": "Why is it 7?"}],
+        {"id": "i1", "prompt": CONVO, "chosen": [{"role": "user", "content": "Why is it 7?"}],
          "rejected": [{"role": "user", "content": "What is 3 + 4?"}]},
-        {"prompt": CONVO, "chosen": [{"role": "user", "content": "And 3 + 5?"}],
+        {"id": "i1", "prompt": CONVO, "chosen": [{"role": "user", "content": "And 3 + 5?"}],
          "rejected": [{"role": "user", "content": ""}]},
     ]
     assert stats.unpaired == 2  # sample 4 (generic) of `none`, and the lone wrong_answer record
@@ -101,7 +101,7 @@ def test_sft_human_rows_end_with_the_human_next_turn_once_per_conversation():
         human_rec(0, second_turn=None), human_rec(0, second_turn="  "),  # nothing to export
     ]
     rows, stats = export_rows(records, "sft-human")
-    assert rows == [{"messages": [*CONVO, {"role": "user", "content": "Now do it for 3 + 5."}]}]
+    assert rows == [{"id": "i1", "messages": [*CONVO, {"role": "user", "content": "Now do it for 3 + 5."}]}]
     assert (stats.records, stats.written, stats.duplicates, stats.skipped_perturbed,
             stats.skipped_no_human_turn) == (7, 1, 3, 1, 2)
 

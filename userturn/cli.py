@@ -19,10 +19,11 @@ def _registrars() -> list[Registrar]:
     from userturn.cli_experiment import register as register_experiment
     from userturn.cli_list import register as register_list
     from userturn.cli_probe import register as register_probe
+    from userturn.cli_train import register as register_train
     from userturn.judges.cli import register as register_judges
     from userturn.serve.cli import register as register_serve
 
-    return [register_probe, register_judges, register_serve, register_experiment, register_list]
+    return [register_probe, register_judges, register_serve, register_experiment, register_list, register_train]
 
 
 class Parser(argparse.ArgumentParser):

@@ -46,13 +46,20 @@ def manifest_rows() -> list[tuple[str, str]]:
 
 
 def experiment_rows() -> list[tuple[str, str]]:
-    from userturn.experiment import load_experiment
+    from userturn.experiment import is_posttrain_file, load_experiment
+    from userturn.files import read_yaml_mapping
+    from userturn.posttrain import load_posttrain
     from userturn.shipped import shipped_dir, shipped_names
 
     rows = []
     for name in shipped_names("experiments"):
+        path = shipped_dir("experiments") / f"{name}.yaml"
         try:
-            exp, _ = load_experiment(shipped_dir("experiments") / f"{name}.yaml")
+            if is_posttrain_file(read_yaml_mapping(path, "experiment file", "settings")):
+                post, _ = load_posttrain(path)
+                rows.append((name, f"[userturn posttrain] {post.description or post.base}"))
+                continue
+            exp, _ = load_experiment(path)
         except UserError as exc:
             rows.append((name, f"unreadable: {exc}"))
             continue

@@ -182,11 +182,19 @@ def _describe(path: Path, exc: ValidationError) -> str:
     return f"{path}: " + "; ".join(parts) + more
 
 
+def is_posttrain_file(data: dict[str, Any]) -> bool:
+    """Whether a parsed experiment file is a post-training one (`base` + `train`, run by `userturn posttrain`)
+    rather than a probe grid."""
+    return "train" in data and "base" in data and "models" not in data
+
+
 def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
     """Parse and validate an experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory).
     Errors name the file and key."""
     path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
+    if is_posttrain_file(data):
+        raise UserError(f"{path}: a post-training experiment (base + train): run it with `userturn posttrain {path}`")
     try:
         return Experiment.model_validate(data), path.parent
     except ValidationError as exc:

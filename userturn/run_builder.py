@@ -65,6 +65,7 @@ class Layer:
     max_retries: int | None = None
     max_response_bytes: int | None = None
     http_backend: HttpBackend | None = None
+    record_meta: dict[str, Any] | None = None  # copied into every record's meta (a trained model's provenance)
 
 
 TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
@@ -92,6 +93,7 @@ class ProbeOptions:
     max_retries: int = defaults.MAX_RETRIES
     max_response_bytes: int | None = None
     http_backend: HttpBackend = defaults.HTTP_BACKEND  # type: ignore[assignment]
+    record_meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rendered_kwargs(self) -> dict[str, Any]:
@@ -148,11 +150,12 @@ def manifest_layer(manifest: Manifest) -> Layer:
     from userturn.packaged import is_gguf
 
     probe = manifest.probe
-    tokenizer = probe.tokenizer or (manifest.resolve_path(manifest.model) if is_gguf(manifest.model) else None)
+    tokenizer = manifest.resolve_path(probe.tokenizer) or (manifest.resolve_path(manifest.model)
+                                                         if is_gguf(manifest.model) else None)
     return Layer(tokenizer=tokenizer, chat_template=manifest.resolve_path(probe.chat_template),
                  renderer=probe.renderer, temperatures=probe.temperatures, max_tokens=probe.max_tokens,
                  top_p=probe.top_p, enable_thinking=probe.enable_thinking, template_kwargs=probe.chat_template_kwargs,
-                 send_stop_token_ids=probe.send_stop_token_ids)
+                 send_stop_token_ids=probe.send_stop_token_ids, record_meta=probe.record_meta or None)
 
 
 def preview(source: TargetSource, layers: Sequence[Layer]) -> tuple[dict[str, Any], ProbeOptions]:
@@ -266,6 +269,7 @@ class TargetSession:
             send_stop_token_ids=o.send_stop_token_ids, extra_stop=list(t.stop),
             extra_stop_token_ids=list(t.stop_token_ids), extra_body=dict(t.extra_body), concurrency=o.concurrency,
             rpm=o.rpm, tpm=o.tpm, template_kwargs=o.rendered_kwargs if mode == "raw" else {},
+            record_meta=dict(o.record_meta),
         )
 
     def probe_run(self, items: Sequence[DatasetItem], *, dataset: str, mode: Mode, perturbations: Sequence[str],
