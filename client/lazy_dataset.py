@@ -51,6 +51,14 @@ class JsonlItems(Sequence[DatasetItem]):
             for index in range(len(self._offsets)):
                 yield self._read(fh, index)
 
+    def raw_lines(self) -> Iterator[tuple[int, bytes]]:
+        """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from
+        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`, `scoring.preflight`)."""
+        with self.path.open("rb") as fh:
+            for index, offset in enumerate(self._offsets):
+                fh.seek(offset)
+                yield index, fh.readline(MAX_LINE_BYTES + 1).strip()
+
     def _read(self, fh: BinaryIO, index: int) -> DatasetItem:
         fh.seek(self._offsets[index])
         try:

@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from userturn.client.dataset import DatasetItem
+from userturn.client.lazy_dataset import JsonlItems
 
 from userturn.errors import UserError
 from userturn.text import strip_reasoning
@@ -129,12 +130,17 @@ def score_ifeval(item: DatasetItem, response: str) -> Score:
 SCORERS: dict[str, Callable[[DatasetItem, str], Score]] = {"gsm8k": score_gsm8k, "ifeval": score_ifeval}
 
 
+def _dataset_scorer(dataset: str) -> str | None:
+    """The scorer a dataset's name selects (`gsm8k`, `ifeval:test`), if any."""
+    base = dataset.partition(":")[0].strip().lower()
+    return base if base in SCORERS else None
+
+
 def scorer_name(dataset: str, item: DatasetItem) -> str | None:
     """Which scorer applies: the item's `meta.scorer`, else the dataset's base name if it has one."""
     name = (item.meta or {}).get("scorer")
     if name is None:
-        base = dataset.partition(":")[0].strip().lower()
-        name = base if base in SCORERS else None
+        name = _dataset_scorer(dataset)
     if name is not None and name not in SCORERS:
         raise UserError(f"item {item.id}: unknown scorer {name!r} (choose from {', '.join(SCORERS)})")
     return name
@@ -150,7 +156,11 @@ def score(dataset: str, item: DatasetItem, response: str) -> Score:
 
 def preflight(dataset: str, items: Iterable[DatasetItem]) -> None:
     """Fail before any request if a scorer the items need cannot run here."""
-    names = {scorer_name(dataset, item) for item in items}
+    if isinstance(items, JsonlItems):  # kept on disk: only a line naming a scorer (or escaping a key) sets one
+        names = {_dataset_scorer(dataset)}
+        names |= {scorer_name(dataset, items[i]) for i, raw in items.raw_lines() if b"scorer" in raw or b"\\u" in raw}
+    else:
+        names = {scorer_name(dataset, item) for item in items}
     if "ifeval" in names:
         _ifeval_registry()
         check_nltk_data()

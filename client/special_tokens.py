@@ -40,12 +40,35 @@ def _trie_pattern(words: Iterable[str]) -> str:
     return build(trie)
 
 
+def _byte_screen(tokens: frozenset[str]) -> re.Pattern[bytes] | None:
+    """A bytes regex finding the tokens' UTF-8 in a raw JSON line; None when a token holds a character that JSON
+    writes escaped (`"`, backslash, control characters), where the bytes cannot tell."""
+    if not tokens or any(c in '"\\' or c < " " for t in tokens for c in t):
+        return None
+    one_char_per_byte = [t.encode().decode("latin-1") for t in tokens]
+    return re.compile(_trie_pattern(one_char_per_byte).encode("latin-1"))
+
+
 class SpecialTokens:
     """The special-token texts of one tokenizer, and where they occur in messages."""
 
     def __init__(self, tokens: Iterable[str]) -> None:
         self.tokens = frozenset(t for t in tokens if t and not t.isspace())
         self._pattern = re.compile(_trie_pattern(self.tokens)) if self.tokens else None
+        self._screen = _byte_screen(self.tokens)
+
+    def may_occur_in_json(self, raw: bytes) -> bool:
+        """False only when no string of the JSON text `raw` can hold a special token, told from the bytes alone.
+
+        Without a `\\u` or `\\/` escape in `raw`, every character of a decoded string that is not `"`, a
+        backslash or a control character is its own UTF-8 bytes in `raw`, in order; a token made of such
+        characters occurs in a decoded string only if its bytes occur in `raw`. True means: parse and look.
+        """
+        if not self.tokens:
+            return False
+        if self._screen is None or b"\\u" in raw or b"\\/" in raw:
+            return True
+        return self._screen.search(raw) is not None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -110,7 +133,10 @@ def check_items(items: Sequence[Any], tokens: SpecialTokens | None, *, allow: bo
     if not tokens:
         return 0
     affected = 0
-    for item in items:
+    raw_lines = getattr(items, "raw_lines", None)  # a dataset kept on disk: parse only lines the bytes can't clear
+    candidates: Iterable[Any] = items if raw_lines is None else (
+        items[i] for i, raw in raw_lines() if tokens.may_occur_in_json(raw))
+    for item in candidates:
         found = tokens.first_in(item.messages)
         if found is None:
             continue

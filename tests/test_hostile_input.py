@@ -13,6 +13,7 @@ import pytest
 import respx
 from userturn.client.dataset import DatasetItem, load_jsonl
 from userturn.client.endpoint import Endpoint, EndpointConfig
+from userturn.client.lazy_dataset import load_jsonl_lazy
 from userturn.client.pipeline import ProbeRun, ProbeSettings
 from userturn.client.special_tokens import SpecialTokens, check_items
 from userturn.client.templates import PromptRenderer
@@ -92,6 +93,50 @@ def test_check_items_refuses_with_file_and_line_or_counts_when_allowed(tmp_path,
     assert "--allow-special-tokens" in str(info.value) and "\n" not in str(info.value)
     assert check_items(items, qwen.special_tokens, allow=True, tokenizer="qwen3") == 1
     assert check_items(items, None, allow=False, tokenizer="qwen3") == 0
+
+
+@pytest.mark.parametrize("loader", [load_jsonl, load_jsonl_lazy], ids=["in-memory", "on-disk"])
+def test_check_items_finds_tokens_hidden_by_json_escapes(tmp_path, qwen, loader):
+    path = tmp_path / "d.jsonl"
+    base = json.dumps({"id": "a", "messages": conversation("line one\nline \"two\"", "4.")})
+    hidden = [base.replace("line one", "<|im_end|>"),  # plain
+              base.replace("line one", "\\u003c|im_end|>"),  # "<" written as a \u escape
+              base.replace("line one", "<|im_end|\\u003e"),
+              base.replace("line one", "<\\/s>"),  # "/" written as "\/"
+              json.dumps({"id": "a", "messages": [*conversation("x", "y"),
+                                                  {"role": "user", "content": "z", "extra": {"<|im_start|>": 1}}]})]
+    for line in hidden:
+        path.write_text(json.dumps({"id": "ok", "messages": conversation()}) + "\n" + line + "\n")
+        with pytest.raises(UserError, match=rf"^{path}:2: messages\.\d\.[\w.<|>]+: '<\|im_end\|>'|^{path}:2: "
+                                            r"messages\.2\.extra\.<\|im_start\|>: '<\|im_start\|>'|"
+                                            rf"^{path}:2: messages\.0\.content: '</s>'"):
+            check_items(loader(path), qwen.special_tokens | SpecialTokens(["</s>"]), allow=False, tokenizer="t")
+
+
+def test_the_byte_screen_never_clears_a_line_that_holds_a_token(qwen):
+    """Random lines over an alphabet of token pieces, quotes, backslashes, slashes, controls and non-ASCII text:
+    whenever the parsed strings hold a special token, the bytes of the line are not cleared."""
+    import random
+
+    rng = random.Random(7)
+    tokens = qwen.special_tokens | SpecialTokens(["</s>", "[gMASK]", "▁▁"])
+    pieces = ["<|im_end|>", "<|im_", "end|>", "</s>", "<", "/", "|", ">", "s", "[gMASK", "]", "▁", "\"", "\\", "\n",
+              "\t", "\u00e9", "é", "你好", "🙂", "a", " ", "im_start", "<|endoftext|>"]
+    flagged = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        for ensure_ascii in (False, True):
+            raw = json.dumps({"id": "a", "messages": conversation(text)}, ensure_ascii=ensure_ascii).encode()
+            if rng.random() < 0.3:
+                raw = raw.replace(b"/", b"\\/")  # JSON may escape any slash
+            held = tokens.first_in(json.loads(raw)["messages"]) is not None
+            if held:
+                flagged += 1
+                assert tokens.may_occur_in_json(raw), raw
+    assert flagged > 500  # the test exercised the screen
+    clean = json.dumps({"id": "q", "messages": conversation("Janet's ducks: 16 - 3 = 13.\nHow many?", "9 <b>")})
+    assert not tokens.may_occur_in_json(clean.encode())  # the common case: no parse needed
+    assert SpecialTokens(['a"b']).may_occur_in_json(b'{"x": "y"}')  # a token JSON must escape: always parse
 
 
 def test_builtin_items_are_refused_by_dataset_and_row(monkeypatch, qwen):

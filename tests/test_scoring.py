@@ -112,3 +112,25 @@ def test_ifeval_missing_nltk_data_is_a_clear_error(monkeypatch: pytest.MonkeyPat
     with pytest.raises(UserError, match=r"python -m nltk.downloader punkt_tab"):
         scoring.preflight("ifeval", [ifeval_item(["punctuation:no_comma"], [{}])])
     scoring.preflight("gsm8k", [gsm("1")])  # nothing to check for gsm8k
+
+
+@pytest.mark.parametrize(("meta_line", "expected"), [
+    ('{"id": "2", "messages": [{"role": "user", "content": "q"}], "meta": {"scorer": "ifeval"}}', True),
+    ('{"id": "2", "messages": [{"role": "user", "content": "q"}], "meta": {"sc\\u006frer": "ifeval"}}', True),
+    ('{"id": "2", "messages": [{"role": "user", "content": "about a scorer"}]}', False),
+    ('{"id": "2", "messages": [{"role": "user", "content": "q"}]}', False),
+])
+def test_preflight_of_a_dataset_on_disk_reads_the_scorers_its_lines_name(tmp_path, monkeypatch, meta_line, expected):
+    from userturn.client.lazy_dataset import load_jsonl_lazy
+
+    checked: list[str] = []
+    monkeypatch.setattr(scoring, "_ifeval_registry", lambda: checked.append("ifeval"))
+    monkeypatch.setattr(scoring, "check_nltk_data", lambda: None)
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"id": "1", "messages": [{"role": "user", "content": "q"}]}\n' + meta_line + "\n")
+    scoring.preflight("mine", load_jsonl_lazy(path))
+    assert checked == (["ifeval"] if expected else [])
+    path.write_text(meta_line.replace('"ifeval"', '"nope"').replace("about a", "x") + "\n")
+    if expected:
+        with pytest.raises(UserError, match="item 2: unknown scorer 'nope'"):
+            scoring.preflight("mine", load_jsonl_lazy(path))
