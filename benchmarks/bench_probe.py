@@ -1,8 +1,11 @@
 """Throughput of `userturn probe` against a raw aiohttp loop, both hitting the same loopback server.
 
-    .venv/bin/python benchmarks/bench_probe.py                 # both scenarios, 10,000 requests each
-    .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --repeat 3
-    .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --profile cprofile
+    .venv/bin/python benchmarks/bench_probe.py                 # both workloads x both scenarios, 10,000 requests each
+    .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --samples 1 --repeat 3
+    .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --samples 1 --profile cprofile
+
+Workloads: N requests as N/10 items x 10 samples (each prompt rendered once, sent ten times) and as N items x 1
+sample (greedy decoding over a whole dataset: one render, one parse, one record base per request).
 
 For each scenario the OpenAI-compatible loopback server (tests/loopback_server.py, aiohttp.web on uvloop) runs
 in its own process, then two client processes send the same N POST /v1/completions requests at the same
@@ -64,8 +67,8 @@ class Scenario:
 
 
 SCENARIOS = {
-    1: Scenario(1, latency_ms=0, concurrency=64, target_req_s=1800, target_ratio=0.7, target_rss_mb=150),
-    2: Scenario(2, latency_ms=50, concurrency=256, target_ratio=0.8),
+    1: Scenario(1, latency_ms=0, concurrency=64, target_req_s=1800, target_ratio=0.8, target_rss_mb=100),
+    2: Scenario(2, latency_ms=50, concurrency=256, target_ratio=0.9),
 }
 
 
@@ -92,6 +95,7 @@ class ClientRun:
 @dataclass
 class ScenarioResult:
     scenario: Scenario
+    samples: int = 1
     raw: list[ClientRun] = field(default_factory=list)
     userturn: list[ClientRun] = field(default_factory=list)
     steal_pct: float = 0.0
@@ -318,8 +322,9 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     raw, ut = best(result.raw), best(result.userturn)
     ratio_wall = ut.wall_req_s / raw.wall_req_s
     ratio_inner = (ut.inner_req_s / raw.inner_req_s) if ut.inner_req_s and raw.inner_req_s else None
+    items = raw.requests // result.samples
     print(f"\nScenario {s.number}: server latency {s.latency_ms:g} ms, concurrency {s.concurrency}, "
-          f"{raw.requests} requests (best of {len(result.raw)})")
+          f"{raw.requests} requests = {items:,} items x {result.samples} samples (best of {len(result.raw)})")
     print(f"  {'client':<16}{'wall s':>9}{'req/s (wall)':>14}{'req/s (in-run)':>16}{'peak RSS MB':>13}"
           f"{'CPU us/req':>12}")
     for run in (raw, ut):
@@ -349,10 +354,28 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     if s.target_rss_mb is not None:
         checks.append(f"peak RSS <= {s.target_rss_mb:.0f} MB: {verdict(ut.peak_rss_mb <= s.target_rss_mb)}")
     print("  targets: " + "; ".join(checks))
-    return {"scenario": asdict(s), "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
+    return {"scenario": asdict(s), "samples": result.samples, "items": items,
+            "peak_rss_mb": ut.peak_rss_mb, "raw_cpu_us": raw_cpu, "userturn_cpu_us": ut_cpu,
+            "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
             "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
             "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner, "ratio_paired_median": paired,
             "cpu_ratio": cpu_ratio, "steal_pct": result.steal_pct}
+
+
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    """Every workload x scenario of this run on one table: the ratios measured side by side."""
+    print("\nSummary (paired median wall ratio; CPU per request and peak RSS of the userturn process)")
+    print(f"  {'workload':<22}{'scenario':<16}{'raw req/s':>10}{'userturn':>10}{'ratio':>7}{'target':>8}"
+          f"{'CPU us raw/ut':>15}{'RSS MB':>8}")
+    for row in rows:
+        s = row["scenario"]
+        raw = max(r["wall_req_s"] for r in row["raw"])
+        ut = max(u["wall_req_s"] for u in row["userturn"])
+        target = s["target_ratio"]
+        mark = "" if target is None else f"{target:.1f} {verdict(row['ratio_paired_median'] >= target)}"
+        print(f"  {row['items']:>6,} x {row['samples']:<2} samples  {s['latency_ms']:>3g} ms c={s['concurrency']:<6}"
+              f"{raw:>10,.0f}{ut:>10,.0f}{row['ratio_paired_median']:>6.2f}x{mark:>9}"
+              f"{row['raw_cpu_us']:>8.0f}/{row['userturn_cpu_us']:<6.0f}{row['peak_rss_mb']:>8.0f}")
 
 
 def print_profile(work: Path, kind: str) -> None:
@@ -384,7 +407,8 @@ def print_profile(work: Path, kind: str) -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=10_000, help="requests per client and scenario")
-    parser.add_argument("--items", type=int, default=1000, help="dataset items (requests / items = --samples)")
+    parser.add_argument("--samples", type=int, action="append",
+                        help="samples per item of a workload (repeatable; default 10 and 1): requests / samples items")
     parser.add_argument("--scenario", type=int, choices=sorted(SCENARIOS), action="append",
                         help="run only this scenario (repeatable; default all)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per client; the best wall time is reported")
@@ -405,41 +429,43 @@ def main() -> None:
     if args.raw_worker:
         raw_worker(args.url, args.payloads, args.concurrency)
         return
-    items = min(args.items, args.requests)
-    if args.requests % items:
-        sys.exit(f"bench_probe: --requests {args.requests} must be a multiple of --items {items}")
-    samples = args.requests // items
+    workloads = args.samples or [10, 1]
+    for samples in workloads:
+        if args.requests % samples:
+            sys.exit(f"bench_probe: --requests {args.requests} must be a multiple of --samples {samples}")
     facts = machine_facts()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
     tokenizer = tokenizer_dir()
-    report: dict[str, Any] = {"machine": facts, "requests": args.requests, "items": items, "samples": samples,
-                              "scenarios": []}
+    report: dict[str, Any] = {"machine": facts, "requests": args.requests, "scenarios": []}
     with tempfile.TemporaryDirectory(prefix="userturn-bench-") as tmp:
         work = Path(tmp)
-        dataset = work / "bench.jsonl"
-        payloads = work / "payloads.jsonl"
-        write_dataset(dataset, items)
-        write_payloads(dataset, payloads, samples, args.max_tokens, tokenizer)
-        for number in args.scenario or sorted(SCENARIOS):
-            scenario = SCENARIOS[number]
-            result = ScenarioResult(scenario)
-            with LoopbackServer("--latency-ms", str(scenario.latency_ms), "--model", "bench") as server:
-                before = cpu_times()
-                for i in range(args.repeat):
-                    result.raw.append(run_raw(server, payloads, args.requests, scenario.concurrency))
-                    profile = args.profile if i == args.repeat - 1 else None
-                    result.userturn.append(run_userturn(server, dataset, work, samples, args.requests,
-                                                        scenario.concurrency, tokenizer, profile,
-                                                        shlex.split(args.userturn_cmd)))
-                result.steal_pct = steal_percent(before, cpu_times())
-                answered = server.stats().get("answered", 0)
-            expected = 2 * args.repeat * args.requests
-            if answered != expected:
-                sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
-            report["scenarios"].append(print_scenario(result))
-            if args.profile:
-                print("  (profiled: the userturn RSS above is the profiler's process, not userturn's)")
-                print_profile(work, args.profile)
+        for samples in workloads:
+            items = args.requests // samples
+            dataset = work / f"bench-{samples}.jsonl"
+            payloads = work / f"payloads-{samples}.jsonl"
+            write_dataset(dataset, items)
+            write_payloads(dataset, payloads, samples, args.max_tokens, tokenizer)
+            for number in args.scenario or sorted(SCENARIOS):
+                scenario = SCENARIOS[number]
+                result = ScenarioResult(scenario, samples)
+                with LoopbackServer("--latency-ms", str(scenario.latency_ms), "--model", "bench") as server:
+                    before = cpu_times()
+                    for i in range(args.repeat):
+                        result.raw.append(run_raw(server, payloads, args.requests, scenario.concurrency))
+                        profile = args.profile if i == args.repeat - 1 else None
+                        result.userturn.append(run_userturn(server, dataset, work, samples, args.requests,
+                                                            scenario.concurrency, tokenizer, profile,
+                                                            shlex.split(args.userturn_cmd)))
+                    result.steal_pct = steal_percent(before, cpu_times())
+                    answered = server.stats().get("answered", 0)
+                expected = 2 * args.repeat * args.requests
+                if answered != expected:
+                    sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
+                report["scenarios"].append(print_scenario(result))
+                if args.profile:
+                    print("  (profiled: the userturn RSS above is the profiler's process, not userturn's)")
+                    print_profile(work, args.profile)
+    print_summary(report["scenarios"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -70,3 +70,17 @@ def test_top_level_help_has_examples_that_parse() -> None:
     for line in example_lines(TOP):
         argv = shlex.split(line.split("#")[0])[1:]
         assert build_parser().parse_args(argv).command == argv[0]
+
+
+def test_building_the_parser_imports_no_command_implementation() -> None:
+    """Start-up is paid by every command (and per request in a short probe): the parser alone stays light."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from userturn.cli import build_parser; build_parser(); "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('userturn.', 'yaml', 'trl', 'peft')))))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                 .stdout.split())
+    heavy = {"userturn.training_run", "userturn.client.train", "userturn.client.train_data", "userturn.posttrain",
+             "trl", "peft"}
+    assert not loaded & heavy, loaded & heavy

@@ -20,7 +20,7 @@ FOLDERS = {"userturn": "userturn", "client": "userturn.client", "serve": "usertu
            "manifests": "userturn.manifests", "experiments": "userturn.experiments"}
 TOP = ("userturn.cli", "userturn.cli_probe", "userturn.cli_experiment", "userturn.cli_list", "userturn.experiment",
        "userturn.__main__", "userturn.run_builder", "userturn.commands",
-       "userturn.cli_show", "userturn.cli_train", "userturn.posttrain")
+       "userturn.cli_show", "userturn.cli_train", "userturn.training_run", "userturn.posttrain")
 ALLOWED = {"core": {"core"}, "serve": {"core", "serve"}, "client": {"core", "client"},
            "judges": {"core", "client", "judges"}, "top": {"core", "serve", "client", "judges", "top"}}
 

@@ -281,9 +281,9 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
     from rich.console import Console
 
     from userturn.cli_probe import load_items
-    from userturn.cli_train import run_train
     from userturn.client.loaders import parse_spec
     from userturn.client.train_data import EvalSet
+    from userturn.training_run import run_train
 
     cfg, path = load_posttrain(path)
     here = path.parent
