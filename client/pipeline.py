@@ -53,7 +53,7 @@ class Renderer(Protocol):
     stop: list[str]
     stop_token_ids: list[int]
 
-    def user_turn_prompt(self, messages: list[Message]) -> str: ...
+    def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str: ...
 
     def count_tokens(self, text: str) -> int | None: ...
 
@@ -327,7 +327,7 @@ class ProbeRun:
             text = orjson.dumps(dumped).decode()
             return payload, sha256_text(text), (len(text) // 4 + s.max_tokens) if s.tpm else 0
         assert self.renderer is not None
-        prompt = self.renderer.user_turn_prompt(messages)
+        prompt = self.renderer.user_turn_prompt(messages, cache=False)  # rendered once per (item, perturbation)
         payload = {"model": s.model, "prompt": prompt, "max_tokens": s.max_tokens, "stop": self._stops}
         if s.send_stop_token_ids and self._stop_ids:
             payload["stop_token_ids"] = self._stop_ids

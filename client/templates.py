@@ -262,7 +262,10 @@ def template_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[d
     """
     out: list[dict[str, Any]] = []
     for message in messages:
-        raw = message.model_dump() if isinstance(message, BaseModel) else dict(message)
+        if isinstance(message, BaseModel):  # fields then extras, as model_dump() orders them, without copying
+            raw = {**message.__dict__, **(message.__pydantic_extra__ or {})}
+        else:
+            raw = dict(message)
         item = {k: v for k, v in raw.items() if v is not None}
         reasoning = next((item[k] for k in REASONING_FIELDS if item.get(k) is not None), None)
         if reasoning is not None:
@@ -574,10 +577,10 @@ class PromptRenderer:
 
     # -- rendering --------------------------------------------------------------------------------------------
 
-    def _render(self, messages: Sequence[Message | Mapping[str, Any]], user_turn: bool) -> str:
+    def _render(self, messages: Sequence[Message | Mapping[str, Any]], user_turn: bool, cache: bool = True) -> str:
         converted = template_messages(messages)
         key = orjson.dumps([user_turn, converted], default=str)
-        if (cached := self._cache.get(key)) is not None:
+        if cache and (cached := self._cache.get(key)) is not None:
             return cached
         if user_turn:
             if self.sentinel.encode() in key:  # 128 random bits: only content that read this renderer's memory
@@ -593,14 +596,17 @@ class PromptRenderer:
             text = self.backend.render(converted, add_generation_prompt=True)
         if self.strip_prefix and text.startswith(self.strip_prefix):
             text = text[len(self.strip_prefix):]  # the server's tokenizer adds it: one BOS only
-        self._cache[key] = text
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        if cache:
+            self._cache[key] = text
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
         return text
 
-    def user_turn_prompt(self, messages: Sequence[Message | Mapping[str, Any]]) -> str:
-        """The prompt for the model to write the next user turn: ends at the open user header."""
-        return self._render(messages, user_turn=True)
+    def user_turn_prompt(self, messages: Sequence[Message | Mapping[str, Any]], *, cache: bool = True) -> str:
+        """The prompt for the model to write the next user turn: ends at the open user header. `cache=False` for
+        a caller that renders each conversation once (the probe: one render per item and perturbation, whatever
+        the samples), whose renders would only fill the cache (~28 MB of prompts at 4,096 entries of GSM8K size)."""
+        return self._render(messages, user_turn=True, cache=cache)
 
     def assistant_prompt(self, messages: Sequence[Message | Mapping[str, Any]]) -> str:
         """The prompt for the model to answer (add_generation_prompt=True)."""

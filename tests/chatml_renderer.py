@@ -12,7 +12,7 @@ class Renderer:
         self.stop = ["<|im_end|>"]
         self.stop_token_ids: list[int] = []
 
-    def user_turn_prompt(self, messages: list[Message]) -> str:
+    def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str:
         return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
 
     def count_tokens(self, text: str) -> int | None:

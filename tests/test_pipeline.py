@@ -25,7 +25,7 @@ class ChatMLRenderer:
         self.stop = ["<|im_end|>"]
         self.stop_token_ids = [7]
 
-    def user_turn_prompt(self, messages: list[Message]) -> str:
+    def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str:
         body = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
         return body + "<|im_start|>user\n"
 

@@ -123,6 +123,12 @@ def test_pydantic_messages_render_like_dicts():
     assert renderer.user_turn_prompt(models) == renderer.user_turn_prompt(dicts)
     aliased = template_messages(models)[1]
     assert aliased["thinking"] == aliased["reasoning_content"] == "Subtract 1 from both sides."
+    tool_call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                                      "function": {"name": "f", "arguments": {}}}]}
+    for conv in [*CONVERSATIONS, [CONVERSATIONS[0][0], tool_call]]:
+        models = [Message(**m) for m in conv]
+        assert template_messages(models) == template_messages([m.model_dump() for m in models])
+        assert [list(m) for m in template_messages(models)] == [list(m) for m in template_messages(conv)]
 
 
 # -- exact Qwen3 prompts ----------------------------------------------------------------------------------------
@@ -541,3 +547,12 @@ def test_template_raising_a_python_error_is_one_line():
     with pytest.raises(UserError, match=r"failed: TypeError: can only concatenate str") as info:
         renderer.user_turn_prompt(CONVERSATIONS[0])
     assert "\n" not in str(info.value)
+
+
+def test_a_render_without_cache_leaves_the_cache_empty_and_reads_the_same():
+    renderer = load("qwen3")
+    conv = CONVERSATIONS[1]
+    uncached = renderer.user_turn_prompt(conv, cache=False)
+    assert len(renderer._cache) == 0
+    assert renderer.user_turn_prompt(conv) == uncached and len(renderer._cache) == 1
+    assert renderer.user_turn_prompt(conv, cache=False) == uncached
