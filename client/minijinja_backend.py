@@ -1,4 +1,4 @@
-"""A chat template compiled with minijinja (Rust): the same bytes as the jinja2 backend, about 5x faster.
+"""A chat template compiled with minijinja (Rust): the same bytes as the jinja2 backend, 2.5-5x faster.
 
 At one sample per item the probe renders one prompt per request, and jinja2 (transformers' sandbox, in Python) is
 then the largest cost per request. minijinja renders the shipped families' templates byte-identically to
