@@ -29,6 +29,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -46,23 +47,36 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def write_results(dataset: Path, out: Path, samples: int, name: str) -> int:
-    """Ok records for every item of `dataset` x `samples`, keyed exactly as a probe of dataset `name` keys them."""
+def seed_record(server: LoopbackServer, dataset: Path, work: Path) -> dict[str, Any]:
+    """One real ok record of `dataset`'s first item, probed with this benchmark's settings: its configuration and
+    fingerprint are the ones the resumed probe computes, so resume accepts the generated file."""
+    first = work / "seed" / dataset.name  # same stem: the same dataset name in keys and configuration
+    first.parent.mkdir(exist_ok=True)
+    first.write_bytes(dataset.read_bytes().split(b"\n", 1)[0] + b"\n")
+    out = work / "seed" / "results.jsonl"
+    subprocess.run(probe_cmd(server, first, out, 1), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    record: dict[str, Any] = orjson.loads(out.read_bytes().splitlines()[0])
+    if record.get("status") != "ok" or not record.get("config_fingerprint"):
+        sys.exit(f"bench_scale: the seed probe wrote no usable record: {record}")
+    return record
+
+
+def write_results(dataset: Path, out: Path, samples: int, seed: dict[str, Any]) -> int:
+    """Ok records for every item of `dataset` x `samples`: the seed record with each item's id, messages, key,
+    sample and seed (keyed exactly as the probe keys them)."""
     from userturn.client.dataset import load_jsonl
 
-    from userturn.records import ProbeRecord, record_key
+    from userturn.records import record_key
 
     count = 0
+    base = dict(seed)
     with out.open("wb") as fh:
         for item in load_jsonl(dataset):
-            base = ProbeRecord(key="", model="bench", dataset=name, item_id=item.id, temperature=1.0,
-                               sample=0, seed=0, status="ok", messages=item.messages, user_turn="And the flour?",
-                               usage={"prompt_tokens": 300, "completion_tokens": 8, "total_tokens": 308},
-                               latency_s=0.01, attempts=1, prompt_sha256="0" * 64, template_sha256="1" * 64,
-                               finish_reason="stop", matched_stop="<|im_end|>").model_dump(mode="json")
+            base.update(item_id=item.id, messages=[m.model_dump(mode="json") for m in item.messages])
             lines = []
             for k in range(samples):
-                base.update(key=record_key("bench", name, item.id, "none", 1.0, k), sample=k, seed=count)
+                base.update(key=record_key(seed["model"], seed["dataset"], item.id, "none", 1.0, k), sample=k,
+                            seed=count)
                 lines.append(orjson.dumps(base, option=orjson.OPT_APPEND_NEWLINE))
                 count += 1
             fh.write(b"".join(lines))
@@ -94,11 +108,12 @@ def run_resume(work: Path, records: int, samples: int) -> bool:
     out = work / "resume-results.jsonl"
     done_items = work / "done-items.jsonl"
     done_items.write_bytes(b"".join(dataset.read_bytes().splitlines(keepends=True)[:items]))
-    started = time.perf_counter()
-    written = write_results(done_items, out, samples, name=dataset.stem)
-    print(f"resume: wrote {written:,} records ({out.stat().st_size / 1e9:.2f} GB, {items:,} items x {samples} "
-          f"samples) in {time.perf_counter() - started:.0f}s")
     with LoopbackServer("--model", "bench") as server:
+        started = time.perf_counter()
+        written = write_results(done_items, out, samples, seed_record(server, dataset, work))
+        print(f"resume: wrote {written:,} records ({out.stat().st_size / 1e9:.2f} GB, {items:,} items x {samples} "
+              f"samples) in {time.perf_counter() - started:.0f}s")
+        base_completions = completions(server)
         proc = subprocess.Popen(probe_cmd(server, dataset, out, samples), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
         start = time.perf_counter()
@@ -106,7 +121,7 @@ def run_resume(work: Path, records: int, samples: int) -> bool:
         first_request_s = cpu_s = None
         while proc.poll() is None:
             peak = max(peak, peak_rss_kb(proc.pid) or 0)
-            if completions(server) > 0:
+            if completions(server) > base_completions:
                 first_request_s = time.perf_counter() - start
                 cpu_s = cpu_seconds(proc.pid)
                 break
@@ -114,7 +129,7 @@ def run_resume(work: Path, records: int, samples: int) -> bool:
         _, err = proc.communicate(timeout=600)
         if proc.returncode != 0 or first_request_s is None:
             sys.exit(f"bench_scale: the resumed probe failed (exit {proc.returncode}): {err.decode()[-2000:]}")
-        sent = completions(server)
+        sent = completions(server) - base_completions
     peak_mb = peak / 1024
     ok_time, ok_rss = first_request_s <= RESUME_TARGET_S, peak_mb <= RESUME_TARGET_MB
     print(f"resume of {written:,} records: first request after {first_request_s:.2f}s (CPU time of the probe by "

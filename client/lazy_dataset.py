@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, overload
 
@@ -49,6 +49,12 @@ class JsonlItems(Sequence[DatasetItem]):
     def __iter__(self) -> Iterator[DatasetItem]:
         with self.path.open("rb") as fh:
             for index in range(len(self._offsets)):
+                yield self._read(fh, index)
+
+    def read_in_order(self, indices: Iterable[int]) -> Iterator[DatasetItem]:
+        """The items at `indices` (ascending, as a resume skips finished items), parsed from one open file."""
+        with self.path.open("rb") as fh:
+            for index in indices:
                 yield self._read(fh, index)
 
     def raw_lines(self) -> Iterator[tuple[int, bytes]]:

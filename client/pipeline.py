@@ -35,6 +35,8 @@ from userturn.records import (
     Message,
     ProbeRecord,
     check_key_format,
+    condition_suffix,
+    key_prefix,
     ok_record_line,
     record_key,
     sha256_text,
@@ -295,11 +297,11 @@ class ProbeRun:
     def iter_keys(self) -> Iterator[str]:
         """Every planned sample's key, in run order (a generator: a run may plan millions)."""
         s = self.settings
+        suffixes = [condition_suffix(t, k) for t in s.temperatures for k in range(s.samples)]
         for item_id in self._ids():
             for p in s.perturbations:
-                for t in s.temperatures:
-                    for k in range(s.samples):
-                        yield record_key(s.model, s.dataset, item_id, p, t, k, s.mode)
+                prefix = key_prefix(s.model, s.dataset, item_id, p, s.mode)
+                yield from (prefix + suffix for suffix in suffixes)
 
     def _ids(self) -> Sequence[str]:
         return getattr(self.items, "ids", None) or [item.id for item in self.items]
@@ -341,10 +343,12 @@ class ProbeRun:
         """Pending work in order; items whose assistant turn failed yield error records directly."""
         s = self.settings
         conditions = [(t, k) for t in s.temperatures for k in range(s.samples)]
-        for item in self.items:
+        suffixes = [condition_suffix(t, k) for t, k in conditions]  # keys: one prefix per item, these per sample
+        for item in self._unfinished_items(done, suffixes):
             turn: AssistantTurn | None = None
             for perturbation in s.perturbations:
-                all_keys = [record_key(s.model, s.dataset, item.id, perturbation, t, k, s.mode) for t, k in conditions]
+                key_start = key_prefix(s.model, s.dataset, item.id, perturbation, s.mode)
+                all_keys = [key_start + suffix for suffix in suffixes]
                 pending = done.pending(all_keys)
                 if len(pending) < len(all_keys):  # already ok: counted as skipped when reached
                     self.counters.skipped += len(all_keys) - len(pending)
@@ -390,6 +394,25 @@ class ProbeRun:
                 for t, k, key in keys:
                     seed = self._seed(item.id, t, k, perturbation)
                     yield Job(key, t, k, seed, prefix, estimate, shared, base)
+
+    def _unfinished_items(self, done: ResumeIndex, suffixes: list[str]) -> Iterator[DatasetItem]:
+        """The run's items in order, less those whose every planned key is already ok (counted as skipped here),
+        which are never read: a resume over a dataset kept on disk parses only the items it still has to probe."""
+        s = self.settings
+        ids = self._ids()
+        planned = len(s.perturbations) * len(suffixes)
+
+        def unfinished() -> Iterator[int]:
+            for index, item_id in enumerate(ids):
+                if any(done.pending([key_prefix(s.model, s.dataset, item_id, p, s.mode) + suffix
+                                     for suffix in suffixes]) for p in s.perturbations):
+                    yield index
+                else:
+                    self.counters.skipped += planned
+                    self.counters.total -= planned
+
+        read = getattr(self.items, "read_in_order", None)
+        return read(unfinished()) if read is not None else (self.items[i] for i in unfinished())
 
     # ----- records --------------------------------------------------------------------------------------------
     def _seed(self, item_id: str, temperature: float, sample: int, perturbation: str) -> int:

@@ -150,6 +150,35 @@ async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):
     assert route.call_count == 0 and third.skipped == 12
 
 
+async def test_a_resume_reads_only_the_unfinished_items_of_a_dataset_on_disk(tmp_path, monkeypatch):
+    from userturn.client.lazy_dataset import JsonlItems, load_jsonl_lazy
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(i.model_dump(exclude_none=True)) + "\n" for i in items(5)))
+    plan = settings(perturbations=["none", "generic"])
+
+    def same(name, messages, seed, pool):
+        return messages
+    with MockServer() as mock:
+        mock.post("/completions").mock(side_effect=completion)
+        await run(mock, tmp_path, plan, its=load_jsonl_lazy(data)[:3], perturb=same)
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()  # q0-q2 done; drop one sample of q1 / generic
+    (tmp_path / "out.jsonl").write_text("".join(x + "\n" for x in lines if '"m|d|q1|raw|generic|t=1.0|s=0"' not in x))
+    read: list[int] = []
+    original = JsonlItems._read
+    def counted(self, fh, index):
+        read.append(index)
+        return original(self, fh, index)
+    monkeypatch.setattr(JsonlItems, "_read", counted)
+    with MockServer() as mock:
+        route = mock.post("/completions").mock(side_effect=completion)
+        summary = await run(mock, tmp_path, plan, its=load_jsonl_lazy(data), perturb=same)
+    assert read == [1, 3, 4]  # q0 and q2 are finished: never parsed
+    assert route.call_count == 1 + 2 * 8 and summary.ok == 17 and summary.skipped == 23 and summary.total == 40
+    records, _ = read_records(tmp_path / "out.jsonl")
+    assert len(records) == 40 and all(r.status == "ok" for r in records.values())
+
+
 async def test_retries_exhausted_make_error_records_not_empty_turns(tmp_path):
     with MockServer() as mock:
         mock.post("/completions").mock(return_value=httpx.Response(503, text="overloaded"))

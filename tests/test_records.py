@@ -10,6 +10,8 @@ from userturn.records import (
     Message,
     ProbeRecord,
     check_key_format,
+    condition_suffix,
+    key_prefix,
     ok_record_line,
     record_key,
     shared_json,
@@ -106,3 +108,14 @@ def test_special_tokens_flag_is_in_the_schema_and_optional():
     assert record.special_tokens_in_content is None  # older records (and chat mode) say nothing
     line = ok_record_line(shared_json({**SHARED, "special_tokens_in_content": True}), **{**SAMPLE, "usage": None})
     assert ProbeRecord.model_validate_json(line).special_tokens_in_content is True
+
+
+@pytest.mark.parametrize("fields", [("m", "d", "i", "none", "raw"), ("m|x", "d%7C", "i|%", "wrong_answer", "chat"),
+                                    ("", "", "0", "swap", "raw")])
+@pytest.mark.parametrize(("temperature", "sample"), [(0, 0), (0.7, 3), (1, 12), (1e-7, 1), (0.7000001, 0)])
+def test_key_prefix_and_condition_suffix_build_exactly_record_key(fields, temperature, sample):
+    model, dataset, item_id, perturbation, mode = fields
+    escaped = [f.replace("%", "%25").replace("|", "%7C") for f in (model, dataset, item_id, mode, perturbation)]
+    expected = "|".join([*escaped, f"t={float(temperature)!r}", f"s={sample}"])  # the documented format
+    assert key_prefix(model, dataset, item_id, perturbation, mode) + condition_suffix(temperature, sample) == expected
+    assert record_key(model, dataset, item_id, perturbation, temperature, sample, mode) == expected

@@ -122,8 +122,17 @@ def record_key(
     samples share a key), `T` is `repr(float(temperature))` (the shortest text that reads back as the same float:
     0.7 and 0.7000001 differ; 1 and 1.0 are the same float, `t=1.0`).
     """
-    fields = (model, dataset, item_id, mode, perturbation)
-    return KEY_SEPARATOR.join([*map(key_field, fields), f"t={float(temperature)!r}", f"s={int(sample)}"])
+    return key_prefix(model, dataset, item_id, perturbation, mode) + condition_suffix(temperature, sample)
+
+
+def key_prefix(model: str, dataset: str, item_id: str, perturbation: str, mode: str = "raw") -> str:
+    """The part of `record_key` shared by every sample of one item and perturbation (ends with the separator)."""
+    return KEY_SEPARATOR.join([*map(key_field, (model, dataset, item_id, mode, perturbation)), ""])
+
+
+def condition_suffix(temperature: float, sample: int) -> str:
+    """The part of `record_key` after `key_prefix`: `t=T|s=K`."""
+    return f"t={float(temperature)!r}{KEY_SEPARATOR}s={int(sample)}"
 
 
 def check_key_format(schema_version: int, path: object, key: str) -> None:
