@@ -402,10 +402,13 @@ class ProbeRun:
         ids = self._ids()
         planned = len(s.perturbations) * len(suffixes)
 
+        def open_keys(item_id: str, perturbation: str) -> list[int]:
+            start = key_prefix(s.model, s.dataset, item_id, perturbation, s.mode)
+            return done.pending([start + suffix for suffix in suffixes])
+
         def unfinished() -> Iterator[int]:
             for index, item_id in enumerate(ids):
-                if any(done.pending([key_prefix(s.model, s.dataset, item_id, p, s.mode) + suffix
-                                     for suffix in suffixes]) for p in s.perturbations):
+                if any(open_keys(item_id, p) for p in s.perturbations):
                     yield index
                 else:
                     self.counters.skipped += planned
