@@ -158,7 +158,7 @@ def _add_lines(index: ResumeIndex, path: Path, body: bytes | memoryview, offset:
     index.lines += len(lines)
     # The hot loop, kept to one comprehension: a million lines pass through here.
     index.states.update([(line.key, _STATE[line.status, line.judge_status]) for line in lines])
-    if index.old_schema is None and lines and min(line.schema_version for line in lines) < KEY_FORMAT_SINCE:
+    if index.old_schema is None and lines and min({line.schema_version for line in lines}) < KEY_FORMAT_SINCE:
         old = next(line for line in lines if line.schema_version < KEY_FORMAT_SINCE)
         index.old_schema = (old.schema_version, old.key)
     fingerprint_list = [line.config_fingerprint for line in lines]
