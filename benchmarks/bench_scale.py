@@ -113,6 +113,7 @@ def run_resume(work: Path, records: int, samples: int) -> bool:
         written = write_results(done_items, out, samples, seed_record(server, dataset, work))
         print(f"resume: wrote {written:,} records ({out.stat().st_size / 1e9:.2f} GB, {items:,} items x {samples} "
               f"samples) in {time.perf_counter() - started:.0f}s")
+        os.sync()  # the 2.5 GB just written is flushed first: the kernel's writeback is not the probe's resume
         base_completions = completions(server)
         proc = subprocess.Popen(probe_cmd(server, dataset, out, samples), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
