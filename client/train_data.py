@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from userturn.client.templates import PromptRenderer, template_messages
 
 from userturn.errors import UserError, first_error
+from userturn.files import jsonl_objects
 from userturn.records import Message
 
 Method = Literal["sft", "dpo"]
@@ -115,27 +115,16 @@ def read_rows(path: str | Path, method: Method) -> DataFile:
     model: type[Row] = SftRow if method == "sft" else PreferenceRow
     rows: list[Row] = []
     lines: list[int] = []
-    with p.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if len(raw) > MAX_LINE_BYTES:
-                raise UserError(f"{p}:{number}: line longer than {MAX_LINE_BYTES} bytes")
-            if not raw.strip():
-                continue
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise UserError(f"{p}:{number}: invalid JSON ({exc})") from None
-            if not isinstance(data, dict):
-                raise UserError(f"{p}:{number}: expected a JSON object per line")
-            if method == "sft" and "messages" not in data and "chosen" in data:
-                raise UserError(f"{p}:{number}: a preference row (prompt/chosen/rejected): train it with --method dpo")
-            if method == "dpo" and "chosen" not in data and "messages" in data:
-                raise UserError(f"{p}:{number}: an SFT row (messages): train it with --method sft")
-            try:
-                rows.append(model.model_validate(data))
-            except ValidationError as exc:
-                raise UserError(f"{p}:{number}: {first_error(exc)}") from None
-            lines.append(number)
+    for number, data in jsonl_objects(p, max_line_bytes=MAX_LINE_BYTES):
+        if method == "sft" and "messages" not in data and "chosen" in data:
+            raise UserError(f"{p}:{number}: a preference row (prompt/chosen/rejected): train it with --method dpo")
+        if method == "dpo" and "chosen" not in data and "messages" in data:
+            raise UserError(f"{p}:{number}: an SFT row (messages): train it with --method sft")
+        try:
+            rows.append(model.model_validate(data))
+        except ValidationError as exc:
+            raise UserError(f"{p}:{number}: {first_error(exc)}") from None
+        lines.append(number)
     if not rows:
         raise UserError(f"{p}: no training rows")
     return DataFile(path=p, sha256=file_sha256(p), rows=rows, lines=lines)

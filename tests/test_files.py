@@ -37,6 +37,10 @@ def test_jsonl_objects_skip_blank_lines_and_name_the_bad_line(tmp_path: Path) ->
     path.write_text('{"a": 1}\n{oops\n')
     with pytest.raises(UserError, match=rf"^{path}:2: invalid JSON \("):
         list(jsonl_objects(path))
+    path.write_text('{"a": 1}\n{"b": "' + "x" * 20 + '"}\n')
+    assert len(list(jsonl_objects(path, max_line_bytes=40))) == 2
+    with pytest.raises(UserError, match=rf"^{path}:2: line longer than 20 bytes$"):
+        list(jsonl_objects(path, max_line_bytes=20))
 
 
 @pytest.mark.parametrize(("kind", "text", "message"), [

@@ -41,9 +41,9 @@ def json_error(exc: orjson.JSONDecodeError) -> str:
     return str(exc).splitlines()[0]
 
 
-def jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSONL file; a line that is not a JSON object is a
-    UserError naming `path:line`."""
+def jsonl_objects(path: str | Path, max_line_bytes: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSONL file; a line that is not a JSON object (or is
+    longer than `max_line_bytes`) is a UserError naming `path:line`."""
     p = Path(path)
     try:
         fh = p.open("rb")
@@ -53,6 +53,8 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise UserError(f"{p}: cannot read: {exc.strerror}") from None
     with fh:
         for number, raw in enumerate(fh, start=1):
+            if max_line_bytes is not None and len(raw) > max_line_bytes:
+                raise UserError(f"{p}:{number}: line longer than {max_line_bytes} bytes")
             if not raw.strip():
                 continue
             try:
