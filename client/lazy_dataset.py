@@ -12,11 +12,13 @@ import random
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, overload
+from typing import BinaryIO, TypeVar, overload
 
 from userturn.client.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
 
 from userturn.errors import UserError
+
+T = TypeVar("T")
 
 
 class JsonlItems(Sequence[DatasetItem]):
@@ -51,11 +53,12 @@ class JsonlItems(Sequence[DatasetItem]):
             for index in range(len(self._offsets)):
                 yield self._read(fh, index)
 
-    def read_in_order(self, indices: Iterable[int]) -> Iterator[DatasetItem]:
-        """The items at `indices` (ascending, as a resume skips finished items), parsed from one open file."""
+    def read_tagged(self, tagged: Iterable[tuple[int, T]]) -> Iterator[tuple[DatasetItem, T]]:
+        """(item, tag) for each (index, tag), in the order given (a resume skipping finished items), parsed from one
+        open file."""
         with self.path.open("rb") as fh:
-            for index in indices:
-                yield self._read(fh, index)
+            for index, tag in tagged:
+                yield self._read(fh, index), tag
 
     def raw_lines(self) -> Iterator[tuple[int, bytes]]:
         """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from

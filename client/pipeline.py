@@ -343,13 +343,9 @@ class ProbeRun:
         """Pending work in order; items whose assistant turn failed yield error records directly."""
         s = self.settings
         conditions = [(t, k) for t in s.temperatures for k in range(s.samples)]
-        suffixes = [condition_suffix(t, k) for t, k in conditions]  # keys: one prefix per item, these per sample
-        for item in self._unfinished_items(done, suffixes):
+        for item, plans in self._unfinished_items(done, conditions):
             turn: AssistantTurn | None = None
-            for perturbation in s.perturbations:
-                key_start = key_prefix(s.model, s.dataset, item.id, perturbation, s.mode)
-                all_keys = [key_start + suffix for suffix in suffixes]
-                pending = done.pending(all_keys)
+            for perturbation, all_keys, pending in plans:
                 if len(pending) < len(all_keys):  # already ok: counted as skipped when reached
                     self.counters.skipped += len(all_keys) - len(pending)
                     self.counters.total -= len(all_keys) - len(pending)
@@ -395,27 +391,31 @@ class ProbeRun:
                     seed = self._seed(item.id, t, k, perturbation)
                     yield Job(key, t, k, seed, prefix, estimate, shared, base)
 
-    def _unfinished_items(self, done: ResumeIndex, suffixes: list[str]) -> Iterator[DatasetItem]:
-        """The run's items in order, less those whose every planned key is already ok (counted as skipped here),
-        which are never read: a resume over a dataset kept on disk parses only the items it still has to probe."""
+    def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]],
+                          ) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
+        """(item, [(perturbation, its keys, positions of the keys not yet ok)]) in run order, less the items whose
+        every planned key is already ok (counted as skipped here), which are never read: a resume over a dataset
+        kept on disk parses only the items it still has to probe. Keys share one escaped prefix per item and
+        perturbation; the `t=T|s=K` suffixes are built once."""
         s = self.settings
-        ids = self._ids()
+        suffixes = [condition_suffix(t, k) for t, k in conditions]
         planned = len(s.perturbations) * len(suffixes)
 
-        def open_keys(item_id: str, perturbation: str) -> list[int]:
-            start = key_prefix(s.model, s.dataset, item_id, perturbation, s.mode)
-            return done.pending([start + suffix for suffix in suffixes])
-
-        def unfinished() -> Iterator[int]:
-            for index, item_id in enumerate(ids):
-                if any(open_keys(item_id, p) for p in s.perturbations):
-                    yield index
+        def unfinished() -> Iterator[tuple[int, list[tuple[str, list[str], list[int]]]]]:
+            for index, item_id in enumerate(self._ids()):
+                plans = []
+                for perturbation in s.perturbations:
+                    start = key_prefix(s.model, s.dataset, item_id, perturbation, s.mode)
+                    keys = [start + suffix for suffix in suffixes]
+                    plans.append((perturbation, keys, done.pending(keys)))
+                if any(pending for _, _, pending in plans):
+                    yield index, plans
                 else:
                     self.counters.skipped += planned
                     self.counters.total -= planned
 
-        read = getattr(self.items, "read_in_order", None)
-        return read(unfinished()) if read is not None else (self.items[i] for i in unfinished())
+        read = getattr(self.items, "read_tagged", None)
+        return read(unfinished()) if read is not None else ((self.items[i], plans) for i, plans in unfinished())
 
     # ----- records --------------------------------------------------------------------------------------------
     def _seed(self, item_id: str, temperature: float, sample: int, perturbation: str) -> int:
