@@ -57,7 +57,7 @@ class Renderer(Protocol):
 
     def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str: ...
 
-    def count_tokens(self, text: str) -> int | None: ...
+    def count_tokens(self, text: str, *, cache: bool = True) -> int | None: ...
 
 
 class JudgeHook(Protocol):
@@ -335,7 +335,7 @@ class ProbeRun:
             payload["stop_token_ids"] = self._stop_ids
         estimate = 0
         if s.tpm:
-            counted = self.renderer.count_tokens(prompt)
+            counted = self.renderer.count_tokens(prompt, cache=False)
             estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
         return payload, sha256_text(prompt), estimate
 

@@ -612,12 +612,13 @@ class PromptRenderer:
         """The prompt for the model to answer (add_generation_prompt=True)."""
         return self._render(messages, user_turn=False)
 
-    def count_tokens(self, text: str) -> int | None:
-        """Tokens the server will see for `text` (incl. a BOS its tokenizer adds); None without tokenizer.json."""
-        if (cached := self._counts.get(text)) is not None:
+    def count_tokens(self, text: str, *, cache: bool = True) -> int | None:
+        """Tokens the server will see for `text` (incl. a BOS its tokenizer adds); None without tokenizer.json.
+        `cache=False` for a caller that counts each text once (the probe under --tpm)."""
+        if cache and (cached := self._counts.get(text)) is not None:
             return cached
         count = self._count(text)
-        if count is not None:
+        if count is not None and cache:
             self._counts[text] = count
             if len(self._counts) > _CACHE_SIZE:
                 self._counts.popitem(last=False)

@@ -15,5 +15,5 @@ class Renderer:
     def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str:
         return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
 
-    def count_tokens(self, text: str) -> int | None:
+    def count_tokens(self, text: str, *, cache: bool = True) -> int | None:
         return None

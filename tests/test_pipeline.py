@@ -29,7 +29,7 @@ class ChatMLRenderer:
         body = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
         return body + "<|im_start|>user\n"
 
-    def count_tokens(self, text: str) -> int | None:
+    def count_tokens(self, text: str, *, cache: bool = True) -> int | None:
         return len(text.split())
 
 

@@ -556,3 +556,6 @@ def test_a_render_without_cache_leaves_the_cache_empty_and_reads_the_same():
     assert len(renderer._cache) == 0
     assert renderer.user_turn_prompt(conv) == uncached and len(renderer._cache) == 1
     assert renderer.user_turn_prompt(conv, cache=False) == uncached
+    count = renderer.count_tokens(uncached, cache=False)
+    assert count is not None and count > 10 and len(renderer._counts) == 0
+    assert renderer.count_tokens(uncached) == count and len(renderer._counts) == 1
