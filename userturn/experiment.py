@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -252,12 +252,23 @@ def check_files(exp: Experiment, source: Path) -> None:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
 
 
-def resolve(base: Path, value: str | None) -> str | None:
-    """A path relative to the experiment file (absolute paths, hub ids and names are left alone)."""
+@overload
+def resolve(base: Path, value: str, *, absolute: bool = False) -> str: ...
+
+
+@overload
+def resolve(base: Path, value: None, *, absolute: bool = False) -> None: ...
+
+
+def resolve(base: Path, value: str | None, *, absolute: bool = False) -> str | None:
+    """A path relative to the experiment file (absolute paths, hub ids and names are left alone); `absolute`: the
+    found file as an absolute path."""
     if value is None:
         return None
     candidate = base / value
-    return str(candidate) if not Path(value).is_absolute() and candidate.exists() else value
+    if Path(value).is_absolute() or not candidate.exists():
+        return value
+    return str(candidate.resolve() if absolute else candidate)
 
 
 def load_items(entry: DatasetEntry, exp: Experiment, base: Path,

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from userturn.client.train import TrainSettings
 from userturn.errors import UserError
-from userturn.experiment import JudgeEntry
+from userturn.experiment import JudgeEntry, resolve
 from userturn.files import read_yaml_mapping
 from userturn.records import ProbeRecord
 from userturn.shipped import resolve_named
@@ -90,11 +90,6 @@ def load_posttrain(path: str | Path) -> tuple[PostTrainExperiment, Path]:
         loc = ".".join(str(p) for p in err["loc"])
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         raise UserError(f"{path}: {loc + ': ' if loc else ''}{msg}") from None
-
-
-def _relative(base: Path, value: str) -> str:
-    candidate = base / value
-    return str(candidate.resolve()) if not Path(value).is_absolute() and candidate.exists() else value
 
 
 # ----- the split -------------------------------------------------------------------------------------------------
@@ -287,11 +282,11 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
 
     cfg, path = load_posttrain(path)
     here = path.parent
-    manifest = _relative(here, cfg.base)
+    manifest = resolve(here, cfg.base, absolute=True)
     if not Path(manifest).is_file():
         raise UserError(f"{path}: base: manifest not found: {cfg.base}")
     builtin, _ = parse_spec(cfg.dataset)
-    spec = cfg.dataset if builtin is not None else _relative(here, cfg.dataset)
+    spec = cfg.dataset if builtin is not None else resolve(here, cfg.dataset, absolute=True)
     dataset_name, items, _ = load_items(spec, limit=cfg.limit, shuffle_seed=cfg.shuffle_seed)
     train_items, held_out = split_items(list(items), cfg.held_out, cfg.split_seed)
     run_dir = Path(out_dir or cfg.out_dir) / cfg.name
