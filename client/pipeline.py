@@ -28,6 +28,7 @@ from userturn.client.ratelimit import RateLimiter
 from userturn.client.seeds import sample_seed
 from userturn.client.special_tokens import SpecialTokens, check_items
 
+from userturn import resume_snapshot
 from userturn.errors import UserError, first_error
 from userturn.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
 from userturn.jsonl import JsonlWriter, iter_lines
@@ -43,7 +44,7 @@ from userturn.records import (
     shared_json,
 )
 from userturn.results_lock import results_lock
-from userturn.resume_index import ResumeIndex, scan_results
+from userturn.resume_index import ResumeIndex, extend_snapshot, scan_results
 from userturn.text import strip_reasoning
 from userturn.workers import run_all
 
@@ -714,9 +715,12 @@ class ProbeRun:
         c = self.counters
         c.total = planned  # `_jobs` moves keys already ok from here to `skipped` as it reaches them
         c.skipped = 0
-        writer = JsonlWriter(self.out_path, per_tick=True)
+        out_path = self.out_path
+        writer = JsonlWriter(out_path, per_tick=True,  # the resume index grows with the file: a kill loses little
+                             every=(resume_snapshot.MIN_SCANNED_BYTES, lambda: extend_snapshot(out_path)))
         started = time.monotonic()
         self.progress.start()
+        ended = False  # the run finished, or stopped on its endpoint: the resume index is brought up to date
         try:
             if backlog is not None and backlog.todo:
                 records = backlog.records()
@@ -725,12 +729,16 @@ class ProbeRun:
             turns = await self._assistant_turns()
             jobs = self._jobs(existing, turns)
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
+            ended = True
         except EndpointError as exc:
+            ended = True
             raise EndpointError(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
                                 "rerun the same command to resume") from None
         finally:
             await self.progress.stop()
-            writer.close()
+            writer.close()  # a write error raises here: no snapshot of a file that lost records
+            if ended:
+                extend_snapshot(self.out_path)
         return ProbeSummary(total=planned, skipped=c.skipped, ok=c.ok, errors=c.errors,
                             elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
                             not_applicable=c.not_applicable, rejudged=len(backlog.todo) if backlog else 0)

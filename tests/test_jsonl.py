@@ -228,3 +228,13 @@ def test_sigkill_during_writes_leaves_a_readable_appendable_file(tmp_path: Path,
     again, report = read_records(path)
     assert len(again) == len(records) + 1
     assert not report.torn_tail
+
+
+def test_every_calls_back_each_time_the_file_grows_another_step(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(b'{"x": 1}\n' * 10)  # 90 bytes already there: steps count from the end at open
+    sizes: list[int] = []
+    with JsonlWriter(path, every=(100, lambda: sizes.append(path.stat().st_size))) as writer:
+        for _ in range(30):
+            writer.write_line(b'{"y": 22}\n')  # 10 bytes a line
+    assert sizes == [190, 290, 390]  # after the write that reached each step, with that write on disk

@@ -346,3 +346,63 @@ async def test_unreachable_judge_keeps_the_generation_and_stops(tmp_path):
     assert len(records) == 1
     rec = next(iter(records.values()))
     assert rec.status == "ok" and rec.user_turn and rec.label is None and rec.judges == []
+
+
+async def test_each_run_brings_the_resume_index_to_the_end_of_the_file_and_the_next_starts_there(tmp_path,
+                                                                                                monkeypatch):
+    from userturn import resume_index, resume_snapshot
+
+    monkeypatch.setattr(resume_snapshot, "MIN_SCANNED_BYTES", 1000)
+    out = tmp_path / "out.jsonl"
+    starts = []
+    real_scan = resume_index.scan_results
+
+    def spy(*args, **kw):
+        index = real_scan(*args, **kw)
+        starts.append(index.read_from)
+        return index
+
+    monkeypatch.setattr("userturn.client.pipeline.scan_results", spy)
+    seen = {"n": 0}
+
+    def dies_twice(request: httpx.Request) -> httpx.Response:
+        seen["n"] += 1
+        return completion(request) if seen["n"] % 4 else httpx.Response(401, json={"error": "bad key"})
+
+    sizes = []
+    for _ in range(2):
+        with MockServer() as mock:
+            mock.post("/completions").mock(side_effect=dies_twice)
+            with pytest.raises(EndpointError, match="HTTP 401"):  # stopped on its endpoint: still indexed
+                await run(mock, tmp_path, settings(concurrency=1))
+        sizes.append(out.stat().st_size)
+    with MockServer() as mock:
+        mock.post("/completions").mock(side_effect=completion)
+        summary = await run(mock, tmp_path, settings())
+    assert summary.skipped == 6 and summary.ok == 6
+    assert starts == [0, sizes[0], sizes[1]]  # each run read only what the one before it wrote
+    after = resume_index.scan_results(out)
+    assert after.read_from == out.stat().st_size and len(list(after.ok_keys())) == 12
+    assert after.states == resume_index.scan_results(out, snapshot=False).states
+
+
+async def test_a_long_run_adds_to_the_resume_index_while_it_writes(tmp_path, monkeypatch):
+    from userturn import resume_snapshot
+
+    monkeypatch.setattr(resume_snapshot, "MIN_SCANNED_BYTES", 1500)
+    out = tmp_path / "out.jsonl"
+    covered = []
+
+    def completion_watching_the_index(request: httpx.Request) -> httpx.Response:
+        if out.exists():
+            with out.open("rb") as fh:
+                covered.append(resume_snapshot.indexed_end(out, fh))
+        return completion(request)
+
+    with MockServer() as mock:
+        mock.post("/completions").mock(side_effect=completion_watching_the_index)
+        await run(mock, tmp_path, settings(concurrency=1), its=items(6))
+    during = sorted(set(covered))
+    assert len(during) >= 3 and during[0] == 0  # several segments were added while the run went on
+    with out.open("rb") as fh:
+        assert resume_snapshot.indexed_end(out, fh) == out.stat().st_size  # and the last when it ended

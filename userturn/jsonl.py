@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,6 +137,8 @@ class JsonlWriter:
     hot path, inside a running event loop) the lines of all records completed in the same loop iteration go
     out in one `write()` at the end of that iteration: still before any further network I/O is processed, so
     a kill loses only requests whose answers were being handled at that instant, never a completed line.
+    `every=(n, callback)` calls `callback()` after each write that takes the file another `n` bytes further (the
+    probe adds to its resume index so).
 
     Opening takes the file's lock (`client.results_lock`: a second writer gets `ResultsLocked`, exit 2) and cuts
     a torn final line. A failed or short write (disk full, I/O error) truncates the file back to the end of its
@@ -144,8 +146,10 @@ class JsonlWriter:
     so no run can report success past a lost record, and no torn line is ever left in the middle of the file.
     """
 
-    def __init__(self, path: str | Path, *, per_tick: bool = False, lock: bool = True) -> None:
+    def __init__(self, path: str | Path, *, per_tick: bool = False, lock: bool = True,
+                 every: tuple[int, Callable[[], None]] | None = None) -> None:
         self.path = Path(path)
+        self._every = every  # (bytes, callback): called after each write that takes the file past another step
         self.written = 0
         self._per_tick = per_tick
         self._pending: list[bytes] = []
@@ -164,6 +168,7 @@ class JsonlWriter:
                 _cut_torn_tail(self.path)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self._end = os.fstat(self._fd).st_size  # a line boundary: the offset every batch starts at
+            self._next_step = self._end + every[0] if every else 1 << 62
         except OSError as exc:
             self._release()
             raise self._as_error(exc, "cannot open") from None
@@ -210,6 +215,10 @@ class JsonlWriter:
             self._fail(exc, keep=self._end + data.rfind(b"\n", 0, done) + 1)
             raise self._error from None  # type: ignore[misc]
         self._end += done
+        if self._end >= self._next_step and self._every is not None:
+            step, callback = self._every
+            self._next_step = self._end + step
+            callback()
 
     def _fail(self, exc: OSError, *, keep: int) -> None:
         """Stop writing for good: cut the file back to its last complete line (`keep` bytes) and remember why."""

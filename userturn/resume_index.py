@@ -8,21 +8,28 @@ wins. A final line without a newline that does not decode is a torn write (repor
 line that does not decode is a UserError naming file:line.
 
 Memory is one small int per key plus the key itself (about 150 bytes a record): 1,000,000 records in ~150 MB.
+
+A scan that read 64 MB or more past the index beside the file (`userturn.resume_snapshot`, `RESULTS.jsonl.index`)
+adds what it read to it, and the probe adds every 64 MB it writes (`extend_snapshot`); the next scan of the same,
+only appended-to file loads the index and reads only the bytes after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import os
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import msgspec
 
+from userturn import resume_snapshot
 from userturn.errors import UserError
 from userturn.records import KEY_FORMAT_SINCE
 
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 2 << 20  # 8 MB blocks scan no faster, and leave ~20 MB more resident
 
 # Per-key state, packed into one small int.
 _OK = 1
@@ -71,6 +78,10 @@ class ResumeIndex:
     assistant_turns: dict[str, str] = field(default_factory=dict)  # item_id -> the model's own answer
     lines: int = 0
     torn_tail: bool = False
+    covered: int = 0  # bytes of complete lines read (a line boundary): where a later scan of the file goes on
+    read_from: int = 0  # where the scan began reading: the end of the index it loaded, or 0
+    snapshot_covered: int = 0  # the bytes the index beside the file describes (loaded or added by this scan)
+    with_assistant_turns: bool = False
 
     @property
     def duplicates(self) -> int:
@@ -106,13 +117,40 @@ class ResumeIndex:
     def ok_keys(self) -> Iterator[str]:
         return (key for key, state in self.states.items() if state & _OK)
 
+    def absorb(self, later: ResumeIndex) -> None:
+        """Add what a scan of the bytes after this index's found (its states win; first configurations stay)."""
+        self.add(later.states, later.configs, list(later.ok_configs), later.lines, later.unfingerprinted,
+                 later.unfingerprinted_keys, later.old_schema)
 
-def scan_results(path: str | Path, *, assistant_turns: bool = False) -> ResumeIndex:
+    def add(self, states: dict[str, int], configs: dict[str, dict[str, Any] | None], ok_fingerprints: list[str],
+            lines: int, unfingerprinted: int, unfingerprinted_keys: Collection[str],
+            old_schema: tuple[int, str] | None) -> None:
+        """`absorb` from parts (a saved segment): what one scan of a later byte range found."""
+        if self.states:
+            self.states.update(states)
+        else:
+            self.states = states  # the first part: taken as it is, not copied
+        for fingerprint, config in configs.items():
+            self.configs.setdefault(fingerprint, config)
+        for fingerprint in ok_fingerprints:
+            self.ok_configs.setdefault(fingerprint, self.configs[fingerprint])
+        self.lines += lines
+        self.unfingerprinted += unfingerprinted
+        self.unfingerprinted_keys.update(unfingerprinted_keys)
+        if self.old_schema is None:
+            self.old_schema = old_schema
+
+
+def scan_results(path: str | Path, *, assistant_turns: bool = False, snapshot: bool = True) -> ResumeIndex:
     """Stream `path` into a ResumeIndex (empty if the file does not exist). `assistant_turns` also collects, per
     item, the first model-generated assistant turn (`meta.assistant_turn` of records with assistant_source
-    "model"), which `--assistant-from model` reuses."""
+    "model"), which `--assistant-from model` reuses (such a scan reads the whole file: the index has no turns).
+
+    With `snapshot` (the default), the index beside the file supplies the bytes it covers, and a scan that read
+    `resume_snapshot.MIN_SCANNED_BYTES` or more past it adds what it read to the index."""
     path = Path(path)
-    index = ResumeIndex()
+    index = ResumeIndex(with_assistant_turns=assistant_turns)
+    snapshot = snapshot and not assistant_turns
     if not path.exists():
         return index
     try:
@@ -120,30 +158,67 @@ def scan_results(path: str | Path, *, assistant_turns: bool = False) -> ResumeIn
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     with fh:
-        offset = 0  # file offset of the first byte of `pending`
-        pending = b""  # the start of a line that continues in the next block
-        while block := fh.read(BLOCK_BYTES):
-            first = block.find(b"\n") + 1
-            if first == 0:
-                pending += block
-                continue
-            if pending:  # the line that straddles two blocks, completed
-                _add_lines(index, path, pending + block[:first], offset, assistant_turns)
-                offset += len(pending)
-                pending = b""
-            else:
-                _add_lines(index, path, memoryview(block)[:first], offset, assistant_turns)
-            last = block.rfind(b"\n") + 1
-            if last > first:
-                _add_lines(index, path, memoryview(block)[first:last], offset + first, assistant_turns)
-            pending = block[last:]
-            offset += last
+        start = resume_snapshot.load(path, fh, index) if snapshot else 0
+        if start < 0:  # an index that failed part way: scan it all
+            index, start = ResumeIndex(), 0
+        index.read_from = index.snapshot_covered = start
+        part = index if start == 0 else ResumeIndex()  # what the scan reads, kept apart to be indexed alone
+        pending = _scan(part, path, fh, start, assistant_turns)
+        if snapshot and part.covered - start >= resume_snapshot.MIN_SCANNED_BYTES \
+                and resume_snapshot.add_segment(path, fh, part, start, part.covered):
+            index.snapshot_covered = part.covered
+        if part is not index:
+            index.absorb(part)
+        index.covered = part.covered
         if pending.strip():
             try:
-                _add_lines(index, path, pending, offset, assistant_turns, final=True)
+                _add_lines(index, path, pending, index.covered, assistant_turns, final=True)
             except UserError:
                 index.torn_tail = True  # a write cut short; the next writer cuts it
     return index
+
+
+def _scan(index: ResumeIndex, path: Path, fh: BinaryIO, start: int, collect: bool) -> bytes:
+    """Add the complete lines of `fh` from byte `start` on to `index` (setting `covered`, the offset after the last
+    one); return what follows the last newline (a torn write, or a last record without its newline)."""
+    fh.seek(start)
+    offset = start  # file offset of the first byte of `pending`
+    pending = b""  # the start of a line that continues in the next block
+    while block := fh.read(BLOCK_BYTES):
+        first = block.find(b"\n") + 1
+        if first == 0:
+            pending += block
+            continue
+        if pending:  # the line that straddles two blocks, completed
+            _add_lines(index, path, pending + block[:first], offset, collect)
+            offset += len(pending)
+            pending = b""
+        else:
+            _add_lines(index, path, memoryview(block)[:first], offset, collect)
+        last = block.rfind(b"\n") + 1
+        if last > first:
+            _add_lines(index, path, memoryview(block)[first:last], offset + first, collect)
+        pending = block[last:]
+        offset += last
+    index.covered = offset
+    return pending
+
+
+def extend_snapshot(path: str | Path) -> None:
+    """Add to the index beside `path` the scan of what was appended past it, when that is
+    `resume_snapshot.MIN_SCANNED_BYTES` or more (a `stat`, and a read of the index's segment heads, otherwise).
+    The probe calls it while it writes and when it stops: memory is that of the bytes read, not of the file."""
+    path = Path(path)
+    with contextlib.suppress(OSError, UserError), path.open("rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < resume_snapshot.MIN_SCANNED_BYTES:
+            return
+        start = resume_snapshot.indexed_end(path, fh)
+        if size - start < resume_snapshot.MIN_SCANNED_BYTES:
+            return
+        part = ResumeIndex()
+        _scan(part, path, fh, start, False)
+        resume_snapshot.add_segment(path, fh, part, start, part.covered)
 
 
 def _add_lines(index: ResumeIndex, path: Path, body: bytes | memoryview, offset: int, assistant_turns: bool,
