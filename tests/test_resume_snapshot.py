@@ -156,6 +156,13 @@ def test_extend_indexes_only_what_was_appended_and_a_later_part_of_the_chain_can
     index = scan_results(path)
     assert index.read_from == first_end  # the first still holds
     same(index, scan_results(path, snapshot=False))
+    damaged = bytearray(saved)
+    damaged[-20] ^= 0xFF  # a flipped byte inside the second segment's body
+    snapshot_path(path).write_bytes(bytes(damaged))
+    index = scan_results(path)
+    assert index.read_from == first_end  # the chain stops before the damaged segment ...
+    same(index, scan_results(path, snapshot=False))
+    assert scan_results(path).read_from == path.stat().st_size  # ... which that scan replaced
     snapshot_path(path).write_bytes(saved[:-7])
     with path.open("ab") as fh:
         fh.write(lines(rng, 5, start=81))
@@ -172,3 +179,34 @@ def test_a_snapshot_that_cannot_be_written_is_not_an_error(tmp_path: Path) -> No
     assert index.snapshot_covered == 0 and index.lines == 60
     assert [p.name for p in tmp_path.iterdir()] == sorted([path.name, snapshot_path(path).name]) or \
         sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, snapshot_path(path).name])  # no temp left
+
+
+@pytest.mark.usefixtures("small_snapshots")
+def test_a_segment_that_does_not_start_where_the_previous_ended_ends_the_chain(tmp_path: Path) -> None:
+    import io
+
+    import msgspec
+
+    rng = random.Random(9)
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(lines(rng, 40))
+    extend_snapshot(path)
+    first_end = path.stat().st_size
+    with path.open("ab") as fh:
+        fh.write(lines(rng, 40, start=40))
+    extend_snapshot(path)
+    saved = io.BytesIO(snapshot_path(path).read_bytes())
+    header = resume_snapshot._read_frame(saved)
+    frames = []
+    while (frame := resume_snapshot._read_frame(saved)) is not None:
+        head = resume_snapshot._segment_head.decode(frame)
+        frames.append((head, saved.read(head.body_bytes)))
+    assert header is not None and [h.start for h, _ in frames] == [0, first_end]
+    second = frames[1][0]
+    shifted = msgspec.structs.replace(second, start=second.start - 1)  # a gap of -1 byte: not contiguous
+    snapshot_path(path).write_bytes(resume_snapshot._frame(resume_snapshot._file_header.decode(header))
+                                    + resume_snapshot._frame(frames[0][0]) + frames[0][1]
+                                    + resume_snapshot._frame(shifted) + frames[1][1])
+    index = scan_results(path)
+    assert index.read_from == first_end
+    same(index, scan_results(path, snapshot=False))

@@ -6,13 +6,15 @@ segments, each the scan of one byte range `[start, end)` of the results file (pe
 line counts; msgpack via msgspec), the first starting at 0 and each next one where the previous ended. A segment is
 added by a scan that read `MIN_SCANNED_BYTES` or more past the chain (a resume), and by the probe every
 `MIN_SCANNED_BYTES` it writes; so a killed run leaves at most that much for its resume to read.
+Each segment's body carries a CRC-32, checked before it is decoded.
 
 The index records the results file's device and inode and the SHA-256 of its first 4 KB; each segment the SHA-256
 of the 4 KB that end at its `end`. A load uses the longest chain from 0 whose checks all still hold (and whose
 format is this version's) and the scan reads on from its end; a replaced, shortened or edited file, or an
 unreadable or foreign index, is ignored without a word and the file is scanned from its start. The index is a
 cache: deleting it is always safe. A fresh index is written to a temporary file and renamed into place; a segment
-is appended only when the chain on disk ends where it starts (a torn segment from a killed writer is cut first).
+is added only after a segment of the chain that ends where it starts (what followed that one, such as a segment
+torn by a kill or one whose checksum failed, is cut first).
 A failed write (read-only folder, full disk) leaves the index as it was and is not an error.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -49,8 +52,9 @@ class _SegmentHead(msgspec.Struct):
 
     start: int
     end: int  # a line boundary of the results file
-    tail_sha256: bytes  # of the 4 KB (or less, from `start`... never before 0) ending at `end`
+    tail_sha256: bytes  # of the 4 KB (or less, near the file's start) ending at `end`
     body_bytes: int
+    body_crc32: int  # the body, checked before it is decoded
 
 
 class _SegmentBody(msgspec.Struct):
@@ -95,6 +99,7 @@ def _chain(saved: BinaryIO, fh: BinaryIO) -> list[tuple[_SegmentHead, int]]:
     """The valid chain of the index open as `saved` for the results file open as `fh`: each segment's head and
     the offset of its body in the index file. Leaves `saved` positioned after the last valid segment."""
     st = os.fstat(fh.fileno())
+    saved_size = os.fstat(saved.fileno()).st_size
     frame = _read_frame(saved)
     if frame is None:
         return []
@@ -115,11 +120,11 @@ def _chain(saved: BinaryIO, fh: BinaryIO) -> list[tuple[_SegmentHead, int]]:
                 or (not chain and header.head_bytes != min(WINDOW, head.end))
                 or _sha256(fh, max(0, head.end - WINDOW), head.end) != head.tail_sha256):
             break
-        if len(saved.read(head.body_bytes)) != head.body_bytes:  # a segment cut short by a kill
+        if body_at + head.body_bytes > saved_size:  # a segment cut short by a kill
             break
         chain.append((head, body_at))
         end = head.end
-        good = saved.tell()
+        good = saved.seek(body_at + head.body_bytes)  # past the body, unread
     saved.seek(good)
     return chain
 
@@ -128,17 +133,21 @@ def load(results: Path, fh: BinaryIO, into: ResumeIndex) -> int:
     """Fill `into` (empty) from the index beside `results` as far as it still describes the file open as `fh`;
     return the offset the scan goes on from: 0 when there is no usable index, -1 when the index failed part way
     (then `into` holds a partial load and is to be dropped)."""
+    covered = 0
     try:
         with snapshot_path(results).open("rb") as saved:
-            chain = _chain(saved, fh)
-            for head, body_at in chain:
+            for head, body_at in _chain(saved, fh):
                 saved.seek(body_at)
-                body = _segment_body.decode(saved.read(head.body_bytes))
+                data = saved.read(head.body_bytes)
+                if zlib.crc32(data) != head.body_crc32:
+                    break  # a damaged segment: the chain stops before it
+                body = _segment_body.decode(data)
                 into.add(body.states, body.configs, body.ok_fingerprints, body.lines, body.unfingerprinted,
-                            body.unfingerprinted_keys, body.old_schema)
+                         body.unfingerprinted_keys, body.old_schema)
+                covered = head.end
     except (OSError, msgspec.DecodeError):
         return -1 if into.lines else 0
-    return chain[-1][0].end if chain else 0
+    return covered
 
 
 def indexed_end(results: Path, fh: BinaryIO) -> int:
@@ -158,13 +167,14 @@ def _segment(fh: BinaryIO, part: ResumeIndex, start: int, end: int) -> tuple[byt
         unfingerprinted=part.unfingerprinted, unfingerprinted_keys=sorted(part.unfingerprinted_keys),
         old_schema=part.old_schema))
     head = _SegmentHead(start=start, end=end, tail_sha256=_sha256(fh, max(0, end - WINDOW), end),
-                        body_bytes=len(body))
+                        body_bytes=len(body), body_crc32=zlib.crc32(body))
     return _frame(head), body
 
 
 def add_segment(results: Path, fh: BinaryIO, part: ResumeIndex, start: int, end: int) -> bool:
     """Record `part`, the scan of bytes `[start, end)` of the results file open as `fh`: a fresh index when
-    `start` is 0, else appended to the index whose valid chain ends at `start`. Returns whether it was written."""
+    `start` is 0, else after the segment of the index's valid chain that ends at `start` (anything after that one
+    is cut). Returns whether it was written."""
     target = snapshot_path(results)
     try:
         head, body = _segment(fh, part, start, end)
@@ -184,10 +194,11 @@ def add_segment(results: Path, fh: BinaryIO, part: ResumeIndex, start: int, end:
                     tmp.unlink()
             return True
         with target.open("r+b") as saved:
-            chain = _chain(saved, fh)
-            if not chain or chain[-1][0].end != start:
+            ends = {seg.end: body_at + seg.body_bytes for seg, body_at in _chain(saved, fh)}
+            if start not in ends:
                 return False
-            saved.truncate(saved.tell())  # a segment torn by a kill
+            saved.truncate(ends[start])  # what follows: a segment torn by a kill, or one a load found damaged
+            saved.seek(ends[start])
             saved.write(head)
             saved.write(body)
         return True
