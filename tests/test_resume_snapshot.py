@@ -41,6 +41,14 @@ def lines(rng: random.Random, count: int, start: int = 0) -> bytes:
     return b"".join(out)
 
 
+def append(path: Path, data: bytes) -> int:
+    """Append `data` to `path`; return the file's size before it."""
+    size = path.stat().st_size
+    with path.open("ab") as fh:
+        fh.write(data)
+    return size
+
+
 @pytest.fixture
 def small_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(resume_snapshot, "MIN_SCANNED_BYTES", 2000)
@@ -55,8 +63,7 @@ def test_each_scan_reads_only_what_the_index_lacks_and_agrees_with_a_full_scan(t
     assert snapshot_path(path).exists() and first.snapshot_covered == path.stat().st_size
     ends = [first.covered]
     for n in range(3):  # three more segments, chained
-        with path.open("ab") as fh:
-            fh.write(lines(rng, 30, start=60 + 30 * n))
+        append(path, lines(rng, 30, start=60 + 30 * n))
         again = scan_results(path)
         assert again.read_from == ends[-1]  # started where the index ended ...
         same(again, scan_results(path, snapshot=False))  # ... and found what a full scan finds
@@ -126,8 +133,7 @@ def test_the_index_covers_complete_lines_only(tmp_path: Path) -> None:
     path.write_bytes(data + last_line[:-1])  # a complete record without its newline: counted, not covered
     index = scan_results(path)
     assert index.is_ok(make_record("last").key) and index.covered == len(data) == index.snapshot_covered
-    with path.open("ab") as fh:
-        fh.write(b"\n")  # the next writer adds the newline
+    append(path, b"\n")  # the next writer adds the newline
     again = scan_results(path)
     assert again.read_from == len(data)
     same(again, scan_results(path, snapshot=False))
@@ -141,12 +147,10 @@ def test_extend_indexes_only_what_was_appended_and_a_later_part_of_the_chain_can
     path.write_bytes(lines(rng, 1))
     extend_snapshot(path)
     assert not snapshot_path(path).exists()  # under the threshold: nothing yet
-    with path.open("ab") as fh:
-        fh.write(lines(rng, 40, start=1))
+    append(path, lines(rng, 40, start=1))
     extend_snapshot(path)  # the first segment, from 0
     first_end = path.stat().st_size
-    with path.open("ab") as fh:
-        fh.write(lines(rng, 40, start=41))
+    append(path, lines(rng, 40, start=41))
     extend_snapshot(path)  # the second, from where the first ended
     index = scan_results(path)
     assert index.read_from == path.stat().st_size
@@ -164,8 +168,7 @@ def test_extend_indexes_only_what_was_appended_and_a_later_part_of_the_chain_can
     same(index, scan_results(path, snapshot=False))
     assert scan_results(path).read_from == path.stat().st_size  # ... which that scan replaced
     snapshot_path(path).write_bytes(saved[:-7])
-    with path.open("ab") as fh:
-        fh.write(lines(rng, 5, start=81))
+    append(path, lines(rng, 5, start=81))
     extend_snapshot(path)  # cuts the torn segment and adds one from the first's end
     assert scan_results(path).read_from == path.stat().st_size
 
@@ -177,8 +180,7 @@ def test_a_snapshot_that_cannot_be_written_is_not_an_error(tmp_path: Path) -> No
     snapshot_path(path).mkdir()  # in its way (works as root too, unlike a read-only folder)
     index = scan_results(path)
     assert index.snapshot_covered == 0 and index.lines == 60
-    assert [p.name for p in tmp_path.iterdir()] == sorted([path.name, snapshot_path(path).name]) or \
-        sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, snapshot_path(path).name])  # no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, snapshot_path(path).name])  # no temp
 
 
 @pytest.mark.usefixtures("small_snapshots")
@@ -192,8 +194,7 @@ def test_a_segment_that_does_not_start_where_the_previous_ended_ends_the_chain(t
     path.write_bytes(lines(rng, 40))
     extend_snapshot(path)
     first_end = path.stat().st_size
-    with path.open("ab") as fh:
-        fh.write(lines(rng, 40, start=40))
+    append(path, lines(rng, 40, start=40))
     extend_snapshot(path)
     saved = io.BytesIO(snapshot_path(path).read_bytes())
     header = resume_snapshot._read_frame(saved)
