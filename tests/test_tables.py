@@ -143,3 +143,26 @@ def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
     assert console().width == 100 and console(wide=True).width == 300  # piped: explicit, never rich's 80
     monkeypatch.setenv("COLUMNS", "132")
     assert console().width == 132 and console(wide=True).width == 132
+
+
+def test_posttrain_comparison_fits_100_columns_with_its_notes_below() -> None:
+    from userturn.client.terminal import console
+
+    from userturn.posttrain import Metric, comparison_table
+
+    rows = [Metric(metric=metric, temperature=t, base_rate=0.681, base_n=72, trained_rate=0.931, trained_n=72,
+                   items=12, delta=0.25, ci_low=-0.242, ci_high=0.391,
+                   note="no judge model labelled these records (rules only): not measured"
+                   if metric == "genuine_followup" else None)
+            for t in (0.0, 1.0) for metric in ("genuine_followup", "rule_flagged", "ended_turn")]
+    out = console()
+    with out.capture() as captured:
+        table, notes = comparison_table(rows, f"posttrain posttrain: {LONG_MODEL}-trained vs base on 12 held-out "
+                                              "mt-bench items (Δ = trained − base)")
+        out.print(table)
+        for note in notes:
+            out.print(f"  {note}", soft_wrap=True)
+    text = captured.get()
+    check_fits("\n".join(line for line in text.splitlines() if not line.startswith("  [")))
+    assert notes == ["[1] no judge model labelled these records (rules only): not measured"]
+    assert text.count("[1]") == 3 and "+25.0" in text and "[-24.2, +39.1]" in text and "93.1%" in text

@@ -190,17 +190,23 @@ def _pp(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:+.1f}"
 
 
-def comparison_table(rows: Sequence[Metric], title: str) -> Any:
+def comparison_table(rows: Sequence[Metric], title: str) -> tuple[Any, list[str]]:
+    """The base-vs-trained table (fits 100 columns) and its notes, numbered: a row's note column names its note."""
     from rich.table import Table
 
     table = Table(title=title)
     for column in ("metric", "T", "base", "n", "trained", "n ", "items", "Δ (pp)", "95% CI (pp)", "note"):
-        table.add_column(column, justify="left" if column in ("metric", "note") else "right")
+        table.add_column(column, justify="left" if column in ("metric", "note") else "right",
+                         no_wrap=column != "metric")
+    notes: list[str] = []
     for m in rows:
-        ci = "—" if m.ci_low is None else f"{_pp(m.ci_low)} … {_pp(m.ci_high)}"
+        ci = "—" if m.ci_low is None else f"[{_pp(m.ci_low)}, {_pp(m.ci_high)}]"
+        if m.note and m.note not in notes:
+            notes.append(m.note)
         table.add_row(m.metric, f"{m.temperature:g}", _pct(m.base_rate), str(m.base_n), _pct(m.trained_rate),
-                      str(m.trained_n), str(m.items), _pp(m.delta), ci, m.note or "")
-    return table
+                      str(m.trained_n), str(m.items), _pp(m.delta), ci,
+                      f"[{notes.index(m.note) + 1}]" if m.note else "")
+    return table, [f"[{n}] {note}" for n, note in enumerate(notes, 1)]
 
 
 # ----- the run ---------------------------------------------------------------------------------------------------
@@ -273,10 +279,9 @@ def _export(cfg: PostTrainExperiment, records: Sequence[ProbeRecord], train_ids:
 
 def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = True) -> int:
     """Run every stage of the experiment file at `path`; print and write the comparison. Exit status 0."""
-    from rich.console import Console
-
     from userturn.cli_probe import load_items
     from userturn.client.loaders import parse_spec
+    from userturn.client.terminal import console as terminal_console
     from userturn.client.train_data import EvalSet
     from userturn.training_run import run_train
 
@@ -324,9 +329,12 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
         "metric_definitions": METRICS,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(comparison_table(rows, f"posttrain {cfg.name}: {outcome.model_name} vs base on {len(held_out)} "
-                                         f"held-out {dataset_name} items (Δ = trained − base)"))
+    console = terminal_console()
+    table, notes = comparison_table(rows, f"posttrain {cfg.name}: {outcome.model_name} vs base on "
+                                          f"{len(held_out)} held-out {dataset_name} items (Δ = trained − base)")
+    console.print(table)
+    for note in notes:
+        console.print(f"  {note}", soft_wrap=True)
     for name, text in METRICS.items():
         console.print(f"  {name}: {text}", soft_wrap=True)
     console.print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in stages.seconds.items()), soft_wrap=True)
