@@ -736,7 +736,7 @@ class ProbeRun:
                                 "rerun the same command to resume") from None
         finally:
             await self.progress.stop()
-            writer.close()  # a write error raises here: no snapshot of a file that lost records
+            writer.close()  # a write error raises here: the index is not extended over a file that lost records
             if ended:
                 extend_snapshot(self.out_path)
         return ProbeSummary(total=planned, skipped=c.skipped, ok=c.ok, errors=c.errors,

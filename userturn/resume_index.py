@@ -81,7 +81,6 @@ class ResumeIndex:
     covered: int = 0  # bytes of complete lines read (a line boundary): where a later scan of the file goes on
     read_from: int = 0  # where the scan began reading: the end of the index it loaded, or 0
     snapshot_covered: int = 0  # the bytes the index beside the file describes (loaded or added by this scan)
-    with_assistant_turns: bool = False
 
     @property
     def duplicates(self) -> int:
@@ -149,7 +148,7 @@ def scan_results(path: str | Path, *, assistant_turns: bool = False, snapshot: b
     With `snapshot` (the default), the index beside the file supplies the bytes it covers, and a scan that read
     `resume_snapshot.MIN_SCANNED_BYTES` or more past it adds what it read to the index."""
     path = Path(path)
-    index = ResumeIndex(with_assistant_turns=assistant_turns)
+    index = ResumeIndex()
     snapshot = snapshot and not assistant_turns
     if not path.exists():
         return index
