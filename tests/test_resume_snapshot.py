@@ -41,9 +41,26 @@ def lines(rng: random.Random, count: int, start: int = 0) -> bytes:
     return b"".join(out)
 
 
+def scanned_from(path: Path) -> int:
+    """Scan `path` as a resume does, check it finds what a full scan finds, and return where it began reading."""
+    index = scan_results(path)
+    same(index, scan_results(path, snapshot=False))
+    return index.read_from
+
+
+def two_segments(path: Path, rng: random.Random) -> int:
+    """Append 80 records to `path` in two halves, the index extended after each; return where the first ends."""
+    append(path, lines(rng, 40))
+    extend_snapshot(path)
+    first_end = path.stat().st_size
+    append(path, lines(rng, 40, start=40))
+    extend_snapshot(path)
+    return first_end
+
+
 def append(path: Path, data: bytes) -> int:
-    """Append `data` to `path`; return the file's size before it."""
-    size = path.stat().st_size
+    """Append `data` to `path` (created if need be); return the file's size before it."""
+    size = path.stat().st_size if path.exists() else 0
     with path.open("ab") as fh:
         fh.write(data)
     return size
@@ -147,25 +164,15 @@ def test_extend_indexes_only_what_was_appended_and_a_later_part_of_the_chain_can
     path.write_bytes(lines(rng, 1))
     extend_snapshot(path)
     assert not snapshot_path(path).exists()  # under the threshold: nothing yet
-    append(path, lines(rng, 40, start=1))
-    extend_snapshot(path)  # the first segment, from 0
-    first_end = path.stat().st_size
-    append(path, lines(rng, 40, start=41))
-    extend_snapshot(path)  # the second, from where the first ended
-    index = scan_results(path)
-    assert index.read_from == path.stat().st_size
-    same(index, scan_results(path, snapshot=False))
+    first_end = two_segments(path, rng)  # the first segment from 0, the second from where the first ended
+    assert scanned_from(path) == path.stat().st_size
     saved = snapshot_path(path).read_bytes()
     snapshot_path(path).write_bytes(saved[:-7])  # the second segment torn, as by a kill while it was written
-    index = scan_results(path)
-    assert index.read_from == first_end  # the first still holds
-    same(index, scan_results(path, snapshot=False))
+    assert scanned_from(path) == first_end  # the first still holds
     damaged = bytearray(saved)
     damaged[-20] ^= 0xFF  # a flipped byte inside the second segment's body
     snapshot_path(path).write_bytes(bytes(damaged))
-    index = scan_results(path)
-    assert index.read_from == first_end  # the chain stops before the damaged segment ...
-    same(index, scan_results(path, snapshot=False))
+    assert scanned_from(path) == first_end  # the chain stops before the damaged segment ...
     assert scan_results(path).read_from == path.stat().st_size  # ... which that scan replaced
     snapshot_path(path).write_bytes(saved[:-7])
     append(path, lines(rng, 5, start=81))
@@ -189,13 +196,8 @@ def test_a_segment_that_does_not_start_where_the_previous_ended_ends_the_chain(t
 
     import msgspec
 
-    rng = random.Random(9)
     path = tmp_path / "out.jsonl"
-    path.write_bytes(lines(rng, 40))
-    extend_snapshot(path)
-    first_end = path.stat().st_size
-    append(path, lines(rng, 40, start=40))
-    extend_snapshot(path)
+    first_end = two_segments(path, random.Random(9))
     saved = io.BytesIO(snapshot_path(path).read_bytes())
     header = resume_snapshot._read_frame(saved)
     frames = []
@@ -208,6 +210,4 @@ def test_a_segment_that_does_not_start_where_the_previous_ended_ends_the_chain(t
     snapshot_path(path).write_bytes(resume_snapshot._frame(resume_snapshot._file_header.decode(header))
                                     + resume_snapshot._frame(frames[0][0]) + frames[0][1]
                                     + resume_snapshot._frame(shifted) + frames[1][1])
-    index = scan_results(path)
-    assert index.read_from == first_end
-    same(index, scan_results(path, snapshot=False))
+    assert scanned_from(path) == first_end

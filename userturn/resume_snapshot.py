@@ -82,6 +82,11 @@ def _sha256(fh: BinaryIO, start: int, end: int) -> bytes:
     return hashlib.sha256(fh.read(end - start)).digest()
 
 
+def _tail_sha256(fh: BinaryIO, end: int) -> bytes:
+    """SHA-256 of the 4 KB (fewer near the file's start) that end at byte `end`."""
+    return _sha256(fh, max(0, end - WINDOW), end)
+
+
 def _frame(obj: object) -> bytes:
     data = _encoder.encode(obj)
     return len(data).to_bytes(_LENGTH, "big") + data
@@ -97,7 +102,7 @@ def _read_frame(saved: BinaryIO) -> bytes | None:
 
 def _chain(saved: BinaryIO, fh: BinaryIO) -> list[tuple[_SegmentHead, int]]:
     """The valid chain of the index open as `saved` for the results file open as `fh`: each segment's head and
-    the offset of its body in the index file. Leaves `saved` positioned after the last valid segment."""
+    the offset of its body in the index file."""
     st = os.fstat(fh.fileno())
     saved_size = os.fstat(saved.fileno()).st_size
     frame = _read_frame(saved)
@@ -109,7 +114,6 @@ def _chain(saved: BinaryIO, fh: BinaryIO) -> list[tuple[_SegmentHead, int]]:
         return []
     chain: list[tuple[_SegmentHead, int]] = []
     end = 0
-    good = saved.tell()
     while (frame := _read_frame(saved)) is not None:
         try:
             head = _segment_head.decode(frame)
@@ -118,14 +122,13 @@ def _chain(saved: BinaryIO, fh: BinaryIO) -> list[tuple[_SegmentHead, int]]:
         body_at = saved.tell()
         if (head.start != end or not head.start < head.end <= st.st_size
                 or (not chain and header.head_bytes != min(WINDOW, head.end))
-                or _sha256(fh, max(0, head.end - WINDOW), head.end) != head.tail_sha256):
+                or _tail_sha256(fh, head.end) != head.tail_sha256):
             break
         if body_at + head.body_bytes > saved_size:  # a segment cut short by a kill
             break
         chain.append((head, body_at))
         end = head.end
-        good = saved.seek(body_at + head.body_bytes)  # past the body, unread
-    saved.seek(good)
+        saved.seek(body_at + head.body_bytes)  # past the body, unread
     return chain
 
 
@@ -166,7 +169,7 @@ def _segment(fh: BinaryIO, part: ResumeIndex, start: int, end: int) -> tuple[byt
         lines=part.lines, states=part.states, configs=part.configs, ok_fingerprints=list(part.ok_configs),
         unfingerprinted=part.unfingerprinted, unfingerprinted_keys=sorted(part.unfingerprinted_keys),
         old_schema=part.old_schema))
-    head = _SegmentHead(start=start, end=end, tail_sha256=_sha256(fh, max(0, end - WINDOW), end),
+    head = _SegmentHead(start=start, end=end, tail_sha256=_tail_sha256(fh, end),
                         body_bytes=len(body), body_crc32=zlib.crc32(body))
     return _frame(head), body
 
