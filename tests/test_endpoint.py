@@ -365,7 +365,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize("backend", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("backend", ["httpx", "aiohttp", "httptools"])
 async def test_check_unreachable_names_url(backend: str) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     async with Endpoint(EndpointConfig(base_url=url, request_timeout=5, http_backend=backend)) as ep:
@@ -411,7 +411,7 @@ def test_server_message_text_and_empty() -> None:
 
 # --- real sockets (both HTTP backends) -------------------------------------------------------------------------
 
-@pytest.fixture(params=["httpx", "aiohttp"])
+@pytest.fixture(params=["httpx", "aiohttp", "httptools"])
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -502,7 +502,7 @@ async def test_real_server_many_concurrent_requests(backend: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("backend", ["httpx", "aiohttp", "httptools"])
 async def test_real_server_dropped_connection_is_not_called_a_timeout(backend: str) -> None:
     with LoopbackServer("--fail-first", "1", "--fail-mode", "close") as server:
         async with Endpoint(EndpointConfig(base_url=server.base_url, max_retries=0, http_backend=backend)) as ep:

@@ -44,7 +44,7 @@ def free_port() -> int:
 
 # --- the rule ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("backend", ["httptools", "aiohttp", "httpx"])
 async def test_a_request_that_never_connects_marks_the_endpoint_down(backend: str) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     async with endpoint(url, http_backend=backend) as ep:
@@ -52,7 +52,10 @@ async def test_a_request_that_never_connects_marks_the_endpoint_down(backend: st
             await ep.post_json("completions", {"prompt": "p", "max_tokens": 4})
     failed = info.value
     assert failed.attempts == 3
-    assert failed.reason.startswith("connection error: ClientConnectorError: Cannot connect to host")
+    refused = {"httptools": f"cannot connect to 127.0.0.1:{url.split(':')[2].split('/')[0]}: ConnectionRefusedError",
+               "aiohttp": "ClientConnectorError: Cannot connect to host",
+               "httpx": "ClientConnectorError: Cannot connect to host"}[backend]
+    assert failed.reason.startswith(f"connection error: {refused}")
     assert failed.endpoint_down is not None
     assert failed.endpoint_down.startswith(f"endpoint {url} is unreachable: nothing answered for ")
     assert "(3 attempts; last: connection error: " in failed.endpoint_down and "\n" not in failed.endpoint_down

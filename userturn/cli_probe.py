@@ -47,8 +47,9 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"retries after the first attempt (default {d.MAX_RETRIES})")
     g.add_argument("--max-response-bytes", type=positive_int, default=None, metavar="B",
                    help="cap on each response body (default: 256 bytes per requested token + 1 MiB)")
-    g.add_argument("--http-backend", choices=["aiohttp", "httpx"], default=None,
-                   help="aiohttp (default, fastest) or httpx (the httpx API, e.g. for respx or httpx proxies)")
+    g.add_argument("--http-backend", choices=["httptools", "aiohttp", "httpx"], default=None,
+                   help="httptools (default, fastest: HTTP/1.1, no proxies or redirects), aiohttp (follows "
+                        "redirects) or httpx (the httpx API, e.g. for respx)")
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:

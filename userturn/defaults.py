@@ -11,7 +11,7 @@ REQUEST_TIMEOUT_S = 300.0  # per-attempt deadline
 MAX_RETRIES = 5  # retries after the first attempt (429/5xx/timeouts/dropped connections)
 BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
-HTTP_BACKEND = "aiohttp"  # what probe and run send with (the httpx API is for judges and respx)
+HTTP_BACKEND = "httptools"  # what probe and run send with (the httpx API is for judges and respx)
 API_KEY_ENV = "OPENAI_API_KEY"
 
 # The probe (ProbeOptions)

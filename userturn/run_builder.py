@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest
 
 RendererName = Literal["auto", "chat_template", "harmony"]
-HttpBackend = Literal["aiohttp", "httpx"]
+HttpBackend = Literal["httptools", "aiohttp", "httpx"]
 Launcher = Literal["local", "slurm"]
 Mode = Literal["raw", "chat"]
 
