@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_probe.py                 # both workloads x both scenarios, 10,000 requests each
     .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --samples 1 --repeat 3
     .venv/bin/python benchmarks/bench_probe.py --requests 2000 --scenario 1 --samples 1 --profile cprofile
+    .venv/bin/python benchmarks/bench_probe.py --scenario 1 --samples 1 --http-layer --userturn-arg=--prepare=inline
 
 Workloads: N requests as N/10 items x 10 samples (each prompt rendered once, sent ten times) and as N items x 1
 sample (greedy decoding over a whole dataset: one render, one parse, one record base per request).
@@ -13,12 +14,16 @@ concurrency, one after the other:
 
 * raw: aiohttp + uvloop, payloads pre-rendered with the same chat template and loaded before the clock starts
   (the ceiling: pure HTTP, no rendering, no records);
-* userturn: `userturn probe ... --no-progress` as a subprocess (template rendering, seeds, JSONL records, stats).
+* userturn: `userturn probe ... --no-progress` as a subprocess (template rendering, seeds, JSONL records, stats;
+  `--userturn-arg` adds flags, e.g. `--prepare=inline` or `--http-backend=aiohttp` to measure what each change buys);
+* with `--http-layer`, a third: the raw loop over userturn's own HTTP layer (client.httptools_backend), the
+  probe's per-request transport cost without the probe around it.
 
 Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
-(raw: its own timer; userturn: the rate in its final summary line) and peak RSS of that process
-(VmHWM of that process, polled), and its CPU time per request (user + system, from wait4). The userturn results
-file is checked: N ok records.
+(raw: its own timer; userturn: the rate in its final summary line), peak RSS of its process tree (VmHWM polled,
+plus that of each process it forks: userturn's preparing process, whose pages shared with the parent count twice)
+and its CPU time per request (user + system from wait4, children included). The userturn results file is checked:
+N ok records.
 
 Verdicts: each repetition runs raw then userturn back to back, and the ratio target is checked on the median of
 those paired ratios, which a shared VM's minute-to-minute drift (+-30% here) moves far less than a best-of
@@ -98,6 +103,7 @@ class ScenarioResult:
     samples: int = 1
     raw: list[ClientRun] = field(default_factory=list)
     userturn: list[ClientRun] = field(default_factory=list)
+    http_layer: list[ClientRun] = field(default_factory=list)  # the raw loop over client.httptools_backend
     steal_pct: float = 0.0
 
 
@@ -166,7 +172,9 @@ def write_payloads(dataset: Path, out: Path, samples: int, max_tokens: int, toke
 # The raw loop (runs in its own process: `bench_probe.py --raw-worker`)
 
 
-async def raw_loop(url: str, bodies: list[bytes], concurrency: int) -> dict[str, Any]:
+async def raw_loop(url: str, bodies: list[bytes], concurrency: int, client: str = "aiohttp") -> dict[str, Any]:
+    if client == "httptools":
+        return await httptools_loop(url, bodies, concurrency)
     import aiohttp
     import orjson
 
@@ -189,11 +197,34 @@ async def raw_loop(url: str, bodies: list[bytes], concurrency: int) -> dict[str,
     return {"ok": ok, "elapsed_s": elapsed}
 
 
-def raw_worker(url: str, payloads: Path, concurrency: int) -> None:
+async def httptools_loop(url: str, bodies: list[bytes], concurrency: int) -> dict[str, Any]:
+    """The same loop over userturn's own HTTP layer (client.httptools_backend), without the probe around it."""
+    import orjson
+    from userturn.client.httptools_backend import HttptoolsBackend
+
+    backend = HttptoolsBackend({"content-type": "application/json"}, concurrency, 10.0, 300.0)
+    ok = 0
+    pending = iter(bodies)
+
+    async def worker() -> None:
+        nonlocal ok
+        for body in pending:
+            reply = await backend.post(url, body, 1 << 26)
+            if reply.status == 200 and orjson.loads(reply.content)["choices"][0]["text"]:
+                ok += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    await backend.aclose()
+    return {"ok": ok, "elapsed_s": elapsed}
+
+
+def raw_worker(url: str, payloads: Path, concurrency: int, client: str) -> None:
     import uvloop
 
     bodies = payloads.read_bytes().splitlines()
-    result = uvloop.run(raw_loop(url, bodies, concurrency))
+    result = uvloop.run(raw_loop(url, bodies, concurrency, client))
     print(json.dumps(result), flush=True)
 
 
@@ -213,11 +244,22 @@ def peak_rss_kb(pid: int) -> int | None:
     return None
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str, str]:
-    """Run `cmd`; return (wall seconds, peak RSS MB of that process, its CPU seconds, stdout, stderr).
+def child_pids(pid: int) -> list[int]:
+    """The live children of `pid` (Linux; empty elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return []
 
-    The peak is VmHWM polled every 10 ms (exact for the child's own image). `ru_maxrss` from wait4 is only a
-    fallback: after a (v)fork + exec it also counts the parent's resident set, which would inflate the figure.
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str, str]:
+    """Run `cmd`; return (wall seconds, peak RSS MB of its process tree, its CPU seconds, stdout, stderr).
+
+    The peak is VmHWM polled every 10 ms (exact for the child's own image), plus the VmHWM of each process it
+    forked (userturn's preparing process): a sum that counts the pages a fork shares with its parent twice, so an
+    upper bound. `ru_maxrss` from wait4 is only a fallback: after a (v)fork + exec it also counts the parent's
+    resident set, which would inflate the figure. The CPU time from wait4 includes the children it waited for.
     """
     start = time.perf_counter()
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -228,10 +270,14 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
     def drain(name: str, stream: Any) -> None:
         chunks[name] = stream.read()
 
+    forked: dict[int, int] = {}
+
     def poll() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, peak_rss_kb(process.pid) or 0)
+            for child in child_pids(process.pid):
+                forked[child] = max(forked.get(child, 0), peak_rss_kb(child) or 0)
+            peak = max(peak, (peak_rss_kb(process.pid) or 0) + sum(forked.values()))
             done.wait(0.01)
 
     threads = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", process.stdout),
@@ -251,22 +297,24 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
     return wall, (peak or usage.ru_maxrss) / 1024, usage.ru_utime + usage.ru_stime, out, err
 
 
-def run_raw(server: LoopbackServer, payloads: Path, requests: int, concurrency: int) -> ClientRun:
+def run_raw(server: LoopbackServer, payloads: Path, requests: int, concurrency: int,
+            client: str = "aiohttp") -> ClientRun:
     cmd = [sys.executable, __file__, "--raw-worker", "--url", f"{server.base_url}/completions",
-           "--payloads", str(payloads), "--concurrency", str(concurrency)]
-    wall, rss, cpu, out, _ = run_measured(cmd)
+           "--payloads", str(payloads), "--concurrency", str(concurrency), "--client", client]
+    wall, rss, cpu, out, _ = run_measured(cmd, {**os.environ, "PYTHONPATH": str(REPO)})
     result = json.loads(out.strip().splitlines()[-1])
     if result["ok"] != requests:
         sys.exit(f"bench_probe: raw loop got {result['ok']} good answers of {requests}")
-    return ClientRun("raw aiohttp", requests, wall, requests / result["elapsed_s"], rss, cpu)
+    return ClientRun(f"raw {client}", requests, wall, requests / result["elapsed_s"], rss, cpu)
 
 
 def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int, requests: int, concurrency: int,
-                 tokenizer: Path, profile: str | None, userturn_cmd: list[str]) -> ClientRun:
+                 tokenizer: Path, profile: str | None, userturn_cmd: list[str],
+                 extra_args: list[str] | None = None) -> ClientRun:
     out = work / f"probe-{time.monotonic_ns()}.jsonl"
     args = ["probe", "--base-url", server.base_url, "--model", "bench", "--dataset", str(dataset),
             "--out", str(out), "--tokenizer", str(tokenizer), "--samples", str(samples), "--temperature", "1.0",
-            "--concurrency", str(concurrency), "--no-progress"]
+            "--concurrency", str(concurrency), "--no-progress", *(extra_args or [])]
     if profile == "cprofile":
         cmd = [sys.executable, "-m", "cProfile", "-o", str(work / "userturn.prof"), "-m", "userturn", *args]
     elif profile == "py-spy":
@@ -327,7 +375,7 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
           f"{raw.requests} requests = {items:,} items x {result.samples} samples (best of {len(result.raw)})")
     print(f"  {'client':<16}{'wall s':>9}{'req/s (wall)':>14}{'req/s (in-run)':>16}{'peak RSS MB':>13}"
           f"{'CPU us/req':>12}")
-    for run in (raw, ut):
+    for run in (raw, ut, *([best(result.http_layer)] if result.http_layer else [])):
         inner = f"{run.inner_req_s:,.0f}" if run.inner_req_s else "-"
         print(f"  {run.name:<16}{run.wall_s:>9.2f}{run.wall_req_s:>14,.0f}{inner:>16}{run.peak_rss_mb:>13.0f}"
               f"{run.cpu_us_per_request:>12.0f}")
@@ -358,6 +406,7 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
             "peak_rss_mb": ut.peak_rss_mb, "raw_cpu_us": raw_cpu, "userturn_cpu_us": ut_cpu,
             "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
             "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
+            "http_layer": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.http_layer],
             "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner, "ratio_paired_median": paired,
             "cpu_ratio": cpu_ratio, "steal_pct": result.steal_pct}
 
@@ -417,7 +466,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write all measurements here")
     parser.add_argument("--userturn-cmd", default=str(Path(sys.executable).with_name("userturn")),
                         help="command that runs userturn (shell-split), e.g. to A/B a patched entry point")
+    parser.add_argument("--http-layer", action="store_true",
+                        help="also run the raw loop over userturn's HTTP layer (client.httptools_backend): what the "
+                             "probe's requests cost without the probe")
+    parser.add_argument("--userturn-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for `userturn probe` (repeatable), e.g. --userturn-arg=--prepare=inline")
     parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", default="aiohttp", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--payloads", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=64, help=argparse.SUPPRESS)
@@ -427,7 +482,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.raw_worker:
-        raw_worker(args.url, args.payloads, args.concurrency)
+        raw_worker(args.url, args.payloads, args.concurrency, args.client)
         return
     workloads = args.samples or [10, 1]
     for samples in workloads:
@@ -455,10 +510,13 @@ def main() -> None:
                         profile = args.profile if i == args.repeat - 1 else None
                         result.userturn.append(run_userturn(server, dataset, work, samples, args.requests,
                                                             scenario.concurrency, tokenizer, profile,
-                                                            shlex.split(args.userturn_cmd)))
+                                                            shlex.split(args.userturn_cmd), args.userturn_arg))
+                        if args.http_layer:
+                            result.http_layer.append(run_raw(server, payloads, args.requests, scenario.concurrency,
+                                                             "httptools"))
                     result.steal_pct = steal_percent(before, cpu_times())
                     answered = server.stats().get("answered", 0)
-                expected = 2 * args.repeat * args.requests
+                expected = (3 if args.http_layer else 2) * args.repeat * args.requests
                 if answered != expected:
                     sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
                 report["scenarios"].append(print_scenario(result))

@@ -49,29 +49,47 @@ class JsonlItems(Sequence[DatasetItem]):
             return self._read(fh, index)
 
     def __iter__(self) -> Iterator[DatasetItem]:
-        with self.path.open("rb") as fh:
-            for index in range(len(self._offsets)):
-                yield self._read(fh, index)
+        for index, raw in self._lines(range(len(self._offsets))):
+            yield self._parse(index, raw)
 
     def read_tagged(self, tagged: Iterable[tuple[int, T]]) -> Iterator[tuple[DatasetItem, T]]:
         """(item, tag) for each (index, tag), in the order given (a resume skipping finished items), parsed from one
         open file."""
-        with self.path.open("rb") as fh:
+        pending: list[T] = []
+
+        def indices() -> Iterator[int]:
             for index, tag in tagged:
-                yield self._read(fh, index), tag
+                pending.append(tag)
+                yield index
+
+        for index, raw in self._lines(indices()):
+            yield self._parse(index, raw), pending.pop()
 
     def raw_lines(self) -> Iterator[tuple[int, bytes]]:
         """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from
         the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`, `scoring.preflight`)."""
+        return self._lines(range(len(self._offsets)))
+
+    def _lines(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes]]:
+        """(index, stripped line) for each index, from one open file. A line that starts where the last one ended is
+        read without a seek (a seek drops the read buffer: every line would cost a read of its own)."""
         with self.path.open("rb") as fh:
-            for index, offset in enumerate(self._offsets):
-                fh.seek(offset)
-                yield index, fh.readline(MAX_LINE_BYTES + 1).strip()
+            position = -1
+            for index in indices:
+                offset = self._offsets[index]
+                if offset != position:
+                    fh.seek(offset)
+                line = fh.readline(MAX_LINE_BYTES + 1)
+                position = offset + len(line)
+                yield index, line.strip()
 
     def _read(self, fh: BinaryIO, index: int) -> DatasetItem:
         fh.seek(self._offsets[index])
+        return self._parse(index, fh.readline(MAX_LINE_BYTES + 1).strip())
+
+    def _parse(self, index: int, raw: bytes) -> DatasetItem:
         try:
-            item = parse_item_line(self.path, self._numbers[index], fh.readline(MAX_LINE_BYTES + 1).strip())
+            item = parse_item_line(self.path, self._numbers[index], raw)
         except UserError:
             item = None
         if item is None or item.id != self.ids[index]:

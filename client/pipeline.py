@@ -22,6 +22,7 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
+from userturn.client.job_feed import ForkedFeed, InlineFeed, JobFeed, Prepare, PreparerDied, choose_feed
 from userturn.client.perturb import PerturbationNotApplicable, SwapRing
 from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.ratelimit import RateLimiter
@@ -34,14 +35,18 @@ from userturn.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, Generation
 from userturn.jsonl import JsonlWriter, iter_lines
 from userturn.records import (
     Message,
+    OkLineTemplate,
     ProbeRecord,
     check_key_format,
     condition_suffix,
+    config_json,
     key_prefix,
+    ok_line_template,
     ok_record_line,
     record_key,
     sha256_text,
     shared_json,
+    template_fields,
 )
 from userturn.results_lock import results_lock
 from userturn.resume_index import ResumeIndex, extend_snapshot, scan_results
@@ -104,7 +109,7 @@ class ProbeSettings(BaseModel):
 
 @dataclass(slots=True)
 class Job:
-    """One sample to request. `shared` holds the record fields common to its (item, perturbation)."""
+    """One sample to request: plain values and bytes only (cheap to pickle: see client.job_feed)."""
 
     key: str
     temperature: float
@@ -112,8 +117,7 @@ class Job:
     seed: int
     body_prefix: bytes  # the request body up to the per-sample fields (see ProbeRun._body_prefix)
     estimated_tokens: int
-    shared: dict[str, Any]
-    shared_json: dict[str, Any] | None  # `shared` in JSON form, for fast ok lines (None when a judge needs models)
+    template: OkLineTemplate  # the record's JSON line around its per-sample fields (records.ok_line_template)
 
 
 @dataclass
@@ -206,9 +210,12 @@ class ProbeRun:
         allow_special_tokens: bool = False,
         swap_pool: Sequence[DatasetItem] | None = None,
         resume_hint: str = "use another --out",
+        prepare: Prepare = "auto",
     ) -> None:
         """`swap_pool`: every item of the dataset (before --limit and shuffling), where `swap` partners come from;
-        default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file."""
+        default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file.
+        `prepare`: where samples are prepared (client.job_feed): `auto` forks a preparing process for runs big enough
+        to gain from a second core, `inline` never does, `process` does whenever it can."""
         if settings.mode == "raw" and renderer is None:
             raise ValueError("raw mode needs a chat-template renderer")
         if settings.mode == "chat" and role_flip is None:
@@ -246,8 +253,11 @@ class ProbeRun:
             self._stops = list(dict.fromkeys([*renderer.stop, *settings.extra_stop]))
             self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
         self.resume_hint = resume_hint
+        self.prepare: Prepare = prepare
+        self.prepared_in: Literal["inline", "process"] | None = None  # what `run` chose (client.job_feed)
         self.configs = {p: self._config(p) for p in settings.perturbations}
         self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
+        self._configs_json = {p: config_json(c) for p, c in self.configs.items()}  # for shared_json, once
         self._pool: dict[str, DatasetItem] = {}
         self._ring: SwapRing | None = None
         if "swap" in settings.perturbations:  # only swap needs every item at once
@@ -370,7 +380,7 @@ class ProbeRun:
                     continue
                 try:
                     # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
-                    messages = self.perturb(
+                    messages = list(turn.messages) if perturbation == "none" else self.perturb(
                         perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, 0, perturbation),
                         pool=[turns[partner].messages] if partner is not None else [],
                     )
@@ -386,11 +396,11 @@ class ProbeRun:
                 payload, prompt_sha, estimate = self._payload_base(messages)
                 shared = self._shared_fields(item, perturbation, messages, context)
                 shared["prompt_sha256"] = prompt_sha
-                base = shared_json(shared) if self.judge is None else None
+                template = ok_line_template(shared_json(shared, self._configs_json[perturbation]))
                 prefix = self._body_prefix(payload)
                 for t, k, key in keys:
                     seed = self._seed(item.id, t, k, perturbation)
-                    yield Job(key, t, k, seed, prefix, estimate, shared, base)
+                    yield Job(key, t, k, seed, prefix, estimate, template)
 
     def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]],
                           ) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
@@ -650,9 +660,9 @@ class ProbeRun:
             usage = None
         user_turn = clean_user_turn(text, self._stops)
         latency = round(result.latency_s, 6)
-        if job.shared_json is not None:
+        if self.judge is None:
             line = ok_record_line(
-                job.shared_json, key=job.key, temperature=job.temperature, sample=job.sample, seed=job.seed,
+                job.template, key=job.key, temperature=job.temperature, sample=job.sample, seed=job.seed,
                 user_turn=user_turn, finish_reason=choice.get("finish_reason"),
                 matched_stop=choice.get("matched_stop"), usage=usage, latency_s=latency, attempts=result.attempts,
             )
@@ -680,7 +690,8 @@ class ProbeRun:
     @staticmethod
     def _fields(job: Job) -> dict[str, Any]:
         """The record fields known before the request (for records built as models, off the fast path)."""
-        return {**job.shared, "key": job.key, "temperature": job.temperature, "sample": job.sample, "seed": job.seed}
+        return {**template_fields(job.template), "key": job.key, "temperature": job.temperature,
+                "sample": job.sample, "seed": job.seed}
 
     async def _fan_out(self, inputs: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
         """Run `work` over inputs with the concurrency limit, preserving order."""
@@ -727,13 +738,16 @@ class ProbeRun:
                 await run_all(self._judge_again(records, writer)
                               for _ in range(min(self.settings.concurrency, len(backlog.todo))))
             turns = await self._assistant_turns()
-            jobs = self._jobs(existing, turns)
-            await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
+            feed = await self._feed(existing, turns, planned)
+            try:
+                await run_all(self._worker(feed, writer) for _ in range(self.settings.concurrency))
+            finally:
+                feed.close()
             ended = True
-        except EndpointError as exc:
+        except (EndpointError, PreparerDied) as exc:
             ended = True
-            raise EndpointError(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
-                                "rerun the same command to resume") from None
+            raise type(exc)(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
+                            "rerun the same command to resume") from None
         finally:
             await self.progress.stop()
             writer.close()  # a write error raises here: the index is not extended over a file that lost records
@@ -751,9 +765,27 @@ class ProbeRun:
             self._count_judged(record)
             writer.write(record)
 
-    async def _worker(self, jobs: Iterator[Job | ProbeRecord], writer: JsonlWriter) -> None:
+    async def _feed(self, done: ResumeIndex, turns: dict[str, AssistantTurn], planned: int) -> JobFeed:
+        """The jobs of this run, prepared in this thread or in a forked process (client.job_feed)."""
+        self.prepared_in = choose_feed(self.prepare, planned)
+        if self.prepared_in == "inline":
+            return InlineFeed(self._jobs(done, turns))
         c = self.counters
-        for job in jobs:
+
+        def snapshot() -> tuple[int, int, int]:  # what `_jobs` counts, mirrored in the parent
+            return c.skipped, c.total, c.not_applicable
+
+        def restore(state: tuple[int, int, int]) -> None:
+            c.skipped, c.total, c.not_applicable = state
+
+        feed = ForkedFeed(lambda: self._jobs(done, turns), pack=_pack_job, unpack=_unpack_job, snapshot=snapshot,
+                          restore=restore)
+        await feed.start()
+        return feed
+
+    async def _worker(self, feed: JobFeed, writer: JsonlWriter) -> None:
+        c = self.counters
+        while (job := await feed.next()) is not None:
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
             if isinstance(record, bytes):  # an ok record, already serialised
                 writer.write_line(record)
@@ -783,6 +815,17 @@ class ProbeRun:
             c.judge_failures += 1
         elif record.label is not None:
             c.judged += 1
+
+
+def _pack_job(job: Job | ProbeRecord) -> tuple[Any, ...] | ProbeRecord:
+    """A job as a plain tuple (pickles in a third of the time of the dataclass); error records as they are."""
+    if isinstance(job, ProbeRecord):
+        return job
+    return (job.key, job.temperature, job.sample, job.seed, job.body_prefix, job.estimated_tokens, job.template)
+
+
+def _unpack_job(packed: tuple[Any, ...] | ProbeRecord) -> Job | ProbeRecord:
+    return packed if isinstance(packed, ProbeRecord) else Job(*packed)
 
 
 async def run_probe(items: Sequence[DatasetItem], settings: ProbeSettings, **kwargs: Any) -> ProbeSummary:

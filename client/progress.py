@@ -167,7 +167,7 @@ class Progress:
             while True:
                 await asyncio.sleep(0.25)
                 if self._live is not None:
-                    self._live.update(self._table())
+                    self._live.update(self._table(), refresh=True)
         while True:
             await asyncio.sleep(self.plain_interval)
             print(self.line(), file=self.stream, flush=True)
@@ -180,7 +180,9 @@ class Progress:
             from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(self._table(), console=Console(file=self.stream), refresh_per_second=4, transient=False)
+            # Refreshed by `_loop` in the event loop, not by a thread of its own: a process without threads can
+            # fork its preparing process safely (client.job_feed).
+            self._live = Live(self._table(), console=Console(file=self.stream), auto_refresh=False, transient=False)
             self._live.start()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 

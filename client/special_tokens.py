@@ -84,7 +84,16 @@ class SpecialTokens:
         return match.group() if match else None
 
     def first_in(self, messages: Sequence[BaseModel | Mapping[str, Any]]) -> str | None:
-        """`messages.N.field: '<token>'` for the first special token in any text of the messages, or None."""
+        """`messages.N.field: '<token>'` for the first special token in any text of the messages, or None.
+
+        One search over all the texts joined decides most calls: a token found in one text is found in the join
+        (so a miss there is a miss everywhere); only a hit is located text by text.
+        """
+        if self._pattern is None:
+            return None
+        if self._pattern.search("\x00".join(text for message in messages for _, text in _message_strings(message))) \
+                is None:
+            return None
         for index, message in enumerate(messages):
             for path, text in _message_strings(message):
                 if (token := self.find(text)) is not None:
@@ -98,7 +107,9 @@ class SpecialTokens:
 def _message_strings(message: BaseModel | Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """(field, text) of every string in one message: fields and extra keys, nested values walked."""
     if isinstance(message, BaseModel):  # the attributes directly: ~10x cheaper than iterating the model
-        fields: Iterable[tuple[str, Any]] = [*message.__dict__.items(), *(message.__pydantic_extra__ or {}).items()]
+        extra = message.__pydantic_extra__
+        fields: Iterable[tuple[str, Any]] = [*message.__dict__.items(), *extra.items()] if extra \
+            else message.__dict__.items()
     else:
         fields = message.items()
     for key, value in fields:

@@ -165,11 +165,11 @@ async def test_a_resume_reads_only_the_unfinished_items_of_a_dataset_on_disk(tmp
     lines = (tmp_path / "out.jsonl").read_text().splitlines()  # q0-q2 done; drop one sample of q1 / generic
     (tmp_path / "out.jsonl").write_text("".join(x + "\n" for x in lines if '"m|d|q1|raw|generic|t=1.0|s=0"' not in x))
     read: list[int] = []
-    original = JsonlItems._read
-    def counted(self, fh, index):
+    original = JsonlItems._parse
+    def counted(self, index, raw):
         read.append(index)
-        return original(self, fh, index)
-    monkeypatch.setattr(JsonlItems, "_read", counted)
+        return original(self, index, raw)
+    monkeypatch.setattr(JsonlItems, "_parse", counted)
     with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
         summary = await run(mock, tmp_path, plan, its=load_jsonl_lazy(data), perturb=same)

@@ -11,10 +11,13 @@ from userturn.records import (
     ProbeRecord,
     check_key_format,
     condition_suffix,
+    config_json,
     key_prefix,
+    ok_line_template,
     ok_record_line,
     record_key,
     shared_json,
+    template_fields,
 )
 
 SHARED = {
@@ -46,16 +49,41 @@ def model_line(**sample) -> bytes:
 ])
 def test_ok_line_is_byte_identical_to_the_model(changes):
     sample = {**SAMPLE, "usage": USAGE, **changes}
-    fast = ok_record_line(shared_json(SHARED), **sample)
+    fast = ok_record_line(ok_line_template(shared_json(SHARED)), **sample)
     assert fast == model_line(**sample)
     assert ProbeRecord.model_validate_json(fast).temperature == float(sample["temperature"])
 
 
+CONFIGS = [None, {}, {"model": "m", "stop": ["<|im_end|>", "\n\n"], "top_p": None, "temperature": 0.1,
+                     "extra_body": {"nested": {"a": [1, 2.5, None, True]}, "big": 2**62}, "seed": 0, "tuple": (1, 2)}]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_shared_json_with_the_config_given_once_is_the_same(config):
+    shared = {**SHARED, "config": config, "config_fingerprint": "f" * 16}
+    given = shared_json(shared, config_json(config))
+    assert given == shared_json(shared) and list(given) == list(shared_json(shared))
+    sample = {**SAMPLE, "usage": USAGE}
+    line = ok_record_line(ok_line_template(given), **sample)
+    assert line == ProbeRecord(**shared, **sample, status="ok").model_dump_json().encode() + b"\n"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_template_fields_rebuild_the_records_off_the_fast_path(config):
+    shared = {**SHARED, "config": config, "config_fingerprint": "f" * 16}
+    fields = template_fields(ok_line_template(shared_json(shared)))
+    assert "key" not in fields and "status" not in fields and fields["item_id"] == "q7"
+    per_sample = {"key": "k|9", "temperature": 0.7, "sample": 1, "seed": 5}
+    for outcome in ({"status": "error", "error": "HTTP 500", "attempts": 3},
+                    {"status": "ok", "user_turn": "why?", "finish_reason": "length", "attempts": 1}):
+        rebuilt = ProbeRecord(**fields, **per_sample, **outcome)
+        assert rebuilt.model_dump_json() == ProbeRecord(**shared, **per_sample, **outcome).model_dump_json()
+
+
 def test_shared_json_is_reused_without_leaking_between_samples():
-    base = shared_json(SHARED)
+    base = ok_line_template(shared_json(SHARED))
     first = ok_record_line(base, **{**SAMPLE, "usage": USAGE})
     second = ok_record_line(base, **{**SAMPLE, "key": "k|2", "sample": 4, "usage": None})
-    assert base["key"] == "" and base["usage"] is None
     assert ProbeRecord.model_validate_json(first).key == "k|1"
     assert ProbeRecord.model_validate_json(second).usage is None
 
@@ -69,7 +97,7 @@ def test_shared_json_is_reused_without_leaking_between_samples():
     {"usage": {"total_tokens": 12.0}},
 ])
 def test_odd_server_values_are_left_to_the_model(changes):
-    assert ok_record_line(shared_json(SHARED), **{**SAMPLE, "usage": USAGE, **changes}) is None
+    assert ok_record_line(ok_line_template(shared_json(SHARED)), **{**SAMPLE, "usage": USAGE, **changes}) is None
 
 
 def test_record_key_is_readable_and_normalises_temperature():
@@ -106,7 +134,8 @@ def test_old_format_keys_are_refused_with_one_line():
 def test_special_tokens_flag_is_in_the_schema_and_optional():
     record = ProbeRecord(**SHARED, **SAMPLE, status="ok")
     assert record.special_tokens_in_content is None  # older records (and chat mode) say nothing
-    line = ok_record_line(shared_json({**SHARED, "special_tokens_in_content": True}), **{**SAMPLE, "usage": None})
+    template = ok_line_template(shared_json({**SHARED, "special_tokens_in_content": True}))
+    line = ok_record_line(template, **{**SAMPLE, "usage": None})
     assert ProbeRecord.model_validate_json(line).special_tokens_in_content is True
 
 

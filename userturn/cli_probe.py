@@ -47,6 +47,10 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"retries after the first attempt (default {d.MAX_RETRIES})")
     g.add_argument("--max-response-bytes", type=positive_int, default=None, metavar="B",
                    help="cap on each response body (default: 256 bytes per requested token + 1 MiB)")
+    g.add_argument("--prepare", choices=["auto", "inline", "process"], default=None,
+                   help="where samples are parsed, rendered and turned into record templates: process (a forked "
+                        "process, on a second core), inline (the event loop's thread) or auto (default: process on "
+                        f"Linux for {d.MIN_FORKED_SAMPLES:,}+ samples when the probe has no other thread)")
     g.add_argument("--http-backend", choices=["httptools", "aiohttp", "httpx"], default=None,
                    help="httptools (default, fastest: HTTP/1.1, no proxies or redirects), aiohttp (follows "
                         "redirects) or httpx (the httpx API, e.g. for respx)")
@@ -165,6 +169,7 @@ def flag_layer(args: argparse.Namespace) -> Layer:
         assistant_max_tokens=args.assistant_max_tokens, allow_special_tokens=args.allow_special_tokens,
         concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm, request_timeout=args.request_timeout,
         max_retries=args.max_retries, max_response_bytes=args.max_response_bytes, http_backend=args.http_backend,
+        prepare=args.prepare,
     )
 
 

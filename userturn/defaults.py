@@ -11,6 +11,8 @@ REQUEST_TIMEOUT_S = 300.0  # per-attempt deadline
 MAX_RETRIES = 5  # retries after the first attempt (429/5xx/timeouts/dropped connections)
 BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
+PREPARE = "auto"  # where the probe prepares samples: a forked process for big runs (client.job_feed)
+MIN_FORKED_SAMPLES = 2000  # auto forks for runs of this many samples or more (below, a fork buys nothing)
 HTTP_BACKEND = "httptools"  # what probe and run send with (the httpx API is for judges and respx)
 API_KEY_ENV = "OPENAI_API_KEY"
 

@@ -1,0 +1,139 @@
+"""Jobs prepared in a forked process arrive whole, in order, with their counters, errors and an end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from userturn.client import job_feed
+from userturn.client.job_feed import ForkedFeed, InlineFeed, PreparerDied, can_fork, choose_feed
+
+from userturn import defaults
+from userturn.errors import UserError
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="forks only on Linux, from a process without other threads")
+
+
+class Counting:
+    """A generator's side state, mirrored into the parent as `ProbeRun` mirrors its counters."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.seen = -1
+
+    def jobs(self, n: int, fail_at: int | None = None, hang_at: int | None = None) -> Iterator[tuple[int, bytes]]:
+        for i in range(n):
+            if i == fail_at:
+                raise UserError(f"data.jsonl:{i + 1}: the file changed while the run was reading it")
+            if i == hang_at:
+                time.sleep(60)
+            self.made += 1
+            yield i, b"x" * (i % 7)
+
+    def feed(self, n: int, **kwargs: int) -> ForkedFeed:
+        def restore(state: int) -> None:
+            self.seen = state
+        return ForkedFeed(lambda: self.jobs(n, **kwargs), pack=lambda job: job, unpack=lambda job: job,
+                          snapshot=lambda: self.made, restore=restore)
+
+
+async def drain(feed: ForkedFeed | InlineFeed, workers: int = 8) -> list[tuple[int, bytes]]:
+    got: list[tuple[int, bytes]] = []
+
+    async def worker() -> None:
+        while (job := await feed.next()) is not None:
+            got.append(job)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return got
+
+
+async def test_every_job_arrives_once_in_order_with_the_counters() -> None:
+    state = Counting()
+    feed = state.feed(1000)
+    await feed.start()
+    try:
+        got = await drain(feed)
+    finally:
+        feed.close()
+    assert got == [(i, b"x" * (i % 7)) for i in range(1000)]
+    assert state.seen == 1000 and state.made == 0  # counted in the child, mirrored here
+    assert await feed.next() is None
+
+
+async def test_an_empty_generator_ends_at_once() -> None:
+    feed = Counting().feed(0)
+    await feed.start()
+    try:
+        assert await drain(feed) == []
+    finally:
+        feed.close()
+
+
+async def test_the_childs_error_is_raised_here_after_the_jobs_before_it() -> None:
+    state = Counting()
+    feed = state.feed(500, fail_at=300)
+    await feed.start()
+    got: list[tuple[int, bytes]] = []
+    try:
+        with pytest.raises(UserError, match=r"^data.jsonl:301: the file changed while the run was reading it$"):
+            while (job := await feed.next()) is not None:
+                got.append(job)
+    finally:
+        feed.close()
+    assert [i for i, _ in got] == list(range(300)) and state.seen == 300
+
+
+async def test_a_killed_child_stops_the_run_with_one_line() -> None:
+    feed = Counting().feed(500, hang_at=200)
+    await feed.start()
+    try:
+        for _ in range(64):  # the first batch is there
+            assert await feed.next() is not None
+        os.kill(feed.pid, signal.SIGKILL)
+        with pytest.raises(PreparerDied, match="ended before the last one"):
+            await drain(feed)
+        assert PreparerDied.exit_code == 3
+    finally:
+        feed.close()
+
+
+async def test_close_stops_a_child_still_preparing_and_reaps_it() -> None:
+    feed = Counting().feed(10**9)  # blocks on the full pipe
+    await feed.start()
+    pid = feed.pid
+    assert await feed.next() == (0, b"")
+    feed.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left behind
+
+
+async def test_inline_feed_is_the_generator() -> None:
+    assert await drain(InlineFeed(Counting().jobs(5))) == [(i, b"x" * i) for i in range(5)]
+
+
+def test_choose_feed(monkeypatch: pytest.MonkeyPatch) -> None:
+    enough = defaults.MIN_FORKED_SAMPLES
+    with monkeypatch.context() as patched:
+        patched.setattr(job_feed.threading, "active_count", lambda: 1)  # whatever earlier tests left running
+        patched.setattr(job_feed.os, "cpu_count", lambda: 2)
+        assert choose_feed("auto", enough) == "process" and choose_feed("auto", enough - 1) == "inline"
+        assert choose_feed("process", 1) == "process" and choose_feed("inline", 10**6) == "inline"
+        patched.setattr(job_feed.os, "cpu_count", lambda: 1)
+        assert choose_feed("auto", 10**6) == "inline" and choose_feed("process", 1) == "process"
+        patched.setattr(job_feed.sys, "platform", "darwin")
+        assert choose_feed("process", 10**6) == "inline"
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:  # another thread: a fork would copy its locks, not it; nothing forks
+        assert not can_fork() and choose_feed("process", 10**6) == "inline"
+    finally:
+        stop.set()
+        thread.join()
