@@ -21,7 +21,7 @@ concurrency, one after the other:
 
 Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
 (raw: its own timer; userturn: the rate in its final summary line), peak RSS of its process tree (VmHWM polled,
-plus that of each process it forks: userturn's preparing process, whose pages shared with the parent count twice)
+plus the private memory of each process it forks: userturn's preparing process, pages shared with the parent once)
 and its CPU time per request (user + system from wait4, children included). The userturn results file is checked:
 N ok records.
 
@@ -253,12 +253,22 @@ def child_pids(pid: int) -> list[int]:
         return []
 
 
+def private_kb(pid: int) -> int | None:
+    """The memory only `pid` holds (Private_Clean + Private_Dirty of smaps_rollup, Linux): what a forked process
+    adds to its parent's, the pages it still shares with the parent not counted twice."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            return sum(int(line.split()[1]) for line in fh if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str, str]:
     """Run `cmd`; return (wall seconds, peak RSS MB of its process tree, its CPU seconds, stdout, stderr).
 
-    The peak is VmHWM polled every 10 ms (exact for the child's own image), plus the VmHWM of each process it
-    forked (userturn's preparing process): a sum that counts the pages a fork shares with its parent twice, so an
-    upper bound. `ru_maxrss` from wait4 is only a fallback: after a (v)fork + exec it also counts the parent's
+    The peak is VmHWM polled every 10 ms (exact for the child's own image), plus the peak private memory of each
+    process it forks (userturn's preparing process; polled every 50 ms), so the pages a fork shares with its parent
+    count once. `ru_maxrss` from wait4 is only a fallback: after a (v)fork + exec it also counts the parent's
     resident set, which would inflate the figure. The CPU time from wait4 includes the children it waited for.
     """
     start = time.perf_counter()
@@ -274,9 +284,12 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
 
     def poll() -> None:
         nonlocal peak
+        polls = 0
         while not done.is_set():
-            for child in child_pids(process.pid):
-                forked[child] = max(forked.get(child, 0), peak_rss_kb(child) or 0)
+            if polls % 5 == 0:
+                for child in child_pids(process.pid):
+                    forked[child] = max(forked.get(child, 0), private_kb(child) or 0)
+            polls += 1
             peak = max(peak, (peak_rss_kb(process.pid) or 0) + sum(forked.values()))
             done.wait(0.01)
 

@@ -22,14 +22,21 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
-from userturn.client.job_feed import ForkedFeed, InlineFeed, JobFeed, Prepare, PreparerDied, choose_feed
+from userturn.client.job_feed import (
+    ForkedFeed,
+    InlineFeed,
+    JobFeed,
+    Prepare,
+    PreparerDied,
+    choose_feed,
+)
 from userturn.client.perturb import PerturbationNotApplicable, SwapRing
 from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.seeds import sample_seed
 from userturn.client.special_tokens import SpecialTokens, check_items
 
-from userturn import resume_snapshot
+from userturn import defaults, resume_snapshot
 from userturn.errors import UserError, first_error
 from userturn.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
 from userturn.jsonl import JsonlWriter, iter_lines
@@ -350,11 +357,13 @@ class ProbeRun:
             estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
         return payload, sha256_text(prompt), estimate
 
-    def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
-        """Pending work in order; items whose assistant turn failed yield error records directly."""
+    def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn], shard: int = 0,
+              shards: int = 1) -> Iterator[Job | ProbeRecord]:
+        """Pending work in order (of the items whose index is `shard` modulo `shards`: a preparing process's share);
+        items whose assistant turn failed yield error records directly."""
         s = self.settings
         conditions = [(t, k) for t in s.temperatures for k in range(s.samples)]
-        for item, plans in self._unfinished_items(done, conditions):
+        for item, plans in self._unfinished_items(done, conditions, shard, shards):
             turn: AssistantTurn | None = None
             for perturbation, all_keys, pending in plans:
                 if len(pending) < len(all_keys):  # already ok: counted as skipped when reached
@@ -402,8 +411,8 @@ class ProbeRun:
                     seed = self._seed(item.id, t, k, perturbation)
                     yield Job(key, t, k, seed, prefix, estimate, template)
 
-    def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]],
-                          ) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
+    def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]], shard: int = 0,
+                          shards: int = 1) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
         """(item, [(perturbation, its keys, positions of the keys not yet ok)]) in run order, less the items whose
         every planned key is already ok (counted as skipped here), which are never read: a resume over a dataset
         kept on disk parses only the items it still has to probe. Keys share one escaped prefix per item and
@@ -413,7 +422,9 @@ class ProbeRun:
         planned = len(s.perturbations) * len(suffixes)
 
         def unfinished() -> Iterator[tuple[int, list[tuple[str, list[str], list[int]]]]]:
-            for index, item_id in enumerate(self._ids()):
+            ids = self._ids()
+            for index in range(shard, len(ids), shards):
+                item_id = ids[index]
                 plans = []
                 for perturbation in s.perturbations:
                     start = key_prefix(s.model, s.dataset, item_id, perturbation, s.mode)
@@ -775,11 +786,12 @@ class ProbeRun:
         def snapshot() -> tuple[int, int, int]:  # what `_jobs` counts, mirrored in the parent
             return c.skipped, c.total, c.not_applicable
 
-        def restore(state: tuple[int, int, int]) -> None:
+        def restore(state: tuple[int, ...]) -> None:
             c.skipped, c.total, c.not_applicable = state
 
-        feed = ForkedFeed(lambda: self._jobs(done, turns), pack=_pack_job, unpack=_unpack_job, snapshot=snapshot,
-                          restore=restore)
+        feed = ForkedFeed(lambda shard, shards: self._jobs(done, turns, shard, shards), pack=_pack_job,
+                          unpack=_unpack_job, snapshot=snapshot, restore=restore,
+                          processes=defaults.PREPARING_PROCESSES)
         await feed.start()
         return feed
 

@@ -24,22 +24,26 @@ class Counting:
 
     def __init__(self) -> None:
         self.made = 0
-        self.seen = -1
+        self.odd = 100  # starts non-zero: the parent adds up what each child moved it by
+        self.seen: tuple[int, ...] = ()
 
-    def jobs(self, n: int, fail_at: int | None = None, hang_at: int | None = None) -> Iterator[tuple[int, bytes]]:
-        for i in range(n):
+    def jobs(self, n: int, shard: int = 0, shards: int = 1, fail_at: int | None = None,
+             hang_at: int | None = None) -> Iterator[tuple[int, bytes]]:
+        for i in range(shard, n, shards):
             if i == fail_at:
                 raise UserError(f"data.jsonl:{i + 1}: the file changed while the run was reading it")
             if i == hang_at:
                 time.sleep(60)
             self.made += 1
+            self.odd += i % 2
             yield i, b"x" * (i % 7)
 
-    def feed(self, n: int, **kwargs: int) -> ForkedFeed:
-        def restore(state: int) -> None:
+    def feed(self, n: int, processes: int = 1, **kwargs: int) -> ForkedFeed:
+        def restore(state: tuple[int, ...]) -> None:
             self.seen = state
-        return ForkedFeed(lambda: self.jobs(n, **kwargs), pack=lambda job: job, unpack=lambda job: job,
-                          snapshot=lambda: self.made, restore=restore)
+        return ForkedFeed(lambda shard, shards: self.jobs(n, shard, shards, **kwargs), pack=lambda job: job,
+                          unpack=lambda job: job, snapshot=lambda: (self.made, self.odd), restore=restore,
+                          processes=processes)
 
 
 async def drain(feed: ForkedFeed | InlineFeed, workers: int = 8) -> list[tuple[int, bytes]]:
@@ -63,8 +67,21 @@ async def test_every_job_arrives_once_in_order_with_the_counters() -> None:
     finally:
         feed.close()
     assert got == [(i, b"x" * (i % 7)) for i in range(1000)]
-    assert state.seen == 1000 and state.made == 0  # counted in the child, mirrored here
+    assert state.seen == (1000, 600) and state.made == 0  # counted in the child, mirrored here
     assert await feed.next() is None
+
+
+async def test_several_processes_share_the_work_and_their_counts_add_up() -> None:
+    state = Counting()
+    feed = state.feed(1001, processes=3)
+    await feed.start()
+    assert len(feed.pids) == 3
+    try:
+        got = await drain(feed)
+    finally:
+        feed.close()
+    assert sorted(got) == [(i, b"x" * (i % 7)) for i in range(1001)]  # each job once, whichever child made it
+    assert state.seen == (1001, 600)
 
 
 async def test_an_empty_generator_ends_at_once() -> None:
@@ -87,7 +104,7 @@ async def test_the_childs_error_is_raised_here_after_the_jobs_before_it() -> Non
                 got.append(job)
     finally:
         feed.close()
-    assert [i for i, _ in got] == list(range(300)) and state.seen == 300
+    assert [i for i, _ in got] == list(range(300)) and state.seen == (300, 250)
 
 
 async def test_a_killed_child_stops_the_run_with_one_line() -> None:
@@ -96,7 +113,7 @@ async def test_a_killed_child_stops_the_run_with_one_line() -> None:
     try:
         for _ in range(64):  # the first batch is there
             assert await feed.next() is not None
-        os.kill(feed.pid, signal.SIGKILL)
+        os.kill(feed.pids[0], signal.SIGKILL)
         with pytest.raises(PreparerDied, match="ended before the last one"):
             await drain(feed)
         assert PreparerDied.exit_code == 3
@@ -105,13 +122,14 @@ async def test_a_killed_child_stops_the_run_with_one_line() -> None:
 
 
 async def test_close_stops_a_child_still_preparing_and_reaps_it() -> None:
-    feed = Counting().feed(10**9)  # blocks on the full pipe
+    feed = Counting().feed(10**9, processes=2)  # each blocks on its full pipe
     await feed.start()
-    pid = feed.pid
-    assert await feed.next() == (0, b"")
+    pids = list(feed.pids)
+    assert await feed.next() is not None
     feed.close()
-    with pytest.raises(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left behind
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left behind
 
 
 async def test_inline_feed_is_the_generator() -> None:

@@ -105,5 +105,6 @@ async def test_a_dataset_changed_under_a_forked_run_stops_it_with_one_line(tmp_p
             await ep.aclose()
     assert str(info.value) == f"{data}: the file changed while the run was reading it (item 'q200')"
     assert run.prepared_in == "process"
-    done = records(tmp_path / "out.jsonl")
-    assert {r["item_id"] for r in done.values()} <= {f"q{i}" for i in range(200)}
+    done = records(tmp_path / "out.jsonl")  # the other preparing process's items may run on until the stop
+    assert done and "q200" not in {r["item_id"] for r in done.values()}
+    assert all(r["status"] == "ok" for r in done.values())
