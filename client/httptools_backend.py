@@ -120,6 +120,9 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def time_out(self) -> None:
+        self._fail(TimeoutError())
+
     def _fail(self, exc: BaseException) -> None:
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
@@ -211,6 +214,11 @@ class _Connection(asyncio.Protocol):
         self.parts.append(chunk)
 
     def on_message_complete(self) -> None:
+        if 100 <= self.parser.get_status_code() < 200 and self.waiter is not None:  # 100 Continue, 103 Early Hints:
+            limit = self.limit  # informational; the real reply follows on the same connection
+            self._reset()
+            self.limit = limit
+            return
         waiter, self.waiter = self.waiter, None
         self.complete = True
         if waiter is None or waiter.done():
@@ -294,7 +302,7 @@ class HttptoolsBackend:
         loop = asyncio.get_running_loop()
         for fresh in (False, True):
             conn = await self._acquire(target.origin, deadline, fresh)
-            timer = loop.call_at(deadline, conn._fail, TimeoutError())
+            timer = loop.call_at(deadline, conn.time_out)
             try:
                 reply = await conn.send(request, limit)
             except _StaleConnection:

@@ -158,7 +158,8 @@ def preflight(dataset: str, items: Iterable[DatasetItem]) -> None:
     """Fail before any request if a scorer the items need cannot run here."""
     if isinstance(items, JsonlItems):  # kept on disk: only a line naming a scorer (or escaping a key) sets one
         names = {_dataset_scorer(dataset)}
-        names |= {scorer_name(dataset, items[i]) for i, raw in items.raw_lines() if b"scorer" in raw or b"\\u" in raw}
+        names |= {scorer_name(dataset, items[i]) for i, raw in items.raw_lines()
+                  if b"scorer" in raw or (b"\\" in raw and b"\\u" in raw)}  # one memchr decides most lines
     else:
         names = {scorer_name(dataset, item) for item in items}
     if "ifeval" in names:

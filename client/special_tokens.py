@@ -66,7 +66,7 @@ class SpecialTokens:
         """
         if not self.tokens:
             return False
-        if self._screen is None or b"\\u" in raw or b"\\/" in raw:
+        if self._screen is None or (b"\\" in raw and (b"\\u" in raw or b"\\/" in raw)):  # memchr decides most
             return True
         return self._screen.search(raw) is not None
 

@@ -122,6 +122,13 @@ async def test_chunked_and_gzip_bodies_are_assembled_and_inflated() -> None:
         assert server.connections == 1
 
 
+async def test_informational_replies_before_the_real_one_are_skipped() -> None:
+    hints = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+    async with KeepAliveServer(lambda _r: hints + keepalive_response()) as server, backend() as client:
+        replies = [await post(client, server) for _ in range(2)]
+        assert [(r.status, r.content) for r in replies] == [(200, GOOD_BODY)] * 2 and server.connections == 1
+
+
 async def test_an_unsupported_content_encoding_is_malformed() -> None:
     reply = keepalive_response(b"\x0b\x02\x80", headers={"Content-Encoding": "br"})
     async with KeepAliveServer(lambda _r: reply) as server, backend() as client:
