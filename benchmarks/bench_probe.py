@@ -263,6 +263,25 @@ def private_kb(pid: int) -> int | None:
         return None
 
 
+class TreePeak:
+    """Peak memory of a process and the processes it forks, polled: its VmHWM plus each child's peak private memory
+    (read every fifth poll: smaps_rollup costs more than the status line)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.forked: dict[int, int] = {}
+        self.peak_kb = 0
+        self._polls = 0
+
+    def poll(self) -> int:
+        if self._polls % 5 == 0:
+            for child in child_pids(self.pid):
+                self.forked[child] = max(self.forked.get(child, 0), private_kb(child) or 0)
+        self._polls += 1
+        self.peak_kb = max(self.peak_kb, (peak_rss_kb(self.pid) or 0) + sum(self.forked.values()))
+        return self.peak_kb
+
+
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str, str]:
     """Run `cmd`; return (wall seconds, peak RSS MB of its process tree, its CPU seconds, stdout, stderr).
 
@@ -280,17 +299,12 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
     def drain(name: str, stream: Any) -> None:
         chunks[name] = stream.read()
 
-    forked: dict[int, int] = {}
+    tree = TreePeak(process.pid)
 
     def poll() -> None:
         nonlocal peak
-        polls = 0
         while not done.is_set():
-            if polls % 5 == 0:
-                for child in child_pids(process.pid):
-                    forked[child] = max(forked.get(child, 0), private_kb(child) or 0)
-            polls += 1
-            peak = max(peak, (peak_rss_kb(process.pid) or 0) + sum(forked.values()))
+            peak = tree.poll()
             done.wait(0.01)
 
     threads = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", process.stdout),

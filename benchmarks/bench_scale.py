@@ -16,7 +16,8 @@ Targets: <= 5 s and <= 300 MB for 1,000,000 records. The probe's CPU time up to 
 the wall time: on a loaded machine it is what the wall time would be on an idle one.
 
 Part 2, memory: a fresh probe of each `--items` count x 1 sample against the loopback server (latency 0,
-concurrency 64); peak RSS of the whole run. Target: <= 150 MB at 100,000 items, and flat in the item count.
+concurrency 64); peak RSS of the whole run (the probe's VmHWM plus the private memory of its preparing processes).
+Target: <= 150 MB at 100,000 items, and flat in the item count.
 
 Both parts print one line per measurement and a PASS/MISS verdict per target. The loopback server runs in its own
 process (tests/loopback_server.py); the machine's load is printed, since a shared 2-core VM moves wall times.
@@ -41,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_probe import peak_rss_kb, tokenizer_dir, write_dataset  # noqa: E402
+from bench_probe import TreePeak, peak_rss_kb, tokenizer_dir, write_dataset  # noqa: E402
 from loopback_server import LoopbackServer  # noqa: E402
 
 RESUME_TARGET_S, RESUME_TARGET_MB, MEMORY_TARGET_MB = 5.0, 300.0, 150.0
@@ -157,15 +158,17 @@ def run_resume(work: Path, records: int, samples: int) -> bool:
 
 
 def measure_peak(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MB, stderr) of a command that must succeed."""
+    """(wall seconds, peak RSS MB of its process tree: see bench_probe.TreePeak, stderr) of a command that must
+    succeed."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0
     done = threading.Event()
+    tree = TreePeak(proc.pid)
 
     def poll() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, peak_rss_kb(proc.pid) or 0)
+            peak = tree.poll()
             done.wait(0.01)
 
     thread = threading.Thread(target=poll)

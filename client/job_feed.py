@@ -40,6 +40,7 @@ from userturn.errors import UserError
 
 Prepare = Literal["auto", "inline", "process"]
 BATCH = 64  # jobs per pickled frame
+READ_LIMIT = 1 << 16  # bytes a pipe's reader buffers before it pauses (twice this)
 HIGH_WATER = 16 * BATCH  # jobs the parent holds before it stops reading (the pipes then hold the children back)
 _FRAME = struct.Struct("!I")
 
@@ -108,6 +109,7 @@ class ForkedFeed:
         self._room.set()
         self._transports: list[asyncio.BaseTransport] = []
         self._read_fds: list[int] = []
+        self._readers: list[asyncio.StreamReader] = []
         self._pumps: list[asyncio.Task[None]] = []
         self._base: tuple[int, ...] = ()
         self._states: list[tuple[int, ...]] = []
@@ -128,11 +130,14 @@ class ForkedFeed:
             self.pids.append(pid)
             self._read_fds.append(read_fd)
             os.close(write_fd)
-            reader = asyncio.StreamReader(limit=1 << 30, loop=loop)
+            # A small limit: past twice it the reader stops taking bytes from the pipe, so the child blocks on a full
+            # pipe instead of the parent buffering what it has not asked for (readexactly still reads any size).
+            reader = asyncio.StreamReader(limit=READ_LIMIT, loop=loop)
             transport, _ = await loop.connect_read_pipe(functools.partial(asyncio.StreamReaderProtocol, reader,
                                                                           loop=loop),
                                                         os.fdopen(read_fd, "rb", buffering=0))
             self._transports.append(transport)
+            self._readers.append(reader)
             self._pumps.append(loop.create_task(self._pump(reader, shard)))
 
     def _child(self, write_fd: int, shard: int) -> None:
@@ -219,6 +224,10 @@ class ForkedFeed:
             return job
         self._available.clear()  # the next caller waits for a pump (or sees the end)
         return job
+
+    def held_bytes(self) -> int:
+        """Bytes read from the pipes and not yet taken as jobs (bounded: see READ_LIMIT and HIGH_WATER)."""
+        return sum(len(reader._buffer) for reader in self._readers)
 
     def close(self) -> None:
         for pump in self._pumps:

@@ -28,7 +28,7 @@ class Counting:
         self.seen: tuple[int, ...] = ()
 
     def jobs(self, n: int, shard: int = 0, shards: int = 1, fail_at: int | None = None,
-             hang_at: int | None = None) -> Iterator[tuple[int, bytes]]:
+             hang_at: int | None = None, size: int | None = None) -> Iterator[tuple[int, bytes]]:
         for i in range(shard, n, shards):
             if i == fail_at:
                 raise UserError(f"data.jsonl:{i + 1}: the file changed while the run was reading it")
@@ -36,7 +36,7 @@ class Counting:
                 time.sleep(60)
             self.made += 1
             self.odd += i % 2
-            yield i, b"x" * (i % 7)
+            yield i, b"x" * (i % 7 if size is None else size)
 
     def feed(self, n: int, processes: int = 1, **kwargs: int) -> ForkedFeed:
         def restore(state: tuple[int, ...]) -> None:
@@ -130,6 +130,18 @@ async def test_close_stops_a_child_still_preparing_and_reaps_it() -> None:
     for pid in pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left behind
+
+
+async def test_the_parent_holds_a_bounded_number_of_jobs_however_far_the_children_could_run() -> None:
+    feed = Counting().feed(10**9, processes=2, size=4000)  # ~4 kB a job, as a GSM8K-sized sample's
+    await feed.start()
+    try:
+        assert await feed.next() is not None
+        await asyncio.sleep(0.5)  # the children have long filled their pipes
+        assert len(feed._ready) <= job_feed.HIGH_WATER + 2 * job_feed.BATCH  # one more frame per pump at most
+        assert feed.held_bytes() <= 2 * (2 * job_feed.READ_LIMIT + job_feed.BATCH * 4100)
+    finally:
+        feed.close()
 
 
 async def test_inline_feed_is_the_generator() -> None:
