@@ -227,7 +227,7 @@ class ForkedFeed:
 
     def held_bytes(self) -> int:
         """Bytes read from the pipes and not yet taken as jobs (bounded: see READ_LIMIT and HIGH_WATER)."""
-        return sum(len(reader._buffer) for reader in self._readers)
+        return sum(len(getattr(reader, "_buffer", b"")) for reader in self._readers)  # asyncio's own buffer
 
     def close(self) -> None:
         for pump in self._pumps:
