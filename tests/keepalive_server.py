@@ -15,6 +15,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from raw_http_server import LocalServer
+
 GOOD_BODY = json.dumps({"choices": [{"index": 0, "text": "fine", "finish_reason": "stop"}]}).encode()
 
 
@@ -48,19 +50,12 @@ class Request:
 
 
 @dataclass
-class KeepAliveServer:
+class KeepAliveServer(LocalServer):
     respond: Callable[[Request], bytes | None] = lambda _request: keepalive_response()
     hold: float = 0.0
     connections: int = 0
-    open_now: int = 0
     most_open: int = 0
     requests: list[Request] = field(default_factory=list)
-    port: int = 0
-    _server: asyncio.Server | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -88,17 +83,3 @@ class KeepAliveServer:
         finally:
             self.open_now -= 1
             writer.close()
-
-    async def __aenter__(self) -> KeepAliveServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for _ in range(100):  # let handlers see their clients go (Python 3.11's wait_closed does not wait for them)
-            if not self.open_now:
-                break
-            await asyncio.sleep(0.01)
-        await self._server.wait_closed()

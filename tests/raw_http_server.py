@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Self
 
 GOOD_BODY = {"id": "cmpl-ok", "object": "text_completion", "choices": [
     {"index": 0, "text": "fine", "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}]}
@@ -28,7 +29,40 @@ def http_response(body: bytes, status: str = "200 OK", headers: dict[str, str] |
 GOOD_RESPONSE = http_response(json.dumps(GOOD_BODY).encode())
 
 
-class RawHttpServer:
+class LocalServer:
+    """An asyncio TCP server on a free port of 127.0.0.1 whose connections `_handle` serves (`async with` runs it).
+
+    Subclasses count their open connections in `open_now`: leaving waits (up to a second) for them to close, since
+    Python 3.11's `wait_closed` does not wait for handlers.
+    """
+
+    _server: asyncio.Server | None = None
+    port: int = 0
+    open_now: int = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for _ in range(100):
+            if not self.open_now:
+                break
+            await asyncio.sleep(0.01)
+        await self._server.wait_closed()
+
+
+class RawHttpServer(LocalServer):
     """Serves `script[i]` to the i-th request and `default` after the script runs out."""
 
     def __init__(self, script: list[bytes], default: bytes = GOOD_RESPONSE) -> None:
@@ -36,12 +70,6 @@ class RawHttpServer:
         self.default = default
         self.requests = 0
         self.received: list[bytes] = []
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -57,13 +85,3 @@ class RawHttpServer:
             pass
         finally:
             writer.close()
-
-    async def __aenter__(self) -> RawHttpServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
