@@ -1,8 +1,10 @@
 """The probe pipeline: conversations -> prompts ending at an open user header -> completions -> JSONL.
 
 One `run_probe` call covers one model on one dataset: every (item, perturbation, temperature, sample)
-becomes one record. Work is spread over a fixed pool of `concurrency` workers (no task per sample),
-prompts are rendered once per (item, perturbation), records stream to the results file as they finish,
+becomes one record. Work is spread over a fixed pool of `concurrency` workers (no task per sample) that take
+prepared samples (`Job`: prompt rendered once per (item, perturbation), request body and record line around the
+per-sample fields) from the event loop's thread or from forked processes (client.job_feed); records stream to the
+results file as they finish,
 and keys already `ok` in that file are skipped, so rerunning the same command resumes. Every record carries the
 configuration it was made with (client.fingerprint); resuming into a file whose records of the same condition
 were made with other settings is refused before anything is written.
@@ -221,8 +223,8 @@ class ProbeRun:
     ) -> None:
         """`swap_pool`: every item of the dataset (before --limit and shuffling), where `swap` partners come from;
         default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file.
-        `prepare`: where samples are prepared (client.job_feed): `auto` forks a preparing process for runs big enough
-        to gain from a second core, `inline` never does, `process` does whenever it can."""
+        `prepare`: where samples are prepared (client.job_feed): `auto` forks preparing processes for runs big enough
+        to gain from more cores, `inline` never does, `process` does whenever it can."""
         if settings.mode == "raw" and renderer is None:
             raise ValueError("raw mode needs a chat-template renderer")
         if settings.mode == "chat" and role_flip is None:
@@ -777,7 +779,7 @@ class ProbeRun:
             writer.write(record)
 
     async def _feed(self, done: ResumeIndex, turns: dict[str, AssistantTurn], planned: int) -> JobFeed:
-        """The jobs of this run, prepared in this thread or in a forked process (client.job_feed)."""
+        """The jobs of this run, prepared in this thread or in forked processes (client.job_feed)."""
         self.prepared_in = choose_feed(self.prepare, planned)
         if self.prepared_in == "inline":
             return InlineFeed(self._jobs(done, turns))
@@ -830,7 +832,7 @@ class ProbeRun:
 
 
 def _pack_job(job: Job | ProbeRecord) -> tuple[Any, ...] | ProbeRecord:
-    """A job as a plain tuple (pickles in a third of the time of the dataclass); error records as they are."""
+    """A job as a plain tuple (pickled without the dataclass's reconstruction); error records as they are."""
     if isinstance(job, ProbeRecord):
         return job
     return (job.key, job.temperature, job.sample, job.seed, job.body_prefix, job.estimated_tokens, job.template)
