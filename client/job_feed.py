@@ -148,7 +148,7 @@ class ForkedFeed:
             for other in self._read_fds:  # the pipes of the children forked before this one: their ends only
                 with contextlib.suppress(OSError):
                     os.close(other)
-            out = os.fdopen(write_fd, "wb", buffering=0)
+            out = write_fd
             pack, batch = self._pack, []
             error: Exception | None = None
             try:
@@ -175,9 +175,13 @@ class ForkedFeed:
             os._exit(status)
 
     @staticmethod
-    def _send(out: Any, message: tuple[str, Any, Any]) -> None:
+    def _send(fd: int, message: tuple[str, Any, Any]) -> None:
+        """One length-prefixed frame, written whole: a write to a full pipe that a signal interrupts returns after
+        part of it (PEP 475 retries only writes that wrote nothing), and a frame cut there would garble the rest."""
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        out.write(_FRAME.pack(len(data)) + data)
+        view = memoryview(_FRAME.pack(len(data)) + data)
+        while view:
+            view = view[os.write(fd, view):]
 
     async def _pump(self, reader: asyncio.StreamReader, shard: int) -> None:
         """Read one child's frames into the shared queue until its end, its error or its death."""
@@ -205,6 +209,9 @@ class ForkedFeed:
         except asyncio.IncompleteReadError:
             self._error = self._error or PreparerDied(
                 "the process preparing the probe's requests ended before the last one (killed, or out of memory?)")
+        except Exception as exc:  # a frame that does not unpickle: never a silent hang of the workers
+            self._error = self._error or PreparerDied(
+                f"unreadable jobs from the process preparing the probe's requests ({type(exc).__name__}: {exc})")
         finally:
             self._available.set()
 

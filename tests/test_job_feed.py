@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from userturn.client import job_feed
@@ -140,6 +142,45 @@ async def test_the_parent_holds_a_bounded_number_of_jobs_however_far_the_childre
         await asyncio.sleep(0.5)  # the children have long filled their pipes
         assert len(feed._ready) <= job_feed.HIGH_WATER + 2 * job_feed.BATCH  # one more frame per pump at most
         assert feed.held_bytes() <= 2 * (2 * job_feed.READ_LIMIT + job_feed.BATCH * 4100)
+    finally:
+        feed.close()
+
+
+async def test_frames_stay_whole_when_signals_interrupt_the_childrens_writes() -> None:
+    feed = Counting().feed(200, processes=2, size=100_000)  # 6 MB frames: writes that block on a full pipe
+    await feed.start()
+
+    async def stop_and_continue() -> None:  # what a profiler's sampling does: each stop cuts a blocked write short
+        while True:
+            for pid in feed.pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                    os.kill(pid, signal.SIGCONT)
+            await asyncio.sleep(0.0005)
+
+    stopper = asyncio.create_task(stop_and_continue())
+    try:
+        got = await asyncio.wait_for(drain(feed, workers=2), 60)
+    finally:
+        stopper.cancel()
+        feed.close()
+    assert sorted(i for i, _ in got) == list(range(200)) and all(len(b) == 100_000 for _, b in got)
+
+
+class GarbledFeed(ForkedFeed):
+    @staticmethod
+    def _send(fd: int, message: tuple[str, Any, Any]) -> None:
+        os.write(fd, b"\x00\x00\x00\x04junk")
+
+
+async def test_a_frame_that_does_not_unpickle_stops_the_run_instead_of_hanging_it() -> None:
+    state = Counting()
+    feed = GarbledFeed(lambda shard, shards: state.jobs(10, shard, shards), pack=lambda job: job,
+                       unpack=lambda job: job, snapshot=lambda: (0, 0), restore=lambda _state: None)
+    await feed.start()
+    try:
+        with pytest.raises(PreparerDied, match=r"^unreadable jobs from the process preparing the probe's requests "):
+            await asyncio.wait_for(drain(feed), 10)
     finally:
         feed.close()
 
