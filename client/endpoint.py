@@ -295,10 +295,9 @@ class Endpoint:
         self._last_response = time.monotonic()
         reply = self._scrubbed(reply)
         status = reply.status
-        if 300 <= status < 400:  # only the httptools backend returns one (the others follow redirects)
-            raise RequestFailed(f"HTTP {status} from {url}: redirected to {reply.location or '(no Location)'}; use "
-                                "the final URL as the base URL, or --http-backend aiohttp to follow redirects",
-                                status=status)
+        if 300 <= status < 400:  # a redirect the backend stopped following (httptools: past ten), or could not
+            where = f"redirected to {reply.location} after ten redirects" if reply.location else "no Location to follow"
+            raise RequestFailed(f"HTTP {status} from {url}: {where}; use the final URL as the base URL", status=status)
         if status >= 400:
             message = f"HTTP {status} from {url}: {server_message(reply)}"
             if status in RETRYABLE_STATUS or status >= 500:

@@ -4,7 +4,7 @@ aiohttp or httpx: ~0.1 s each at start-up).
 
 - `httptools` (client.httptools_backend): HTTP/1.1 keep-alive connections on asyncio protocols, parsed by
   httptools. What `userturn probe` uses: ~35-50 µs of client CPU per request on a 2-core loopback, against
-  ~100-130 µs for aiohttp's ClientSession (`benchmarks/bench_probe.py --part http`). No proxies, no redirects.
+  ~100-130 µs for aiohttp's ClientSession (`benchmarks/bench_probe.py --http-layer`). No proxies.
 - `aiohttp` (client.aiohttp_backend): a bare `aiohttp.ClientSession`; follows redirects.
 - `httpx` (client.httpx_backend): `httpx.AsyncClient` over an aiohttp transport (`httpx-aiohttp`). The httpx API, so
   respx can mock it (`respx.mock(using="httpx")`); ~1,000 req/s on a 2-core loopback.
@@ -34,7 +34,7 @@ class HttpReply(NamedTuple):
     content: bytes
     reason: str
     retry_after: str | None
-    location: str | None = None  # of a 3xx the backend did not follow (the httptools backend follows none)
+    location: str | None = None  # of a 3xx the backend stopped following (httptools: past ten redirects)
 
 
 class TransportFailure(Exception):

@@ -2,8 +2,8 @@
 
 Why not aiohttp: on a 2-core loopback, aiohttp's `ClientSession.request` costs ~100-130 µs of client CPU per
 request (request and response objects, header multidicts, URL handling, timers, tracing hooks); a protocol per
-connection fed to httptools (the llhttp parser uvicorn uses) costs ~35 µs for the same request and reply
-(`benchmarks/bench_probe.py --part http`). At one sample per item that difference is most of what separates the
+connection fed to httptools (the llhttp parser uvicorn uses) costs ~35-50 µs for the same request and reply
+(`benchmarks/bench_probe.py --http-layer`). At one sample per item that difference is most of what separates the
 probe from a bare HTTP loop. Parsing (status line, headers, Content-Length, chunked bodies, keep-alive rules) is
 httptools'; this module only frames requests, pools connections and maps failures.
 
@@ -15,8 +15,9 @@ Scope, and what it leaves out:
   sent, and a gzip/deflate body a server compresses anyway is inflated (its inflated bytes count against the cap);
 - a request whose *reused* connection closes before any byte of the reply (the server dropped an idle
   connection) is sent once more on a new connection, as aiohttp and urllib3 do;
-- no proxies (the other backends run with `trust_env=False` too), no redirects (a 3xx is returned as it is, with
-  its Location, and `Endpoint` says where it points), no cookies, no HTTP/2.
+- redirects followed as aiohttp follows them, up to ten (past that the 3xx is returned with its Location, and
+  `Endpoint` says where it points); informational 1xx replies before the real one skipped;
+- no proxies (the other backends run with `trust_env=False` too), no cookies, no HTTP/2.
 
 Failures are the backends' common ones (client.http_backends): `TransportFailure` "connect" / "dropped" /
 "malformed", `TimeoutError` past the per-attempt deadline (connect included), `ResponseTooLarge` past the cap.
@@ -215,9 +216,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if 100 <= self.parser.get_status_code() < 200 and self.waiter is not None:  # 100 Continue, 103 Early Hints:
-            limit = self.limit  # informational; the real reply follows on the same connection
-            self._reset()
-            self.limit = limit
+            self._reset()  # informational; the real reply follows on the same connection
             return
         waiter, self.waiter = self.waiter, None
         self.complete = True
@@ -326,7 +325,7 @@ class HttptoolsBackend:
                     conn.reused = True
                     return conn
                 self._open.discard(conn)
-            if len(self._open) < self._limit or self._close_idle_elsewhere():
+            if len(self._open) < self._limit or self._close_an_idle_connection():
                 return await self._connect(origin, deadline)
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
@@ -337,9 +336,9 @@ class HttptoolsBackend:
                 waiter.cancel()
                 raise
 
-    def _close_idle_elsewhere(self) -> bool:
-        """Make room for a new connection by closing an idle one (of another origin, or a stale one); False when
-        none is idle."""
+    def _close_an_idle_connection(self) -> bool:
+        """Make room for a new connection by closing an idle one (of another origin, or of this one when a fresh
+        connection is asked for); False when none is idle."""
         for pool in self._idle.values():
             while pool:
                 conn = pool.pop()
@@ -366,7 +365,7 @@ class HttptoolsBackend:
             self._drop(conn)
             raise TransportFailure(f"could not connect to {host}:{port} within {self._connect_timeout:g}s",
                                    "connect") from None
-        except (OSError, ssl.SSLError, socket.gaierror) as exc:
+        except OSError as exc:  # refused, unreachable, DNS (gaierror), TLS (SSLError)
             self._drop(conn)
             raise TransportFailure(f"cannot connect to {host}:{port}: {describe(exc)}", "connect") from None
         except BaseException:

@@ -193,9 +193,20 @@ async def test_a_redirect_loop_ends_in_a_clear_fatal_error() -> None:
             Endpoint(EndpointConfig(base_url=server.base_url, http_backend="httptools")) as ep:
         with pytest.raises(EndpointError) as info:
             await ep.post_json("completions", {"prompt": "p", "max_tokens": 4})
-    assert str(info.value) == (f"HTTP 302 from {server.base_url}/completions: redirected to /v1/completions; use the "
-                               "final URL as the base URL, or --http-backend aiohttp to follow redirects")
+    assert str(info.value) == (f"HTTP 302 from {server.base_url}/completions: redirected to /v1/completions after "
+                               "ten redirects; use the final URL as the base URL")
     assert len(server.requests) == 11  # the request and ten redirects
+
+
+async def test_a_redirect_without_location_ends_the_run_saying_so() -> None:
+    reply = keepalive_response(b"", "302 Found")
+    async with KeepAliveServer(lambda _r: reply) as server, \
+            Endpoint(EndpointConfig(base_url=server.base_url, http_backend="httptools")) as ep:
+        with pytest.raises(EndpointError) as info:
+            await ep.post_json("completions", {"prompt": "p", "max_tokens": 4})
+    assert str(info.value) == (f"HTTP 302 from {server.base_url}/completions: no Location to follow; use the final "
+                               "URL as the base URL")
+    assert len(server.requests) == 1
 
 
 async def test_an_unreachable_port_is_a_connect_failure() -> None:
