@@ -201,3 +201,11 @@ def test_key_like_text_inside_strings_is_not_a_repeated_key(tmp_path: Path) -> N
     path = write_lines(tmp_path / "d.jsonl", {"id": "a", "messages": [{"role": "user", "content": content}],
                                               "meta": {"a": '"a":'}})
     assert load_jsonl(path)[0].messages[0].content == content
+
+
+def test_a_copy_remembers_where_the_item_was_read(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "d.jsonl", item("a"))
+    original = load_jsonl(path)[0]
+    copy = original.model_copy(update={"id": "a#a0"})
+    assert (copy.id, copy.where) == ("a#a0", f"{path}:1")
+    assert copy.model_dump() == {**original.model_dump(), "id": "a#a0"}  # the slot is not a field
