@@ -71,3 +71,15 @@ def test_a_file_changed_under_the_run_is_an_error(tmp_path: Path) -> None:
     path.write_text("".join(lines).replace('"x0"', '"y0"'))
     with pytest.raises(UserError, match="changed while the run was reading it"):
         list(items)
+
+
+def test_a_line_edited_in_place_under_the_run_is_an_error_even_with_its_id(tmp_path: Path) -> None:
+    path = write(tmp_path / "d.jsonl", 3)
+    items = load_jsonl_lazy(path)
+    text = path.read_text()
+    edited = text.replace('"q1 ', '"Q1 ')  # same length, same ids: only item 1's content differs
+    assert edited != text and len(edited) == len(text)
+    path.write_text(edited)
+    assert items[0].messages == load_jsonl(path)[0].messages  # untouched lines still read
+    with pytest.raises(UserError, match=r"changed while the run was reading it \(item '1'\)"):
+        items[1]
