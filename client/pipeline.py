@@ -44,17 +44,16 @@ from userturn.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, Generation
 from userturn.jsonl import JsonlWriter, iter_lines
 from userturn.records import (
     Message,
+    OkLineMaker,
     OkLineTemplate,
     ProbeRecord,
     check_key_format,
     condition_suffix,
     config_json,
     key_prefix,
-    ok_line_template,
     ok_record_line,
     record_key,
     sha256_text,
-    shared_json,
     template_fields,
 )
 from userturn.results_lock import results_lock
@@ -266,7 +265,7 @@ class ProbeRun:
         self.prepared_in: Literal["inline", "process"] | None = None  # what `run` chose (client.job_feed)
         self.configs = {p: self._config(p) for p in settings.perturbations}
         self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
-        self._configs_json = {p: config_json(c) for p, c in self.configs.items()}  # for shared_json, once
+        self._ok_lines: dict[str, OkLineMaker] = {}  # per perturbation: the ok-line layout (`_ok_line_maker`)
         self._pool: dict[str, DatasetItem] = {}
         self._ring: SwapRing | None = None
         if "swap" in settings.perturbations:  # only swap needs every item at once
@@ -405,9 +404,9 @@ class ProbeRun:
                     continue
                 context["correct"], context["task_scores"] = self._score(item, messages)
                 payload, prompt_sha, estimate = self._payload_base(messages)
-                shared = self._shared_fields(item, perturbation, messages, context)
-                shared["prompt_sha256"] = prompt_sha
-                template = ok_line_template(shared_json(shared, self._configs_json[perturbation]))
+                fields = self._item_fields(item, messages, context)
+                fields["prompt_sha256"] = prompt_sha
+                template = self._ok_line_maker(perturbation).template(fields)
                 prefix = self._body_prefix(payload)
                 for t, k, key in keys:
                     seed = self._seed(item.id, t, k, perturbation)
@@ -453,6 +452,24 @@ class ProbeRun:
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
                        context: dict[str, Any]) -> dict[str, Any]:
         """Record fields shared by every sample of one (item, perturbation)."""
+        return {**self._run_fields(perturbation), **self._item_fields(item, messages, context)}
+
+    def _run_fields(self, perturbation: str) -> dict[str, Any]:
+        """Record fields shared by every sample of one perturbation."""
+        s = self.settings
+        return {"model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,
+                "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
+                "config_fingerprint": self.fingerprints[perturbation], "config": self.configs[perturbation]}
+
+    def _ok_line_maker(self, perturbation: str) -> OkLineMaker:
+        maker = self._ok_lines.get(perturbation)
+        if maker is None:
+            fields = self._run_fields(perturbation)
+            maker = self._ok_lines[perturbation] = OkLineMaker(fields, config_json(fields["config"]))
+        return maker
+
+    def _item_fields(self, item: DatasetItem, messages: list[Message], context: dict[str, Any]) -> dict[str, Any]:
+        """Record fields of one item (`records.ITEM_FIELDS`, less `prompt_sha256`)."""
         s = self.settings
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
@@ -463,11 +480,7 @@ class ProbeRun:
             meta["swap_partner"] = context["swap_partner"]
         meta.update(s.record_meta)
         return {
-            "model": s.model, "dataset": s.dataset, "item_id": item.id, "mode": s.mode,
-            "perturbation": perturbation, "messages": messages,
-            "assistant_source": context.get("assistant_source", "dataset"),
-            "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
-            "config_fingerprint": self.fingerprints[perturbation], "config": self.configs[perturbation],
+            "item_id": item.id, "messages": messages, "assistant_source": context.get("assistant_source", "dataset"),
             "reference_answer": item.answer, "correct": context.get("correct"),
             "task_scores": context.get("task_scores"), "meta": meta or None,
             "special_tokens_in_content": None if self.special_tokens is None

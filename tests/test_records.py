@@ -6,8 +6,10 @@ import pytest
 
 from userturn.errors import UserError
 from userturn.records import (
+    ITEM_FIELDS,
     SCHEMA_VERSION,
     Message,
+    OkLineMaker,
     ProbeRecord,
     check_key_format,
     condition_suffix,
@@ -148,3 +150,39 @@ def test_key_prefix_and_condition_suffix_build_exactly_record_key(fields, temper
     expected = "|".join([*escaped, f"t={float(temperature)!r}", f"s={sample}"])  # the documented format
     assert key_prefix(model, dataset, item_id, perturbation, mode) + condition_suffix(temperature, sample) == expected
     assert record_key(model, dataset, item_id, perturbation, temperature, sample, mode) == expected
+
+
+ITEMS = [
+    {},
+    {"task_scores": {"gsm8k": 1, "exact": 0}, "correct": False},  # ints: the schema makes them floats (1.0)
+    {"meta": {"big": 2**63, "nested": [{"a": None}, 1.5, "é\u2028"], "": True}, "reference_answer": None},
+    {"meta": None, "task_scores": None, "correct": None, "special_tokens_in_content": False, "prompt_sha256": None},
+    {"messages": [], "assistant_source": "dataset", "item_id": "x|y%\"\n"},
+    {"messages": [Message(role="system", content=""), Message(role="tool", content="{}", tool_call_id="c1",
+                                                              extra={"deep": [1, {"b": 2}]})]},
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("changes", ITEMS)
+def test_ok_line_maker_gives_the_records_own_template(config, changes):
+    shared = {**SHARED, "config": config, "config_fingerprint": "f" * 16, "special_tokens_in_content": True,
+              **changes}
+    run_fields = {k: v for k, v in shared.items() if k not in ITEM_FIELDS}
+    item_fields = {k: v for k, v in shared.items() if k in ITEM_FIELDS}
+    expected = ok_line_template(shared_json(shared))
+    assert OkLineMaker(run_fields).template(item_fields) == expected
+    assert OkLineMaker(run_fields, config_json(config)).template(item_fields) == expected
+    sample = {**SAMPLE, "usage": USAGE}
+    line = ok_record_line(OkLineMaker(run_fields).template(item_fields), **sample)
+    assert line == ProbeRecord(**shared, **sample, status="ok").model_dump_json().encode() + b"\n"
+
+
+def test_ok_line_maker_is_reused_across_items_without_leaking():
+    run_fields = {k: v for k, v in SHARED.items() if k not in ITEM_FIELDS}
+    maker = OkLineMaker(run_fields)
+    first = maker.template({"item_id": "a", "meta": {"only": "a"}, "correct": True})
+    second = maker.template({"item_id": "b"})
+    fields = template_fields(second)
+    assert (fields["item_id"], fields["meta"], fields["correct"], fields["messages"]) == ("b", None, None, [])
+    assert template_fields(first)["meta"] == {"only": "a"}
