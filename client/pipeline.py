@@ -51,6 +51,7 @@ from userturn.records import (
     condition_suffix,
     config_json,
     key_prefix,
+    key_prefixes,
     ok_record_line,
     record_key,
     sha256_text,
@@ -422,13 +423,15 @@ class ProbeRun:
         suffixes = [condition_suffix(t, k) for t, k in conditions]
         planned = len(s.perturbations) * len(suffixes)
 
+        prefixes = [(p, key_prefixes(s.model, s.dataset, p, s.mode)) for p in s.perturbations]
+
         def unfinished() -> Iterator[tuple[int, list[tuple[str, list[str], list[int]]]]]:
             ids = self._ids()
             for index in range(shard, len(ids), shards):
                 item_id = ids[index]
                 plans = []
-                for perturbation in s.perturbations:
-                    start = key_prefix(s.model, s.dataset, item_id, perturbation, s.mode)
+                for perturbation, prefix in prefixes:
+                    start = prefix(item_id)
                     keys = [start + suffix for suffix in suffixes]
                     plans.append((perturbation, keys, done.pending(keys)))
                 if any(pending for _, _, pending in plans):

@@ -15,6 +15,7 @@ from userturn.records import (
     condition_suffix,
     config_json,
     key_prefix,
+    key_prefixes,
     ok_line_template,
     ok_record_line,
     record_key,
@@ -186,3 +187,12 @@ def test_ok_line_maker_is_reused_across_items_without_leaking():
     fields = template_fields(second)
     assert (fields["item_id"], fields["meta"], fields["correct"], fields["messages"]) == ("b", None, None, [])
     assert template_fields(first)["meta"] == {"only": "a"}
+
+
+@pytest.mark.parametrize("fields", [("m", "d", "none", "raw"), ("Qwen/Qwen3|8B", "gsm%8k", "x|y", "chat"),
+                                    ("", "", "", "raw")])
+def test_key_prefixes_are_key_prefix(fields):
+    model, dataset, perturbation, mode = fields
+    prefix = key_prefixes(model, dataset, perturbation, mode)
+    for item_id in ("q1", "a|b", "%7C", "", "é|%"):
+        assert prefix(item_id) == key_prefix(model, dataset, item_id, perturbation, mode)

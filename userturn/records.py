@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
@@ -130,6 +131,18 @@ def record_key(
 def key_prefix(model: str, dataset: str, item_id: str, perturbation: str, mode: str = "raw") -> str:
     """The part of `record_key` shared by every sample of one item and perturbation (ends with the separator)."""
     return KEY_SEPARATOR.join([*map(key_field, (model, dataset, item_id, mode, perturbation)), ""])
+
+
+def key_prefixes(model: str, dataset: str, perturbation: str, mode: str = "raw") -> Callable[[str], str]:
+    """`key_prefix` for the items of one run and perturbation: the run's fields are escaped once, not per item."""
+    head = KEY_SEPARATOR.join([key_field(model), key_field(dataset), ""])
+    tail = KEY_SEPARATOR.join(["", key_field(mode), key_field(perturbation), ""])
+    escapes = _KEY_ESCAPES
+
+    def prefix(item_id: str) -> str:
+        return head + item_id.translate(escapes) + tail
+
+    return prefix
 
 
 def condition_suffix(temperature: float, sample: int) -> str:
