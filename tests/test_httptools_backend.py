@@ -158,6 +158,26 @@ async def test_the_deadline_covers_the_whole_attempt_and_frees_the_slot() -> Non
         assert (await post(client, server)).status == 200  # the one slot is free again
 
 
+async def test_each_request_times_out_at_its_own_deadline() -> None:
+    async with KeepAliveServer(hold=5) as server, backend(concurrency=4, timeout=0.4) as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        ended: dict[str, float] = {}
+
+        async def timed(name: str, delay: float) -> None:
+            await asyncio.sleep(delay)
+            with pytest.raises(TimeoutError):
+                await post(client, server)
+            ended[name] = loop.time() - started
+
+        await asyncio.gather(timed("first", 0.0), timed("second", 0.3), timed("third", 0.3))
+        assert 0.4 <= ended["first"] < 1.2
+        assert 0.7 <= ended["second"] < 1.5 and 0.7 <= ended["third"] < 1.5  # not cut at the first one's deadline
+        assert not client._in_flight
+        server.hold = 0
+        assert (await post(client, server)).status == 200
+
+
 async def test_a_cancelled_request_frees_its_slot() -> None:
     async with KeepAliveServer(hold=5) as server, backend(concurrency=1) as client:
         task = asyncio.create_task(post(client, server))
