@@ -35,7 +35,7 @@ class DatasetItem(BaseModel):
     meta: dict[str, Any] | None = None
     # Where the item was read: a plain slot, not a pydantic private attribute (those cost ~3 us per validation, and
     # an item is validated twice per probed sample at one sample per item). Copies and pickles do not carry it.
-    __slots__ = ("_read_at", "__weakref__")
+    __slots__ = ("__weakref__", "_read_at")
 
     @field_validator("id", mode="before")
     @classmethod

@@ -10,29 +10,31 @@ repeated keys) that passed on it are not run again: the re-read is a JSON parse 
 
 from __future__ import annotations
 
+import bisect
 import random
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, TypeVar, overload
 
 import orjson
 from pydantic import ValidationError
-
 from userturn.client.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
 
 from userturn.errors import UserError
 
 T = TypeVar("T")
+SCREEN_BLOCK = 1 << 20  # bytes of consecutive lines a screen looks at in one go (`JsonlItems.raw_lines`)
 
 
 class JsonlItems(Sequence[DatasetItem]):
     """Validated items of a JSONL file, parsed on access. Slicing and `shuffled` give views without parsing."""
 
     def __init__(self, path: Path, offsets: array, ids: list[str], assistant_ended: bytearray,
-                 numbers: array, checksums: array) -> None:
+                 numbers: array, checksums: array, in_file_order: bool = True) -> None:
         self.path = path
+        self._in_file_order = in_file_order  # offsets increase: a line's neighbours in the view are in the file
         self._offsets = offsets
         self._numbers = numbers  # line numbers, for errors that name file:line
         self._checksums = checksums  # CRC-32 of each validated (stripped) line
@@ -51,7 +53,8 @@ class JsonlItems(Sequence[DatasetItem]):
     def __getitem__(self, index: int | slice) -> DatasetItem | JsonlItems:
         if isinstance(index, slice):
             return JsonlItems(self.path, self._offsets[index], self.ids[index], self._assistant_ended[index],
-                              self._numbers[index], self._checksums[index])
+                              self._numbers[index], self._checksums[index],
+                              self._in_file_order and (index.step or 1) > 0)
         with self.path.open("rb") as fh:
             return self._read(fh, index)
 
@@ -72,10 +75,34 @@ class JsonlItems(Sequence[DatasetItem]):
         for index, raw in self._lines(indices()):
             yield self._parse(index, raw), pending.pop()
 
-    def raw_lines(self) -> Iterator[tuple[int, bytes]]:
+    def raw_lines(self, screen: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, bytes]]:
         """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from
-        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`, `scoring.preflight`)."""
-        return self._lines(range(len(self._offsets)))
+        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`, `scoring.preflight`).
+
+        With `screen`, lines it cannot pass are left out in bulk: a run of lines (~1 MiB) whose bytes together
+        fail it is skipped, which is right for a screen that passes a text when some substring of it, never
+        spanning a newline, matches (what memchr, `in` and a regex without newlines do). The caller still
+        screens each line it is given.
+        """
+        if screen is None or not self._in_file_order:
+            return self._lines(range(len(self._offsets)))
+        return self._screened_lines(screen)
+
+    def _screened_lines(self, screen: Callable[[bytes], bool]) -> Iterator[tuple[int, bytes]]:
+        offsets, count = self._offsets, len(self._offsets)
+        with self.path.open("rb") as fh:
+            first = 0
+            while first < count:
+                start = offsets[first]
+                end = max(bisect.bisect_left(offsets, start + SCREEN_BLOCK, first + 1), first + 1)
+                fh.seek(start)  # the block: the lines of items first..end-1, and the blank lines between them
+                block = fh.read(offsets[end - 1] - start) + fh.readline(MAX_LINE_BYTES + 1)
+                if screen(block):
+                    for index in range(first, end):
+                        position = offsets[index] - start
+                        stop = block.find(b"\n", position)
+                        yield index, block[position:stop if stop >= 0 else len(block)].strip()
+                first = end
 
     def _lines(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes]]:
         """(index, stripped line) for each index, from one open file. A line that starts where the last one ended is
@@ -118,7 +145,7 @@ class JsonlItems(Sequence[DatasetItem]):
         return JsonlItems(self.path, array("q", (self._offsets[i] for i in order)), [self.ids[i] for i in order],
                           bytearray(self._assistant_ended[i] for i in order),
                           array("q", (self._numbers[i] for i in order)),
-                          array("I", (self._checksums[i] for i in order)))
+                          array("I", (self._checksums[i] for i in order)), in_file_order=False)
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:

@@ -146,7 +146,7 @@ def check_items(items: Sequence[Any], tokens: SpecialTokens | None, *, allow: bo
     affected = 0
     raw_lines = getattr(items, "raw_lines", None)  # a dataset kept on disk: parse only lines the bytes can't clear
     candidates: Iterable[Any] = items if raw_lines is None else (
-        items[i] for i, raw in raw_lines() if tokens.may_occur_in_json(raw))
+        items[i] for i, raw in raw_lines(tokens.may_occur_in_json) if tokens.may_occur_in_json(raw))
     for item in candidates:
         found = tokens.first_in(item.messages)
         if found is None:

@@ -83,3 +83,30 @@ def test_a_line_edited_in_place_under_the_run_is_an_error_even_with_its_id(tmp_p
     assert items[0].messages == load_jsonl(path)[0].messages  # untouched lines still read
     with pytest.raises(UserError, match=r"changed while the run was reading it \(item '1'\)"):
         items[1]
+
+
+@pytest.mark.parametrize("block", [1, 64, 300, 1 << 20])
+def test_screened_raw_lines_are_the_lines_the_screen_passes(tmp_path: Path, monkeypatch, block: int) -> None:
+    from userturn.client import lazy_dataset
+
+    monkeypatch.setattr(lazy_dataset, "SCREEN_BLOCK", block)
+    path = tmp_path / "d.jsonl"
+    lines = [json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": ("needle " if i % 9 == 4 else "hay ")
+                                                                                  + "x" * (i * 37 % 500)}]})
+             for i in range(60)]
+    path.write_text("\n\n".join(lines[:30]) + "\n  \n" + "\n".join(lines[30:]))  # blank lines; no final newline
+    items = load_jsonl_lazy(path)
+
+    def screen(raw: bytes) -> bool:
+        return b"needle" in raw
+
+    expected = [(i, raw) for i, raw in items.raw_lines() if screen(raw)]
+    assert [i for i, _ in expected] == [i for i in range(60) if i % 9 == 4]
+    assert [(i, raw) for i, raw in items.raw_lines(screen) if screen(raw)] == expected
+    assert list(items.raw_lines(lambda _raw: True)) == list(items.raw_lines())  # every line, stripped, in order
+    assert list(items.raw_lines(lambda _raw: False)) == []
+    view = items[10:50:3]
+    assert [(i, r) for i, r in view.raw_lines(screen) if screen(r)] == [(i, r) for i, r in view.raw_lines()
+                                                                         if screen(r)]
+    shuffled = items.shuffled(3)  # out of file order: line by line
+    assert list(shuffled.raw_lines(screen)) == list(shuffled.raw_lines())
