@@ -20,7 +20,8 @@ from typing import BinaryIO, TypeVar, overload
 
 import orjson
 from pydantic import ValidationError
-from userturn.client.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
+from userturn.client.dataset import MAX_LINE_BYTES, DatasetItem
+from userturn.client.dataset_scan import scan_dataset
 
 from userturn.errors import UserError
 
@@ -149,40 +150,14 @@ class JsonlItems(Sequence[DatasetItem]):
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
-    """Validate a local JSONL dataset like `load_jsonl` (same errors) and return it as a `JsonlItems`."""
+    """Validate a local JSONL dataset like `load_jsonl` (same errors) and return it as a `JsonlItems` (a large file
+    on two cores: `client.dataset_scan`)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset not found: {path}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (got {limit})")
-    offsets = array("q")
-    numbers = array("q")
-    checksums = array("I")
-    ids: list[str] = []
-    ended = bytearray()
-    seen: dict[str, int] = {}
-    offset = 0
-    with path.open("rb") as fh:
-        number = 0
-        while line := fh.readline(MAX_LINE_BYTES + 1):
-            number += 1
-            if len(line) > MAX_LINE_BYTES:
-                raise UserError(f"{path}:{number}: line longer than {MAX_LINE_BYTES >> 20} MiB")
-            start, offset = offset, offset + len(line)
-            raw = line.strip()
-            if not raw:
-                continue
-            item = parse_item_line(path, number, raw)
-            if item.id in seen:
-                raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
-            seen[item.id] = number
-            offsets.append(start)
-            numbers.append(number)
-            checksums.append(zlib.crc32(raw))
-            ids.append(item.id)
-            ended.append(item.ends_with_assistant)
-            if limit is not None and len(ids) >= limit:
-                break
-    if not ids:
+    scan = scan_dataset(path, limit)
+    if not scan.ids:
         raise UserError(f"{path}: no items")
-    return JsonlItems(path, offsets, ids, ended, numbers, checksums)
+    return JsonlItems(path, scan.offsets, scan.ids, scan.ended, scan.numbers, scan.checksums)
