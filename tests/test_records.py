@@ -196,3 +196,10 @@ def test_key_prefixes_are_key_prefix(fields):
     prefix = key_prefixes(model, dataset, perturbation, mode)
     for item_id in ("q1", "a|b", "%7C", "", "é|%"):
         assert prefix(item_id) == key_prefix(model, dataset, item_id, perturbation, mode)
+
+
+def test_ok_line_maker_keeps_percent_signs_of_the_run_fields():
+    shared = {**SHARED, "model": "m%s%b%%", "dataset": "d%", "config": {"stop": ["%b"]}, "config_fingerprint": "f"}
+    run_fields = {k: v for k, v in shared.items() if k not in ITEM_FIELDS}
+    item_fields = {k: v for k, v in shared.items() if k in ITEM_FIELDS}
+    assert OkLineMaker(run_fields).template(item_fields) == ok_line_template(shared_json(shared))

@@ -251,26 +251,36 @@ class OkLineMaker:
         if sorted(order) != list(range(len(holes))) or [i for i in order if i >= len(ITEM_FIELDS)] != list(
                 range(len(ITEM_FIELDS), len(holes))):  # pragma: no cover - the mark is random; the schema's order
             raise AssertionError("record template: hole marks out of place")
-        # Each part of the template: its bytes, or when it holds item fields, its pieces (constants, and the names
-        # of the fields whose JSON goes between them).
-        pieces: list[bytes | str] = [parts[0]]
-        self._parts: list[bytes | tuple[bytes | str, ...]] = []
+        # The template's parts: constant ones as they are, the ones holding item fields as a %-format (constants
+        # with `%b` where a field's JSON goes) and the fields' names, in order.
+        self._parts: list[bytes] = []
+        self._formats: list[tuple[int, bytes, tuple[str, ...]]] = []
+        constants: list[bytes] = [parts[0]]
+        names: list[str] = []
+
+        def close_part() -> None:
+            if names:
+                self._formats.append((len(self._parts), b"%b".join(c.replace(b"%", b"%%") for c in constants),
+                                      tuple(names)))
+            self._parts.append(b"".join(constants))
+
         for index, constant in zip(order, parts[2::2], strict=True):
             if index < len(ITEM_FIELDS):
-                pieces.append(ITEM_FIELDS[index])
+                names.append(ITEM_FIELDS[index])
             else:
-                self._parts.append(pieces[0] if len(pieces) == 1 else tuple(pieces))  # type: ignore[arg-type]
-                pieces = []
-            pieces.append(constant)
-        self._parts.append(pieces[0] if len(pieces) == 1 else tuple(pieces))  # type: ignore[arg-type]
+                close_part()
+                constants, names = [], []
+            constants.append(constant)
+        close_part()
 
     def template(self, item_fields: dict[str, Any]) -> OkLineTemplate:
         """The item's ok-line template (`ok_record_line` fills in the samples)."""
         values = _ItemFields.model_validate(item_fields).model_dump(mode="json")
         dumps = orjson.dumps
-        return tuple(part if isinstance(part, bytes) else b"".join([dumps(values[p]) if isinstance(p, str) else p
-                                                                    for p in part])
-                     for part in self._parts)
+        parts = self._parts.copy()
+        for index, form, names in self._formats:
+            parts[index] = form % tuple([dumps(values[name]) for name in names])
+        return tuple(parts)
 
 
 def template_fields(template: OkLineTemplate) -> dict[str, Any]:
