@@ -275,23 +275,31 @@ class Endpoint:
     async def _attempt(self, url: str, body: bytes, cap: int, shape: ReplyShape) -> dict[str, Any]:
         try:
             reply = await self._backend.post(url, body, cap)  # the backend enforces the per-attempt deadline
-        except TimeoutError:
-            raise RetryableError(f"timeout after {self.config.request_timeout:g}s", kind="timeout") from None
-        except TransportFailure as exc:
+        except (TimeoutError, TransportFailure, ResponseTooLarge) as exc:
+            raise self._transport_error(url, cap, exc) from None
+        return self._reply_data(url, reply, shape)
+
+    def _transport_error(self, url: str, cap: int, exc: Exception) -> Exception:
+        """What an attempt that got no usable reply raises: RetryableError, or RequestFailed past the cap."""
+        if isinstance(exc, TimeoutError):
+            return RetryableError(f"timeout after {self.config.request_timeout:g}s", kind="timeout")
+        if isinstance(exc, TransportFailure):
             detail = redact(exc.detail)
             if exc.kind == "malformed":
                 self._last_response = time.monotonic()  # the server is there, it just answered garbage
-                raise RetryableError(f"malformed response from {url}: {detail}", kind="malformed") from None
-            raise RetryableError(f"connection error: {detail}", kind=exc.kind) from None
-        except ResponseTooLarge as exc:
-            self._last_response = time.monotonic()
-            source = "max_tokens"
-            if self.config.max_response_bytes:
-                source = "--max-response-bytes"
-            elif cap == UNBOUNDED_RESPONSE_CAP:
-                source = "the default for requests without max_tokens"
-            raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {source}; "
-                                "--max-response-bytes raises it)") from None
+                return RetryableError(f"malformed response from {url}: {detail}", kind="malformed")
+            return RetryableError(f"connection error: {detail}", kind=exc.kind)
+        self._last_response = time.monotonic()
+        source = "max_tokens"
+        if self.config.max_response_bytes:
+            source = "--max-response-bytes"
+        elif cap == UNBOUNDED_RESPONSE_CAP:
+            source = "the default for requests without max_tokens"
+        return RequestFailed(f"response from {url} is too large: {exc} (cap set by {source}; "
+                             "--max-response-bytes raises it)")
+
+    def _reply_data(self, url: str, reply: HttpReply, shape: ReplyShape) -> dict[str, Any]:
+        """The JSON body of a reply; RetryableError or RequestFailed for a status or body that is not a good one."""
         self._last_response = time.monotonic()
         reply = self._scrubbed(reply)
         status = reply.status
@@ -352,8 +360,12 @@ class Endpoint:
         try:
             # Fast path: one plain attempt; tenacity takes over only after a retryable failure.
             attempts = 1
-            try:
-                data = await self._attempt(url, body, cap, shape)
+            try:  # the first attempt inline (`_attempt` without its coroutine): most requests make only this one
+                try:
+                    reply = await self._backend.post(url, body, cap)
+                except (TimeoutError, TransportFailure, ResponseTooLarge) as exc:
+                    raise self._transport_error(url, cap, exc) from None
+                data = self._reply_data(url, reply, shape)
             except RetryableError as first:
                 failed_at = time.monotonic()
                 if self.config.max_retries == 0:
