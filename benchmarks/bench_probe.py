@@ -16,8 +16,10 @@ concurrency, one after the other:
   (the ceiling: pure HTTP, no rendering, no records);
 * userturn: `userturn probe ... --no-progress` as a subprocess (template rendering, seeds, JSONL records, stats;
   `--userturn-arg` adds flags, e.g. `--prepare=inline` or `--http-backend=aiohttp` to measure what each change buys);
-* with `--http-layer`, a third: the raw loop over userturn's own HTTP layer (client.httptools_backend), the
-  probe's per-request transport cost without the probe around it.
+* with `--baseline-cmd`, another userturn build (an older commit) right beside it, the two taking turns after the
+  raw run: before and after measured in the same minutes, each paired with the same raw run;
+* with `--http-layer`, the raw loop over userturn's own HTTP layer (client.httptools_backend), the probe's
+  per-request transport cost without the probe around it.
 
 Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
 (raw: its own timer; userturn: the rate in its final summary line), peak RSS of its process tree (VmHWM polled,
@@ -109,6 +111,7 @@ class ScenarioResult:
     raw: list[ClientRun] = field(default_factory=list)
     userturn: list[ClientRun] = field(default_factory=list)
     http_layer: list[ClientRun] = field(default_factory=list)  # the raw loop over client.httptools_backend
+    baseline: list[ClientRun] = field(default_factory=list)  # another userturn build (--baseline-cmd)
     steal_pct: float = 0.0
 
 
@@ -416,7 +419,8 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
           f"{raw.requests} requests = {items:,} items x {result.samples} samples (best of {len(result.raw)})")
     print(f"  {'client':<16}{'wall s':>9}{'req/s (wall)':>14}{'req/s (in-run)':>16}{'peak RSS MB':>13}"
           f"{'CPU us/req':>12}")
-    for run in (raw, ut, *([best(result.http_layer)] if result.http_layer else [])):
+    extra = [best(runs) for runs in (result.baseline, result.http_layer) if runs]
+    for run in (raw, ut, *extra):
         inner = f"{run.inner_req_s:,.0f}" if run.inner_req_s else "-"
         print(f"  {run.name:<16}{run.wall_s:>9.2f}{run.wall_req_s:>14,.0f}{inner:>16}{run.peak_rss_mb:>13.0f}"
               f"{run.cpu_us_per_request:>12.0f}")
@@ -427,6 +431,13 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     pairs = sorted(u.wall_req_s / r.wall_req_s for r, u in zip(result.raw, result.userturn, strict=True))
     paired = statistics.median(pairs)
     print(f"  paired ratios (wall): {', '.join(f'{p:.2f}' for p in pairs)}; median {paired:.2f}x")
+    baseline_paired = baseline_cpu = None
+    if result.baseline:
+        base_pairs = sorted(b.wall_req_s / r.wall_req_s for r, b in zip(result.raw, result.baseline, strict=True))
+        baseline_paired = statistics.median(base_pairs)
+        baseline_cpu = statistics.median(b.cpu_us_per_request for b in result.baseline)
+        print(f"  baseline paired ratios (wall): {', '.join(f'{p:.2f}' for p in base_pairs)}; median "
+              f"{baseline_paired:.2f}x; CPU per request (median) {baseline_cpu:.0f} us")
     # Client CPU time per request (whole process: start-up, work, exit) barely moves when the host is busy; with
     # both clients CPU-bound on the same server, raw CPU / userturn CPU is the throughput ratio to expect on a
     # quiet machine.
@@ -448,6 +459,9 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
             "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
             "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
             "http_layer": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.http_layer],
+            "baseline": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.baseline],
+            "baseline_ratio_paired_median": baseline_paired, "baseline_cpu_us": baseline_cpu,
+            "baseline_peak_rss_mb": best(result.baseline).peak_rss_mb if result.baseline else None,
             "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner, "ratio_paired_median": paired,
             "cpu_ratio": cpu_ratio, "steal_pct": result.steal_pct}
 
@@ -466,6 +480,10 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
         print(f"  {row['items']:>6,} x {row['samples']:<2} samples  {s['latency_ms']:>3g} ms c={s['concurrency']:<6}"
               f"{raw:>10,.0f}{ut:>10,.0f}{row['ratio_paired_median']:>6.2f}x{mark:>9}"
               f"{row['raw_cpu_us']:>8.0f}/{row['userturn_cpu_us']:<6.0f}{row['peak_rss_mb']:>8.0f}")
+        if row["baseline"]:
+            print(f"  {'':<38}{'baseline':>10}{max(b['wall_req_s'] for b in row['baseline']):>10,.0f}"
+                  f"{row['baseline_ratio_paired_median']:>6.2f}x{'':>9}{'':>8} {row['baseline_cpu_us']:<6.0f}"
+                  f"{row['baseline_peak_rss_mb']:>8.0f}")
 
 
 def print_profile(work: Path, kind: str) -> None:
@@ -510,6 +528,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--http-layer", action="store_true",
                         help="also run the raw loop over userturn's HTTP layer (client.httptools_backend): what the "
                              "probe's requests cost without the probe")
+    parser.add_argument("--baseline-cmd", metavar="CMD",
+                        help="another userturn build, run after userturn in each repetition (same raw run, same "
+                             "minute): before/after side by side, e.g. \"env PYTHONPATH=/tmp/old "
+                             "/path/.venv/bin/python -m userturn\" (run from outside the checkout)")
     parser.add_argument("--userturn-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for `userturn probe` (repeatable), e.g. --userturn-arg=--prepare=inline")
     parser.add_argument("--no-compile", action="store_true",
@@ -554,15 +576,20 @@ def main() -> None:
                     for i in range(args.repeat):
                         result.raw.append(run_raw(server, payloads, args.requests, scenario.concurrency))
                         profile = args.profile if i == args.repeat - 1 else None
-                        result.userturn.append(run_userturn(server, dataset, work, samples, args.requests,
-                                                            scenario.concurrency, tokenizer, profile,
-                                                            shlex.split(args.userturn_cmd), args.userturn_arg))
+                        builds = [(result.userturn, args.userturn_cmd, profile, "userturn probe")]
+                        if args.baseline_cmd:  # the two builds take turns going first after the raw run
+                            builds.insert(i % 2, (result.baseline, args.baseline_cmd, None, "baseline probe"))
+                        for runs, command, profiled, name in builds:
+                            runs.append(run_userturn(server, dataset, work, samples, args.requests,
+                                                     scenario.concurrency, tokenizer, profiled, shlex.split(command),
+                                                     args.userturn_arg))
+                            runs[-1].name = name
                         if args.http_layer:
                             result.http_layer.append(run_raw(server, payloads, args.requests, scenario.concurrency,
                                                              "httptools"))
                     result.steal_pct = steal_percent(before, cpu_times())
                     answered = server.stats().get("answered", 0)
-                expected = (3 if args.http_layer else 2) * args.repeat * args.requests
+                expected = (2 + bool(args.http_layer) + bool(args.baseline_cmd)) * args.repeat * args.requests
                 if answered != expected:
                     sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
                 report["scenarios"].append(print_scenario(result))
