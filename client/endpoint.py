@@ -360,12 +360,8 @@ class Endpoint:
         try:
             # Fast path: one plain attempt; tenacity takes over only after a retryable failure.
             attempts = 1
-            try:  # the first attempt inline (`_attempt` without its coroutine): most requests make only this one
-                try:
-                    reply = await self._backend.post(url, body, cap)
-                except (TimeoutError, TransportFailure, ResponseTooLarge) as exc:
-                    raise self._transport_error(url, cap, exc) from None
-                data = self._reply_data(url, reply, shape)
+            try:
+                data = await self._attempt(url, body, cap, shape)
             except RetryableError as first:
                 failed_at = time.monotonic()
                 if self.config.max_retries == 0:
