@@ -207,26 +207,19 @@ async def test_redirects_follow_aiohttp_rules_and_keep_the_key_to_the_origin() -
         assert other.requests[0].header("authorization") is None  # another origin: the key stays home
 
 
-async def test_a_redirect_loop_ends_in_a_clear_fatal_error() -> None:
-    loop_reply = keepalive_response(b"", "302 Found", {"Location": "/v1/completions"})
-    async with KeepAliveServer(lambda _r: loop_reply) as server, \
-            Endpoint(EndpointConfig(base_url=server.base_url, http_backend="httptools")) as ep:
-        with pytest.raises(EndpointError) as info:
-            await ep.post_json("completions", {"prompt": "p", "max_tokens": 4})
-    assert str(info.value) == (f"HTTP 302 from {server.base_url}/completions: redirected to /v1/completions after "
-                               "ten redirects; use the final URL as the base URL")
-    assert len(server.requests) == 11  # the request and ten redirects
-
-
-async def test_a_redirect_without_location_ends_the_run_saying_so() -> None:
-    reply = keepalive_response(b"", "302 Found")
+@pytest.mark.parametrize(("location", "says", "requests"), [
+    ({"Location": "/v1/completions"}, "redirected to /v1/completions after ten redirects", 11),  # a loop
+    ({}, "no Location to follow", 1),
+])
+async def test_a_redirect_it_cannot_follow_ends_the_run_saying_why(location: dict[str, str], says: str,
+                                                                   requests: int) -> None:
+    reply = keepalive_response(b"", "302 Found", location)
     async with KeepAliveServer(lambda _r: reply) as server, \
             Endpoint(EndpointConfig(base_url=server.base_url, http_backend="httptools")) as ep:
         with pytest.raises(EndpointError) as info:
             await ep.post_json("completions", {"prompt": "p", "max_tokens": 4})
-    assert str(info.value) == (f"HTTP 302 from {server.base_url}/completions: no Location to follow; use the final "
-                               "URL as the base URL")
-    assert len(server.requests) == 1
+    assert str(info.value) == f"HTTP 302 from {server.base_url}/completions: {says}; use the final URL as the base URL"
+    assert len(server.requests) == requests  # the request, and each redirect followed
 
 
 async def test_an_unreachable_port_is_a_connect_failure() -> None:
