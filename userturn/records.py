@@ -205,18 +205,26 @@ _HOLE = re.compile(b'"' + _HOLE_MARK.encode() + rb'(\d+)"')
 OkLineTemplate = tuple[bytes, ...]  # len(SAMPLE_FIELDS) + 1 byte strings: the line around its holes
 
 
-def ok_line_template(base: dict[str, Any]) -> OkLineTemplate:
-    """An ok record's JSON line around its per-sample fields, from `shared_json`'s output (picklable bytes: what the
-    probe's preparing process hands back per item)."""
+def _split_at_holes(base: dict[str, Any], holes: tuple[str, ...]) -> tuple[list[bytes], list[int]]:
+    """An ok record's JSON line (from `shared_json`'s output) cut at the fields `holes` names: the bytes around them,
+    and the position in `holes` of each field in line order. The per-sample fields must come in `SAMPLE_FIELDS`
+    order, as the schema lays them out."""
     record = base.copy()
-    for index, name in enumerate(SAMPLE_FIELDS):
+    for index, name in enumerate(holes):
         record[name] = f"{_HOLE_MARK}{index}"
     record["status"], record["error"] = "ok", None
     parts = _HOLE.split(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
-    holes = parts[1::2]
-    if holes != [str(i).encode() for i in range(len(SAMPLE_FIELDS))]:  # pragma: no cover - the mark is random
-        raise AssertionError("record template: hole marks out of place")
-    return tuple(parts[0::2])
+    order = [int(hole) for hole in parts[1::2]]
+    samples = [holes[i] for i in order if holes[i] in SAMPLE_FIELDS]
+    if sorted(order) != list(range(len(holes))) or samples != list(SAMPLE_FIELDS):  # pragma: no cover
+        raise AssertionError("record template: hole marks out of place")  # the mark is random; the schema's order
+    return parts[0::2], order
+
+
+def ok_line_template(base: dict[str, Any]) -> OkLineTemplate:
+    """An ok record's JSON line around its per-sample fields, from `shared_json`'s output (picklable bytes: what the
+    probe's preparing process hands back per item)."""
+    return tuple(_split_at_holes(base, SAMPLE_FIELDS)[0])
 
 
 # The shared fields that differ between the items of one run and perturbation; the others (model, dataset, mode,
@@ -241,21 +249,13 @@ class OkLineMaker:
 
     def __init__(self, run_fields: dict[str, Any], config: Any = _NOT_GIVEN) -> None:
         shared = {**run_fields, **_DUMMY_ITEM}
-        record = shared_json(shared) if config is _NOT_GIVEN else shared_json(shared, config)
-        holes = (*ITEM_FIELDS, *SAMPLE_FIELDS)
-        for index, name in enumerate(holes):
-            record[name] = f"{_HOLE_MARK}{index}"
-        record["status"], record["error"] = "ok", None
-        parts = _HOLE.split(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
-        order = [int(hole) for hole in parts[1::2]]
-        if sorted(order) != list(range(len(holes))) or [i for i in order if i >= len(ITEM_FIELDS)] != list(
-                range(len(ITEM_FIELDS), len(holes))):  # pragma: no cover - the mark is random; the schema's order
-            raise AssertionError("record template: hole marks out of place")
+        base = shared_json(shared) if config is _NOT_GIVEN else shared_json(shared, config)
+        parts, order = _split_at_holes(base, (*ITEM_FIELDS, *SAMPLE_FIELDS))
         # The template's parts: constant ones as they are, the ones holding item fields as a %-format (constants
         # with `%b` where a field's JSON goes) and the fields' names, in order.
         self._parts: list[bytes] = []
         self._formats: list[tuple[int, bytes, tuple[str, ...]]] = []
-        constants: list[bytes] = [parts[0]]
+        constants = [parts[0]]
         names: list[str] = []
 
         def close_part() -> None:
@@ -264,7 +264,7 @@ class OkLineMaker:
                                       tuple(names)))
             self._parts.append(b"".join(constants))
 
-        for index, constant in zip(order, parts[2::2], strict=True):
+        for index, constant in zip(order, parts[1:], strict=True):
             if index < len(ITEM_FIELDS):
                 names.append(ITEM_FIELDS[index])
             else:
