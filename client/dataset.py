@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,19 +152,6 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, stripped line) for each non-blank line; a line over MAX_LINE_BYTES is a UserError."""
-    with path.open("rb") as fh:
-        number = 0
-        while raw := fh.readline(MAX_LINE_BYTES + 1):
-            number += 1
-            if len(raw) > MAX_LINE_BYTES:
-                raise UserError(f"{path}:{number}: line longer than {MAX_LINE_BYTES >> 20} MiB")
-            raw = raw.strip()
-            if raw:
-                yield number, raw
-
-
 def parse_item_line(path: Path, number: int, raw: bytes) -> DatasetItem:
     """One non-blank dataset line -> DatasetItem; anything wrong is a UserError naming `file:line`."""
     try:
@@ -179,21 +166,17 @@ def parse_item_line(path: Path, number: int, raw: bytes) -> DatasetItem:
 
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
     """Read a local JSONL dataset. Any bad line is a UserError naming `file:line` and what is wrong."""
+    from userturn.client.dataset_scan import scan_lines
+
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset not found: {path}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (got {limit})")
     items: list[DatasetItem] = []
-    seen: dict[str, int] = {}
-    for number, raw in _lines(path):
-        item = parse_item_line(path, number, raw)
-        if item.id in seen:
-            raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
-        seen[item.id] = number
-        items.append(item)
-        if limit is not None and len(items) >= limit:
-            break
+    scan = scan_lines(path, limit=limit, items=items)  # the lazy loader's validation, keeping the items
+    if scan.error is not None:
+        raise UserError(scan.error)
     if not items:
         raise UserError(f"{path}: no items")
     return items

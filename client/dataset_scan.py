@@ -19,7 +19,8 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from userturn.client.dataset import MAX_LINE_BYTES, parse_item_line
+from userturn.client import dataset
+from userturn.client.dataset import DatasetItem, parse_item_line
 
 from userturn.errors import UserError
 
@@ -48,9 +49,10 @@ class Scan:
 
 
 def scan_lines(path: Path, start: int = 0, end: int | None = None, first_number: int = 1,
-               limit: int | None = None) -> Scan:
+               limit: int | None = None, items: list[DatasetItem] | None = None) -> Scan:
     """Validate the lines from byte `start` (a line start, numbered `first_number`) to byte `end` (a line start,
-    or the end of the file); stop at the first problem, or after `limit` items."""
+    or the end of the file); stop at the first problem, or after `limit` items. `items` collects the parsed items
+    (`dataset.load_jsonl`, which keeps them)."""
     scan = Scan()
     seen: dict[str, int] = {}
     offset = start
@@ -58,10 +60,10 @@ def scan_lines(path: Path, start: int = 0, end: int | None = None, first_number:
     try:
         with path.open("rb") as fh:
             fh.seek(start)
-            while (end is None or offset < end) and (line := fh.readline(MAX_LINE_BYTES + 1)):
+            while (end is None or offset < end) and (line := fh.readline(dataset.MAX_LINE_BYTES + 1)):
                 number += 1
-                if len(line) > MAX_LINE_BYTES:
-                    raise UserError(f"{path}:{number}: line longer than {MAX_LINE_BYTES >> 20} MiB")
+                if len(line) > dataset.MAX_LINE_BYTES:
+                    raise UserError(f"{path}:{number}: line longer than {dataset.MAX_LINE_BYTES >> 20} MiB")
                 line_start, offset = offset, offset + len(line)
                 raw = line.strip()
                 if not raw:
@@ -75,6 +77,8 @@ def scan_lines(path: Path, start: int = 0, end: int | None = None, first_number:
                 scan.checksums.append(zlib.crc32(raw))
                 scan.ids.append(item.id)
                 scan.ended.append(item.ends_with_assistant)
+                if items is not None:
+                    items.append(item)
                 if limit is not None and len(scan.ids) >= limit:
                     break
     except UserError as exc:
@@ -155,7 +159,7 @@ def _line_start_after(path: Path, position: int) -> int:
     """The offset of the first line that starts after byte `position` (0 when none does)."""
     with path.open("rb") as fh:
         fh.seek(position)
-        rest = fh.readline(MAX_LINE_BYTES + 1)
+        rest = fh.readline(dataset.MAX_LINE_BYTES + 1)
         return fh.tell() if rest.endswith(b"\n") else 0  # no split inside an over-long line: one pass refuses it
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from userturn.client import dataset_scan
+from userturn.client import dataset, dataset_scan
 from userturn.client.dataset_scan import Scan, scan_dataset, scan_lines
 
 from userturn.errors import UserError
@@ -94,7 +94,7 @@ def test_the_errors_read_as_one_pass_writes_them(tmp_path: Path, forks: list[int
 
 def test_an_over_long_line_is_refused_wherever_the_middle_falls(tmp_path: Path, forks: list[int],
                                                                  monkeypatch) -> None:
-    monkeypatch.setattr(dataset_scan, "MAX_LINE_BYTES", 300)
+    monkeypatch.setattr(dataset, "MAX_LINE_BYTES", 300)
     for lines in ([*GOOD[:30], line("long", "y" * 400), *GOOD[30:]], [line("long", "y" * 5000), *GOOD]):
         path = write(tmp_path, lines)
         assert split(path) == one_pass(path)
