@@ -126,7 +126,7 @@ class Job:
     seed: int
     body_prefix: bytes  # the request body up to the per-sample fields (see ProbeRun._body_prefix)
     estimated_tokens: int
-    template: OkLineTemplate  # the record's JSON line around its per-sample fields (records.ok_line_template)
+    template: OkLineTemplate  # the record's JSON line around its per-sample fields (records.OkLineMaker)
 
 
 @dataclass
