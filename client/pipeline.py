@@ -16,12 +16,13 @@ import itertools
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError
+from userturn.client.batch_steps import StepSlots, take
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
 from userturn.client.job_feed import (
@@ -127,6 +128,21 @@ class Job:
     body_prefix: bytes  # the request body up to the per-sample fields (see ProbeRun._body_prefix)
     estimated_tokens: int
     template: OkLineTemplate  # the record's JSON line around its per-sample fields (records.OkLineMaker)
+
+
+@dataclass(slots=True)
+class _Samples:
+    """The pending samples of one (item, perturbation) while `ProbeRun._jobs` takes its batch through the steps."""
+
+    item: DatasetItem
+    perturbation: str
+    keys: list[tuple[float, int, str]]  # (temperature, sample, key) of each sample not yet ok
+    messages: list[Message]  # the conversation probed (perturbed)
+    context: dict[str, Any]  # the record fields known from planning (assistant turn, scores, partner)
+    payload: dict[str, Any] = field(default_factory=dict)  # the request body's fields shared by the samples
+    prompt_sha256: str = ""
+    estimate: int = 0  # tokens the rate limiter reserves per sample (--tpm)
+    template: OkLineTemplate = ()
 
 
 @dataclass
@@ -362,56 +378,90 @@ class ProbeRun:
     def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn], shard: int = 0,
               shards: int = 1) -> Iterator[Job | ProbeRecord]:
         """Pending work in order (of the items whose index is `shard` modulo `shards`: a preparing process's share);
-        items whose assistant turn failed yield error records directly."""
+        items whose assistant turn failed yield error records directly.
+
+        Items are prepared `defaults.PREPARE_BATCH` at a time, one step for all of them before the next
+        (client.batch_steps): parse, plan, render, record template, request bodies. Each library's code then stays
+        in the CPU's caches through a batch. What comes out, and where an error stops it, is what item by item
+        gives: the jobs and records before the first failure, then the failure."""
+        conditions = [(t, k) for t in self.settings.temperatures for k in range(self.settings.samples)]
+        unfinished = self._unfinished_items(done, conditions, shard, shards)
+        size = defaults.PREPARE_BATCH
+        while True:
+            batch, failure = take(unfinished, size)
+            more = len(batch) == size and failure is None
+            slots: StepSlots[_Samples, Job | ProbeRecord] = StepSlots(failure)
+            for item, plans in batch:
+                if not slots.run_one(self._plan_samples, item, plans, turns, conditions, slots):
+                    break
+            del batch  # the items: only the slots' pending samples hold them now
+            slots.step(self._render_step)
+            slots.step(self._template_step)
+            slots.step(self._job_step)
+            yield from slots.results()
+            if slots.failure is not None:
+                raise slots.failure
+            del slots  # nothing of this batch stays alive while the next one is read
+            if not more:
+                return
+
+    def _plan_samples(self, item: DatasetItem, plans: list[tuple[str, list[str], list[int]]],
+                      turns: dict[str, AssistantTurn], conditions: list[tuple[float, int]],
+                      slots: StepSlots[_Samples, Job | ProbeRecord]) -> None:
+        """One item's share of a batch: its error records, or an `_Samples` per perturbation (scored)."""
         s = self.settings
-        conditions = [(t, k) for t in s.temperatures for k in range(s.samples)]
-        for item, plans in self._unfinished_items(done, conditions, shard, shards):
-            turn: AssistantTurn | None = None
-            for perturbation, all_keys, pending in plans:
-                if len(pending) < len(all_keys):  # already ok: counted as skipped when reached
-                    self.counters.skipped += len(all_keys) - len(pending)
-                    self.counters.total -= len(all_keys) - len(pending)
-                if not pending:
-                    continue
-                keys = [(*conditions[i], all_keys[i]) for i in pending]
-                if turn is None:
-                    turn = self._turn(item, turns)
-                context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text,
-                                           "assistant_finish_reason": turn.finish_reason}
-                partner = self._partners.get(item.id) if perturbation == "swap" else None
-                if partner is not None:
-                    context["swap_partner"] = partner
-                error = turn.error or ("no assistant turn" if turn.messages is None else None)
-                if error is None and partner is not None and turns[partner].messages is None:
-                    error = f"swap partner {partner}: {turns[partner].error or 'no assistant turn'}"
-                if error is not None or turn.messages is None:
-                    for t, k, key in keys:
-                        yield self._error_record(key, item, perturbation, t, k, turn.messages or [], error or "",
-                                                 context)
-                    continue
-                try:
-                    # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
-                    messages = list(turn.messages) if perturbation == "none" else self.perturb(
-                        perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, 0, perturbation),
-                        pool=[turns[partner].messages] if partner is not None else [],
-                    )
-                except PerturbationNotApplicable:
-                    self.counters.not_applicable += len(keys)  # e.g. wrong_answer on a text without a number
-                    continue
-                except ValueError as exc:
-                    for t, k, key in keys:
-                        yield self._error_record(key, item, perturbation, t, k, turn.messages,
-                                                 f"perturbation failed: {exc}", context)
-                    continue
-                context["correct"], context["task_scores"] = self._score(item, messages)
-                payload, prompt_sha, estimate = self._payload_base(messages)
-                fields = self._item_fields(item, messages, context)
-                fields["prompt_sha256"] = prompt_sha
-                template = self._ok_line_maker(perturbation).template(fields)
-                prefix = self._body_prefix(payload)
-                for t, k, key in keys:
-                    seed = self._seed(item.id, t, k, perturbation)
-                    yield Job(key, t, k, seed, prefix, estimate, template)
+        turn: AssistantTurn | None = None
+        for perturbation, all_keys, pending in plans:
+            if len(pending) < len(all_keys):  # already ok: counted as skipped when reached
+                self.counters.skipped += len(all_keys) - len(pending)
+                self.counters.total -= len(all_keys) - len(pending)
+            if not pending:
+                continue
+            keys = [(*conditions[i], all_keys[i]) for i in pending]
+            if turn is None:
+                turn = self._turn(item, turns)
+            context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text,
+                                       "assistant_finish_reason": turn.finish_reason}
+            partner = self._partners.get(item.id) if perturbation == "swap" else None
+            if partner is not None:
+                context["swap_partner"] = partner
+            error = turn.error or ("no assistant turn" if turn.messages is None else None)
+            if error is None and partner is not None and turns[partner].messages is None:
+                error = f"swap partner {partner}: {turns[partner].error or 'no assistant turn'}"
+            if error is not None or turn.messages is None:
+                slots.add_done([self._error_record(key, item, perturbation, t, k, turn.messages or [], error or "",
+                                                   context) for t, k, key in keys])
+                continue
+            try:
+                # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
+                messages = list(turn.messages) if perturbation == "none" else self.perturb(
+                    perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, 0, perturbation),
+                    pool=[turns[partner].messages] if partner is not None else [],
+                )
+            except PerturbationNotApplicable:
+                self.counters.not_applicable += len(keys)  # e.g. wrong_answer on a text without a number
+                continue
+            except ValueError as exc:
+                slots.add_done([self._error_record(key, item, perturbation, t, k, turn.messages,
+                                                   f"perturbation failed: {exc}", context) for t, k, key in keys])
+                continue
+            context["correct"], context["task_scores"] = self._score(item, messages)
+            slots.add_pending(_Samples(item, perturbation, keys, messages, context))
+
+    def _render_step(self, samples: _Samples) -> None:
+        samples.payload, samples.prompt_sha256, samples.estimate = self._payload_base(samples.messages)
+
+    def _template_step(self, samples: _Samples) -> None:
+        fields = self._item_fields(samples.item, samples.messages, samples.context)
+        fields["prompt_sha256"] = samples.prompt_sha256
+        samples.template = self._ok_line_maker(samples.perturbation).template(fields)
+
+    def _job_step(self, samples: _Samples) -> list[Job | ProbeRecord]:
+        prefix = self._body_prefix(samples.payload)
+        item_id, perturbation, estimate, template = (samples.item.id, samples.perturbation, samples.estimate,
+                                                     samples.template)
+        return [Job(key, t, k, self._seed(item_id, t, k, perturbation), prefix, estimate, template)
+                for t, k, key in samples.keys]
 
     def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]], shard: int = 0,
                           shards: int = 1) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:

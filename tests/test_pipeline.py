@@ -10,11 +10,14 @@ import pytest
 from mock_http import MockServer
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig
+from userturn.client.perturb import perturb
 from userturn.client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
 
-from userturn.errors import EndpointError
+from userturn import defaults
+from userturn.errors import EndpointError, UserError
 from userturn.jsonl import read_records
 from userturn.records import Message, ProbeRecord
+from userturn.resume_index import scan_results
 
 
 class ChatMLRenderer:
@@ -406,3 +409,60 @@ async def test_a_long_run_adds_to_the_resume_index_while_it_writes(tmp_path, mon
     assert len(during) >= 3 and during[0] == 0  # several segments were added while the run went on
     with out.open("rb") as fh:
         assert resume_snapshot.indexed_end(out, fh) == out.stat().st_size  # and the last when it ended
+
+
+class FailingRenderer(ChatMLRenderer):
+    """Fails on the conversation that contains `fail_on` (a template error, as the real renderer raises)."""
+
+    def __init__(self, fail_on: str | None) -> None:
+        super().__init__()
+        self.fail_on = fail_on
+
+    def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str:
+        if self.fail_on is not None and any(self.fail_on in m.content for m in messages):
+            raise UserError(f"cannot render {self.fail_on}")
+        return super().user_turn_prompt(messages, cache=cache)
+
+
+def mixed_items() -> list[DatasetItem]:
+    """Items that give jobs, error records (no assistant turn) and no samples at all (wrong_answer without a
+    number to change), interleaved."""
+    out = []
+    for i in range(13):
+        msgs = [{"role": "user", "content": f"Question {i}?"}]
+        if i % 4 != 3:
+            msgs.append({"role": "assistant", "content": "No idea." if i % 5 == 2 else f"It is {i}."})
+        out.append(DatasetItem.model_validate({"id": f"q{i}", "messages": msgs}))
+    return out
+
+
+@pytest.mark.parametrize("fail_on", [None, "Question 0?", "Question 6?", "Question 12?"])
+def test_batched_preparation_gives_what_item_by_item_gives(tmp_path, monkeypatch, fail_on):
+    """`_jobs` prepares items a batch at a time, step by step (client.batch_steps): the same jobs and error records
+    in the same order, the same counts, and a failing item stops it after exactly the work before that item."""
+    outputs = []
+    for batch in (1, 2, 5, 64):
+        monkeypatch.setattr(defaults, "PREPARE_BATCH", batch)
+        probe = ProbeRun(mixed_items(), settings(perturbations=["none", "wrong_answer"]), endpoints=[],
+                         renderer=FailingRenderer(fail_on), out_path=str(tmp_path / "out.jsonl"), progress=False,
+                         perturb=perturb)
+        made: list[object] = []
+        error = None
+        try:
+            made.extend(probe._jobs(scan_results(tmp_path / "out.jsonl"), {}))
+        except UserError as exc:
+            error = str(exc)
+        c = probe.counters
+        outputs.append((made, error, (c.skipped, c.total, c.not_applicable) if error is None else None))
+    assert all(output == outputs[0] for output in outputs[1:])
+    made, error, _ = outputs[0]
+    kinds = {type(x).__name__ for x in made}
+    if fail_on is None:
+        # 3 items without an assistant turn: 2 x 4 error records each; 10 with one: 4 jobs each unperturbed, and 4
+        # with a wrong answer where the turn has a number (not q2, q12)
+        assert error is None and kinds == {"Job", "ProbeRecord"} and len(made) == 3 * 8 + 10 * 4 + 8 * 4
+        assert outputs[0][2] == (0, 0, 2 * 4)  # (skipped, total: _jobs only moves keys already ok, n/a)
+    else:
+        assert error == f"cannot render {fail_on}"
+        done_before = {x.key.split("|")[2] for x in made}
+        assert done_before == {f"q{i}" for i in range(int(fail_on.split()[1][:-1]))}

@@ -17,6 +17,8 @@ MIN_FORKED_SAMPLES = 2000  # auto forks for runs of this many samples or more (b
 # the probe's own requests (~80 vs ~100 us at one sample per item); a second keeps the probe fed where the server
 # shares the cores (2-core loopback benchmark: in-run 6,900 -> 8,100 req/s); more would wait on the probe itself.
 PREPARING_PROCESSES = 2
+# Items a preparing process takes through each step at a time (client.batch_steps): 1 is item by item.
+PREPARE_BATCH = 64
 HTTP_BACKEND = "httptools"  # what probe and run send with (the httpx API is for judges and respx)
 API_KEY_ENV = "OPENAI_API_KEY"
 
