@@ -152,14 +152,16 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def parse_item_line(path: Path, number: int, raw: bytes) -> DatasetItem:
-    """One non-blank dataset line -> DatasetItem; anything wrong is a UserError naming `file:line`."""
+def parse_item_line(path: Path, number: int, raw: bytes, *, locate: bool = True) -> DatasetItem:
+    """One non-blank dataset line -> DatasetItem (remembering `file:line` unless not `locate`: a check that keeps
+    no item); anything wrong is a UserError naming `file:line`."""
     try:
         obj = parse_line(raw)
     except ValueError as exc:
         raise UserError(f"{path}:{number}: {exc}") from None
     try:
-        return DatasetItem.model_validate(obj).located(f"{path}:{number}")
+        item = DatasetItem.model_validate(obj)
+        return item.located(f"{path}:{number}") if locate else item
     except ValidationError as exc:
         raise UserError(f"{path}:{number}: {_describe(exc)}") from None
 

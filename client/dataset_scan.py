@@ -3,7 +3,8 @@
 Every line is parsed and validated before any request, so a bad line stops a run before it spends anything. At
 one sample per item that pass is a sizeable part of a probe's start-up (~10 us a GSM8K-sized item). A file of at
 least `SPLIT_MIN_BYTES` is validated in two halves at once: the second by a forked process, which sends back what
-it kept (offsets, line numbers, CRC-32s, ids, whether each item ends with an assistant turn) or its first error.
+it kept (offsets, line numbers, CRC-32s, ids, whether each item ends with an assistant turn and whether it names a
+scorer) or its first error.
 The result and the error are the ones a single pass gives: the first problem in file order, whichever half saw it,
 and an id repeated across the halves is named on the line where the single pass would have stopped.
 """
@@ -37,6 +38,7 @@ class Scan:
     checksums: array = field(default_factory=lambda: array("I"))
     ids: list[str] = field(default_factory=list)
     ended: bytearray = field(default_factory=bytearray)
+    names_scorer: bytearray = field(default_factory=bytearray)  # 1 where the item's meta has a `scorer` key
     error: str | None = None
     error_line: int = 0
 
@@ -46,6 +48,7 @@ class Scan:
         self.checksums.extend(later.checksums)
         self.ids.extend(later.ids)
         self.ended.extend(later.ended)
+        self.names_scorer.extend(later.names_scorer)
 
 
 def scan_lines(path: Path, start: int = 0, end: int | None = None, first_number: int = 1,
@@ -68,7 +71,7 @@ def scan_lines(path: Path, start: int = 0, end: int | None = None, first_number:
                 raw = line.strip()
                 if not raw:
                     continue
-                item = parse_item_line(path, number, raw)
+                item = parse_item_line(path, number, raw, locate=items is not None)
                 if item.id in seen:
                     raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
                 seen[item.id] = number
@@ -77,6 +80,7 @@ def scan_lines(path: Path, start: int = 0, end: int | None = None, first_number:
                 scan.checksums.append(zlib.crc32(raw))
                 scan.ids.append(item.id)
                 scan.ended.append(item.ends_with_assistant)
+                scan.names_scorer.append(item.meta is not None and "scorer" in item.meta)
                 if items is not None:
                     items.append(item)
                 if limit is not None and len(scan.ids) >= limit:

@@ -33,7 +33,7 @@ class JsonlItems(Sequence[DatasetItem]):
     """Validated items of a JSONL file, parsed on access. Slicing and `shuffled` give views without parsing."""
 
     def __init__(self, path: Path, offsets: array, ids: list[str], assistant_ended: bytearray,
-                 numbers: array, checksums: array, in_file_order: bool = True) -> None:
+                 numbers: array, checksums: array, names_scorer: bytearray, in_file_order: bool = True) -> None:
         self.path = path
         self._in_file_order = in_file_order  # offsets increase: a line's neighbours in the view are in the file
         self._offsets = offsets
@@ -41,6 +41,7 @@ class JsonlItems(Sequence[DatasetItem]):
         self._checksums = checksums  # CRC-32 of each validated (stripped) line
         self.ids = ids  # item ids, in order
         self._assistant_ended = assistant_ended
+        self._names_scorer = names_scorer  # 1 where the item's meta has a `scorer` key (scoring.preflight)
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -54,7 +55,7 @@ class JsonlItems(Sequence[DatasetItem]):
     def __getitem__(self, index: int | slice) -> DatasetItem | JsonlItems:
         if isinstance(index, slice):
             return JsonlItems(self.path, self._offsets[index], self.ids[index], self._assistant_ended[index],
-                              self._numbers[index], self._checksums[index],
+                              self._numbers[index], self._checksums[index], self._names_scorer[index],
                               self._in_file_order and (index.step or 1) > 0)
         with self.path.open("rb") as fh:
             return self._read(fh, index)
@@ -135,6 +136,10 @@ class JsonlItems(Sequence[DatasetItem]):
             raise UserError(f"{self.path}: the file changed while the run was reading it (item {self.ids[index]!r})")
         return item
 
+    def scorer_naming(self) -> list[int]:
+        """The indices of the items whose meta names a scorer (seen when they were validated)."""
+        return [index for index, names in enumerate(self._names_scorer) if names]
+
     @property
     def all_end_with_assistant(self) -> bool:
         return all(self._assistant_ended)
@@ -146,7 +151,8 @@ class JsonlItems(Sequence[DatasetItem]):
         return JsonlItems(self.path, array("q", (self._offsets[i] for i in order)), [self.ids[i] for i in order],
                           bytearray(self._assistant_ended[i] for i in order),
                           array("q", (self._numbers[i] for i in order)),
-                          array("I", (self._checksums[i] for i in order)), in_file_order=False)
+                          array("I", (self._checksums[i] for i in order)),
+                          bytearray(self._names_scorer[i] for i in order), in_file_order=False)
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
@@ -160,4 +166,4 @@ def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
     scan = scan_dataset(path, limit)
     if not scan.ids:
         raise UserError(f"{path}: no items")
-    return JsonlItems(path, scan.offsets, scan.ids, scan.ended, scan.numbers, scan.checksums)
+    return JsonlItems(path, scan.offsets, scan.ids, scan.ended, scan.numbers, scan.checksums, scan.names_scorer)

@@ -154,17 +154,10 @@ def score(dataset: str, item: DatasetItem, response: str) -> Score:
     return SCORERS[name](item, strip_reasoning(response))
 
 
-def _may_name_a_scorer(raw: bytes) -> bool:
-    """Whether a JSON text may set a scorer (one memchr decides most lines, and most blocks of lines)."""
-    return b"scorer" in raw or (b"\\" in raw and b"\\u" in raw)
-
-
 def preflight(dataset: str, items: Iterable[DatasetItem]) -> None:
     """Fail before any request if a scorer the items need cannot run here."""
-    if isinstance(items, JsonlItems):  # kept on disk: only a line naming a scorer (or escaping a key) sets one
-        names = {_dataset_scorer(dataset)}
-        names |= {scorer_name(dataset, items[i]) for i, raw in items.raw_lines(_may_name_a_scorer)
-                  if _may_name_a_scorer(raw)}
+    if isinstance(items, JsonlItems):  # kept on disk: only the items whose meta names one (known from validation)
+        names = {_dataset_scorer(dataset)} | {scorer_name(dataset, items[i]) for i in items.scorer_naming()}
     else:
         names = {scorer_name(dataset, item) for item in items}
     if "ifeval" in names:

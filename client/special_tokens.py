@@ -60,6 +60,7 @@ class SpecialTokens:
         # memchr each) holds no token, which decides most messages without the regex.
         leads = frozenset(t[0] for t in self.tokens)
         self._leads = leads if len(leads) <= 4 else None
+        self._lead_bytes = None if self._leads is None else [lead.encode() for lead in self._leads]
 
     def may_occur_in_json(self, raw: bytes) -> bool:
         """False only when no string of the JSON text `raw` can hold a special token, told from the bytes alone.
@@ -72,6 +73,8 @@ class SpecialTokens:
             return False
         if self._screen is None or (b"\\" in raw and (b"\\u" in raw or b"\\/" in raw)):  # memchr decides most
             return True
+        if self._lead_bytes is not None and not any(lead in raw for lead in self._lead_bytes):
+            return False  # no token's first character: no token (a memchr each instead of the regex)
         return self._screen.search(raw) is not None
 
     def __len__(self) -> int:

@@ -15,9 +15,9 @@ from userturn.client.dataset_scan import Scan, scan_dataset, scan_lines
 from userturn.errors import UserError
 
 
-def line(item_id: Any, text: str = "q") -> str:
+def line(item_id: Any, text: str = "q", meta: dict[str, Any] | None = None) -> str:
     return json.dumps({"id": item_id, "messages": [{"role": "user", "content": text},
-                                                   {"role": "assistant", "content": "a"}]})
+                                                   {"role": "assistant", "content": "a"}], "meta": meta})
 
 
 @pytest.fixture
@@ -51,8 +51,8 @@ def split(path: Path) -> Scan | str:
 def same(a: Scan | str, b: Scan | str) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return a == b
-    return (list(a.offsets), list(a.numbers), list(a.checksums), a.ids, bytes(a.ended)) == \
-        (list(b.offsets), list(b.numbers), list(b.checksums), b.ids, bytes(b.ended))
+    return (list(a.offsets), list(a.numbers), list(a.checksums), a.ids, bytes(a.ended), bytes(a.names_scorer)) == \
+        (list(b.offsets), list(b.numbers), list(b.checksums), b.ids, bytes(b.ended), bytes(b.names_scorer))
 
 
 def write(tmp_path: Path, lines: list[str], end: str = "\n") -> Path:
@@ -61,7 +61,7 @@ def write(tmp_path: Path, lines: list[str], end: str = "\n") -> Path:
     return path
 
 
-GOOD = [line(f"q{i}", "x" * (i * 13 % 90)) for i in range(40)]
+GOOD = [line(f"q{i}", "x" * (i * 13 % 90), {"scorer": "gsm8k"} if i in (2, 31) else None) for i in range(40)]
 
 
 @pytest.mark.parametrize(("name", "lines", "end"), [

@@ -146,6 +146,8 @@ def test_the_byte_screen_never_clears_a_line_that_holds_a_token(qwen):
     assert flagged > 500  # the test exercised the screen
     clean = json.dumps({"id": "q", "messages": conversation("Janet's ducks: 16 - 3 = 13.\nHow many?", "9 <b>")})
     assert not tokens.may_occur_in_json(clean.encode())  # the common case: no parse needed
+    plain = json.dumps({"id": "q", "messages": conversation("16 - 3 = 13 ducks", "so 13 (thirteen)")})
+    assert not tokens.may_occur_in_json(plain.encode())  # no token's first character at all: no regex either
     assert SpecialTokens(['a"b']).may_occur_in_json(b'{"x": "y"}')  # a token JSON must escape: always parse
 
 

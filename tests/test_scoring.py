@@ -128,8 +128,13 @@ def test_preflight_of_a_dataset_on_disk_reads_the_scorers_its_lines_name(tmp_pat
     monkeypatch.setattr(scoring, "check_nltk_data", lambda: None)
     path = tmp_path / "d.jsonl"
     path.write_text('{"id": "1", "messages": [{"role": "user", "content": "q"}]}\n' + meta_line + "\n")
-    scoring.preflight("mine", load_jsonl_lazy(path))
+    items = load_jsonl_lazy(path)
+    scoring.preflight("mine", items)
     assert checked == (["ifeval"] if expected else [])
+    for view, has_it in ((items.shuffled(5), expected), (items[::-1], expected), (items[:1], False)):
+        checked.clear()
+        scoring.preflight("mine", view)  # views keep what validation saw of each item
+        assert checked == (["ifeval"] if has_it else [])
     path.write_text(meta_line.replace('"ifeval"', '"nope"').replace("about a", "x") + "\n")
     if expected:
         with pytest.raises(UserError, match="item 2: unknown scorer 'nope'"):
