@@ -378,7 +378,7 @@ class ProbeRun:
     def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn], shard: int = 0,
               shards: int = 1) -> Iterator[Job | ProbeRecord]:
         """Pending work in order (of the items whose index is `shard` modulo `shards`: a preparing process's share);
-        items whose assistant turn failed yield error records directly.
+        items whose assistant turn failed give error records in their place.
 
         Items are prepared `defaults.PREPARE_BATCH` at a time, one step for all of them before the next
         (client.batch_steps): parse, plan, render, record template, request bodies. Each library's code then stays
