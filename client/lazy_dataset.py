@@ -79,7 +79,7 @@ class JsonlItems(Sequence[DatasetItem]):
 
     def raw_lines(self, screen: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, bytes]]:
         """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from
-        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`, `scoring.preflight`).
+        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`).
 
         With `screen`, lines it cannot pass are left out in bulk: a run of lines (~1 MiB) whose bytes together
         fail it is skipped, which is right for a screen that passes a text when some substring of it, never
