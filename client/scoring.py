@@ -90,7 +90,8 @@ def _from_last_line(text: str) -> FinalNumber | None:
     if len(numbers) == 1:  # the line's only number, and no other digit on it
         only = numbers[0]
         rest = line[:only.start()] + line[only.end():]
-        alone = line[only.start() - 1:only.start()] in _BEFORE_ALONE and line[only.end():only.end() + 1] in _AFTER_ALONE
+        begin = only.start() + len(only.group(0)) - len(only.group(0).lstrip())  # NUMBER may take a space first
+        alone = line[begin - 1:begin] in _BEFORE_ALONE and line[only.end():only.end() + 1] in _AFTER_ALONE
         if alone and not any(ch.isdigit() for ch in rest):
             return _number_at(only, offset, "last line")
     if numbers:  # "... is N." / "... = N" ending the line

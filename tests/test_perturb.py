@@ -228,3 +228,79 @@ def test_input_is_not_modified_and_user_ending_conversations_are_rejected():
     assert before == MATH
     with pytest.raises(PerturbationNotApplicable, match="does not end with an assistant turn"):
         perturb("generic", MATH[:2], seed=0, pool=[])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Through the probe: what the records say
+
+
+def _model_items() -> list[DatasetItem]:
+    """(id, gold) questions the model answers; the model's answers are in MODEL_ANSWERS (by question)."""
+    golds = {"m0": "33", "m1": "33", "m2": "12", "m3": "5", "m4": "8"}
+    return [DatasetItem.model_validate({"id": i, "answer": gold, "meta": {"scorer": "gsm8k"},
+                                        "messages": [{"role": "user", "content": f"Question {i}?"}]})
+            for i, gold in golds.items()]
+
+
+MODEL_ANSWERS = {  # by hand: m0 wrong (42, gold 33), m1 right, m2 states no answer, m3 wrong by 1, m4 right (####)
+    "Question m0?": "I counted twice. The answer is 42.", "Question m1?": "So the answer is 33.",
+    "Question m2?": "It depends on 12 things and 3 others", "Question m3?": "Answer: 4",
+    "Question m4?": "4 + 4\n#### 8",
+}
+
+
+async def test_probe_records_say_what_wrong_answer_changed_and_its_row_is_never_correct(tmp_path):
+    import json
+
+    import httpx
+    from mock_http import MockServer
+    from test_pipeline import completion
+    from test_pipeline_config import probe, settings
+
+    from userturn.jsonl import read_records
+
+    def chat(request: httpx.Request) -> httpx.Response:
+        question = json.loads(request.content)["messages"][-1]["content"]
+        return httpx.Response(200, json={"choices": [{"message": {"content": MODEL_ANSWERS[question]}}]})
+
+    out = tmp_path / "o.jsonl"
+    with MockServer() as mock:
+        mock.post("/chat/completions").mock(side_effect=chat)
+        mock.post("/completions").mock(side_effect=completion)
+        summary = await probe(mock, out, settings(perturbations=["none", "wrong_answer"], assistant_from="model"),
+                              _model_items())
+    records = read_records(out)[0]
+    none = {r.item_id: r for r in records.values() if r.perturbation == "none"}
+    wrong = {r.item_id: r for r in records.values() if r.perturbation == "wrong_answer"}
+    assert {i: r.correct for i, r in none.items()} == {"m0": False, "m1": True, "m2": False, "m3": False, "m4": True}
+    assert summary.not_applicable == 1 and sorted(wrong) == ["m0", "m1", "m3", "m4"]  # m2 states no answer
+    assert [r.correct for r in wrong.values()] == [False] * 4  # the wrong_answer row's accuracy: 0 of 4
+    for item_id, record in wrong.items():
+        detail = record.perturbation_detail
+        original = MODEL_ANSWERS[f"Question {item_id}?"]
+        assert record.messages[-1].content == (original[:detail["at"]] + detail["new"]
+                                               + original[detail["at"] + len(detail["original"]):])
+        assert detail["new_value"] not in (detail["original_value"], record.reference_answer)
+    assert wrong["m0"].perturbation_detail["original"] == "42" and wrong["m4"].perturbation_detail["rule"] == "####"
+    assert all(r.perturbation_detail is None for r in none.values())
+
+
+async def test_swap_partner_is_of_the_same_category(tmp_path):
+    from mock_http import MockServer
+    from test_pipeline import completion
+    from test_pipeline_config import probe, settings
+
+    from userturn.jsonl import read_records
+
+    cats = ["math", "writing", "math", "writing", "coding"]
+    its = [DatasetItem.model_validate({"id": f"c{n}", "meta": {"category": cat}, "messages": [
+        {"role": "user", "content": f"Q{n}?"}, {"role": "assistant", "content": f"Answer {n} ({cat})."}]})
+        for n, cat in enumerate(cats)]
+    with MockServer() as mock:
+        mock.post("/completions").mock(side_effect=completion)
+        summary = await probe(mock, tmp_path / "o.jsonl", settings(perturbations=["swap"]), its)
+    records = read_records(tmp_path / "o.jsonl")[0]
+    partners = {r.item_id: r.meta["swap_partner"] for r in records.values()}
+    assert partners == {"c0": "c2", "c2": "c0", "c1": "c3", "c3": "c1"}  # c4, the only coding item: not applicable
+    assert summary.not_applicable == 1
+    assert all(r.messages[-1].content.endswith(f"({r.meta['category']}).") for r in records.values())
