@@ -69,7 +69,7 @@ def test_wheel_ships_data_and_types_and_works_by_name_elsewhere(tmp_path: Path) 
         assert f"{package}/py.typed" in names
     assert {"userturn/manifests/quickstart-cpu.yaml", "userturn/manifests/gpt-oss-20b.yaml",
             "userturn/experiments/smoke.yaml", "userturn/experiments/data/smoke.jsonl",
-            "userturn/judges/prompts/judge_v2.md"} <= names
+            "userturn/judges/prompts/judge_v2.md", "userturn/judges/prompts/judge_v3.md"} <= names
     assert not any(n.split("/")[0] in ("client", "serve", "judges", "manifests", "experiments") for n in names)
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
