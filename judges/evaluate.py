@@ -1,7 +1,7 @@
 """`userturn judge-eval`: score a judge (or panel) against a hand-labelled gold file.
 
-Gold format: JSONL, one object per line with a gold `label` (one of `taxonomy.LABELS`), the generated `user_turn`, and the
-conversation as `messages` ([{role, content}], as in a results record) or as `query` (+ `response`). An `id` or
+Gold format: JSONL, one object per line with a gold `label` (one of `taxonomy.LABELS`), the generated `user_turn`,
+and the conversation as `messages` ([{role, content}], as in a results record) or as `query` (+ `response`). An `id` or
 `key` names the line (default: its line number). Any judged results record therefore works as gold once its
 `label` has been checked by a person.
 """
