@@ -28,7 +28,7 @@ def test_names_resolve_from_another_directory(tmp_path: Path, monkeypatch: pytes
     exp, base = load_experiment("smoke")
     assert exp.name == "smoke" and (base / exp.models[0].manifest).is_file()  # ../manifests/ resolves too
     assert {"quickstart-cpu", "gpt-oss-20b"} <= set(shipped_names("manifests"))
-    assert shipped_names("experiments") == ["paper", "posttrain", "smoke"]
+    assert shipped_names("experiments") == ["paper", "paper-greedy", "posttrain", "smoke"]
 
 
 def test_an_existing_path_wins_over_a_shipped_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
