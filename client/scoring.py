@@ -132,11 +132,26 @@ def stated_answer(text: str) -> FinalNumber | None:
     return _from_last_line(text)
 
 
+# The scorer's lenient reading when no answer is stated: the first number anywhere after a marker's last hit
+# (earlier hits, then the next kind of marker, when a hit has none), as GSM8K scoring always read it.
+LENIENT_MARKERS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"####\s*(?P<tail>[^\n]*)"),
+    re.compile(r"\\boxed\s*\{(?P<tail>[^{}]*)\}"),
+    re.compile(r"(?:final answer|answer is|answer:)\s*(?:is)?\s*[:=]?\s*(?P<tail>[^\n]*)", re.IGNORECASE),
+)
+
+
 def find_final_number(text: str) -> FinalNumber | None:
-    """The number a response is scored on: its stated answer (`stated_answer`), else the last number in it."""
+    """The number a response is scored on: its stated answer (`stated_answer`); else the first number after the
+    last marker that has one ("The answer is approximately 3" -> 3); else the last number in the text."""
     found = stated_answer(text)
     if found is not None:
         return found
+    for marker in LENIENT_MARKERS:
+        for hit in reversed(list(marker.finditer(text))):
+            number = NUMBER.search(hit.group("tail"))
+            if number is not None:
+                return _number_at(number, hit.start("tail"))
     numbers = list(NUMBER.finditer(text))
     return _number_at(numbers[-1]) if numbers else None
 
