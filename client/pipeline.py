@@ -33,7 +33,7 @@ from userturn.client.job_feed import (
     PreparerDied,
     choose_feed,
 )
-from userturn.client.perturb import PerturbationNotApplicable, SwapRing
+from userturn.client.perturb import PerturbationNotApplicable, Perturbed, SwapRing
 from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.ratelimit import RateLimiter
 from userturn.client.seeds import sample_seed
@@ -85,7 +85,7 @@ class JudgeHook(Protocol):
     async def judge(self, record: ProbeRecord) -> ProbeRecord: ...
 
 
-PerturbFn = Callable[..., list[Message]]
+PerturbFn = Callable[..., Perturbed | list[Message]]
 ScoreFn = Callable[[str, DatasetItem, str], tuple[bool | None, dict[str, float] | None]]
 RoleFlipFn = Callable[[list[Message]], list[Message]]
 
@@ -434,10 +434,12 @@ class ProbeRun:
                 continue
             try:
                 # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
-                messages = list(turn.messages) if perturbation == "none" else self.perturb(
+                perturbed = list(turn.messages) if perturbation == "none" else self.perturb(
                     perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, 0, perturbation),
-                    pool=[turns[partner].messages] if partner is not None else [],
+                    pool=[turns[partner].messages] if partner is not None else [], gold=item.answer,
                 )
+                messages = perturbed.messages if isinstance(perturbed, Perturbed) else perturbed
+                context["perturbation_detail"] = perturbed.detail if isinstance(perturbed, Perturbed) else None
             except PerturbationNotApplicable:
                 self.counters.not_applicable += len(keys)  # e.g. wrong_answer on a text without a number
                 continue
@@ -535,7 +537,8 @@ class ProbeRun:
         return {
             "item_id": item.id, "messages": messages, "assistant_source": context.get("assistant_source", "dataset"),
             "reference_answer": item.answer, "correct": context.get("correct"),
-            "task_scores": context.get("task_scores"), "meta": meta or None,
+            "task_scores": context.get("task_scores"), "perturbation_detail": context.get("perturbation_detail"),
+            "meta": meta or None,
             "special_tokens_in_content": None if self.special_tokens is None
             else self.special_tokens.first_in(messages) is not None,
         }
@@ -627,15 +630,18 @@ class ProbeRun:
 
     def _partner(self, item: DatasetItem) -> str | None:
         """The item whose assistant turn `swap` puts in: the first after this one on the seeded ring
-        (client.perturb.SwapRing) that is not a sample of the same query and, for dataset turns, ends with an
-        assistant turn other than this one's. None when no item qualifies (or `swap` is not planned)."""
+        (client.perturb.SwapRing) that is not a sample of the same query, is of the item's `meta.category` when it
+        has one, and, for dataset turns, ends with an assistant turn other than this one's. None when no item
+        qualifies (or `swap` is not planned)."""
         if self._ring is None:
             return None
         query = (item.meta or {}).get("query_id", item.id)
+        category = (item.meta or {}).get("category")
         own = item.messages[-1].content if item.ends_with_assistant else None
         for other_id in self._ring.after(item.id):
             other = self._pool[other_id]
-            if (other.meta or {}).get("query_id", other.id) == query:
+            if (other.meta or {}).get("query_id", other.id) == query or (
+                    category is not None and (other.meta or {}).get("category") != category):
                 continue
             if self.settings.assistant_from == "model":
                 return other_id

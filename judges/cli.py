@@ -101,7 +101,7 @@ def report_command(args: argparse.Namespace) -> int:
 def judge_eval_command(args: argparse.Namespace) -> int:
     import orjson
     from userturn.client.terminal import console as make_console
-    from userturn.judges.evaluate import evaluate, load_gold
+    from userturn.judges.evaluate import evaluate, exit_status, load_gold
     from userturn.judges.panel import make_panel
 
     from userturn import aio
@@ -124,11 +124,11 @@ def judge_eval_command(args: argparse.Namespace) -> int:
                 writer.write(record)
     if args.json:
         sys.stdout.write(orjson.dumps([s.model_dump() for s in scores], option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
+        return exit_status(scores)
     console = make_console()
     for s in scores:
         _print_score(console, s)
-    return 0
+    return exit_status(scores)
 
 
 def _print_score(console: Console, s: object) -> None:

@@ -1,14 +1,17 @@
 """`userturn judge-eval`: score a judge (or panel) against a hand-labelled gold file.
 
-Gold format: JSONL, one object per line with a gold `label` (one of the seven), the generated `user_turn`, and the
-conversation as `messages` ([{role, content}], as in a results record) or as `query` (+ `response`). An `id` or
+Gold format: JSONL, one object per line with a gold `label` (one of `taxonomy.LABELS`), the generated `user_turn`,
+and the conversation as `messages` ([{role, content}], as in a results record) or as `query` (+ `response`). An `id` or
 `key` names the line (default: its line number). Any judged results record therefore works as gold once its
-`label` has been checked by a person.
+`label` has been checked by a person. A line without what is scored (`label`, `user_turn` — "" is a turn, a
+missing or null one is not — and a user message) is refused, naming file:line. When no judge returned a single
+verdict the scores are empty: `exit_status` says so in one line and the command exits 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,7 +46,7 @@ class GoldItem(BaseModel):
             raise ValueError("needs an `id` (or `key`)")
         data["id"] = str(data["id"] if data.get("id") is not None else data["key"])
         if data.get("user_turn") is None:
-            data["user_turn"] = ""
+            raise ValueError("needs `user_turn` (the generated user turn its label is for)")
         if not data.get("messages"):
             if "query" not in data:
                 raise ValueError("needs `messages` or `query`")
@@ -51,6 +54,12 @@ class GoldItem(BaseModel):
             if data.get("response") is not None:
                 data["messages"].append({"role": "assistant", "content": str(data["response"])})
         return data
+
+    @model_validator(mode="after")
+    def _has_a_query(self) -> GoldItem:
+        if not any(m.role == "user" for m in self.messages):
+            raise ValueError("`messages` hold no user message (the query the judge is shown)")
+        return self
 
     def as_record(self) -> ProbeRecord:
         return ProbeRecord(key=f"gold|{self.id}", model="gold", dataset="gold", item_id=self.id, temperature=0.0,
@@ -124,6 +133,16 @@ def score(judge: str, gold: Sequence[str], predicted: Sequence[str | None]) -> J
         cohen_kappa=cohen_kappa([g for g, _ in pairs], [p for _, p in pairs]) if pairs else None,
         per_label=per_label, confusion=confusion,
     )
+
+
+def exit_status(scores: Sequence[JudgeScore]) -> int:
+    """1, with one line on stderr, when no judge returned a verdict for any item (every score is empty); else 0."""
+    if any(s.scored for s in scores):
+        return 0
+    items = scores[0].items if scores else 0
+    print(f"userturn: judge-eval: no verdict came back ({items} of {items} items failed for every judge): nothing "
+          "was scored", file=sys.stderr)
+    return 1
 
 
 async def evaluate(items: list[GoldItem], panel: JudgePanel, workers: int = 16) -> tuple[list[JudgeScore],

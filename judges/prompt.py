@@ -2,8 +2,9 @@
 
 The data (query, response, generated user turn) is filled into the `# user` template. A prompt *fences* its data
 when every field goes through the `xml_text` filter (`{{ user_turn | xml_text }}`): `<`, `>` and `&` are escaped,
-so no generated text can close the tags around it. judge_v2.md (the default) does; judge_v1.md does not and is
-kept, byte for byte, so verdicts recorded with its sha256 stay reproducible.
+so no generated text can close the tags around it. judge_v3.md (the default: v2 plus the label `related_new_query`)
+and judge_v2.md do; judge_v1.md does not. Earlier versions are kept byte for byte, so verdicts recorded with their
+sha256 stay reproducible and files judged with them keep their panel id.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import jinja2
 from userturn.errors import UserError
 from userturn.records import sha256_text
 
-DEFAULT_PROMPT = "judge_v2.md"
+DEFAULT_PROMPT = "judge_v3.md"
 PACKAGED = re.compile(r"^judge_v\d+(?:\.md)?$")
 FIELDS = ("query", "response", "user_turn")
 _SECTION = re.compile(r"^# (system|user)[ \t]*$", re.MULTILINE)
@@ -89,7 +90,7 @@ def packaged_prompt(name: str) -> JudgePrompt:
 
 
 def load_prompt(path: str | Path | None = None) -> JudgePrompt:
-    """Load a prompt: a file path, a packaged version name (`judge_v1`), or by default judges/prompts/judge_v2.md.
+    """Load a prompt: a file path, a packaged version name (`judge_v1`), or by default judges/prompts/judge_v3.md.
 
     A path that exists wins over a packaged name of the same spelling.
     """

@@ -137,7 +137,7 @@ def test_shipped_experiments_validate():
         ("mt-bench:reference", 4, 46)
     assert [j.model for j in smoke.judges] == ["rules"]  # a 135M model is not a judge
     paper, _ = load_experiment(ROOT / "experiments" / "paper.yaml")
-    assert paper.temperatures == [0.0, 0.3, 0.6, 1.0, 1.2]
+    assert paper.temperatures == [0.3, 0.6, 1.0, 1.2]  # T = 0 is experiments/paper-greedy.yaml (one sample)
     assert [d.spec for d in paper.datasets] == ["gsm8k", "ifeval", "mt-bench", "healthbench", "coval"]
     assert len(paper.models) >= 10
 

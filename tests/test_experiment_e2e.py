@@ -38,7 +38,7 @@ models:
     tokenizer: {QWEN_DIR}
 datasets:
   - spec: smoke.jsonl
-temperatures: [0.0, 1.0]
+temperatures: [0.3, 1.0]  # k = 2 samples: not at T = 0 (that would be k greedy repeats, and warn)
 samples: 2
 perturbations: [none, wrong_answer, remove]
 modes: [raw, chat]

@@ -318,3 +318,46 @@ def test_probe_judges_inline(server: JudgeServer, tmp_path: Path) -> None:
     assert all(r["judge_status"] == "ok" and r["label"] and r["label_source"] in ("judge", "rule")
                for r in records.values())
     assert server.stats()["requests"] == sum(r["label_source"] == "judge" for r in records.values())
+
+
+def test_judge_eval_exits_1_when_no_verdict_came_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every reply unusable: the scores are empty, said in one line, exit 1; the judged lines still go to --out."""
+    base = "http://judge.test/v1"
+    garbage = httpx.Response(200, json={"choices": [{"message": {"content": "no idea"}, "finish_reason": "stop"}]})
+    argv = ["judge-eval", str(FIXTURES / "gold_small.jsonl"), "--judge-base-url", base, "--judge-model", "kw",
+            "--judge-reasks", "0", "--judge-max-retries", "0"]
+    for flags in ([], ["--json"]):
+        pred = tmp_path / f"pred{len(flags)}.jsonl"
+        flags = [*flags, "--out", str(pred)]
+        with respx.mock(using="httpx", base_url=base) as mock:
+            mock.get("/models").mock(return_value=httpx.Response(200, json={"data": [{"id": "kw"}]}))
+            mock.post("/chat/completions").mock(return_value=garbage)
+            assert main([*argv, *flags]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == ("userturn: judge-eval: no verdict came back (8 of 8 items failed for every judge): "
+                           "nothing was scored")
+        assert sum(1 for _ in pred.open()) == 8
+    ok = httpx.Response(200, json={"choices": [{"message": {"content": '{"rationale": "r", "label": "generic"}'},
+                                                "finish_reason": "stop"}]})
+    with respx.mock(using="httpx", base_url=base) as mock:  # one verdict is enough for a score: exit 0
+        mock.get("/models").mock(return_value=httpx.Response(200, json={"data": [{"id": "kw"}]}))
+        mock.post("/chat/completions").mock(side_effect=[ok, *[garbage] * 7])
+        assert main([*argv, "--json", "--judge-concurrency", "1"]) == 0
+    [score] = json.loads(capsys.readouterr().out)
+    assert (score["scored"], score["failures"]) == (1, 7)
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ('{"id": 1, "query": "q", "label": "generic"}', "needs `user_turn`"),
+    ('{"id": 1, "query": "q", "user_turn": null, "label": "generic"}', "needs `user_turn`"),
+    ('{"id": 1, "query": "q", "user_turn": "t"}', "label"),
+    ('{"id": 1, "messages": [{"role": "assistant", "content": "a"}], "user_turn": "t", "label": "generic"}',
+     "no user message"),
+])
+def test_judge_eval_refuses_gold_lines_without_what_it_scores(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              line: str, why: str) -> None:
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"id": 0, "query": "q", "user_turn": "", "label": "empty"}\n' + line + "\n")
+    assert main(["judge-eval", str(gold), "--judge-base-url", "http://judge.test/v1", "--judge-model", "kw"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"userturn: error: {gold}:2: not a gold item") and why in err[0], err

@@ -10,7 +10,7 @@ from userturn.judges.parse import ParseError, message_text, parse_verdict, respo
 from userturn.judges.prompt import load_prompt, parse_prompt
 
 from userturn.errors import UserError
-from userturn.taxonomy import normalise_label
+from userturn.taxonomy import LABELS, normalise_label
 
 
 @pytest.mark.parametrize("reply", [
@@ -72,7 +72,7 @@ def test_normalise_label() -> None:
 def test_schema_lists_every_label() -> None:
     schema = response_schema()["json_schema"]["schema"]
     assert schema["required"] == ["rationale", "label"]
-    assert len(schema["properties"]["label"]["enum"]) == 7
+    assert schema["properties"]["label"]["enum"] == list(LABELS) and "related_new_query" in LABELS
 
 
 def test_message_text() -> None:
@@ -85,10 +85,13 @@ def test_message_text() -> None:
 V1_SHA256 = "6fa12224c885cc57dd0f8541ea219bf515edb34bf05469a8bb9774da8e537ad9"  # recorded in verdicts before v2
 
 
+V2_SHA256 = "8874c7e8c600b60b5d4722fbda649c5442a29841b1db55aa5984d0f7d161db44"  # recorded in verdicts before v3
+
+
 def test_packaged_prompt_is_versioned_and_hashed() -> None:
     prompt = load_prompt()
-    raw = resources.files("userturn.judges").joinpath("prompts", "judge_v2.md").read_bytes()
-    assert prompt.name == "judge_v2.md" and prompt.fenced
+    raw = resources.files("userturn.judges").joinpath("prompts", "judge_v3.md").read_bytes()
+    assert prompt.name == "judge_v3.md" and prompt.fenced
     assert prompt.sha256 == hashlib.sha256(raw).hexdigest()
     system, user = prompt.messages("What is 2+2?", "", "why {{ 4 }}?")
     assert "genuine_followup" in system["content"] and "empty" in system["content"]
@@ -103,8 +106,36 @@ def test_version_1_stays_loadable_byte_for_byte() -> None:
         assert (v1.name, v1.sha256, v1.fenced) == ("judge_v1.md", V1_SHA256, False)
     # v1 renders the data as it always did (unescaped), so its recorded sha256 still names what was sent.
     assert "<b>&</b>" in v1.messages("q", "r", "<b>&</b>")[1]["content"]
-    with pytest.raises(UserError, match=r"packaged prompts: judge_v1\.md, judge_v2\.md"):
+    with pytest.raises(UserError, match=r"packaged prompts: judge_v1\.md, judge_v2\.md, judge_v3\.md"):
         load_prompt("judge_v9")
+
+
+V3_SHA256 = "4eea1fa5641c61d7b32a553e8b59968dbfe32bc944ce65fb74ec81ba87fcabbb"  # the default: changes go to judge_v4
+
+
+def test_version_3_is_pinned_and_the_readme_names_its_hash() -> None:
+    from pathlib import Path
+
+    assert load_prompt().sha256 == V3_SHA256
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert V3_SHA256 in readme and V2_SHA256 in readme and V1_SHA256 in readme
+
+
+def test_version_2_stays_loadable_byte_for_byte() -> None:
+    v2 = load_prompt("judge_v2")
+    assert (v2.name, v2.sha256, v2.fenced) == ("judge_v2.md", V2_SHA256, True)
+    assert "related_new_query" not in v2.system
+
+
+def test_version_3_lists_every_label_and_separates_related_new_query() -> None:
+    v3 = load_prompt("judge_v3")
+    for label in LABELS:
+        assert f"- {label}:" in v3.system, label
+    assert len(LABELS) == 8 and "one of the eight labels" in v3.system
+    example = v3.system.split("Example.", 1)[1].split("Rules:", 1)[0]
+    # one worked example names the three labels a same-topic question can get, each with its reason
+    arrows = {line.split("-> ")[1].split()[0] for line in example.splitlines() if "-> " in line}
+    assert {"genuine_followup", "related_new_query", "unrelated_query"} <= arrows
 
 
 def test_bad_prompt_files(tmp_path) -> None:

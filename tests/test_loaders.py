@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.loaders import BUILTINS, hub, load_dataset_spec
+from userturn.client.loaders import BUILTINS, hub, load_dataset_spec, mt_bench
+from userturn.client.loaders.reference_number import reference_number
 
 from userturn.errors import UserError
 
@@ -67,6 +68,23 @@ def test_mt_bench_first_turn_with_second_turn_and_reference_in_meta(fake_hub):
     assert len(items[0].messages) == 1
     assert items[0].meta == {"category": "writing", "second_turn": items[0].meta["second_turn"]}
     assert items[1].meta["reference"] == "Area is 3"
+    assert (items[0].answer, items[1].answer) == (None, "3")  # a math reference's numeric final answer is the gold
+
+
+@pytest.mark.parametrize(("reference", "number"), [  # FastChat's math references, and what must not count
+    ("Area is 3", "3"), ("12000", "12000"), ("19%", "19"), ("38 people", "38"), ("19 integers (-14, ..., 4)", "19"),
+    ("0\n\nVery simple. just (x+y)^2 - 4xy = 0", "0"), ("f(2) = 0", "0"), ("1,000 dollars", "1000"),
+    ("36 (all cases) - 0 (sum equals 1) - 1 (sum equals 2) = 35, so the probability is 35/36", None),
+    ("x = 2/3", None), ("(-1/2)y", None), ("Very simple: 3", None), ("", None),
+])
+def test_mt_bench_reference_number(reference: str, number: str | None):
+    assert reference_number(reference) == number
+
+
+def test_mt_bench_numeric_gold_only_for_math():
+    assert mt_bench.numeric_answer({"category": "math", "reference": "12000"}) == "12000"
+    assert mt_bench.numeric_answer({"category": "reasoning", "reference": "12000"}) is None
+    assert mt_bench.numeric_answer({"category": "math"}) is None
 
 
 def test_healthbench_conversations_end_with_user_and_ideal_split(fake_hub):

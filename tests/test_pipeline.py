@@ -160,7 +160,7 @@ async def test_a_resume_reads_only_the_unfinished_items_of_a_dataset_on_disk(tmp
     data.write_text("".join(json.dumps(i.model_dump(exclude_none=True)) + "\n" for i in items(5)))
     plan = settings(perturbations=["none", "generic"])
 
-    def same(name, messages, seed, pool):
+    def same(name, messages, seed, pool, **_):
         return messages
     with MockServer() as mock:
         mock.post("/completions").mock(side_effect=completion)
@@ -278,7 +278,7 @@ class CountingJudge:
 
 
 async def test_inline_judge_hook_and_perturbations_in_keys(tmp_path):
-    def perturb(name, messages, *, seed, pool):
+    def perturb(name, messages, *, seed, pool, **_):
         if name == "generic":
             return [*messages[:-1], Message(role="assistant", content="I can't help.")]
         return messages
@@ -432,7 +432,7 @@ def mixed_items() -> list[DatasetItem]:
         msgs = [{"role": "user", "content": f"Question {i}?"}]
         if i % 4 != 3:
             msgs.append({"role": "assistant", "content": "No idea." if i % 5 == 2 else f"It is {i}."})
-        out.append(DatasetItem.model_validate({"id": f"q{i}", "messages": msgs}))
+        out.append(DatasetItem.model_validate({"id": f"q{i}", "answer": "100", "messages": msgs}))  # numeric gold
     return out
 
 

@@ -77,7 +77,7 @@ async def test_accuracy_is_scored_on_the_perturbed_turn(tmp_path):
     expected = {  # worked out by hand from MATH (exact match of the final number against the reference)
         "none": (True, True, True),
         "wrong_answer": (False, False, False),  # the final number moved by 1..9
-        "truncate": (False, True, True),  # "... bought 4" | "... hold 12 eggs" | "3 plus 4 is 7."
+        "truncate": (False, True, False),  # "... bought 4" | "... hold 12 eggs" | "3 plus 4 is" (mid-sentence)
         "swap": (True, False, False),  # q0 gets q2's "7" (ref 7) | q1 gets q0's "7" (ref 12) | q2 gets q1's "12"
         "generic": (False, False, False),  # no number at all
     }

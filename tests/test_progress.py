@@ -129,7 +129,7 @@ PROBE, JUDGE = "http://probe.test/v1", "http://judge.test/v1"
 
 
 def item(i: int, answer: str) -> DatasetItem:
-    return DatasetItem.model_validate({"id": f"q{i}", "messages": [
+    return DatasetItem.model_validate({"id": f"q{i}", "answer": "100", "messages": [  # numeric gold: wrong_answer
         {"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": answer}]})
 
 

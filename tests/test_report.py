@@ -66,7 +66,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert (raw0["n"], raw0["followups"], raw0["judge_failures"]) == (8, 4, 1)
     assert round(raw0["ci_low"], 4) == 0.2152 and raw0["labels"]["genuine_followup"] == 4
     assert set(raw0["labels"]) == {"genuine_followup", "restates_query", "assistant_continuation",
-                                   "meta_commentary", "generic", "unrelated_query", "empty"}
+                                   "meta_commentary", "generic", "related_new_query", "unrelated_query", "empty"}
 
 
 def test_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,6 +33,21 @@ def test_final_number_extraction(text: str, value: str):
     assert found is not None and found.value == Decimal(value)
 
 
+@pytest.mark.parametrize(("text", "stated", "scored"), [
+    ("The answer is approximately 3 apples. I used 2 methods.", None, "3"),  # no stated answer: lenient marker
+    ("#### The total is 18\nso 2 more", None, "18"),
+    ("The answer is \\boxed{x+1} for 2 cases", None, "1"),  # the non-numeric box: the first number in it
+    ("There are 19 integers in |x + 5| < 10.", None, "10"),  # the last number (the question's, wrongly)
+    ("So, 38 people got on the bus at the terminal.", "38", "38"),
+    ("total is $8000 + $4000 = $12000.", "12000", "12000"),
+    ("#### 5\n\\boxed{7}", "5", "5"),
+])
+def test_stated_answer_first_then_the_lenient_reading(text: str, stated: str | None, scored: str):
+    found = scoring.stated_answer(text)
+    assert (found.value if found else None) == (Decimal(stated) if stated else None)
+    assert find_final_number(text).value == Decimal(scored)
+
+
 def test_final_number_none_and_marker_priority():
     assert find_final_number("no digits here") is None
     # `####` wins over a later number; \boxed wins over "the answer is"

