@@ -1,5 +1,6 @@
-"""Live progress, one view for `probe`, `judge` and `run`: a rich view on a terminal, periodic plain lines otherwise
-(or with --no-progress: nothing until the end).
+"""Live progress, one view for `probe`, `judge` and `run`: a rich view on a terminal, periodic plain lines otherwise.
+`--no-progress` means the same everywhere: plain lines (every 10 s, and one at the end of a run that did any
+work) instead of the live view, on a terminal too.
 
 Totals are honest: samples already done in the results file (resumed) and samples whose perturbation does not
 apply to their item are counted apart, outside the total, so a finished run reads N/N. The ETA is the remaining
@@ -88,7 +89,7 @@ class Progress:
         self.title = title
         self.stream = stream or sys.stderr
         self.rich = enabled and self.stream.isatty()
-        self.enabled = enabled
+        self.enabled = enabled  # False (--no-progress): plain lines, never the live view
         self.plain_interval = plain_interval
         self._task: asyncio.Task | None = None
         self._live: Live | None = None
@@ -226,8 +227,6 @@ class Progress:
             print(self.line(), file=self.stream, flush=True)
 
     def start(self) -> None:
-        if not self.enabled:
-            return
         self.counters.started = time.monotonic()  # the rate and ETA count from the first sample, not set-up
         if self.rich:
             from rich.console import Console
@@ -249,5 +248,5 @@ class Progress:
             self._live.update(self._table())
             self._live.stop()
             self._live = None
-        elif self.enabled:
+        elif self.enabled or self.counters.done:
             print(self.line(), file=self.stream, flush=True)

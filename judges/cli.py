@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     judge.add_argument("--keep-verdicts", action="store_true",
                        help="keep verdicts of judges outside this panel on the records (they do not vote)")
     judge.add_argument("--no-progress", action="store_true",
-                       help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
+                       help="plain progress lines (every 10 s and one at the end) instead of the live view")
     add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
     judge.set_defaults(func=judge_command)
 

@@ -133,7 +133,7 @@ async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, worker
     counters = RunCounters(total=plan.todo, skipped=plan.skipped)
     requests_before = sum(s.requests for s in judge_endpoint_stats(panel))  # the endpoint check's
     view = Progress(counters, lambda: [], judge_stats=lambda: judge_endpoint_stats(panel), title="userturn judge",
-                    enabled=progress and plan.todo > 0, kind="judge", requests_before=requests_before)
+                    enabled=progress, kind="judge", requests_before=requests_before)
     records = work(results, plan, output, writer)
 
     async def worker() -> None:
@@ -149,11 +149,13 @@ async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, worker
                                                                               c.judge_failures)
 
     try:
-        view.start()
+        if plan.todo:  # nothing to judge: no view, the summary says so
+            view.start()
         await run_all(worker() for _ in range(max(1, min(workers, plan.todo))))
     finally:
         records.close()
-        await view.stop()
+        if plan.todo:
+            await view.stop()
         writer.close()
     return JudgeRunSummary(total=len(plan.entries), already_done=plan.skipped, carried=plan.carry,
                            counters=panel.counters, elapsed_s=time.monotonic() - started, out_path=out_path,

@@ -100,12 +100,23 @@ async def test_plain_mode_prints_periodic_lines_and_a_final_one():
     assert all("\r" not in line and "\x1b" not in line for line in lines)  # plain text, one line each
 
 
-async def test_disabled_prints_nothing():
+async def test_no_progress_means_plain_lines_even_on_a_terminal():
     stream = io.StringIO()
-    progress, _, _ = make(stream, enabled=False)
+    progress, counters, _ = make(stream, enabled=False)
+    counters.done = 0
     progress.start()
     await progress.stop()
-    assert stream.getvalue() == ""
+    assert stream.getvalue() == ""  # nothing done (e.g. an endpoint check failed): no line at all
+    stream = Tty()
+    progress, counters, _ = make(stream, enabled=False, plain_interval=0.05)
+    assert not progress.rich
+    progress.start()
+    counters.done = 10
+    await asyncio.sleep(0.12)
+    await progress.stop()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2 and lines[-1].startswith("t: 10/10 done (100%)")
+    assert all("\x1b" not in line for line in lines)  # plain lines, no live view
 
 
 async def test_tty_uses_the_rich_view():

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "smoke; `userturn list` shows them)")
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
     run.add_argument("--no-progress", action="store_true",
-                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
+                   help="plain progress lines (every 10 s and one at the end) instead of the live view")
     run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
     run.add_argument("--rejudge", action="store_true",
                      help="the results file holds labels of another judge panel (other `judges:` models or prompt): "
