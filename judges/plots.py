@@ -437,9 +437,11 @@ def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
     for ax in list(grid.flat)[len(datasets):]:
         ax.set_visible(False)
     fig.suptitle(f"Label composition per model at T={fmt_temp(t or 0.0)} (unperturbed)", fontsize=11)
-    fig.tight_layout(rect=(0, 0.06 if len(handles) > 4 else 0.04, 1, 1))
-    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=min(5, len(handles)),
-               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    ncol = min(5, len(handles))
+    legend_inches = 0.2 * math.ceil(len(handles) / max(1, ncol)) + 0.15  # its rows, below the panels' x labels
+    fig.tight_layout(rect=(0, legend_inches / fig.get_size_inches()[1], 1, 1))
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=ncol, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     return fig
 
 

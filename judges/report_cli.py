@@ -62,11 +62,13 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def _print_notice(groups: list[GroupSummary], results: str) -> None:
+    from rich.markup import escape
+    from userturn.client.terminal import print_trimmed
     from userturn.judges.rules_only import unjudged_notice
 
     notice = unjudged_notice(groups, results)
     if notice:
-        console().print(notice, soft_wrap=True, highlight=False, markup=False)
+        print_trimmed(console(), escape(notice))
 
 
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],
@@ -87,9 +89,13 @@ def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], 
     from userturn.judges.plots import write_plots
 
     paths = write_plots(figures, directory)
-    left_out = "".join(f"; not drawn, nothing to show: {name} ({reason})" for name, reason in skipped.items())
-    print(f"userturn report: wrote {len(figures)} figures ({len(paths)} files: PNG, PDF, SVG) to {directory}"
-          f"{left_out}", file=sys.stderr)
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        by_reason.setdefault(reason, []).append(name)
+    left_out = "".join(f"; not drawn (nothing to show): {', '.join(names)}: {reason}"
+                       for reason, names in by_reason.items())
+    print(f"userturn report: wrote {len(figures)} figure{'s' if len(figures) != 1 else ''} ({len(paths)} files: "
+          f"PNG, PDF, SVG) to {directory}{left_out}", file=sys.stderr)
     return 0
 
 

@@ -75,7 +75,7 @@ def test_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     html_path, plots = tmp_path / "out" / "report.html", tmp_path / "plots"
     assert main(["report", str(FIXTURE), "--html", str(html_path), "--plots", str(plots), "--json"]) == 0
     assert not list(plots.glob("perturbation_effects.*"))  # nothing to show (no pairable perturbed row): not written
-    assert "not drawn, nothing to show: perturbation_effects" in capsys.readouterr().err
+    assert "not drawn (nothing to show): perturbation_effects: no perturbed row paired" in capsys.readouterr().err
     for name in ("followup_vs_temperature", "accuracy_vs_followup", "label_mix"):
         png = (plots / f"{name}.png").read_bytes()
         assert png.startswith(PNG) and len(png) > 5000
