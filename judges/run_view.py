@@ -160,6 +160,9 @@ def print_run_report(console: Console, results: Path) -> list[GroupSummary]:
     notice = unjudged_notice(groups, str(results))
     if notice:
         print_trimmed(console, escape(notice + " (Or put a judge under `judges:` in the experiment file.)"))
-    print_trimmed(console, escape(f"Next: every turn with its key: userturn show {results}; label shares, examples "
-                                  f"and provenance in one page: userturn report {results} --html report.html"))
+    page = ("label shares, examples and provenance in one page" if rules_only else
+            "the figures and the HTML report (examples, agreement, provenance)")
+    flags = "--html report.html" if rules_only else "--html report.html --plots figures/"
+    print_trimmed(console, escape(f"Next: every turn with its key: userturn show {results}; {page}: userturn report "
+                                  f"{results} {flags}"))
     return groups

@@ -85,3 +85,16 @@ def test_posttrain_checks_its_extra_before_any_stage(tmp_path: Path, monkeypatch
     assert main(["posttrain", "posttrain", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err == "userturn: error: training needs trl: pip install 'userturn[train]'\n"
+
+
+def test_probe_ends_with_the_command_to_run_next() -> None:
+    from userturn.client.pipeline import ProbeSummary
+
+    from userturn.cli_probe import next_step
+
+    plain = ProbeSummary(total=4, skipped=0, ok=4, errors=0, elapsed_s=1.0)
+    assert next_step(plain, "runs/x.jsonl") == (
+        "next: label the turns with a judge model: userturn judge runs/x.jsonl --judge-base-url URL --judge-model "
+        "NAME (then userturn report runs/x.judged.jsonl)")
+    judged = ProbeSummary(total=4, skipped=0, ok=4, errors=0, elapsed_s=1.0, judged=4)
+    assert next_step(judged, "runs/x.jsonl").startswith("next: userturn report runs/x.jsonl")
