@@ -1,6 +1,6 @@
 """Live progress, one view for `probe`, `judge` and `run`: a rich view on a terminal, periodic plain lines otherwise.
-`--no-progress` means the same everywhere: plain lines (every 10 s, and one at the end of a run that did any
-work) instead of the live view, on a terminal too.
+`--no-progress` means the same everywhere: plain lines (every 10 s, and one at the end of a run that finished)
+instead of the live view, on a terminal too; a run stopped by a fatal error ends with that error's line alone.
 
 Totals are honest: samples already done in the results file (resumed) and samples whose perturbation does not
 apply to their item are counted apart, outside the total, so a finished run reads N/N. The ETA is the remaining
@@ -248,5 +248,5 @@ class Progress:
             self._live.update(self._table())
             self._live.stop()
             self._live = None
-        elif self.enabled or self.counters.done:
-            print(self.line(), file=self.stream, flush=True)
+        elif self.enabled or 0 < self.counters.done >= self.counters.planned:  # --no-progress: a finished run's
+            print(self.line(), file=self.stream, flush=True)  # last line; a fatal error stays the only line
