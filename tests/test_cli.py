@@ -98,3 +98,24 @@ def test_probe_ends_with_the_command_to_run_next() -> None:
         "NAME (then userturn report runs/x.judged.jsonl)")
     judged = ProbeSummary(total=4, skipped=0, ok=4, errors=0, elapsed_s=1.0, judged=4)
     assert next_step(judged, "runs/x.jsonl").startswith("next: userturn report runs/x.jsonl")
+
+
+def test_sigterm_while_a_server_is_launched_still_gives_the_resume_hint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from userturn.serve.launcher import _terminate_on_sigterm
+
+    results = tmp_path / "r.jsonl"
+    results.write_text("")
+
+    def command(args: argparse.Namespace) -> int:
+        with _terminate_on_sigterm():  # what `launch` wraps a manifest's servers in
+            signal.raise_signal(signal.SIGTERM)
+        return 0
+
+    monkeypatch.setattr("userturn.judges.report_cli.run_report", command)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["report", str(results)]) == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert "terminated (SIGTERM); completed records are kept, rerun the same command" in capsys.readouterr().err

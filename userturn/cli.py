@@ -165,6 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = "terminated (SIGTERM)" if Terminated.received else "interrupted"
         print(f"userturn: {what}; completed records are kept, rerun the same command to resume", file=sys.stderr)
         return 143 if Terminated.received else 130
+    except SystemExit as exc:  # a launched server's context turns SIGTERM/SIGHUP into SystemExit(128 + signal)
+        if exc.code not in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
+            raise
+        name = "SIGTERM" if exc.code == 128 + signal.SIGTERM else "SIGHUP"
+        print(f"userturn: terminated ({name}); completed records are kept, rerun the same command to resume",
+              file=sys.stderr)
+        return int(exc.code)
 
 
 def entry() -> int:
