@@ -56,6 +56,8 @@ def run_report(args: argparse.Namespace) -> int:
         sys.stdout.write(RENDERERS[args.format](groups))
     else:
         source = args.results + (f" ({rows.describe()})" if rows.active else "")
+        if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
+            source += " (rules only: no rate below is a measurement)"
         print_report(console(wide=args.wide), groups, report.agreements, source, wide=args.wide)
         _print_notice(groups, args.results)
     return status

@@ -232,7 +232,8 @@ def agreement_table(agreement: PanelAgreement) -> Table:
 def judged_by_line(groups: list[GroupSummary]) -> str:
     judges = sorted({j for g in groups for j in g.judges})
     rules = sum(g.rule_labels for g in groups)
-    return "judged by: " + (", ".join(judges) or "no judge model") + (f" (+ rules: {rules} records)" if rules else "")
+    rules_text = f" (+ rules: {rules} record{'s' if rules != 1 else ''})" if rules else ""
+    return "judged by: " + (", ".join(judges) or "no judge model") + rules_text
 
 
 def print_report(console: Console, groups: list[GroupSummary], agreements: list[PanelAgreement],

@@ -75,3 +75,16 @@ def test_the_printout_reads_top_to_bottom_at_100_columns(tmp_path: Path) -> None
     assert [flat.index(s) for s in order] == sorted(flat.index(s) for s in order)
     assert "(rules only: no rate below is a measurement)" in flat
     assert not [line for line in text.splitlines() if len(line) > 100 or line != line.rstrip()]
+
+
+def test_report_on_a_rules_only_file_says_so(tmp_path: Path, capsys) -> None:
+    from userturn.cli import main
+
+    results = tmp_path / "results.jsonl"
+    with JsonlWriter(results) as writer:
+        for r in records():
+            writer.write(r)
+    assert main(["report", str(results)]) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "(rules only: no rate below is a measurement)" in flat and "judged by: no judge model (+ rules: 4" in flat
+    assert "labelled by rules only: 0 of 4 records are unjudged" in flat and "The rules never label" in flat
