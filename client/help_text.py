@@ -32,6 +32,9 @@ Rerun the same command to resume: records already ok in --out are skipped.""",
   userturn report runs/q9b.judged.jsonl --wide
   userturn report runs/q9b.judged.jsonl --html report.html --plots figures/
   userturn report runs/q9b.judged.jsonl --json
+  # a paper's table: unperturbed rows at T=0, models by size (or --model-order A,B)
+  userturn report runs/q9b.judged.jsonl --format latex --perturb none --temperature 0
+  userturn report runs/q9b.judged.jsonl --format csv --model 'Qwen/*'
 The default table fits 100 columns (long names wrap); --wide adds items, label mix, judges and tokens per row.""",
     "judge-eval": """\
   userturn judge-eval gold.jsonl --judge-base-url http://127.0.0.1:30001/v1 --judge-model Qwen/Qwen3.5-27B

@@ -1,5 +1,6 @@
-"""Live progress, one view for `probe`, `judge` and `run`: a rich view on a terminal, periodic plain lines otherwise
-(or with --no-progress: nothing until the end).
+"""Live progress, one view for `probe`, `judge` and `run`: a rich view on a terminal, periodic plain lines otherwise.
+`--no-progress` means the same everywhere: plain lines (every 10 s, and one at the end of a run that finished)
+instead of the live view, on a terminal too; a run stopped by a fatal error ends with that error's line alone.
 
 Totals are honest: samples already done in the results file (resumed) and samples whose perturbation does not
 apply to their item are counted apart, outside the total, so a finished run reads N/N. The ETA is the remaining
@@ -36,6 +37,7 @@ class RunCounters:
     judged: int = 0
     judge_failures: int = 0
     rule_labels: int = 0
+    kept: int = 0  # `judge`: records labelled by verdicts they already carried (no request sent); not in `judged`
     not_applicable: int = 0  # samples whose perturbation does not apply to the item (no record; out of the total)
     started: float = field(default_factory=time.monotonic)
 
@@ -78,6 +80,8 @@ class Progress:
         enabled: bool = True,
         plain_interval: float = PLAIN_INTERVAL_S,
         stream: Any = None,
+        kind: str = "probe",
+        requests_before: int = 0,
     ) -> None:
         self.counters = counters
         self._stats = stats
@@ -85,10 +89,12 @@ class Progress:
         self.title = title
         self.stream = stream or sys.stderr
         self.rich = enabled and self.stream.isatty()
-        self.enabled = enabled
+        self.enabled = enabled  # False (--no-progress): plain lines, never the live view
         self.plain_interval = plain_interval
         self._task: asyncio.Task | None = None
         self._live: Live | None = None
+        self.kind = kind  # "probe" (probe and run) or "judge": the judge's own fields, its requests' rate
+        self.requests_before = requests_before  # judge requests sent before the run (the endpoint check)
 
     def snapshot(self) -> dict[str, float | None]:
         c = self.counters
@@ -119,6 +125,50 @@ class Progress:
             "eta_s": 0.0 if remaining == 0 else (remaining / rate if c.done else None),
         }
 
+    def judge_snapshot(self) -> dict[str, float | None]:
+        """The judge view's numbers: records done, judge requests actually sent and their rate (verdicts carried
+        over from the input are counted apart: no request was sent for them)."""
+        c = self.counters
+        stats = self._judge_stats()
+        elapsed = c.elapsed()
+        requests = sum(s.requests for s in stats) - self.requests_before
+        remaining = max(0, c.planned - c.done)
+        return {"done": c.done, "total": c.planned, "skipped": c.skipped, "judged": c.judged, "kept": c.kept,
+                "rule_labels": c.rule_labels, "judge_failures": c.judge_failures, "requests": requests,
+                "req_s": requests / elapsed, "retries": sum(s.retries for s in stats),
+                "inflight": sum(len(s.inflight) for s in stats),
+                "oldest_s": max((s.oldest_inflight_age() for s in stats), default=0.0), "elapsed_s": elapsed,
+                "eta_s": 0.0 if remaining == 0 else (remaining / (c.done / elapsed) if c.done else None)}
+
+    def _judge_line(self) -> str:
+        s = self.judge_snapshot()
+        pct = 100.0 * s["done"] / s["total"] if s["total"] else 100.0  # type: ignore[operator]
+        text = (f"{self.title}: {s['done']:.0f}/{s['total']:.0f} records ({pct:.0f}%), ETA "
+                f"{fmt_duration(s['eta_s'])}, newly judged {s['judged']:.0f}, kept from input {s['kept']:.0f}, "
+                f"rules {s['rule_labels']:.0f}, judge failures {s['judge_failures']:.0f}; {s['requests']:.0f} "
+                f"judge requests ({s['req_s']:.1f} req/s), retries {s['retries']:.0f}, in flight "
+                f"{s['inflight']:.0f} (oldest {s['oldest_s']:.1f}s)")
+        return text + (f"; already done {s['skipped']:.0f}" if s["skipped"] else "")
+
+    def _judge_table(self) -> Table:
+        from rich.table import Table
+
+        s = self.judge_snapshot()
+        table = Table(title=self.title, title_justify="left", show_header=False, box=None, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column()
+        pct = 100.0 * s["done"] / s["total"] if s["total"] else 100.0  # type: ignore[operator]
+        table.add_row("records", f"{s['done']:.0f}/{s['total']:.0f} ({pct:.1f}%)"
+                      + (f"; already done {s['skipped']:.0f}" if s["skipped"] else ""))
+        table.add_row("elapsed / ETA", f"{fmt_duration(s['elapsed_s'])} / {fmt_duration(s['eta_s'])}")
+        table.add_row("newly judged", f"{s['judged']:.0f}")
+        table.add_row("kept from input", f"{s['kept']:.0f} (verdicts already there: no request)")
+        table.add_row("rule labels", f"{s['rule_labels']:.0f}")
+        table.add_row("judge failures", f"{s['judge_failures']:.0f}")
+        table.add_row("judge requests", f"{s['requests']:.0f} ({s['req_s']:.1f} req/s), retries {s['retries']:.0f}")
+        table.add_row("in flight", f"{s['inflight']:.0f} (oldest {s['oldest_s']:.1f}s)")
+        return table
+
     def _skipped_text(self, s: dict[str, float | None]) -> str:
         parts = []
         if s["skipped"]:
@@ -129,6 +179,8 @@ class Progress:
 
     def line(self) -> str:
         """One plain line: what a log file gets every few seconds."""
+        if self.kind == "judge":
+            return self._judge_line()
         s = self.snapshot()
         pct = 100.0 * s["done"] / s["total"] if s["total"] else 100.0  # type: ignore[operator]
         text = (f"{self.title}: {s['done']:.0f}/{s['total']:.0f} done ({pct:.0f}%), ETA {fmt_duration(s['eta_s'])}, "
@@ -143,6 +195,8 @@ class Progress:
     def _table(self) -> Table:
         from rich.table import Table
 
+        if self.kind == "judge":
+            return self._judge_table()
         s = self.snapshot()
         table = Table(title=self.title, title_justify="left", show_header=False, box=None, pad_edge=False)
         table.add_column(style="bold")
@@ -173,8 +227,6 @@ class Progress:
             print(self.line(), file=self.stream, flush=True)
 
     def start(self) -> None:
-        if not self.enabled:
-            return
         self.counters.started = time.monotonic()  # the rate and ETA count from the first sample, not set-up
         if self.rich:
             from rich.console import Console
@@ -196,5 +248,5 @@ class Progress:
             self._live.update(self._table())
             self._live.stop()
             self._live = None
-        elif self.enabled:
-            print(self.line(), file=self.stream, flush=True)
+        elif self.enabled or 0 < self.counters.done >= self.counters.planned:  # --no-progress: a finished run's
+            print(self.line(), file=self.stream, flush=True)  # last line; a fatal error stays the only line

@@ -23,3 +23,20 @@ def console(*, stderr: bool = False, wide: bool = False) -> Console:
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else WIDE_WIDTH if wide else DEFAULT_WIDTH
     return Console(stderr=stderr, width=width)
+
+
+def print_trimmed(out: Console, renderable: object) -> None:
+    """Print a renderable (a table; a str is read as rich markup) without the trailing spaces rich pads and wraps
+    its lines with, so a report piped to a file or pasted into a paper carries none; styles are kept."""
+    from rich.segment import Segment, Segments
+
+    if isinstance(renderable, str):
+        renderable = out.render_str(renderable)
+    for line in out.render_lines(renderable, out.options, pad=False, new_lines=False):  # type: ignore[arg-type]
+        segments = list(line)
+        while segments and not segments[-1].control and not segments[-1].text.rstrip():
+            segments.pop()
+        if segments:
+            last = segments[-1]
+            segments[-1] = Segment(last.text.rstrip(), last.style, last.control)
+        out.print(Segments([*segments, Segment.line()]), end="", crop=False, soft_wrap=True)

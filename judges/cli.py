@@ -17,6 +17,16 @@ if TYPE_CHECKING:
 __all__ = ["add_judge_arguments", "register"]
 
 
+def model_order_type(text: str) -> list[str]:
+    """argparse type of --model-order (comma-separated model names)."""
+    from userturn.judges.model_size import parse_model_order
+
+    try:
+        return parse_model_order(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `judge`, `report` and `judge-eval` to the `userturn` parser."""
     judge = sub.add_parser(
@@ -33,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     judge.add_argument("--keep-verdicts", action="store_true",
                        help="keep verdicts of judges outside this panel on the records (they do not vote)")
     judge.add_argument("--no-progress", action="store_true",
-                       help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
+                       help="plain progress lines (every 10 s and one at the end) instead of the live view")
     add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
     judge.set_defaults(func=judge_command)
 
@@ -44,12 +54,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "temperature.")
     report.add_argument("results", metavar="RESULTS.jsonl")
     report.add_argument("--json", action="store_true", help="print the groups as a JSON array instead of a table")
+    report.add_argument("--format", choices=["table", "csv", "markdown", "latex"], default="table",
+                        help="table: the terminal table; csv: every count, rates as fractions, for analysis; "
+                             "markdown / latex: the table's columns for a paper (booktabs)")
     report.add_argument("--wide", action="store_true", help="every column (items, label mix, judges, tokens per row); "
                         "the default table fits 100 columns")
-    report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report")
+    report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report "
+                        "(with the figures when matplotlib is installed)")
     report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures to DIR (PNG, PDF, SVG)")
     report.add_argument("--plot-temperature", type=non_negative_float, default=None, metavar="T",
                         help="temperature of the single-temperature figures (default: the lowest present)")
+    rows = report.add_argument_group("rows", "which rows the table, JSON, HTML and figures show (numbers are "
+                                             "computed on the whole file first: a perturbed row keeps its Δ)")
+    rows.add_argument("--model", action="append", default=None, metavar="PATTERN",
+                      help="only models matching this shell pattern (e.g. 'Qwen/*'); repeat for several")
+    rows.add_argument("--dataset", action="append", default=None, metavar="PATTERN",
+                      help="only datasets matching this shell pattern; repeat for several")
+    rows.add_argument("--perturb", action="append", default=None, metavar="NAME",
+                      help="only these perturbations (e.g. none, wrong_answer); repeat for several")
+    rows.add_argument("--temperature", action="append", type=non_negative_float, default=None, metavar="T",
+                      help="only rows at this sampling temperature; repeat for several")
+    rows.add_argument("--model-order", type=model_order_type, default=None, metavar="A,B,...",
+                      help="these models first, in this order (default: by the parameter count in their names, "
+                           "0.8B < 9B < 122B-A10B, then the others by name)")
     report.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF",
                         help="the probe's tokenizer: the HTML sample table shows raw-mode prompts exactly as sent")
     report.add_argument("--chat-template", default=None, metavar="FILE", help="the probe's --chat-template, if any")

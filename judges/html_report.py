@@ -53,10 +53,12 @@ th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.num{text-align:right} .self{color:#b00;font-weight:bold}
 pre{white-space:pre-wrap;margin:0;font-size:12px;max-width:520px} img,svg{max-width:100%;height:auto}
 pre.prompt{max-width:900px;background:#f8f8f8;padding:4px} figure{margin:1em 0} figcaption{font-weight:bold}
-.note{color:#555;font-size:13px}
+.note{color:#555;font-size:13px} .warn{background:#fff4d6;border-left:4px solid #e0a800;padding:6px 10px}
 </style></head><body>
 <h1>userturn report</h1>
-<p class="note">{{ source }} · {{ total }} records · generated {{ generated }}</p>
+<p class="note">{{ source }} · {{ total }} records · generated {{ generated }}{% if filters %} · rows shown:
+{{ filters }}{% endif %}</p>
+{% if notice %}<p class="warn">{{ notice }}</p>{% endif %}
 <h2>Follow-up rate by group</h2>
 <p class="note">rate = genuine_followup / n (labelled records); items = distinct items behind n; 95% CI = Wilson
 score interval at the item-clustered effective sample size (the samples of one item are not independent).
@@ -95,10 +97,12 @@ independent judge for reported numbers.</p>{% endif %}
 {% if agreement.pairs|length > 1 %}{% for p in agreement.pairs %}<tr><td>{{ p.judges|join(" vs ") }}</td>
 <td class="num">{{ p.items }}</td><td class="num">{{ rate(p.percent_agreement) }}</td>
 <td class="num">{{ kappa(p.cohen_kappa) }} (cohen)</td></tr>{% endfor %}{% endif %}{% endfor %}</table>{% endif %}
-{% if figures %}<h2>Figures</h2>
-{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.name }}</figcaption>
-{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.name }}" src="data:image/png;base64,{{ f.png }}">{% endif %}
-</figure>{% endfor %}{% else %}<p class="note">No figures: {{ no_figures }}</p>{% endif %}
+<h2>Figures</h2>
+{% if figures %}{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.title }}</figcaption>
+{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% endif %}
+</figure>{% endfor %}{% elif no_figures %}<p class="warn">No figures: {{ no_figures }}.</p>{% endif %}
+{% if skipped %}<p class="note">Not drawn, nothing to show:</p><ul class="note">{% for title, why in skipped %}
+<li>{{ title }}: {{ why }}</li>{% endfor %}</ul>{% endif %}
 <h2>Sample generated user turns per label</h2>
 <p class="note">Per label, records from distinct items (a fixed pseudo-random choice of items, the same on every
 run), so one item cannot fill a label's examples.</p>
@@ -394,11 +398,17 @@ def _inline_svg(svg: bytes) -> str:
 
 def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], examples: Examples, total: int,
                 figures: dict[str, dict[str, bytes]] | None, source: str, no_figures: str = "", *,
-                prompt_of: PromptOf | None = None) -> str:
+                prompt_of: PromptOf | None = None, skipped: dict[str, str] | None = None, filters: str = "") -> str:
     """The report as one HTML string (autoescaped: generated text cannot inject markup). `figures`: {name: {format:
-    bytes}} (SVG inlined, else PNG as a data URI); `prompt_of` rebuilds a record's prompt for the sample table."""
+    bytes}} (SVG inlined, else PNG as a data URI), each under a heading that says what it shows; `no_figures`: why
+    there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of` rebuilds a record's prompt for the
+    sample table; `filters`: the row filters, as flags."""
+    from userturn.judges.plots import TITLES
+    from userturn.judges.rules_only import unjudged_notice
+
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    shown_figures = [{"name": name, "svg": Markup(_inline_svg(f["svg"])) if "svg" in f else None,
+    shown_figures = [{"name": name, "title": TITLES.get(name, name),
+                      "svg": Markup(_inline_svg(f["svg"])) if "svg" in f else None,
                       "png": base64.b64encode(f["png"]).decode("ascii") if "png" in f and "svg" not in f else None}
                      for name, f in (figures or {}).items()]
     return env.from_string(TEMPLATE).render(
@@ -406,7 +416,10 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         groups=groups, labels=LABELS, short=SHORT, descriptions=DESCRIPTIONS,
         any_self=any(g.self_judged for g in groups), agreements=agreements,
         any_settings=any(g.settings for g in groups), figures=shown_figures,
-        no_figures=no_figures, samples=_samples(examples), failures=_failures(examples.failures),
+        no_figures=no_figures or ("none was asked for" if figures is None else ""),
+        skipped=[(TITLES.get(name, name), why) for name, why in (skipped or {}).items()],
+        notice=unjudged_notice(groups, source), filters=filters, samples=_samples(examples),
+        failures=_failures(examples.failures),
         failures_caption=examples.failures.caption, table=_table_rows(examples.table, prompt_of),
         table_caption=examples.table.caption, prompts_rendered=prompt_of is not None,
         prov=provenance(source, groups, examples),

@@ -1,7 +1,8 @@
 """Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG.
 
 Four figures, each with one series (or point, or bar) per model, and one colour per model across all of them
-(`model_colors`):
+(`model_colors`). Models come in order of size (`judges.model_size`: parsed from the name, or `--model-order`),
+in every legend, panel and colour assignment:
 
 * `followup_vs_temperature` — genuine follow-up rate against sampling temperature, one panel per dataset, the
   unperturbed rows, item-clustered 95% intervals (`judges.stats.clustered_rate`).
@@ -11,30 +12,42 @@ Four figures, each with one series (or point, or bar) per model, and one colour 
 * `perturbation_effects` — each perturbation's paired difference to the unperturbed row (percentage points) with
   its paired 95% interval (`judges.stats.paired_difference`), per model, at that temperature.
 * `label_mix` — label composition per model (stacked bars of shares, unjudged and judge-failed turns included), at
-  that temperature, unperturbed.
+  that temperature, unperturbed; one panel per dataset, in a grid of up to three columns.
 
-Axes follow the data (rates that live in 0–25% get a 0–~28% axis). A model with several unperturbed
-configurations (raw and chat mode, two settings) gets one series per configuration in its colour, told apart by
-line style and marker.
+A figure with nothing to show is not drawn (`skipped_figures` says why): the rate figures need rows labelled by a
+judge model, because the rules alone never label a genuine follow-up (a rules-only rate is 0% by construction).
+In `followup_vs_temperature` the models' points at one temperature are drawn side by side (dodged), so their
+intervals never overlap. Axes follow the data (rates that live in 0–25% get a 0–~28% axis). A model with several
+unperturbed configurations (raw and chat mode, two settings) gets one series per configuration in its colour, told
+apart by line style and marker.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from userturn.judges.model_size import order_models
 from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import fmt_temp
+from userturn.judges.report_table import fmt_temp, wrap_name
 from userturn.judges.stats import wilson_interval
 
 from userturn.errors import UserError
 from userturn.taxonomy import LABELS, SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
+TITLES = {  # what each figure shows: the HTML headings and the captions
+    "followup_vs_temperature": "Genuine follow-up rate against sampling temperature, per model (unperturbed)",
+    "accuracy_vs_followup": "Task accuracy against genuine follow-up rate, per model, at one temperature",
+    "perturbation_effects": "How much each perturbation of the assistant turn moves the follow-up rate",
+    "label_mix": "What the generated user turns are: label shares per model",
+}
+MATPLOTLIB_MISSING = "matplotlib is not installed (pip install matplotlib, or pip install 'userturn[plots]')"
 FORMATS = ("png", "pdf", "svg")
 PNG_DPI = 200
 LINESTYLES = ("-", "--", ":", "-.")
@@ -44,25 +57,38 @@ LABEL_COLORS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f"
 DODGE_POINTS = 5.0  # points drawn at the same place are shifted this many typographic points apart (vertically)
 
 
+def matplotlib_missing() -> str | None:
+    """Why no figure can be drawn here (matplotlib not importable), else None."""
+    import importlib.util
+
+    return MATPLOTLIB_MISSING if importlib.util.find_spec("matplotlib") is None else None
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise UserError("plots need matplotlib: pip install 'userturn[plots]'") from None
+        raise UserError(f"no figures: {MATPLOTLIB_MISSING}") from None
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
     return plt
 
 
-def model_colors(models: Iterable[str]) -> dict[str, str]:
-    """One colour per model (sorted names, tab10, then tab20's others): the same in every figure of a report."""
+def model_colors(models: Iterable[str], order: Sequence[str] = ()) -> dict[str, str]:
+    """One colour per model (tab10, then tab20's others), in size order (`order` first): the same in every figure
+    of a report. The dict's order is the order models are drawn and listed in."""
     plt = _pyplot()
     from matplotlib.colors import to_hex
 
     palette = [to_hex(c) for c in plt.get_cmap("tab10").colors]
     palette += [c for c in (to_hex(c) for c in plt.get_cmap("tab20").colors) if c not in palette]
-    return {model: palette[i % len(palette)] for i, model in enumerate(sorted(set(models)))}
+    return {model: palette[i % len(palette)] for i, model in enumerate(order_models(models, order))}
+
+
+def _by_model(colors: dict[str, str]) -> dict[str, int]:
+    """Each model's place in the drawing order (the colour map's order)."""
+    return {model: i for i, model in enumerate(colors)}
 
 
 def plot_temperature(groups: Sequence[GroupSummary], temperature: float | None = None) -> float | None:
@@ -83,9 +109,49 @@ def _variant(g: GroupSummary) -> str:
     return " · ".join(p for p in (g.mode, g.settings) if p)
 
 
+def judged(g: GroupSummary) -> bool:
+    """A row with at least one label from a judge model (rules alone never label a genuine follow-up)."""
+    return g.n > g.rule_labels
+
+
 def _baseline(groups: Iterable[GroupSummary]) -> list[GroupSummary]:
-    """Unperturbed rows with a follow-up rate (the rows a model is drawn from)."""
-    return [g for g in groups if g.perturbation == "none" and g.followup_rate is not None]
+    """Unperturbed rows with a follow-up rate from a judge (the rows a model is drawn from)."""
+    return [g for g in groups if g.perturbation == "none" and g.followup_rate is not None and judged(g)]
+
+
+def _accuracy_rows(groups: Sequence[GroupSummary], t: float | None) -> list[GroupSummary]:
+    return [g for g in _baseline(groups) if g.accuracy is not None and t is not None and g.temperature == t]
+
+
+def _effect_rows(groups: Sequence[GroupSummary], t: float | None) -> list[GroupSummary]:
+    return [g for g in groups if g.perturbation != "none" and g.delta_vs_none is not None and g.temperature == t
+            and judged(g)]
+
+
+def _mix_rows(groups: Sequence[GroupSummary], t: float | None) -> list[GroupSummary]:
+    return [g for g in groups if g.perturbation == "none" and g.n and g.temperature == t]
+
+
+NO_JUDGE = "no row is labelled by a judge model (the rules alone never label a genuine follow-up)"
+
+
+def skipped_figures(groups: Sequence[GroupSummary], temperature: float | None = None) -> dict[str, str]:
+    """{figure name: why it has nothing to show} for the figures `build_figures` leaves out."""
+    t = plot_temperature(groups, temperature)
+    judged_rows = any(judged(g) for g in groups)
+    out = {}
+    if not _baseline(groups):
+        out["followup_vs_temperature"] = NO_JUDGE if not judged_rows else "no unperturbed row with a follow-up rate"
+    if not _accuracy_rows(groups, t):
+        out["accuracy_vs_followup"] = (NO_JUDGE if not judged_rows else
+                                       "no unperturbed row with both task accuracy and a follow-up rate "
+                                       f"at T={fmt_temp(t or 0.0)} (a dataset without a scorer has no accuracy)")
+    if not _effect_rows(groups, t):
+        out["perturbation_effects"] = (NO_JUDGE if not judged_rows else
+                                       f"no perturbed row paired with an unperturbed one at T={fmt_temp(t or 0.0)}")
+    if not _mix_rows(groups, t):
+        out["label_mix"] = "no unperturbed row with a labelled turn"
+    return out
 
 
 def _variants(rows: Iterable[GroupSummary]) -> dict[str, list[str]]:
@@ -134,6 +200,7 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
     if not rows:
         return _empty(fig, axes[0], "no unperturbed rows with labelled turns")
     variants = _variants(rows)
+    place = _by_model(colors)
     legend: dict[str, Any] = {}
     high = max(100 * (g.ci_high or 0.0) for g in rows)
     temps = sorted({g.temperature for g in rows})
@@ -142,14 +209,17 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
         for g in rows:
             if g.dataset == dataset:
                 series[(g.model, _variant(g))].append(g)
-        for (model, variant), members in sorted(series.items()):
+        ordered = sorted(series.items(), key=lambda kv: (place[kv[0][0]], kv[0][1]))
+        shifts = dodge_offsets(temps, len(ordered))
+        for (model, variant), members in ordered:
             members.sort(key=lambda g: g.temperature)
             index = variants[model].index(variant)
+            shift = shifts[[key for key, _ in ordered].index((model, variant))]
             y = [100 * (g.followup_rate or 0.0) for g in members]
             bars = [_bar(100 * (g.followup_rate or 0.0), 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))
                     for g in members]
             err = [[b[0] for b in bars], [b[1] for b in bars]]
-            line = ax.errorbar([g.temperature for g in members], y, yerr=err, color=colors[model],
+            line = ax.errorbar([g.temperature + shift for g in members], y, yerr=err, color=colors[model],
                                linestyle=LINESTYLES[index % len(LINESTYLES)], marker=MARKERS[index % len(MARKERS)],
                                markersize=4, capsize=3, linewidth=1.4, elinewidth=0.9,
                                label=_series_label(model, variant, variants))
@@ -159,15 +229,32 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
         ax.set_xticks(temps)
         ax.set_xticklabels([fmt_temp(t) for t in temps])
         span = (temps[-1] - temps[0]) or 1.0
-        ax.set_xlim(temps[0] - 0.06 * span, temps[-1] + 0.06 * span)
+        reach = max((abs(x) for x in shifts), default=0.0)
+        ax.set_xlim(temps[0] - reach - 0.06 * span, temps[-1] + reach + 0.06 * span)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("genuine follow-up rate (%)")
     axes[0].set_ylim(*_padded(0.0, high))
     axes[0].set_ylim(bottom=0.0)
     _legend_right(fig, list(legend.values()), list(legend))
-    fig.suptitle("Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI)", fontsize=11)
+    fig.suptitle("Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; models side by side "
+                 "at each temperature)", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+DODGE_SHARE = 0.6  # of the smallest gap between two temperatures, the width the models' points spread over
+
+
+def dodge_offsets(temps: Sequence[float], count: int) -> list[float]:
+    """Horizontal offsets (in temperature units) for `count` series drawn at the same temperatures: spread evenly
+    over DODGE_SHARE of the smallest gap between temperatures (of 0.6 with one temperature), centred on it, so no
+    two series' intervals share a vertical line. The tick stays at the true temperature."""
+    if count <= 1:
+        return [0.0] * max(count, 0)
+    gaps = [b - a for a, b in itertools.pairwise(temps) if b > a]
+    width = DODGE_SHARE * (min(gaps) if gaps else 1.0)
+    step = width / (count - 1)
+    return [(i - (count - 1) / 2) * step for i in range(count)]
 
 
 def _bar(value: float, low: float, high: float) -> tuple[float, float]:
@@ -210,7 +297,8 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
 
     colors = colors or model_colors(g.model for g in groups)
     t = plot_temperature(groups, temperature)
-    rows = [g for g in _baseline(groups) if g.accuracy is not None and t is not None and g.temperature == t]
+    rows = _accuracy_rows(groups, t)
+    place = _by_model(colors)
     datasets = sorted({g.dataset for g in rows})
     fig, axes = _panels(plt, len(datasets), width=4.0, height=3.8, sharey=False)
     if not rows:
@@ -219,7 +307,7 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
     legend: dict[str, Any] = {}
     for ax, dataset in zip(axes, datasets, strict=False):
         xs, ys = [], []
-        members = sorted((g for g in rows if g.dataset == dataset), key=lambda g: (g.model, _variant(g)))
+        members = sorted((g for g in rows if g.dataset == dataset), key=lambda g: (place[g.model], _variant(g)))
         dodge = _dodges([(100 * (g.followup_rate or 0.0), 100 * (g.accuracy or 0.0)) for g in members])
         for g, shift in zip(members, dodge, strict=True):
             index = variants[g.model].index(_variant(g))
@@ -255,19 +343,20 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
     plt = _pyplot()
     colors = colors or model_colors(g.model for g in groups)
     t = plot_temperature(groups, temperature)
-    rows = [g for g in groups if g.perturbation != "none" and g.delta_vs_none is not None and g.temperature == t]
+    rows = _effect_rows(groups, t)
+    place = _by_model(colors)
     datasets = sorted({g.dataset for g in rows})
     perturbations = sorted({g.perturbation for g in rows})
     fig, axes = _panels(plt, len(datasets), width=4.2, height=max(2.6, 0.7 * len(perturbations) + 1.6))
     if not rows:
         return _empty(fig, axes[0], "no perturbed rows paired with an unperturbed one")
     variants = {m: sorted({_variant(g) for g in rows if g.model == m}) for m in {g.model for g in rows}}
-    slots = sorted({(g.model, _variant(g)) for g in rows})
+    slots = sorted({(g.model, _variant(g)) for g in rows}, key=lambda s: (place[s[0]], s[1]))
     legend: dict[str, Any] = {}
     low = min(100 * (g.delta_ci_low or 0.0) for g in rows)
     high = max(100 * (g.delta_ci_high or 0.0) for g in rows)
     for ax, dataset in zip(axes, datasets, strict=False):
-        for g in (g for g in rows if g.dataset == dataset):
+        for g in sorted((g for g in rows if g.dataset == dataset), key=lambda g: (place[g.model], _variant(g))):
             slot = slots.index((g.model, _variant(g)))
             y = perturbations.index(g.perturbation) + (slot - (len(slots) - 1) / 2) * (0.7 / max(1, len(slots)))
             d = 100 * (g.delta_vs_none or 0.0)
@@ -294,53 +383,73 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
 UNLABELLED = (("unjudged", "#e8e8e8"), ("judge failed", "#4d4d4d"))
 
 
+MIX_COLUMNS = 3  # label_mix: at most this many dataset panels side by side, then a new row of panels
+MIX_BAR_HEIGHT = 0.34  # inches per bar: eleven models take ~4 inches a panel
+
+
 def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
               colors: dict[str, str] | None = None) -> Any:
-    """At one temperature: per model (one bar per dataset and configuration, unperturbed) the composition of its
-    generated turns: each label's share, then the unjudged and judge-failed shares (so a bar labelled by rules
-    alone shows how little was labelled). Tick labels in the model's colour, with "labelled n of N"."""
+    """At one temperature: one panel per dataset (a grid of up to MIX_COLUMNS columns), one bar per model and
+    configuration (unperturbed, in size order): each label's share, then the unjudged and judge-failed shares (so a
+    bar labelled by rules alone shows how little was labelled). Tick labels in the model's colour, with "labelled n
+    of N"; one legend for all panels, below them."""
     plt = _pyplot()
     colors = colors or model_colors(g.model for g in groups)
     t = plot_temperature(groups, temperature)
-    rows = [g for g in groups if g.perturbation == "none" and g.n and g.temperature == t]
+    rows = _mix_rows(groups, t)
     if not rows:
         fig, axes = _panels(plt, 1)
         return _empty(fig, axes[0], "no unperturbed labelled rows")
     variants = _variants(rows)
-    bars = sorted(rows, key=lambda g: (g.dataset, g.model, _variant(g)))
-    datasets = {g.dataset for g in bars}
-    totals = [g.n + g.unjudged + g.judge_failures for g in bars]
-    names = [_series_label(g.model, _variant(g), variants) + (f" · {g.dataset}" if len(datasets) > 1 else "")
-             + f"\nlabelled {g.n} of {total}" for g, total in zip(bars, totals, strict=True)]
-    fig, ax = plt.subplots(figsize=(8.5, max(2.2, 0.55 * len(bars) + 1.4)))
-    segments: list[tuple[str, str, list[int]]] = [
-        (f"{SHORT[label]} {label}", LABEL_COLORS[i % len(LABEL_COLORS)], [g.labels[label] for g in bars])
-        for i, label in enumerate(LABELS)]
-    segments += [(name, colour, counts) for (name, colour), counts in
-                 zip(UNLABELLED, ([g.unjudged for g in bars], [g.judge_failures for g in bars]), strict=True)
-                 if any(counts)]
-    left = [0.0] * len(bars)
-    for name, colour, counts in segments:
-        widths = [100 * c / total for c, total in zip(counts, totals, strict=True)]
-        ax.barh(range(len(bars)), widths, left=left, color=colour, height=0.7, label=name, edgecolor="white",
-                linewidth=0.5)
-        left = [a + b for a, b in zip(left, widths, strict=True)]
-    ax.set_yticks(range(len(bars)))
-    ax.set_yticklabels(names, fontsize=8)
-    for tick, g in zip(ax.get_yticklabels(), bars, strict=True):
-        tick.set_color(colors[g.model])  # the model's colour, as in the other figures
-    ax.set_ylim(len(bars) - 0.5, -0.5)
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of generated turns (%)")
-    ax.set_title(f"Label composition per model at T={fmt_temp(t or 0.0)} (unperturbed)", fontsize=11)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    fig.tight_layout()
+    place = _by_model(colors)
+    datasets = sorted({g.dataset for g in rows})
+    ncols = min(MIX_COLUMNS, len(datasets))
+    nrows = math.ceil(len(datasets) / ncols)
+    most = max(sum(1 for g in rows if g.dataset == d) for d in datasets)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(5.6 * ncols + 0.6, (MIX_BAR_HEIGHT * most + 1.1) * nrows + 0.9),
+                             squeeze=False)
+    handles: dict[str, Any] = {}
+    for ax, dataset in zip(grid.flat, datasets, strict=False):
+        bars = sorted((g for g in rows if g.dataset == dataset), key=lambda g: (place[g.model], _variant(g)))
+        totals = [g.n + g.unjudged + g.judge_failures for g in bars]
+        names = [wrap_name(_series_label(g.model, _variant(g), variants), 28) + f"\nlabelled {g.n} of {total}"
+                 for g, total in zip(bars, totals, strict=True)]
+        segments: list[tuple[str, str, list[int]]] = [
+            (f"{SHORT[label]} {label}", LABEL_COLORS[i % len(LABEL_COLORS)], [g.labels[label] for g in bars])
+            for i, label in enumerate(LABELS)]
+        segments += [(name, colour, counts) for (name, colour), counts in
+                     zip(UNLABELLED, ([g.unjudged for g in bars], [g.judge_failures for g in bars]), strict=True)
+                     if any(counts)]
+        left = [0.0] * len(bars)
+        for name, colour, counts in segments:
+            widths = [100 * c / total for c, total in zip(counts, totals, strict=True)]
+            handles[name] = ax.barh(range(len(bars)), widths, left=left, color=colour, height=0.7, label=name,
+                                    edgecolor="white", linewidth=0.5)
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        ax.set_yticks(range(len(bars)))
+        ax.set_yticklabels(names, fontsize=7)
+        for tick, g in zip(ax.get_yticklabels(), bars, strict=True):
+            tick.set_color(colors[g.model])  # the model's colour, as in the other figures
+        ax.set_ylim(len(bars) - 0.5, -0.5)
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("share of generated turns (%)", fontsize=8)
+        ax.set_title(dataset, fontsize=10)
+    for ax in list(grid.flat)[len(datasets):]:
+        ax.set_visible(False)
+    fig.suptitle(f"Label composition per model at T={fmt_temp(t or 0.0)} (unperturbed)", fontsize=11)
+    ncol = min(5, len(handles))
+    legend_inches = 0.2 * math.ceil(len(handles) / max(1, ncol)) + 0.15  # its rows, below the panels' x labels
+    fig.tight_layout(rect=(0, legend_inches / fig.get_size_inches()[1], 1, 1))
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=ncol, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     return fig
 
 
-def build_figures(groups: Sequence[GroupSummary], temperature: float | None = None) -> dict[str, Any]:
-    """{name: matplotlib Figure} for every report figure, with one shared model colour map."""
-    colors = model_colors(g.model for g in groups)
+def build_figures(groups: Sequence[GroupSummary], temperature: float | None = None,
+                  order: Sequence[str] = ()) -> dict[str, Any]:
+    """{name: matplotlib Figure} for every report figure with something to show (`skipped_figures` names the
+    others), with one shared model colour map in size order (`order`: these models first)."""
+    colors = model_colors((g.model for g in groups), order)
     t = plot_temperature(groups, temperature)
     makers: dict[str, Callable[[], Any]] = {
         "followup_vs_temperature": lambda: followup_vs_temperature(groups, colors),
@@ -348,7 +457,8 @@ def build_figures(groups: Sequence[GroupSummary], temperature: float | None = No
         "perturbation_effects": lambda: perturbation_effects(groups, t, colors),
         "label_mix": lambda: label_mix(groups, t, colors),
     }
-    return {name: makers[name]() for name in PLOT_NAMES}
+    skipped = skipped_figures(groups, t)
+    return {name: makers[name]() for name in PLOT_NAMES if name not in skipped}
 
 
 def figure_bytes(fig: Any, fmt: str) -> bytes:
@@ -363,11 +473,12 @@ def figure_bytes(fig: Any, fmt: str) -> bytes:
 
 
 def render_figures(groups: Sequence[GroupSummary], temperature: float | None = None,
-                   formats: Sequence[str] = FORMATS) -> dict[str, dict[str, bytes]]:
-    """{figure name: {format: bytes}} for every report figure; the figures are closed afterwards."""
+                   formats: Sequence[str] = FORMATS, order: Sequence[str] = ()) -> dict[str, dict[str, bytes]]:
+    """{figure name: {format: bytes}} for every report figure with something to show; the figures are closed
+    afterwards."""
     plt = _pyplot()
     out: dict[str, dict[str, bytes]] = {}
-    for name, fig in build_figures(groups, temperature).items():
+    for name, fig in build_figures(groups, temperature, order).items():
         try:
             out[name] = {fmt: figure_bytes(fig, fmt) for fmt in formats}
         finally:

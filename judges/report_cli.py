@@ -1,4 +1,5 @@
-"""`userturn report RESULTS.jsonl [--json] [--html OUT.html] [--plots DIR]`: stream, summarise, render."""
+"""`userturn report RESULTS.jsonl [--json | --format F] [--html OUT.html] [--plots DIR] [filters]`: stream,
+summarise, select rows, render."""
 
 from __future__ import annotations
 
@@ -9,51 +10,95 @@ from typing import Any
 import orjson
 from userturn.client.terminal import console
 from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
+from userturn.judges.report_filter import RowFilter, select_groups
 from userturn.judges.report_table import print_report
 
 from userturn.errors import UserError
 
 
+def row_filter(args: argparse.Namespace) -> RowFilter:
+    """The row filters and model order the report flags set."""
+    return RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
+                     temperatures=args.temperature or [], model_order=args.model_order or [])
+
+
 def run_report(args: argparse.Namespace) -> int:
-    """The report command: one streaming pass for the numbers, a second one only for the HTML examples."""
-    report = summarise_file(args.results)
-    figures: dict[str, dict[str, bytes]] | None = None
+    """The report command: one streaming pass for the numbers, a second one only for the HTML examples. Exit 1 when
+    --plots could not draw (matplotlib missing); everything else asked for is still written."""
+    if args.json and args.format != "table":
+        raise UserError(f"--json and --format {args.format}: choose one output format")
     if args.plot_temperature is not None and not (args.plots or args.html):
         raise UserError("--plot-temperature needs --plots DIR or --html OUT.html")
+    report = summarise_file(args.results)
+    rows = row_filter(args)
+    groups = select_groups(report.groups, rows)
+    status = 0
+    figures: dict[str, dict[str, bytes]] | None = None
+    skipped: dict[str, str] = {}
+    why = ""
     if args.plots or args.html:
-        figures, why = _figures(report.groups, required=bool(args.plots) or args.plot_temperature is not None,
-                                temperature=args.plot_temperature,
-                                formats=("png", "pdf", "svg") if args.plots else ("svg",))
-        if args.plots and figures:
-            from userturn.judges.plots import write_plots
-
-            paths = write_plots(figures, args.plots)
-            print(f"userturn report: wrote {len(figures)} figures ({len(paths)} files: PNG, PDF, SVG) to {args.plots}",
-                  file=sys.stderr)
+        figures, skipped, why = _figures(groups, args.plot_temperature, rows.model_order,
+                                         ("png", "pdf", "svg") if args.plots else ("svg",))
+        if args.plots:
+            status = _write_plots(figures, skipped, why, args.plots)
         if args.html:
             from userturn.judges.html_report import render_html, select_examples, write_html
 
             examples = select_examples(args.results, report.keep)
-            html = render_html(report.groups, report.agreements, examples, report.records, figures, args.results, why,
-                               prompt_of=_replayer(args).prompt)
+            html = render_html(groups, report.agreements, examples, report.records, figures, args.results, why,
+                               prompt_of=_replayer(args).prompt, skipped=skipped, filters=rows.describe())
             print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(orjson.dumps(to_json_rows(report.groups), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.format != "table":
+        from userturn.judges.report_formats import RENDERERS
+
+        sys.stdout.write(RENDERERS[args.format](groups))
     else:
-        print_report(console(wide=args.wide), report.groups, report.agreements, args.results, wide=args.wide)
+        source = args.results + (f" ({rows.describe()})" if rows.active else "")
+        if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
+            source += " (rules only: no rate below is a measurement)"
+        print_report(console(wide=args.wide), groups, report.agreements, source, wide=args.wide)
+        _print_notice(groups, args.results)
+    return status
+
+
+def _print_notice(groups: list[GroupSummary], results: str) -> None:
+    from rich.markup import escape
+    from userturn.client.terminal import print_trimmed
+    from userturn.judges.rules_only import unjudged_notice
+
+    notice = unjudged_notice(groups, results)
+    if notice:
+        print_trimmed(console(), escape(notice))
+
+
+def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],
+             formats: tuple[str, ...]) -> tuple[dict[str, dict[str, bytes]], dict[str, str], str]:
+    """(figures drawn, {figure left out: why}, why none at all: '' when matplotlib is there)."""
+    from userturn.judges.plots import matplotlib_missing, render_figures, skipped_figures
+
+    missing = matplotlib_missing()
+    if missing:
+        return {}, {}, missing
+    return render_figures(groups, temperature, formats, order), skipped_figures(groups, temperature), ""
+
+
+def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], why: str, directory: str) -> int:
+    if why:
+        print(f"userturn report: no figures written to {directory}: {why}", file=sys.stderr)
+        return 1
+    from userturn.judges.plots import write_plots
+
+    paths = write_plots(figures, directory)
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        by_reason.setdefault(reason, []).append(name)
+    left_out = "".join(f"; not drawn (nothing to show): {', '.join(names)}: {reason}"
+                       for reason, names in by_reason.items())
+    print(f"userturn report: wrote {len(figures)} figure{'s' if len(figures) != 1 else ''} ({len(paths)} files: "
+          f"PNG, PDF, SVG) to {directory}{left_out}", file=sys.stderr)
     return 0
-
-
-def _figures(groups: list[GroupSummary], required: bool, temperature: float | None = None,
-             formats: tuple[str, ...] = ("png", "pdf", "svg")) -> tuple[dict[str, dict[str, bytes]] | None, str]:
-    from userturn.judges.plots import render_figures
-
-    try:
-        return render_figures(groups, temperature, formats), ""
-    except UserError as exc:
-        if required:
-            raise
-        return None, str(exc)
 
 
 def _replayer(args: argparse.Namespace) -> Any:

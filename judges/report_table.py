@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+from userturn.client.terminal import print_trimmed
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.report import GroupSummary
 
@@ -69,11 +74,34 @@ def _delta_cell(group: GroupSummary) -> str:
     return f"{100 * group.delta_vs_none:+.1f}\n{_interval(group.delta_ci_low, group.delta_ci_high, signed=True)}"
 
 
-def _row_name(group: GroupSummary, show_mode: bool) -> str:
-    """model / dataset (mode) / settings / SELF flag: one cell, one fact per line."""
-    lines = [group.model, f"[dim]{group.dataset}{f' ({group.mode})' if show_mode else ''}[/]"]
+NAME_WIDTH = 24  # the widest the name column gets in the compact table; longer names wrap at their separators
+BREAK_AFTER = re.compile(r"[^/\-_: ]+[/\-_: ]*|[/\-_: ]+")
+
+
+def wrap_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A model or dataset name on lines of at most `width` characters, broken after a separator (`/`, `-`, `_`,
+    `:`, space), never inside a word unless one word alone is longer than `width`."""
+    lines: list[str] = []
+    line = ""
+    for part in BREAK_AFTER.findall(name):
+        if line and len(line) + len(part.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        while len(part) > width:  # one word wider than the column: cut it, the only way it fits
+            lines.append(part[:width])
+            part = part[width:]
+        line += part
+    if line or not lines:
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def _row_name(group: GroupSummary, show_mode: bool, width: int = NAME_WIDTH) -> str:
+    """model / dataset (mode) / settings / SELF flag: one cell, one fact per line, names wrapped at separators."""
+    dataset = wrap_name(group.dataset + (f" ({group.mode})" if show_mode else ""), width)
+    lines = [escape(wrap_name(group.model, width)), f"[dim]{escape(dataset)}[/]"]
     if group.settings:
-        lines.append(f"[dim]{group.settings}[/]")
+        lines.append(f"[dim]{escape(group.settings)}[/]")
     flag = self_judged_flag(group)
     if flag:
         lines.append(f"[bold red]{flag}[/]")
@@ -91,24 +119,39 @@ def _numeric(table: Table, name: str) -> None:
     table.add_column(name, justify="right", no_wrap=True)
 
 
-def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False) -> Table:
-    """The results table. Default: a compact set of columns that fits 100 columns, long names wrapped (never cut);
-    `wide`: every column."""
+def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False, width: int | None = None) -> Table:
+    """The results table. Default: a compact set of columns that fits `width` (100 when not given), long names
+    wrapped at their separators (never cut); `wide`: every column."""
     if wide:
         return _wide_table(groups, title)
     table = _table(title)
     show_mode = len({g.mode for g in groups}) > 1
-    table.add_column("model / dataset", overflow="fold", min_width=12)
-    table.add_column("perturb", overflow="fold", max_width=12)
-    for name in ("T", "n", "follow-up\n[95% CI]", "Δ vs none pp\n[95% CI]", "accuracy", "excluded"):
-        _numeric(table, name)
+    headers = ["perturb", "T", "n", "follow-up\n[95% CI]", "Δ vs none pp\n[95% CI]", "accuracy", "excluded"]
+    rows = []
     for g in groups:
         accuracy = "—" if g.accuracy is None else f"{100 * g.accuracy:.1f}%"
         rate = "—" if g.followup_rate is None else f"{fmt_rate(g.followup_rate)}\n{_interval(g.ci_low, g.ci_high)}"
-        table.add_row(_row_name(g, show_mode), g.perturbation, fmt_temp(g.temperature), str(g.n), rate,
-                      _delta_cell(g), accuracy, f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}",
-                      end_section=True)
+        rows.append([g.perturbation, fmt_temp(g.temperature), str(g.n), rate, _delta_cell(g), accuracy,
+                     f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"])
+    # the other columns keep their natural width (perturb at most 12); the names get what is left, and are wrapped
+    # to it at their separators so rich never has to fold them mid-word
+    others = [min(12, _longest([headers[0], *(r[0] for r in rows)]))]
+    others += [_longest([h, *(r[i] for r in rows)]) for i, h in enumerate(headers) if i]
+    left = (width or 100) - sum(others) - 3 * len(others) - 2  # 3: padding, divider, padding; 2: the edges
+    name_width = max(10, min(NAME_WIDTH, left))
+    cells = [_row_name(g, show_mode, name_width) for g in groups]
+    plain = [Text.from_markup(cell).plain for cell in cells]
+    table.add_column("model / dataset", overflow="fold", width=min(name_width, _longest(plain or [""])))
+    table.add_column("perturb", overflow="fold", max_width=12)
+    for name in headers[1:]:
+        _numeric(table, name)
+    for cell, row in zip(cells, rows, strict=True):
+        table.add_row(cell, *row, end_section=True)
     return table
+
+
+def _longest(cells: list[str]) -> int:
+    return max(len(line) for cell in cells for line in cell.split("\n"))
 
 
 def _wide_table(groups: list[GroupSummary], title: str) -> Table:
@@ -189,24 +232,25 @@ def agreement_table(agreement: PanelAgreement) -> Table:
 def judged_by_line(groups: list[GroupSummary]) -> str:
     judges = sorted({j for g in groups for j in g.judges})
     rules = sum(g.rule_labels for g in groups)
-    return "judged by: " + (", ".join(judges) or "no judge model") + (f" (+ rules: {rules} records)" if rules else "")
+    rules_text = f" (+ rules: {rules} record{'s' if rules != 1 else ''})" if rules else ""
+    return "judged by: " + (", ".join(judges) or "no judge model") + rules_text
 
 
 def print_report(console: Console, groups: list[GroupSummary], agreements: list[PanelAgreement],
                  source: str, *, wide: bool = False) -> None:
-    """Render the whole terminal report (compact columns; `wide`: all of them)."""
-    console.print(groups_table(groups, f"userturn report: {source}", wide=wide))
+    """Render the whole terminal report (compact columns; `wide`: all of them), no line with trailing spaces."""
+    print_trimmed(console, groups_table(groups, f"userturn report: {source}", wide=wide, width=console.width))
     if wide:
-        console.print("labels: " + ", ".join(f"{v}={k}" for k, v in SHORT.items()))
+        print_trimmed(console, "labels: " + ", ".join(f"{v}={k}" for k, v in SHORT.items()))
     else:
-        console.print(judged_by_line(groups))
-    console.print(legend(wide))
-    console.print(totals_line(groups))
+        print_trimmed(console, judged_by_line(groups))
+    print_trimmed(console, legend(wide))
+    print_trimmed(console, totals_line(groups))
     for g in groups:
         if g.perturbation != "none" and g.delta_vs_none is None and g.delta_note:
-            console.print(f"Δ n/a for {g.series} · T={fmt_temp(g.temperature)}: {g.delta_note}")
+            print_trimmed(console, f"Δ n/a for {g.series} · T={fmt_temp(g.temperature)}: {g.delta_note}")
     if any(g.self_judged for g in groups):
-        console.print("[bold red]SELF[/]: labelled by the same model that was probed (self-judged); "
+        print_trimmed(console, "[bold red]SELF[/]: labelled by the same model that was probed (self-judged); "
                       "use an independent judge for reported numbers.")
     for agreement in agreements:
-        console.print(agreement_table(agreement))
+        print_trimmed(console, agreement_table(agreement))

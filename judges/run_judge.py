@@ -38,6 +38,13 @@ class JudgeRunSummary:
     counters: JudgeCounters
     elapsed_s: float
     out_path: Path
+    kept: int = 0  # records labelled by the judges' verdicts they already carried (no request sent this run)
+    requests: int = 0  # judge requests actually sent this run (retries apart)
+
+    @property
+    def newly_judged(self) -> int:
+        """Records labelled by the judge panel with at least one verdict asked for in this run."""
+        return self.counters.judged - self.kept
 
 
 @dataclass
@@ -124,27 +131,42 @@ async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, worker
     await panel.check()
     writer = JsonlWriter(out_path)
     counters = RunCounters(total=plan.todo, skipped=plan.skipped)
+    requests_before = sum(s.requests for s in judge_endpoint_stats(panel))  # the endpoint check's
     view = Progress(counters, lambda: [], judge_stats=lambda: judge_endpoint_stats(panel), title="userturn judge",
-                    enabled=progress and plan.todo > 0)  # the same view as probe and run
+                    enabled=progress, kind="judge", requests_before=requests_before)
     records = work(results, plan, output, writer)
 
     async def worker() -> None:
         c = panel.counters
         for record in records:
-            writer.write(await panel.judge(record))
+            judged = await panel.judge(record)
+            writer.write(judged)
             counters.done += 1
             counters.ok += 1
-            counters.judged, counters.rule_labels, counters.judge_failures = c.judged, c.rule_labels, c.judge_failures
+            if judged.label_source not in (None, "rule") and not asked_anew(record, judged):
+                counters.kept += 1
+            counters.judged, counters.rule_labels, counters.judge_failures = (c.judged - counters.kept, c.rule_labels,
+                                                                              c.judge_failures)
 
     try:
-        view.start()
+        if plan.todo:  # nothing to judge: no view, the summary says so
+            view.start()
         await run_all(worker() for _ in range(max(1, min(workers, plan.todo))))
     finally:
         records.close()
-        await view.stop()
+        if plan.todo:
+            await view.stop()
         writer.close()
     return JudgeRunSummary(total=len(plan.entries), already_done=plan.skipped, carried=plan.carry,
-                           counters=panel.counters, elapsed_s=time.monotonic() - started, out_path=out_path)
+                           counters=panel.counters, elapsed_s=time.monotonic() - started, out_path=out_path,
+                           kept=counters.kept,
+                           requests=sum(s.requests for s in judge_endpoint_stats(panel)) - requests_before)
+
+
+def asked_anew(before: ProbeRecord, after: ProbeRecord) -> bool:
+    """Whether the panel asked a judge for any verdict of `after` (a verdict object `before` did not carry)."""
+    carried = {id(v) for v in before.judges}
+    return any(id(v) not in carried for v in after.judges if v.source == "judge")
 
 
 def print_summary(summary: JudgeRunSummary) -> int:
@@ -152,11 +174,18 @@ def print_summary(summary: JudgeRunSummary) -> int:
     c = summary.counters
     rate = c.followup_rate()
     rate_text = "n/a" if rate is None else f"{100 * rate:.1f}%"
-    print(f"userturn judge: {summary.total} records -> {summary.out_path}: judged {c.judged}, rule labels "
-          f"{c.rule_labels}, judge failures {c.judge_failures}, generation errors carried {summary.carried}, "
-          f"already done {summary.already_done}; follow-up rate of this run {rate_text} "
+    speed = summary.requests / summary.elapsed_s if summary.elapsed_s > 0 else 0.0
+    kept = (f", kept from the input {summary.kept} (their verdicts carried over, no request)" if summary.kept
+            else "")
+    print(f"userturn judge: {summary.total} records -> {summary.out_path}: newly judged {summary.newly_judged} "
+          f"({summary.requests} judge requests, {speed:.1f} req/s){kept}, rule labels {c.rule_labels}, judge "
+          f"failures {c.judge_failures}, generation errors carried {summary.carried}, already done "
+          f"{summary.already_done}; follow-up rate of the records labelled in this run {rate_text} "
           f"({summary.elapsed_s:.1f}s)", file=sys.stderr)
+    status = 0
     if c.judge_failures:
         print(judge_failure_line("userturn judge", c.judge_failures, str(summary.out_path), c), file=sys.stderr)
-        return 1
-    return 0
+        status = 1
+    print(f"next: userturn report {summary.out_path} (add --html report.html --plots figures/ for the figures)",
+          file=sys.stderr)
+    return status

@@ -101,7 +101,9 @@ def test_sample_table_prompts_equal_what_the_server_received_and_figures_are_inl
         key = htmllib.unescape(key)
         assert note == "sha256 matches the record&#39;s prompt_sha256"
         assert htmllib.unescape(prompt) == sent[records[key].seed]
-    assert page.count("<svg") == 4 and "data:image/png" not in page and "<script" not in page
+    assert "<svg" not in page and "data:image/png" not in page and "<script" not in page
+    assert "Not drawn, nothing to show" in page and "labelled by rules only" not in page  # unjudged, no rule
+    assert "none of the 8 records is labelled yet" in page
     without = tmp_path / "plain.html"  # no tokenizer: the conversation, and how to get the prompt
     assert main(["report", str(out), "--html", str(without)]) == 0
     plain = without.read_text()

@@ -84,7 +84,8 @@ def test_judge_end_to_end_against_real_server(server: JudgeServer, results: Path
     assert records["failed"]["status"] == "error" and records["failed"]["judges"] == []
     verdict = records["followup"]["judges"][0]
     assert verdict["judge"] == "keyword-judge" and len(verdict["prompt_sha256"]) == 64
-    assert "judged 5, rule labels 3, judge failures 0, generation errors carried 1" in proc.stderr
+    assert "newly judged 5 (5 judge requests," in proc.stderr
+    assert "rule labels 3, judge failures 0, generation errors carried 1" in proc.stderr
     assert server.stats() == {"requests": 5, "with_schema": 5, "refused": 0}
     # Resumable: a rerun finds every key done and asks nothing.
     again = run_cli("judge", str(results), "--judge-base-url", server.base_url, "--judge-model", "keyword-judge",

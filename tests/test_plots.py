@@ -79,14 +79,26 @@ def test_followup_vs_temperature_one_series_per_model_per_dataset_panel(groups):
     for ax in axes:
         containers = ax.containers  # one errorbar container per series
         assert sorted(c.get_label() for c in containers) == sorted(MODELS)
-        for c in containers:
-            x, _ = c.lines[0].get_data()
-            assert list(x) == list(TEMPS)  # unperturbed rows only: one point per temperature
+        xs = [list(c.lines[0].get_data()[0]) for c in containers]
+        # unperturbed rows only: one point per temperature, each model's drawn beside the others (dodged): within
+        # 0.6 of the smallest gap (0.3) around the true temperature, 0.09 apart, never two on one vertical line
+        shifts = [[x - t for x, t in zip(series, TEMPS, strict=True)] for series in xs]
+        assert [s[0] for s in shifts] == pytest.approx([-0.09, 0.0, 0.09])
+        assert all(s == pytest.approx([s[0]] * len(TEMPS)) for s in shifts)
     # the y axis follows the data: rates here stay well below 50%, and the top is just above the highest CI
     highest = max(100 * g.ci_high for g in groups if g.perturbation == "none")
     low, high = axes[0].get_ylim()
     assert low == 0 and highest < high <= highest * 1.2 + 1 and high < 60
-    assert axes[0].get_xlim()[0] < 0 < 1.0 < axes[0].get_xlim()[1] < 1.2
+    assert axes[0].get_xlim()[0] < -0.09 < 1.09 < axes[0].get_xlim()[1] < 1.3
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == ["0", "0.7", "1"]  # ticks at the true temperatures
+
+
+def test_dodge_offsets_spread_over_part_of_the_smallest_gap():
+    assert plots.dodge_offsets([0.0, 1.0], 1) == [0.0]
+    assert plots.dodge_offsets([0.0, 0.5, 1.0], 3) == pytest.approx([-0.15, 0.0, 0.15])  # 0.6 x 0.5 over 3
+    assert plots.dodge_offsets([0.0], 2) == pytest.approx([-0.3, 0.3])  # one temperature: a span of 0.6
+    eleven = plots.dodge_offsets([0.0, 0.7, 1.0], 11)
+    assert eleven[-1] - eleven[0] == pytest.approx(0.18) and len(set(eleven)) == 11
 
 
 def test_model_colours_are_the_same_in_every_figure(groups):
@@ -100,10 +112,10 @@ def test_model_colours_are_the_same_in_every_figure(groups):
             assert line_colors(ax) == colors
         for ax in figures["perturbation_effects"].get_axes():
             assert line_colors(ax) == colors
-        ticks = figures["label_mix"].get_axes()[0].get_yticklabels()
-        for tick in ticks:
-            model = tick.get_text().split(" · ")[0].split("\n")[0]
-            assert to_hex(tick.get_color()) == colors[model]
+        for ax in figures["label_mix"].get_axes():
+            for tick in ax.get_yticklabels():
+                model = tick.get_text().split("\nlabelled")[0].replace("\n", "")  # the name, wrapped at a `-`
+                assert to_hex(tick.get_color()) == colors[model]
     finally:
         for fig in figures.values():
             plots._pyplot().close(fig)
@@ -154,13 +166,29 @@ def test_perturbation_effects_are_paired_deltas_with_intervals(groups):
 
 def test_label_mix_one_bar_per_model_and_dataset_summing_to_100(groups):
     fig = plots.label_mix(groups)
-    ax = fig.get_axes()[0]
-    assert len(ax.get_yticklabels()) == len(MODELS) * len(DATASETS)
-    totals: dict[float, float] = {}
-    for patch in ax.patches:
-        totals[patch.get_y()] = totals.get(patch.get_y(), 0.0) + patch.get_width()
-    assert all(total == pytest.approx(100) for total in totals.values())
-    assert all("labelled 24 of 24" in t.get_text() for t in ax.get_yticklabels())
+    assert [ax.get_title() for ax in fig.get_axes()] == list(DATASETS)  # one panel per dataset, side by side
+    for ax in fig.get_axes():
+        assert len(ax.get_yticklabels()) == len(MODELS)
+        totals: dict[float, float] = {}
+        for patch in ax.patches:
+            totals[patch.get_y()] = totals.get(patch.get_y(), 0.0) + patch.get_width()
+        assert all(total == pytest.approx(100) for total in totals.values())
+        assert all("labelled 24 of 24" in t.get_text() for t in ax.get_yticklabels())
+
+
+def test_label_mix_at_eleven_models_and_four_datasets_stays_a_readable_grid():
+    models = [f"Qwen3.5-{size}" for size in ("397B-A17B", "0.8B", "122B-A10B", "27B", "2B", "4B", "9B", "35B-A3B")]
+    models += ["openai/gpt-oss-120b", "openai/gpt-oss-20b", "glm-4.5-air"]
+    many = summarise(records(models=models, datasets=("a", "b", "c", "d"), temps=(0.0,)))
+    fig = plots.label_mix(many)
+    visible = [ax for ax in fig.get_axes() if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == ["a", "b", "c", "d"]
+    width, height = fig.get_size_inches()
+    assert height <= 12 and width <= 18  # a 3 x 2 grid of panels, not one column of 44 bars
+    names = [t.get_text().split("\nlabelled")[0].replace("\n", "") for t in visible[0].get_yticklabels()]
+    assert names == ["Qwen3.5-0.8B", "Qwen3.5-2B", "Qwen3.5-4B", "Qwen3.5-9B", "openai/gpt-oss-20b",
+                     "Qwen3.5-27B", "Qwen3.5-35B-A3B", "openai/gpt-oss-120b", "Qwen3.5-122B-A10B",
+                     "Qwen3.5-397B-A17B", "glm-4.5-air"]  # by size, parsed from the names; no size: last
 
 
 def test_label_mix_shows_unjudged_and_failed_turns_beside_the_labels():
@@ -172,7 +200,7 @@ def test_label_mix_shows_unjudged_and_failed_turns_beside_the_labels():
             r.label, r.label_source, r.judge_status = None, None, "error"  # judge failed
     group = next(g for g in summarise(rs) if g.perturbation == "none")
     ax = plots.label_mix([group]).get_axes()[0]
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    legend = [t.get_text() for t in ax.get_figure().legends[0].get_texts()]
     assert legend[-2:] == ["unjudged", "judge failed"]
     widths = {c.get_label(): c.patches[0].get_width() for c in ax.containers}
     total = group.n + group.unjudged + group.judge_failures
@@ -198,12 +226,21 @@ def test_unknown_plot_temperature_is_a_user_error(groups, tmp_path, capsys):
     assert len(list((tmp_path / "p").iterdir())) == 12
 
 
-def test_rows_without_labels_give_empty_figures_not_errors():
+def test_figures_with_nothing_to_show_are_not_drawn_and_say_why():
     empty = summarise([ProbeRecord(key=record_key("m", "d", "1", "none", 0.0, 0), model="m", dataset="d",
                                    item_id="1", temperature=0.0, sample=0, seed=0, status="ok", user_turn="x")])
-    rendered = plots.render_figures(empty, formats=("svg",))
-    assert set(rendered) == set(plots.PLOT_NAMES)
-    assert b"no unperturbed rows" in rendered["followup_vs_temperature"]["svg"]
+    assert plots.render_figures(empty, formats=("svg",)) == {}
+    assert set(plots.skipped_figures(empty)) == set(plots.PLOT_NAMES)
+    rules = summarise([ProbeRecord(key=record_key("m", "d", "1", "none", 0.0, 0), model="m", dataset="d",
+                                   item_id="1", temperature=0.0, sample=0, seed=0, status="ok", user_turn="x",
+                                   label="restates_query", label_source="rule", judge_status="ok",
+                                   judges=[{"judge": "rules", "source": "rule", "status": "ok",
+                                            "label": "restates_query"}])])
+    assert rules[0].followup_rate == 0.0  # a rate of 0% that the rules alone could never make anything else
+    skipped = plots.skipped_figures(rules)
+    assert set(skipped) == {"followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects"}
+    assert skipped["followup_vs_temperature"] == plots.NO_JUDGE
+    assert set(plots.render_figures(rules, formats=("svg",))) == {"label_mix"}  # how little was labelled
 
 
 def test_points_at_the_same_place_are_drawn_apart_but_keep_their_values():

@@ -100,12 +100,23 @@ async def test_plain_mode_prints_periodic_lines_and_a_final_one():
     assert all("\r" not in line and "\x1b" not in line for line in lines)  # plain text, one line each
 
 
-async def test_disabled_prints_nothing():
+async def test_no_progress_means_plain_lines_even_on_a_terminal():
     stream = io.StringIO()
-    progress, _, _ = make(stream, enabled=False)
+    progress, counters, _ = make(stream, enabled=False)
+    counters.done = 0
     progress.start()
     await progress.stop()
-    assert stream.getvalue() == ""
+    assert stream.getvalue() == ""  # nothing done (e.g. an endpoint check failed): no line at all
+    stream = Tty()
+    progress, counters, _ = make(stream, enabled=False, plain_interval=0.05)
+    assert not progress.rich
+    progress.start()
+    counters.done = 10
+    await asyncio.sleep(0.12)
+    await progress.stop()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2 and lines[-1].startswith("t: 10/10 done (100%)")
+    assert all("\x1b" not in line for line in lines)  # plain lines, no live view
 
 
 async def test_tty_uses_the_rich_view():
@@ -185,6 +196,17 @@ def test_judge_command_uses_the_shared_view(tmp_path: Path, capsys: pytest.Captu
         mock.get(f"{JUDGE}/models").mock(return_value=httpx.Response(200, json={"data": []}))
         assert main(argv) == 0
         err = capsys.readouterr().err
-        assert "userturn judge: 5/5 done (100%), ETA 0s" in err, err
+        assert "userturn judge: 5/5 records (100%), ETA 0s, newly judged 5, kept from input 0" in err, err
+        assert "5 judge requests" in err and "in flight 0" in err
+        assert "newly judged 5 (5 judge requests," in err and "next: userturn report " in err
         assert main(argv) == 0  # resumed: nothing to do, no view, the summary says so
         assert "already done 5" in capsys.readouterr().err
+        # the judged file judged again into another file: every verdict is carried over, none is asked again
+        judged = tmp_path / "results.judged.jsonl"
+        again = ["judge", str(judged), "--out", str(tmp_path / "again.jsonl"), *argv[2:]]
+        calls = mock.calls.call_count
+        assert main(again) == 0
+        err = capsys.readouterr().err
+        assert "newly judged 0 (0 judge requests, 0.0 req/s), kept from the input 5" in err, err
+        assert "kept from input 5" in err  # the live view's final line
+        assert sum(c.request.url.path.endswith("/chat/completions") for c in mock.calls[calls:]) == 0

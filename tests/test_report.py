@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+from userturn.judges.plots import TITLES
 from userturn.judges.report import is_self_judged, load_results, summarise
 
 from userturn.cli import main
@@ -72,13 +74,17 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
 def test_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     html_path, plots = tmp_path / "out" / "report.html", tmp_path / "plots"
     assert main(["report", str(FIXTURE), "--html", str(html_path), "--plots", str(plots), "--json"]) == 0
-    for name in ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix"):
+    assert not list(plots.glob("perturbation_effects.*"))  # nothing to show (no pairable perturbed row): not written
+    assert "not drawn (nothing to show): perturbation_effects: no perturbed row paired" in capsys.readouterr().err
+    for name in ("followup_vs_temperature", "accuracy_vs_followup", "label_mix"):
         png = (plots / f"{name}.png").read_bytes()
         assert png.startswith(PNG) and len(png) > 5000
         assert (plots / f"{name}.pdf").read_bytes().startswith(b"%PDF")
         assert b"<svg" in (plots / f"{name}.svg").read_bytes()
     html = html_path.read_text()
-    assert len(re.findall(r'<figure id="fig-[a-z_]+"><figcaption>[a-z_]+</figcaption>\n<svg', html)) == 4
+    captions = re.findall(r'<figure id="fig-[a-z_]+"><figcaption>([^<]+)</figcaption>\n<svg', html)
+    assert captions == [TITLES["followup_vs_temperature"], TITLES["accuracy_vs_followup"], TITLES["label_mix"]]
+    assert f"<li>{TITLES['perturbation_effects']}: no perturbed row paired" in html
     assert "<script>" not in html and "&lt;script&gt;" in html  # generated text is escaped
     assert "&lt;b&gt;&amp;amp;&lt;/b&gt;" in html
     assert "self-judged" in html and "0.714" in html and "genuine_followup" in html
@@ -104,3 +110,16 @@ def test_unwritable_html_target(tmp_path: Path, capsys: pytest.CaptureFixture[st
     blocker.write_text("x")
     assert main(["report", str(FIXTURE), "--html", str(blocker / "r.html")]) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_html_is_written_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails as if not installed
+    html_path, plots = tmp_path / "report.html", tmp_path / "plots"
+    assert main(["report", str(FIXTURE), "--html", str(html_path), "--plots", str(plots)]) == 1
+    err = capsys.readouterr().err
+    assert f"no figures written to {plots}: matplotlib is not installed (pip install matplotlib" in err
+    assert not plots.exists() or not list(plots.iterdir())
+    html = html_path.read_text()
+    assert "No figures: matplotlib is not installed" in html and "<svg" not in html
+    assert "Follow-up rate by group" in html  # the rest of the report is all there

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from userturn.judges.report_table import wrap_name
 
 from userturn.cli import main
 from userturn.jsonl import JsonlWriter
@@ -77,6 +78,10 @@ def test_report_fits_100_columns_with_whole_cells(results: Path, capsys: pytest.
             assert f"{100 * row['delta_vs_none']:+.1f}" in out
     names = first_column(out, "model / dataset", "perturb")
     assert LONG_MODEL + LONG_DATASET in names  # wrapped, never cut
+    starts = ("Qwen", "A17B", "some", "check")
+    model_lines = [line.split()[0] for line in out.splitlines() if line.strip().startswith(starts)]
+    assert model_lines[:4] == ["Qwen/Qwen3.5-397B-", "A17B-Instruct-FP8-", "some-very-long-", "checkpoint-name"]
+    assert not [line for line in out.splitlines() if line != line.rstrip()]  # no trailing spaces
     assert "(chat)" in out and "(raw)" in out  # mixed modes: the mode is named under the dataset
     assert "tokens: 1,170,720 prompt + 38,400 completion, 960 of 961 records reporting usage" in out
 
@@ -166,3 +171,10 @@ def test_posttrain_comparison_fits_100_columns_with_its_notes_below() -> None:
     check_fits("\n".join(line for line in text.splitlines() if not line.startswith("  [")))
     assert notes == ["[1] no judge model labelled these records (rules only): not measured"]
     assert text.count("[1]") == 3 and "+25.0" in text and "[-24.2, +39.1]" in text and "93.1%" in text
+
+
+def test_names_wrap_after_separators_never_mid_word() -> None:
+    assert wrap_name("openai/gpt-oss-120b", 18) == "openai/gpt-oss-\n120b"
+    assert wrap_name("smollm2-135m-instruct", 14) == "smollm2-135m-\ninstruct"
+    assert wrap_name("mt-bench:reference", 24) == "mt-bench:reference"
+    assert wrap_name("abcdefghij", 4) == "abcd\nefgh\nij"  # one word wider than the column: the only cut

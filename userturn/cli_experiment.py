@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "smoke; `userturn list` shows them)")
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
     run.add_argument("--no-progress", action="store_true",
-                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
+                   help="plain progress lines (every 10 s and one at the end) instead of the live view")
     run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
     run.add_argument("--rejudge", action="store_true",
                      help="the results file holds labels of another judge panel (other `judges:` models or prompt): "
@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from userturn import aio
-    from userturn.experiment import check_files, load_experiment, print_report, results_path, run_experiment
+    from userturn.experiment import check_files, load_experiment, results_path, run_experiment
     from userturn.results_lock import results_lock
     from userturn.shipped import resolve_named
 
@@ -80,7 +80,10 @@ def run_command(args: argparse.Namespace) -> int:
                                                       progress=not args.no_progress, rejudge=args.rejudge,
                                                       launcher=args.launcher))
     errors = sum(s.errors for s in summaries)
-    print_report(results)
+    from userturn.client.terminal import console
+    from userturn.judges.run_view import print_run_report
+
+    print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
     not_applicable = sum(s.not_applicable for s in summaries)

@@ -106,7 +106,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
     g.add_argument("--no-progress", action="store_true",
-                   help="no progress output, only the final summary (off a terminal: a plain line every 10 s)")
+                   help="plain progress lines (every 10 s and one at the end) instead of the live view")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -285,4 +285,13 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
 
         print(judge_failure_line("userturn", summary.judge_failures, out), file=sys.stderr)
         status = 1
+    print(next_step(summary, out), file=sys.stderr)
     return status
+
+
+def next_step(summary: ProbeSummary, out: str) -> str:
+    """The command to run next: the report when the records were judged inline, else the judge."""
+    if summary.judged or summary.judge_failures or summary.rejudged:
+        return f"next: userturn report {out} (add --html report.html --plots figures/ for the figures)"
+    return (f"next: label the turns with a judge model: userturn judge {out} --judge-base-url URL --judge-model NAME "
+            f"(then userturn report {out.removesuffix('.jsonl')}.judged.jsonl)")

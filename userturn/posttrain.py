@@ -282,10 +282,12 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
     from userturn.cli_probe import load_items
     from userturn.client.loaders import parse_spec
     from userturn.client.terminal import console as terminal_console
+    from userturn.client.train import require_train_extra
     from userturn.client.train_data import EvalSet
     from userturn.training_run import run_train
 
     cfg, path = load_posttrain(path)
+    require_train_extra()  # before any stage: a missing `train` extra stops here, not after the base probes
     here = path.parent
     manifest = resolve(here, cfg.base, absolute=True)
     if not Path(manifest).is_file():

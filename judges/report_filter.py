@@ -1,0 +1,79 @@
+"""Which rows a report shows, and in which order: `report --model/--dataset/--perturb/--temperature` and
+`--model-order`.
+
+Filters pick rows after every number is computed, so a perturbed row keeps its Δ vs none when the none row is
+filtered out. A model or dataset filter is a shell pattern (`Qwen/*`, `*-9B`), matched against the whole name;
+several values of one filter are alternatives. A filter that matches no row is an error naming what is present.
+Rows come ordered by model size (`judges.model_size`), then dataset, mode, the `none` perturbation before the
+others, temperature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+
+from pydantic import BaseModel
+from userturn.judges.model_size import order_models
+from userturn.judges.report import GroupSummary
+
+from userturn.errors import UserError
+
+
+class RowFilter(BaseModel):
+    """The report's row filters (empty: every row) and the model order override."""
+
+    models: list[str] = []
+    datasets: list[str] = []
+    perturbations: list[str] = []
+    temperatures: list[float] = []
+    model_order: list[str] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.models or self.datasets or self.perturbations or self.temperatures)
+
+    def describe(self) -> str:
+        """The filters as the flags that set them (for a report's heading): '' when none is set."""
+        parts = [f"--model {m}" for m in self.models] + [f"--dataset {d}" for d in self.datasets]
+        parts += [f"--perturb {p}" for p in self.perturbations] + [f"--temperature {t:g}" for t in self.temperatures]
+        return " ".join(parts)
+
+
+def _matching(flag: str, patterns: Sequence[str], values: set[str]) -> set[str]:
+    if not patterns:
+        return values
+    out = set()
+    for pattern in patterns:
+        hits = {v for v in values if fnmatchcase(v, pattern)}
+        if not hits:
+            raise UserError(f"{flag} {pattern}: matches nothing in the results (present: "
+                            f"{', '.join(sorted(values)) or 'none'})")
+        out |= hits
+    return out
+
+
+def row_order(groups: Sequence[GroupSummary], model_order: Sequence[str] = ()) -> list[GroupSummary]:
+    """The rows by model size (or `model_order`), dataset, mode, `none` first, perturbation, temperature."""
+    rank = {m: i for i, m in enumerate(order_models((g.model for g in groups), model_order))}
+    return sorted(groups, key=lambda g: (rank[g.model], g.dataset, g.mode, g.perturbation != "none", g.perturbation,
+                                         g.temperature, g.settings))
+
+
+def select_groups(groups: Sequence[GroupSummary], rows: RowFilter) -> list[GroupSummary]:
+    """The rows the filters keep, in `row_order`. UserError when a filter matches nothing."""
+    models = _matching("--model", rows.models, {g.model for g in groups})
+    datasets = _matching("--dataset", rows.datasets, {g.dataset for g in groups})
+    perturbations = _matching("--perturb", rows.perturbations, {g.perturbation for g in groups})
+    temperatures = {g.temperature for g in groups}
+    for t in rows.temperatures:
+        if not any(math.isclose(t, have, abs_tol=1e-9) for have in temperatures):
+            shown = ", ".join(f"{have:g}" for have in sorted(temperatures)) or "none"
+            raise UserError(f"--temperature {t:g}: no row at that temperature (present: {shown})")
+    kept = [g for g in groups if g.model in models and g.dataset in datasets and g.perturbation in perturbations
+            and (not rows.temperatures or any(math.isclose(t, g.temperature, abs_tol=1e-9)
+                                              for t in rows.temperatures))]
+    if not kept:
+        raise UserError(f"no row matches all of {rows.describe()}")
+    return row_order(kept, rows.model_order)

@@ -1,0 +1,124 @@
+"""`userturn report --format csv|markdown|latex`: the report's rows for a spreadsheet or a paper.
+
+CSV (the `csv` module) carries every count and the rates as fractions (0.25, not 25%), one column per label, for
+further analysis. Markdown and LaTeX carry the columns of the terminal table, rates in percent with one decimal,
+the 95% intervals in brackets, ready to paste: a GitHub-flavoured pipe table, and a `booktabs` tabular.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Sequence
+
+from userturn.judges.report import GroupSummary
+from userturn.judges.report_table import fmt_temp
+
+from userturn.taxonomy import LABELS
+
+FORMATS = ("table", "csv", "markdown", "latex")
+
+CSV_COLUMNS = ["model", "dataset", "mode", "perturbation", "temperature", "settings", "n", "items", "followups",
+               "followup_rate", "ci_low", "ci_high", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items",
+               "accuracy", "accuracy_n", "records", "judge_failures", "generation_errors", "unjudged", "rule_labels",
+               "self_judged"]
+
+
+def to_csv(groups: Sequence[GroupSummary]) -> str:
+    """One CSV row per report row: the counts, the rates as fractions, one `label:<name>` column per label, the
+    judges (`;`-separated) and the configuration fingerprint. Empty cell = no value."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*CSV_COLUMNS, *(f"label:{label}" for label in LABELS), "judges", "config_fingerprint"])
+    for g in groups:
+        values = g.model_dump()
+        writer.writerow([("" if values[c] is None else values[c]) for c in CSV_COLUMNS]
+                        + [g.labels[label] for label in LABELS] + [";".join(g.judges), g.config_fingerprint or ""])
+    return buffer.getvalue()
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}"
+
+
+def _interval(low: float | None, high: float | None, signed: bool = False) -> str:
+    if low is None or high is None:
+        return ""
+    spec = "+.1f" if signed else ".1f"
+    return f"[{100 * low:{spec}}, {100 * high:{spec}}]"
+
+
+def _delta(g: GroupSummary) -> str:
+    if g.perturbation == "none":
+        return "—"
+    if g.delta_vs_none is None:
+        return "n/a"
+    return f"{100 * g.delta_vs_none:+.1f} {_interval(g.delta_ci_low, g.delta_ci_high, signed=True)}"
+
+
+HEADER = ["model", "dataset", "perturbation", "T", "n", "follow-up % [95% CI]", "Δ vs none pp [95% CI]",
+          "accuracy %", "excluded"]
+NUMERIC = {"T", "n", "follow-up % [95% CI]", "Δ vs none pp [95% CI]", "accuracy %", "excluded"}
+NOTE = ("n = labelled records; follow-up = genuine_followup / n with an item-clustered Wilson 95% CI; Δ vs none = "
+        "paired difference to the unperturbed row over shared items (percentage points); excluded = judge failures "
+        "/ generation errors / unjudged records, all outside n")
+
+
+def _cells(groups: Sequence[GroupSummary]) -> tuple[list[str], list[list[str]]]:
+    """The paper table's header and rows (mode and settings columns only when some rows differ in them)."""
+    show_mode = len({g.mode for g in groups}) > 1
+    show_settings = any(g.settings for g in groups)
+    header = list(HEADER)
+    if show_settings:
+        header.insert(3, "settings")
+    if show_mode:
+        header.insert(2, "mode")
+    rows = []
+    for g in groups:
+        rate = "—" if g.followup_rate is None else f"{_pct(g.followup_rate)} {_interval(g.ci_low, g.ci_high)}"
+        row = [g.model, g.dataset, g.perturbation, fmt_temp(g.temperature), str(g.n), rate, _delta(g),
+               _pct(g.accuracy), f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"]
+        if show_settings:
+            row.insert(3, g.settings)
+        if show_mode:
+            row.insert(2, g.mode)
+        rows.append(row)
+    return header, rows
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def to_markdown(groups: Sequence[GroupSummary]) -> str:
+    """A GitHub-flavoured pipe table (numbers right-aligned) and the note on what the columns mean."""
+    header, rows = _cells(groups)
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if h in NUMERIC else "---" for h in header) + "|"]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + f"\n\n{NOTE}.\n"
+
+
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "---",
+                 "Δ": r"$\Delta$"}
+
+
+def latex_escape(text: str) -> str:
+    """Text safe in a LaTeX document (special characters escaped; the em dash and Δ spelled for pdflatex)."""
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def to_latex(groups: Sequence[GroupSummary]) -> str:
+    """A `booktabs` tabular (needs \\usepackage{booktabs}); the note as a comment above it."""
+    header, rows = _cells(groups)
+    spec = "".join("r" if h in NUMERIC else "l" for h in header)
+    lines = [f"% {NOTE}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    lines += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS: dict[str, Callable[[Sequence[GroupSummary]], str]] = {
+    "csv": to_csv, "markdown": to_markdown, "latex": to_latex}

@@ -1,0 +1,168 @@
+"""What `userturn run` prints when the grid is done, in reading order for a 100x40 terminal: the generated user
+turns beside the human's real next turn first (what the model did), then what the deterministic rules measure
+without any judge, then the report table, the unjudged notice with the command that adds a judge, and the next
+commands.
+
+The offline numbers are facts of the text, not judgements: a turn that restates the query word for word (the
+rules' similarity >= 0.9), an empty turn, a role-token leak, a turn the model ended itself (finish_reason `stop`)
+versus one cut at max_tokens (`length`), and a turn left word for word the same when the assistant's answer was
+perturbed (the model did not react to the answer at all).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from userturn.client.export import human_turn
+from userturn.client.terminal import print_trimmed
+from userturn.judges.prelabel import apply_rules, query_and_response
+from userturn.judges.report import GroupSummary, load_results, summarise
+from userturn.judges.report_filter import row_order
+from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
+from userturn.judges.rules_only import unjudged_notice
+
+from userturn.records import ProbeRecord
+
+SHOWN_ITEMS = 4  # items whose turns are printed (every turn: `userturn show RESULTS`)
+TURNS_PER_ITEM = 4
+LINES_PER_TEXT = 2
+INDENT = 18
+
+
+def _clipped(text: str, width: int, lines: int = LINES_PER_TEXT) -> list[str]:
+    """`text` on at most `lines` lines of `width` characters, whitespace collapsed, '…' where it was cut."""
+    flat = " ".join((text or "").split()) or "(empty)"
+    wrapped = textwrap.wrap(flat, width) or [""]
+    if len(wrapped) > lines:
+        wrapped = wrapped[:lines]
+        wrapped[-1] = wrapped[-1][: width - 1].rstrip() + "…"
+    return wrapped
+
+
+def _block(head: str, text: str, width: int, lines: int = LINES_PER_TEXT, tail: str = "") -> list[str]:
+    """`head` in a column of INDENT, then `text` wrapped beside it on at most `lines` lines, `tail` always shown
+    whole at its end (the text is clipped to make room for it)."""
+    room = max(20, width - INDENT)
+    text = " ".join(text.split()) or "(empty)"
+    full = f"{text} {tail}" if tail else text
+    body = _clipped(full, room, lines)
+    if tail and len(textwrap.wrap(" ".join(full.split()), room)) > lines:  # clipped: keep the tail whole
+        body = _clipped(text, room, lines)
+        body[-1] = body[-1][: room - len(tail) - 2].rstrip() + "… " + tail
+    return [f"{head:<{INDENT}}{body[0]}", *(" " * INDENT + line for line in body[1:])]
+
+
+def _verdict(record: ProbeRecord) -> str:
+    label = (f"{record.label} ({record.label_source})" if record.label else
+             "judge failed" if record.judge_status == "error" else "unjudged")
+    ending = {"stop": "ended by the model", "length": "cut at max_tokens"}.get(record.finish_reason or "", "")
+    return f"[{label}{'; ' + ending if ending else ''}]"
+
+
+def turns_beside_human(records: Sequence[ProbeRecord], width: int, results: str = "RESULTS") -> list[str]:
+    """Per item (the first SHOWN_ITEMS): the user's query, the human's real next turn where the dataset has one,
+    then each generated turn with its temperature, perturbation, label and how it ended. Plain lines (markup
+    escaped), none wider than `width`."""
+    ok = [r for r in records if r.status == "ok"]
+    by_item: dict[tuple[str, str, str], list[ProbeRecord]] = defaultdict(list)
+    for r in ok:
+        by_item[(r.model, r.dataset, r.item_id)].append(r)
+    if not by_item:
+        return ["no generated user turn (every request failed; see `error` in the results file)"]
+    models = {r.model for r in ok}
+    datasets = {r.dataset for r in ok}
+    what = f" ({next(iter(models))}, {next(iter(datasets))})" if len(models) == len(datasets) == 1 else ""
+    lines = textwrap.wrap(f"Generated user turns{what}, each beside the human's real next turn where the dataset "
+                          "has one:", width)
+    shown = 0
+    for (model, dataset, item), members in list(by_item.items())[:SHOWN_ITEMS]:
+        members.sort(key=lambda r: (r.perturbation != "none", r.perturbation, r.temperature, r.sample))
+        name = f"{model} · {dataset} · " if len(models) > 1 or len(datasets) > 1 else ""
+        lines.append("── " + f"{name}item {item} ".ljust(max(10, width - 3), "─")[: width - 3])
+        query, _ = query_and_response(members[0])
+        lines += _block("user asked", query, width, 1)
+        human = human_turn(members[0])
+        if human:
+            lines += _block("human asked next", human, width)
+        for r in members[:TURNS_PER_ITEM]:
+            head = f"model T={fmt_temp(r.temperature)} {r.perturbation}"
+            if len(head) >= INDENT:
+                lines.append(head)
+                head = ""
+            lines += _block(head, r.user_turn or "", width, tail=_verdict(r))
+        shown += min(len(members), TURNS_PER_ITEM)
+    if shown < len(ok):
+        lines.append(f"({len(ok) - shown} more turns; every turn with its key: userturn show {results})")
+    return lines
+
+
+def offline_facts(records: Sequence[ProbeRecord]) -> list[str]:
+    """What the rules and the server's finish reasons tell without any judge, as counts over the generated turns."""
+    ok = [r for r in records if r.status == "ok"]
+    if not ok:
+        return []
+    hits: dict[str, int] = defaultdict(int)
+    for r in ok:
+        hit = apply_rules(r.user_turn, query_and_response(r)[0])
+        if hit is not None:
+            hits[hit.rule] += 1
+    stopped = sum(r.finish_reason == "stop" for r in ok)
+    cut = sum(r.finish_reason == "length" for r in ok)
+    total = len(ok)
+    lines = [f"What the rules measure without a judge ({total} generated turns):",
+             f"  restates the query word for word (similarity >= 0.9): {hits['restatement']} of {total}",
+             f"  empty: {hits['empty']} of {total}; starts with or writes an assistant header: {hits['role_leak']} "
+             f"of {total}",
+             f"  ended by the model: {stopped} of {total}; cut at max_tokens: {cut} of {total}"]
+    same, pairs = unchanged_under_perturbation(ok)
+    if pairs:
+        lines.append(f"  the same turn word for word with the answer perturbed as without: {same} of {pairs} pairs")
+    return lines
+
+
+def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, int]:
+    """(pairs whose generated turn is identical, pairs): each perturbed ok record against the unperturbed record of
+    the same model, dataset, mode, item, temperature and sample."""
+    base = {(r.model, r.dataset, r.mode, r.item_id, r.temperature, r.sample): r.user_turn
+            for r in records if r.perturbation == "none" and r.status == "ok"}
+    same = pairs = 0
+    for r in records:
+        if r.perturbation == "none" or r.status != "ok":
+            continue
+        partner = base.get((r.model, r.dataset, r.mode, r.item_id, r.temperature, r.sample))
+        if partner is None:
+            continue
+        pairs += 1
+        same += " ".join((partner or "").split()) == " ".join((r.user_turn or "").split())
+    return same, pairs
+
+
+def print_run_report(console: Console, results: Path) -> list[GroupSummary]:
+    """The whole printout of `userturn run` (see the module docstring); returns the report rows."""
+    records = load_results(results)
+    groups = row_order(summarise(records))
+    width = console.width
+    for line in turns_beside_human(records, width, str(results)):
+        print_trimmed(console, escape(line))
+    console.print()
+    for line in offline_facts(records):
+        print_trimmed(console, escape(line))
+    rules_only = not any(g.n > g.rule_labels for g in groups)
+    title = f"userturn report: {results}" + (" (rules only: no rate below is a measurement)" if rules_only else "")
+    print_trimmed(console, groups_table(groups, title, width=width))
+    print_trimmed(console, SHORT_LEGEND)
+    print_trimmed(console, totals_line(groups))
+    notice = unjudged_notice(groups, str(results))
+    if notice:
+        print_trimmed(console, escape(notice + " (Or put a judge under `judges:` in the experiment file.)"))
+    page = ("label shares, examples and provenance in one page" if rules_only else
+            "the figures and the HTML report (examples, agreement, provenance)")
+    flags = "--html report.html" if rules_only else "--html report.html --plots figures/"
+    print_trimmed(console, escape(f"Next: every turn with its key: userturn show {results}; {page}: userturn report "
+                                  f"{results} {flags}"))
+    return groups
