@@ -1,13 +1,13 @@
-"""A mock seam for the production aiohttp backend: an httpx-style MockTransport on a real 127.0.0.1 socket.
+"""An httpx-style MockTransport on a real 127.0.0.1 socket, for CLI calls and runs that open their own clients.
 
-respx intercepts httpx only, and `userturn probe` and `userturn run` talk aiohttp
-(`client.http_backends.AiohttpBackend`). `MockServer` answers from an aiohttp.web server in a thread of its own, so
-whatever runs in the test's loop, or in a CLI call that starts its own, sends real bytes through the production
-backend. Answers come from handlers of the same shape as an `httpx.MockTransport` handler or a respx side effect
+respx and `httpx.MockTransport` replace the network of a client the test holds; a `userturn probe` started by the
+test opens its own. `MockServer` answers from an aiohttp.web server in a thread of its own, so whatever runs in the
+test's loop, or in a CLI call that starts its own, sends real bytes through the production client (httpx over
+aiohttp). Answers come from handlers of the same shape as an `httpx.MockTransport` handler or a respx side effect
 (`httpx.Request -> httpx.Response`), given whole or routed the respx way:
 
     with MockServer(completion) as server:                     # one handler for everything
-        endpoint = Endpoint(EndpointConfig(base_url=server.base_url, http_backend="aiohttp"))
+        endpoint = Endpoint(EndpointConfig(base_url=server.base_url))
     assert server.bodies("/completions")[0]["max_tokens"] == 32
 
     with MockServer() as mock:                                  # routes, as with respx.mock(...)

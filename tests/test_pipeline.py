@@ -47,8 +47,7 @@ def items(n: int = 3, with_assistant: bool = True) -> list[DatasetItem]:
 
 
 def endpoint(server: MockServer, **kw) -> Endpoint:
-    cfg = dict(base_url=server.base_url, max_retries=2, backoff_initial=0.0, backoff_max=0.0, request_timeout=5,
-               http_backend="aiohttp")
+    cfg = dict(base_url=server.base_url, max_retries=2, backoff_initial=0.0, backoff_max=0.0, request_timeout=5)
     cfg.update(kw)
     return Endpoint(EndpointConfig(**cfg))
 
