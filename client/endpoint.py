@@ -379,8 +379,8 @@ class Endpoint:
         if status >= 400:
             message = f"HTTP {status} from {url}: {server_message(reply)}"
             if status in RETRYABLE_STATUS or status >= 500:
-                kind = "gateway" if status in GATEWAY_STATUS else "http"
-                raise RetryableError(message, parse_retry_after(reply.retry_after), kind=kind)
+                raise RetryableError(message, parse_retry_after(reply.retry_after),
+                                     kind="gateway" if status in GATEWAY_STATUS else "http")
             raise RequestFailed(message, status=status)
         try:
             data = orjson.loads(reply.content)

@@ -111,7 +111,7 @@ class LLMJudge:
                 except RequestFailed as exc:
                     attempts += exc.attempts
                     if exc.endpoint_down:  # a whole retry schedule without a sign of life (client.endpoint)
-                        raise EndpointError(f"judge {self.name}: {exc.endpoint_down}") from None
+                        raise EndpointError(f"judge {self.name}: {exc.reason}") from None
                     error = f"request failed: {exc.reason}"
                     break
                 attempts += made

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -96,10 +97,11 @@ class Route:
 
 class MockServer:
     """Answers on 127.0.0.1 (a free port) from a background thread, from `handler` or from routes; a context
-    manager."""
+    manager. With `ssl_context` it serves HTTPS (`base_url` says https)."""
 
-    def __init__(self, handler: Handler | None = None) -> None:
+    def __init__(self, handler: Handler | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.ssl_context = ssl_context
         self.routes: list[Route] = []
         self.requests: list[httpx.Request] = []
         self._lock = threading.Lock()
@@ -110,7 +112,7 @@ class MockServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}/v1"
 
     def route(self, method: str, path: str) -> Route:
         """A route for `method` on `path` under the base URL, e.g. ("POST", "/completions")."""
@@ -157,7 +159,7 @@ class MockServer:
             app.router.add_route("*", "/{tail:.*}", self._handle)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 

@@ -87,7 +87,7 @@ def test_probe_manifest_and_run_send_identical_requests(tmp_path: Path, monkeypa
     monkeypatch.setenv("OPENAI_API_KEY", "")
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in DATA))
-    with MockServer(completion_handler(lambda body: f"Why {body['seed']}?<|im_end|>")) as server:
+    with MockServer(completion_handler(lambda body: f"Why {body['seed']}?<|im_end|>", model="served")) as server:
         manifest = tmp_path / "m.yaml"
         manifest.write_text(f"engine: external\nbase_url: {server.base_url}\nserved_model_name: served\n"
                             f"probe:\n  tokenizer: {QWEN_DIR}\n  temperatures: [0.0, 0.7]\n  top_p: 0.9\n"
