@@ -81,6 +81,10 @@ BAD_RESPONSES: list[tuple[str, str, bytes, str]] = [
     ("not-http", "completions", b"SSH-2.0-OpenSSH_9.6\r\n\r\n", MALFORMED),
     ("bad-chunk-size", "completions",
      b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", MALFORMED),
+    # a response head past aiohttp's limits (8,190-byte fields, 128 header fields): refused, not read on
+    ("header-over-8190-bytes", "completions", OK_HEAD + b"X-Big: " + b"a" * 100_000 + b"\r\n" + LENGTH_2, MALFORMED),
+    ("200-header-fields", "completions", OK_HEAD + b"".join(b"X-%d: v\r\n" % i for i in range(200)) + LENGTH_2,
+     MALFORMED),
     ("bad-gzip", "completions", b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}",
      MALFORMED),
     # the connection breaks
