@@ -20,7 +20,9 @@ concurrency, one after the other:
 * with `--baseline-cmd`, another userturn build (an older commit) right beside it, the two taking turns after the
   raw run: before and after measured in the same minutes, each paired with the same raw run;
 * with `--raw-aiohttp`, a loop over a bare `aiohttp.ClientSession` for reference: what the httpx API on top of
-  aiohttp costs per request (not a target).
+  aiohttp costs per request (not a target);
+* with `--endpoint-loop`, the same loop through `client.endpoint.Endpoint.post_json` (the probe's retry loop,
+  deadline, body cap and reply checks): how much of the probe's gap to the raw loop is its HTTP layer.
 
 Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
 (raw: its own timer; userturn: the rate in its final summary line), peak RSS of its process tree (VmHWM polled,
@@ -118,6 +120,7 @@ class ScenarioResult:
     raw: list[ClientRun] = field(default_factory=list)
     userturn: list[ClientRun] = field(default_factory=list)
     raw_aiohttp: list[ClientRun] = field(default_factory=list)  # a bare aiohttp loop, for reference
+    endpoint_loop: list[ClientRun] = field(default_factory=list)  # the raw loop through client.endpoint.Endpoint
     baseline: list[ClientRun] = field(default_factory=list)  # another userturn build (--baseline-cmd)
     steal_pct: float = 0.0
 
@@ -201,6 +204,8 @@ async def raw_loop(url: str, bodies: list[bytes], concurrency: int, client: str 
     the same limits), "aiohttp" a bare session."""
     if client == "aiohttp":
         return await aiohttp_loop(url, bodies, concurrency)
+    if client == "endpoint":
+        return await endpoint_loop(url, bodies, concurrency)
     import httpx
     import orjson
     from httpx_aiohttp import HttpxAiohttpClient
@@ -216,6 +221,27 @@ async def raw_loop(url: str, bodies: list[bytes], concurrency: int, client: str 
                 response = await http.post(url, content=body)
                 if response.status_code == 200 and orjson.loads(response.content)["choices"][0]["text"]:
                     ok += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return {"ok": ok, "elapsed_s": elapsed}
+
+
+async def endpoint_loop(url: str, bodies: list[bytes], concurrency: int) -> dict[str, Any]:
+    """The loop through userturn's `Endpoint` (base URL = `url` without its last path segment)."""
+    from userturn.client.endpoint import Endpoint, EndpointConfig
+
+    base, _, path = url.rpartition("/")
+    ok = 0
+    async with Endpoint(EndpointConfig(base_url=base, concurrency=concurrency)) as endpoint:
+        pending = iter(bodies)
+
+        async def worker() -> None:
+            nonlocal ok
+            for body in pending:
+                result = await endpoint.post_json(path, body, response_cap=1 << 22)
+                ok += bool(result.data["choices"][0]["text"])
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -429,7 +455,7 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
           f"{raw.requests} requests = {items:,} items x {result.samples} samples (best of {len(result.raw)})")
     print(f"  {'client':<16}{'wall s':>9}{'req/s (wall)':>14}{'req/s (in-run)':>16}{'peak RSS MB':>13}"
           f"{'CPU us/req':>12}")
-    extra = [best(runs) for runs in (result.baseline, result.raw_aiohttp) if runs]
+    extra = [best(runs) for runs in (result.baseline, result.endpoint_loop, result.raw_aiohttp) if runs]
     for run in (raw, ut, *extra):
         inner = f"{run.inner_req_s:,.0f}" if run.inner_req_s else "-"
         print(f"  {run.name:<16}{run.wall_s:>9.2f}{run.wall_req_s:>14,.0f}{inner:>16}{run.peak_rss_mb:>13.0f}"
@@ -466,6 +492,7 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
             "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
             "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
             "raw_aiohttp": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw_aiohttp],
+            "endpoint_loop": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.endpoint_loop],
             "baseline": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.baseline],
             "baseline_ratio_paired_median": baseline_paired, "baseline_cpu_us": baseline_cpu,
             "baseline_peak_rss_mb": best(result.baseline).peak_rss_mb if result.baseline else None,
@@ -535,6 +562,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--raw-aiohttp", action="store_true",
                         help="also run a loop over a bare aiohttp session, for reference: what the httpx API on top "
                              "of aiohttp costs per request")
+    parser.add_argument("--endpoint-loop", action="store_true",
+                        help="also run the raw loop through client.endpoint.Endpoint: the probe's HTTP layer alone")
     parser.add_argument("--baseline-cmd", metavar="CMD",
                         help="another userturn build, run after userturn in each repetition (same raw run, same "
                              "minute): before/after side by side, e.g. \"env PYTHONPATH=/tmp/old "
@@ -591,12 +620,14 @@ def main() -> None:
                                                      scenario.concurrency, tokenizer, profiled, shlex.split(command),
                                                      args.userturn_arg))
                             runs[-1].name = name
-                        if args.raw_aiohttp:
-                            result.raw_aiohttp.append(run_raw(server, payloads, args.requests, scenario.concurrency,
-                                                              "aiohttp"))
+                        for wanted, runs, client in ((args.endpoint_loop, result.endpoint_loop, "endpoint"),
+                                                     (args.raw_aiohttp, result.raw_aiohttp, "aiohttp")):
+                            if wanted:
+                                runs.append(run_raw(server, payloads, args.requests, scenario.concurrency, client))
                     result.steal_pct = steal_percent(before, cpu_times())
                     answered = server.stats().get("answered", 0)
-                expected = (2 + bool(args.raw_aiohttp) + bool(args.baseline_cmd)) * args.repeat * args.requests
+                extra_clients = bool(args.raw_aiohttp) + bool(args.endpoint_loop) + bool(args.baseline_cmd)
+                expected = (2 + extra_clients) * args.repeat * args.requests
                 if answered != expected:
                     sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
                 report["scenarios"].append(print_scenario(result))
