@@ -110,7 +110,8 @@ def split_base_url(base_url: str) -> tuple[str, str]:
     query such as Azure's `?api-version=` stays at the end. UserError for URL credentials (never echoed)."""
     parts = urllib.parse.urlsplit(base_url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"base URL {base_url!r}: expected http(s)://HOST[:PORT]/PATH, e.g. http://127.0.0.1:30000/v1")
+        shown = base_url.rpartition("@")[2]  # whatever came before an "@" may be a password
+        raise UserError(f"base URL {shown!r}: expected http(s)://HOST[:PORT]/PATH, e.g. http://127.0.0.1:30000/v1")
     if parts.username is not None or parts.password is not None:
         shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
         raise UserError(f"base URL {shown} carries credentials (user:password@), which userturn does not send: put "
@@ -125,14 +126,15 @@ def root_mismatch(served: list[ServedModel], model: str, tokenizer: str | None) 
     last path component, case-insensitively: a hub id and a local copy of it agree); None when they agree or either
     is unknown."""
     root = next((m.root for m in served if m.id == model), None)
-    if not root or not tokenizer:
-        return None
-    def name(path: str) -> str:
-        return path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf").lower()
-    if name(root) == name(tokenizer):
+    if not root or not tokenizer or _weights_name(root) == _weights_name(tokenizer):
         return None
     return (f"the server loaded {model!r} from {root}, but prompts are rendered with the tokenizer {tokenizer}: "
             "check that the chat template is that model's")
+
+
+def _weights_name(path: str) -> str:
+    """`Qwen/Qwen3-8B`, `/models/qwen3-8b/` -> `qwen3-8b`; a GGUF file without its suffix."""
+    return path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf").lower()
 
 
 @dataclass

@@ -227,6 +227,10 @@ def test_url_credentials_are_refused_with_a_hint_and_never_echoed() -> None:
     message = str(info.value)
     assert message.startswith("base URL https://api.example.com/v1 carries credentials (user:password@)")
     assert "s3cret" not in message and "alice" not in message and "--proxy" in message
+    with pytest.raises(UserError) as info:  # no scheme: not a URL at all, and still not echoed whole
+        split_base_url("alice:s3cret-pass@api.example.com/v1")
+    assert str(info.value) == ("base URL 'api.example.com/v1': expected http(s)://HOST[:PORT]/PATH, e.g. "
+                               "http://127.0.0.1:30000/v1")
 
 
 async def test_a_query_in_the_base_url_stays_after_the_path() -> None:
