@@ -289,6 +289,8 @@ class Endpoint:
         self._ids = itertools.count()
         self._backoff = wait_exponential_jitter(multiplier=config.backoff_initial, max=config.backoff_max,
                                                 jitter=config.backoff_initial)
+        self._retry_if = retry_if_exception_type(RetryableError)
+        self._stop = stop_after_attempt(config.max_retries + 1)
         self._last_response = float("-inf")  # monotonic time of the last attempt the server itself answered
 
     async def aclose(self) -> None:
@@ -427,8 +429,7 @@ class Endpoint:
         attempts = 0
         first: RetryableError | None = None
         failed_at = start
-        retrying = AsyncRetrying(retry=retry_if_exception_type(RetryableError),
-                                 stop=stop_after_attempt(self.config.max_retries + 1), wait=self._wait, reraise=True,
+        retrying = AsyncRetrying(retry=self._retry_if, stop=self._stop, wait=self._wait, reraise=True,
                                  before_sleep=self._count_retry)
         try:
             async for attempt in retrying:
