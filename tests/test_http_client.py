@@ -325,6 +325,24 @@ def test_probe_with_a_wrong_model_stops_before_any_completion(tmp_path: Path) ->
 
 
 @pytest.mark.slow
+def test_probe_warns_before_sending_when_the_served_root_is_another_model(tmp_path: Path) -> None:
+    answer = completion_handler(model="probe-model")
+
+    def sglang(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"object": "list", "data": [
+                {"id": "probe-model", "object": "model", "root": "/models/Llama-3.1-8B-Instruct"}]})
+        return answer(request)
+
+    with MockServer(sglang) as server:
+        proc = probe(tmp_path, server.base_url, "--model", "probe-model")
+    assert proc.returncode == 0, proc.stderr
+    warning = (f"userturn: warning: the server loaded 'probe-model' from /models/Llama-3.1-8B-Instruct, but prompts "
+               f"are rendered with the tokenizer {QWEN_DIR}: check that the chat template is that model's")
+    assert warning in proc.stderr.splitlines()
+
+
+@pytest.mark.slow
 def test_probe_over_tls_behind_the_proxy_with_a_key_from_a_file(tmp_path: Path, private_ca: PrivateCA,
                                                                  tinyproxy: Tinyproxy) -> None:
     with MockServer(completion_handler(model="probe-model"), ssl_context=private_ca.server_context()) as server:
