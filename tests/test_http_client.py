@@ -410,7 +410,8 @@ def test_https_to_a_dead_server_through_the_proxy_stops_with_exit_3(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_judge_over_tls_with_a_key_from_a_file_and_its_model_checked(tmp_path: Path, private_ca: PrivateCA) -> None:
+def test_judge_over_tls_behind_the_proxy_with_a_key_from_a_file_and_its_model_checked(
+        tmp_path: Path, private_ca: PrivateCA, tinyproxy: Tinyproxy) -> None:
     results = tmp_path / "results.jsonl"
     results.write_text(json.dumps({
         "key": "m|d|q0|raw|none|t=0|s=0", "model": "m", "dataset": "d", "item_id": "q0", "temperature": 0.0,
@@ -433,7 +434,8 @@ def test_judge_over_tls_with_a_key_from_a_file_and_its_model_checked(tmp_path: P
 
         wrong = judge("gpt-judge", SSL_CERT_FILE=str(private_ca.ca), OPENAI_API_KEY="sk-judge-key-777\n")
         assert [r.method for r in server.requests] == ["GET"]  # the model list only
-        ok = judge("judge-model", SSL_CERT_FILE=str(private_ca.ca), OPENAI_API_KEY="sk-judge-key-777\n")
+        ok = judge("judge-model", SSL_CERT_FILE=str(private_ca.ca), OPENAI_API_KEY="sk-judge-key-777\n",
+                   HTTPS_PROXY=tinyproxy.url)
         posts = [r for r in server.requests if r.method == "POST"]
     assert wrong.returncode == 2
     assert error_lines(wrong.stderr) == [
@@ -443,3 +445,4 @@ def test_judge_over_tls_with_a_key_from_a_file_and_its_model_checked(tmp_path: P
     assert posts and {r.headers["authorization"] for r in posts} == {"Bearer sk-judge-key-777"}
     judged, _ = read_records(tmp_path / "results.judged.jsonl")
     assert [r.label for r in judged.values()] == ["genuine_followup"]
+    assert tinyproxy.connects() >= 1  # the judge went through the proxy
