@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from userturn.judges.arguments import add_judge_arguments, panel_config
 
 from userturn.argtypes import non_negative_float
+from userturn.cli_probe import add_network_arguments, configure_network
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     judge.add_argument("--no-progress", action="store_true",
                        help="plain progress lines (every 10 s and one at the end) instead of the live view")
     add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
+    add_network_arguments(judge.add_argument_group("network"))
     judge.set_defaults(func=judge_command)
 
     report = sub.add_parser(
@@ -93,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--out", default=None, metavar="PRED.jsonl", help="write the judged items (with gold)")
     add_judge_arguments(evaluate, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"),
                         resumable=False)
+    add_network_arguments(evaluate.add_argument_group("network"))
     evaluate.set_defaults(func=judge_eval_command)
 
 
@@ -103,6 +106,7 @@ def judge_command(args: argparse.Namespace) -> int:
     from userturn import aio
     from userturn.results_lock import results_lock
 
+    configure_network(args)
     results = Path(args.results)
     out = Path(args.out) if args.out else default_out_path(results)
     config = panel_config(args)
@@ -134,6 +138,7 @@ def judge_eval_command(args: argparse.Namespace) -> int:
     from userturn import aio
     from userturn.jsonl import JsonlWriter
 
+    configure_network(args)
     items = load_gold(args.gold)
     config = panel_config(args)
     assert config is not None  # --judge-model is required here

@@ -38,11 +38,6 @@ class JudgeConfig(BaseModel):
     backoff_initial: float = Field(default=defaults.BACKOFF_INITIAL_S, ge=0)
 
 
-def is_connection_failure(exc: RequestFailed) -> bool:
-    """Retries exhausted on connection errors: the endpoint is unreachable, not merely slow."""
-    return exc.status is None and exc.reason.startswith("connection error")
-
-
 class LLMJudge:
     """Labels user turns with one model. `use_schema` is learned per endpoint: None until the first answer."""
 
@@ -66,8 +61,9 @@ class LLMJudge:
         await self.endpoint.aclose()
 
     async def check(self) -> None:
-        """Preflight: the endpoint answers (raises EndpointError with one line if not)."""
-        await self.endpoint.check()
+        """Preflight: the endpoint answers (EndpointError with one line if not) and lists the judge model (UserError
+        if it lists others; see client.endpoint.Endpoint.check)."""
+        await self.endpoint.check(self.config.model)
 
     def _payload(self, messages: list[dict[str, str]], schema: bool) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -114,7 +110,7 @@ class LLMJudge:
                     data, made = await self._post(messages)
                 except RequestFailed as exc:
                     attempts += exc.attempts
-                    if is_connection_failure(exc):
+                    if exc.endpoint_down:  # a whole retry schedule without a sign of life (client.endpoint)
                         raise EndpointError(f"judge {self.name}: {exc.reason}") from None
                     error = f"request failed: {exc.reason}"
                     break

@@ -1,13 +1,13 @@
-"""A mock seam for the production aiohttp backend: an httpx-style MockTransport on a real 127.0.0.1 socket.
+"""An httpx-style MockTransport on a real 127.0.0.1 socket, for CLI calls and runs that open their own clients.
 
-respx intercepts httpx only, and `userturn probe` and `userturn run` talk aiohttp
-(`client.http_backends.AiohttpBackend`). `MockServer` answers from an aiohttp.web server in a thread of its own, so
-whatever runs in the test's loop, or in a CLI call that starts its own, sends real bytes through the production
-backend. Answers come from handlers of the same shape as an `httpx.MockTransport` handler or a respx side effect
+respx and `httpx.MockTransport` replace the network of a client the test holds; a `userturn probe` started by the
+test opens its own. `MockServer` answers from an aiohttp.web server in a thread of its own, so whatever runs in the
+test's loop, or in a CLI call that starts its own, sends real bytes through the production client (httpx over
+aiohttp). Answers come from handlers of the same shape as an `httpx.MockTransport` handler or a respx side effect
 (`httpx.Request -> httpx.Response`), given whole or routed the respx way:
 
     with MockServer(completion) as server:                     # one handler for everything
-        endpoint = Endpoint(EndpointConfig(base_url=server.base_url, http_backend="aiohttp"))
+        endpoint = Endpoint(EndpointConfig(base_url=server.base_url))
     assert server.bodies("/completions")[0]["max_tokens"] == 32
 
     with MockServer() as mock:                                  # routes, as with respx.mock(...)
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -96,10 +97,11 @@ class Route:
 
 class MockServer:
     """Answers on 127.0.0.1 (a free port) from a background thread, from `handler` or from routes; a context
-    manager."""
+    manager. With `ssl_context` it serves HTTPS (`base_url` says https)."""
 
-    def __init__(self, handler: Handler | None = None) -> None:
+    def __init__(self, handler: Handler | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.ssl_context = ssl_context
         self.routes: list[Route] = []
         self.requests: list[httpx.Request] = []
         self._lock = threading.Lock()
@@ -110,7 +112,7 @@ class MockServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}/v1"
 
     def route(self, method: str, path: str) -> Route:
         """A route for `method` on `path` under the base URL, e.g. ("POST", "/completions")."""
@@ -157,7 +159,7 @@ class MockServer:
             app.router.add_route("*", "/{tail:.*}", self._handle)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 

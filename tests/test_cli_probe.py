@@ -143,7 +143,7 @@ def test_401_is_one_line_and_keeps_results(tmp_path):
     data = write_dataset(tmp_path / "data.jsonl", 1)
     out = tmp_path / "o.jsonl"
     out.write_text('{"key": "k"')  # a torn line left by an earlier crash must not break the run
-    with LoopbackServer("--api-key", "sekret") as srv:
+    with LoopbackServer("--api-key", "sekret", "--model", "m") as srv:
         proc = probe("--base-url", srv.base_url, "--model", "m", "--dataset", str(data), "--out", str(out),
                      "--tokenizer", QWEN_DIR, env={"MY_KEY": "wrong"}, timeout=60)
         assert_one_line_error(proc, 3, "401")
@@ -205,7 +205,7 @@ def test_bad_flags_are_one_line(tmp_path, flags, needle):
 
 def test_repeated_temperature_is_one_line(server, tmp_path):
     data = write_dataset(tmp_path / "data.jsonl", 1)
-    proc = probe("--base-url", server.base_url, "--model", "m", "--dataset", str(data), "--out",
+    proc = probe("--base-url", server.base_url, "--model", "loopback", "--dataset", str(data), "--out",
                  str(tmp_path / "o.jsonl"), "--tokenizer", QWEN_DIR, "--temperature", "1", "--temperature", "1.0")
     assert_one_line_error(proc, 2, "planned twice")
 

@@ -254,7 +254,7 @@ async def test_resuming_a_file_with_old_format_keys_is_refused(tmp_path, qwen):
 def server():
     from loopback_server import LoopbackServer
 
-    with LoopbackServer() as srv:
+    with LoopbackServer("--model", "m") as srv:
         yield srv
 
 

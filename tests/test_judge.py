@@ -114,11 +114,21 @@ async def test_retries_429_and_500_then_success() -> None:
 async def test_retries_exhausted_is_a_verdict_error() -> None:
     judge = make_judge(max_retries=1)
     with respx.mock(using="httpx", base_url=BASE) as mock:
-        mock.post("/chat/completions").mock(return_value=httpx.Response(503, headers={"retry-after": "0"}))
+        mock.post("/chat/completions").mock(return_value=httpx.Response(500, headers={"retry-after": "0"}))
         verdict = await judge.judge("q", "r", "t")
     await judge.aclose()
     assert verdict.status == "error" and verdict.label is None
-    assert "HTTP 503" in (verdict.error or "") and verdict.attempts == 2
+    assert "HTTP 500" in (verdict.error or "") and verdict.attempts == 2
+
+
+async def test_gateway_errors_only_stop_the_judge_run() -> None:
+    """502/503/504 all through the retries: the judge's server is down behind its proxy, not one bad verdict."""
+    judge = make_judge(max_retries=1)
+    with respx.mock(using="httpx", base_url=BASE) as mock:
+        mock.post("/chat/completions").mock(return_value=httpx.Response(502, headers={"retry-after": "0"}))
+        with pytest.raises(EndpointError, match=r"^judge judge-m: HTTP 502 from .* \(gave up after 2 attempts\)$"):
+            await judge.judge("q", "r", "t")
+    await judge.aclose()
 
 
 async def test_other_400_after_schema_worked_is_not_a_fallback() -> None:

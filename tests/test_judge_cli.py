@@ -104,7 +104,7 @@ def test_schema_less_reasoning_server_falls_back_once(results: Path) -> None:
     try:
         out = results.with_name("out.jsonl")
         code = main(["judge", str(results), "--out", str(out), "--judge-base-url", srv.base_url,
-                     "--judge-model", "kw", "--concurrency", "1", "--no-progress"])
+                     "--judge-model", "keyword-judge", "--concurrency", "1", "--no-progress"])
         assert code == 0
         assert {k: r["label"] for k, r in read(out).items()} == {k: v[0] for k, v in EXPECTED.items()}
         assert srv.stats() == {"requests": 6, "with_schema": 1, "refused": 1}
@@ -117,7 +117,7 @@ def test_judge_eval_against_real_server(server: JudgeServer, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     pred = tmp_path / "pred.jsonl"
     code = main(["judge-eval", str(FIXTURES / "gold_small.jsonl"), "--judge-base-url", server.base_url,
-                 "--judge-model", "kw", "--json", "--out", str(pred)])
+                 "--judge-model", "keyword-judge", "--json", "--out", str(pred)])
     assert code == 0
     [score] = json.loads(capsys.readouterr().out)
     assert (score["items"], score["scored"], score["failures"]) == (8, 8, 0)
@@ -129,7 +129,7 @@ def test_judge_eval_against_real_server(server: JudgeServer, tmp_path: Path,
     assert sum(1 for _ in pred.open()) == 8
     # Table output names the numbers too.
     assert main(["judge-eval", str(FIXTURES / "gold_small.jsonl"), "--judge-base-url", server.base_url,
-                 "--judge-model", "kw"]) == 0
+                 "--judge-model", "keyword-judge"]) == 0
     out = capsys.readouterr().out
     assert "accuracy 87.5% on 8/8 items" in out and "confusion" in out
 
@@ -312,7 +312,7 @@ def test_probe_judges_inline(server: JudgeServer, tmp_path: Path) -> None:
     with LoopbackServer() as loopback:
         proc = run_cli("probe", "--base-url", loopback.base_url, "--model", "loopback", "--dataset", str(data),
                        "--out", str(out), "--tokenizer", str(tokenizer), "--temperature", "0", "--no-progress",
-                       "--judge-base-url", server.base_url, "--judge-model", "kw")
+                       "--judge-base-url", server.base_url, "--judge-model", "keyword-judge")
     assert proc.returncode == 0, proc.stderr
     records = read(out)
     assert len(records) == 3

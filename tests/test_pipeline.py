@@ -47,8 +47,7 @@ def items(n: int = 3, with_assistant: bool = True) -> list[DatasetItem]:
 
 
 def endpoint(server: MockServer, **kw) -> Endpoint:
-    cfg = dict(base_url=server.base_url, max_retries=2, backoff_initial=0.0, backoff_max=0.0, request_timeout=5,
-               http_backend="aiohttp")
+    cfg = dict(base_url=server.base_url, max_retries=2, backoff_initial=0.0, backoff_max=0.0, request_timeout=5)
     cfg.update(kw)
     return Endpoint(EndpointConfig(**cfg))
 
@@ -184,12 +183,12 @@ async def test_a_resume_reads_only_the_unfinished_items_of_a_dataset_on_disk(tmp
 
 async def test_retries_exhausted_make_error_records_not_empty_turns(tmp_path):
     with MockServer() as mock:
-        mock.post("/completions").mock(return_value=httpx.Response(503, text="overloaded"))
+        mock.post("/completions").mock(return_value=httpx.Response(500, text="overloaded"))
         summary = await run(mock, tmp_path, settings(temperatures=[0.0], samples=1))
     assert summary.errors == 3
     for rec in read_records(tmp_path / "out.jsonl")[0].values():
         assert rec.status == "error" and rec.user_turn is None and rec.attempts == 3
-        assert "HTTP 503" in rec.error and "gave up after 3 attempts" in rec.error
+        assert "HTTP 500" in rec.error and "gave up after 3 attempts" in rec.error
 
 
 async def test_off_schema_completion_values_are_validated_not_fatal(tmp_path):

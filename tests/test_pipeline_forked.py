@@ -33,7 +33,7 @@ def write_items(path: Path, n: int) -> None:
 
 
 async def probe(server: LoopbackServer, data: Path, out: Path, prepare: str) -> tuple[ProbeRun, Any]:
-    ep = Endpoint(EndpointConfig(base_url=server.base_url, http_backend="httptools", concurrency=8))
+    ep = Endpoint(EndpointConfig(base_url=server.base_url, concurrency=8))
     try:
         run = ProbeRun(load_jsonl_lazy(data), PLAN, endpoints=[ep], renderer=ChatMLRenderer(), out_path=str(out),
                        progress=False, perturb=perturb, prepare=prepare)  # type: ignore[arg-type]
@@ -95,7 +95,7 @@ async def test_a_dataset_changed_under_a_forked_run_stops_it_with_one_line(tmp_p
     text = data.read_text().replace('"id": "q200"', '"id": "q2x0"')
     data.write_text(text)  # same length, another id: the re-read sees it
     with LoopbackServer() as server:
-        ep = Endpoint(EndpointConfig(base_url=server.base_url, http_backend="httptools"))
+        ep = Endpoint(EndpointConfig(base_url=server.base_url))
         run = ProbeRun(items, PLAN, endpoints=[ep], renderer=ChatMLRenderer(), out_path=str(tmp_path / "out.jsonl"),
                        progress=False, perturb=perturb, prepare="process")
         try:

@@ -193,7 +193,7 @@ def test_judge_command_uses_the_shared_view(tmp_path: Path, capsys: pytest.Captu
     argv = ["judge", str(results), "--judge-base-url", JUDGE, "--judge-model", "j", "--judge-max-retries", "0"]
     with respx.mock(using="httpx", assert_all_called=False) as mock:
         mock.post(f"{JUDGE}/chat/completions").mock(return_value=verdict("genuine_followup"))
-        mock.get(f"{JUDGE}/models").mock(return_value=httpx.Response(200, json={"data": []}))
+        mock.get(f"{JUDGE}/models").mock(return_value=httpx.Response(200, json={"data": [{"id": "j"}]}))
         assert main(argv) == 0
         err = capsys.readouterr().err
         assert "userturn judge: 5/5 records (100%), ETA 0s, newly judged 5, kept from input 0" in err, err

@@ -36,7 +36,7 @@ def test_the_first_layer_that_sets_a_value_wins_and_defaults_fill_the_rest() -> 
     assert target == {"tokenizer": "tok", "renderer": "harmony"}
     assert resolve([])[1] == ProbeOptions()  # nothing set anywhere: userturn/defaults.py
     defaults = ProbeOptions()
-    assert (defaults.http_backend, defaults.max_tokens, defaults.concurrency) == ("httptools", 256, 64)
+    assert (defaults.max_tokens, defaults.concurrency) == (256, 64)
 
 
 def test_every_probe_field_of_a_manifest_reaches_the_options(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_probe_manifest_and_run_send_identical_requests(tmp_path: Path, monkeypa
     monkeypatch.setenv("OPENAI_API_KEY", "")
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in DATA))
-    with MockServer(completion_handler(lambda body: f"Why {body['seed']}?<|im_end|>")) as server:
+    with MockServer(completion_handler(lambda body: f"Why {body['seed']}?<|im_end|>", model="served")) as server:
         manifest = tmp_path / "m.yaml"
         manifest.write_text(f"engine: external\nbase_url: {server.base_url}\nserved_model_name: served\n"
                             f"probe:\n  tokenizer: {QWEN_DIR}\n  temperatures: [0.0, 0.7]\n  top_p: 0.9\n"
@@ -112,7 +112,7 @@ def test_probe_manifest_and_run_send_identical_requests(tmp_path: Path, monkeypa
     assert {b["temperature"] for b in probed} == {0.0, 0.7}
     assert "\n\n" in first["stop"] and 11 in first["stop_token_ids"]
     assert first["prompt"].endswith("<|im_start|>user\n") and "<think>" not in first["prompt"]
-    assert all(agent.startswith("userturn (Python") and "httptools" in agent for agent in user_agents)  # the default
+    assert all(agent.startswith("userturn (Python") and "aiohttp" in agent for agent in user_agents)
     probe_records, _ = read_records(probe_out)
     run_records, _ = read_records(tmp_path / "runs" / "same" / "results.jsonl")
     assert {r.config_fingerprint for r in probe_records.values()} == \

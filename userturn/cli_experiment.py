@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from userturn.cli_probe import add_network_arguments, configure_network
 from userturn.cli_show import add_arguments as add_show_arguments
 from userturn.cli_show import show_record, wants_record
 from userturn.errors import UserError
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "label those records again instead of refusing")
     run.add_argument("--launcher", choices=["local", "slurm"], default=None,
                      help="where manifest servers run (overrides the file's `launcher`; a model's own wins)")
+    add_network_arguments(run.add_argument_group("network"))
     run.set_defaults(func=run_command)
 
     export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
@@ -70,6 +72,7 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.results_lock import results_lock
     from userturn.shipped import resolve_named
 
+    configure_network(args)
     source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
     exp, base = load_experiment(source)
     check_files(exp, source)

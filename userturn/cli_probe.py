@@ -51,9 +51,27 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    help="where samples are parsed, rendered and turned into record templates: process (a forked "
                         "process, on a second core), inline (the event loop's thread) or auto (default: process on "
                         f"Linux for {d.MIN_FORKED_SAMPLES:,}+ samples when the probe has no other thread)")
-    g.add_argument("--http-backend", choices=["httptools", "aiohttp", "httpx"], default=None,
-                   help="httptools (default, fastest: HTTP/1.1, no proxies or redirects), aiohttp (follows "
-                        "redirects) or httpx (the httpx API, e.g. for respx)")
+    add_network_arguments(g)
+
+
+def add_network_arguments(g: argparse._ArgumentGroup) -> None:
+    """--proxy, --ca-bundle and --no-model-check: how this process reaches its endpoints (client.http_client)."""
+    g.add_argument("--proxy", default=None, metavar="URL",
+                   help="HTTP proxy for every request, e.g. http://proxy:3128 (wins over HTTPS_PROXY / HTTP_PROXY / "
+                        "NO_PROXY, which are honoured otherwise)")
+    g.add_argument("--ca-bundle", default=None, metavar="FILE",
+                   help="PEM file (or directory) of the certificate authorities to trust for HTTPS (wins over "
+                        "SSL_CERT_FILE / SSL_CERT_DIR)")
+    g.add_argument("--no-model-check", action="store_true",
+                   help="send requests even when the endpoint's /models list does not name the model (routers and "
+                        "gateways)")
+
+
+def configure_network(args: argparse.Namespace) -> None:
+    """Apply --proxy, --ca-bundle and --no-model-check to every endpoint this process opens."""
+    from userturn.client.http_client import configure
+
+    configure(proxy=args.proxy, ca_bundle=args.ca_bundle, check_model=not args.no_model_check)
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,7 +186,7 @@ def flag_layer(args: argparse.Namespace) -> Layer:
         send_stop_token_ids=args.send_stop_token_ids, assistant_temperature=args.assistant_temperature,
         assistant_max_tokens=args.assistant_max_tokens, allow_special_tokens=args.allow_special_tokens,
         concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm, request_timeout=args.request_timeout,
-        max_retries=args.max_retries, max_response_bytes=args.max_response_bytes, http_backend=args.http_backend,
+        max_retries=args.max_retries, max_response_bytes=args.max_response_bytes,
         prepare=args.prepare,
     )
 
@@ -204,6 +222,7 @@ def probe_command(args: argparse.Namespace) -> int:
     from userturn import aio
 
     check_conflicts(args)
+    configure_network(args)
     return aio.run(probe_main(args))
 
 

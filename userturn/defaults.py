@@ -19,7 +19,6 @@ MIN_FORKED_SAMPLES = 2000  # auto forks for runs of this many samples or more (b
 PREPARING_PROCESSES = 2
 # Items a preparing process takes through each step at a time (client.batch_steps): 1 is item by item.
 PREPARE_BATCH = 64
-HTTP_BACKEND = "httptools"  # what probe and run send with (the httpx API is for judges and respx)
 API_KEY_ENV = "OPENAI_API_KEY"
 
 # The probe (ProbeOptions)

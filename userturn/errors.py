@@ -29,7 +29,7 @@ class EndpointError(UserError):
 #   RequestFailed   -> this sample fails (error record, exit 1; a rerun retries it): a non-retryable 4xx, an oversized
 #                      response, or retries exhausted; with `endpoint_down` set, or a FATAL status, the caller raises
 #   EndpointError   -> the run stops (exit 3).
-AttemptKind = Literal["http", "malformed", "connect", "dropped", "timeout"]
+AttemptKind = Literal["http", "malformed", "connect", "gateway", "dropped", "timeout"]
 
 
 class EndpointAttemptError(Exception):
@@ -44,7 +44,8 @@ class RetryableError(EndpointAttemptError):
     """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response).
 
     `kind` says what the attempt got: "http" (a response: a retryable status or a malformed body), "malformed" (bytes
-    that are not valid HTTP), "connect" (no connection), "dropped" (the connection broke) or "timeout".
+    that are not valid HTTP), "connect" (no connection), "gateway" (a 502/503/504: whatever answered could not reach
+    the server behind it), "dropped" (the connection broke) or "timeout".
     """
 
     def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:

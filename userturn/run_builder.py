@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest
 
 RendererName = Literal["auto", "chat_template", "harmony"]
-HttpBackend = Literal["httptools", "aiohttp", "httpx"]
 Prepare = Literal["auto", "inline", "process"]  # client.job_feed
 Launcher = Literal["local", "slurm"]
 Mode = Literal["raw", "chat"]
@@ -66,7 +65,6 @@ class Layer:
     request_timeout: float | None = None
     max_retries: int | None = None
     max_response_bytes: int | None = None
-    http_backend: HttpBackend | None = None
     prepare: Prepare | None = None
     record_meta: dict[str, Any] | None = None  # copied into every record's meta (a trained model's provenance)
 
@@ -95,7 +93,6 @@ class ProbeOptions:
     request_timeout: float = defaults.REQUEST_TIMEOUT_S
     max_retries: int = defaults.MAX_RETRIES
     max_response_bytes: int | None = None
-    http_backend: HttpBackend = defaults.HTTP_BACKEND  # type: ignore[assignment]
     prepare: Prepare = defaults.PREPARE  # type: ignore[assignment]
     record_meta: dict[str, Any] = field(default_factory=dict)
 
@@ -251,7 +248,7 @@ class TargetSession:
         self.endpoints: list[Endpoint] = [
             Endpoint(EndpointConfig(base_url=url, api_key_env=target.api_key_env,
                                     request_timeout=options.request_timeout, max_retries=options.max_retries,
-                                    concurrency=options.concurrency, http_backend=options.http_backend,
+                                    concurrency=options.concurrency,
                                     max_response_bytes=options.max_response_bytes))
             for url in target.base_urls]
         self._renderer: PromptRenderer | None = None
@@ -264,9 +261,14 @@ class TargetSession:
         return self._renderer
 
     async def check(self) -> None:
-        """Every endpoint answers (EndpointError otherwise), before anything is generated."""
+        """Every endpoint answers (EndpointError otherwise) and serves the model (UserError otherwise), before
+        anything is generated; a served model loaded from other weights than the tokenizer's is warned about."""
+        from userturn.client.endpoint import root_mismatch
+
         for endpoint in self.endpoints:
-            await endpoint.check()
+            warning = root_mismatch(await endpoint.check(self.target.model), self.target.model, self.target.tokenizer)
+            if warning:
+                print(f"userturn: warning: {warning}", file=sys.stderr)
 
     async def aclose(self) -> None:
         for endpoint in self.endpoints:
