@@ -41,6 +41,10 @@ def run_report(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(to_json_rows(report.groups), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         print_report(console(wide=args.wide), report.groups, report.agreements, args.results, wide=args.wide)
+    if report.superseded:
+        print(f"userturn report: {report.superseded} superseded lines in {args.results} not counted (a later line of "
+              "the same key and configuration replaced each, e.g. a re-judged record); `userturn compact` drops them",
+              file=sys.stderr)
     return 0
 
 
@@ -57,7 +61,7 @@ def _figures(groups: list[GroupSummary], required: bool, temperature: float | No
 
 
 def _replayer(args: argparse.Namespace) -> Any:
-    """Rebuilds prompts for the HTML sample table (raw mode with --tokenizer only; chat mode always)."""
+    """Rebuilds prompts for the HTML sample table (raw mode: from the file's configuration lines, or --tokenizer)."""
     from userturn.client.prompt_replay import Replayer
 
-    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None))
+    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None), results=args.results)

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from results_lines import record_lines
 
 from userturn.cli import main
 
@@ -59,7 +60,7 @@ def results(tmp_path: Path) -> Path:
 
 
 def read(path: Path) -> dict[str, dict]:
-    return {r["item_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    return {r["item_id"]: r for r in record_lines(path)}
 
 
 def free_port() -> int:
