@@ -559,3 +559,15 @@ def test_a_render_without_cache_leaves_the_cache_empty_and_reads_the_same():
     count = renderer.count_tokens(uncached, cache=False)
     assert count is not None and count > 10 and len(renderer._counts) == 0
     assert renderer.count_tokens(uncached) == count and len(renderer._counts) == 1
+
+
+@pytest.mark.parametrize("enable_thinking", [None, False])
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_the_recorded_renderer_renders_the_same_prompts_with_no_files(name, enable_thinking):
+    """What a results file's configuration line keeps (`PromptRenderer.info`) renders every prompt again exactly."""
+    renderer = load(name, enable_thinking)
+    assert renderer.info is not None and renderer.info.template_sha256 == renderer.template_sha256
+    again = PromptRenderer.from_info(renderer.info.model_validate_json(renderer.info.model_dump_json()))
+    assert again.template_sha256 == renderer.template_sha256
+    for conv in CONVERSATIONS:
+        assert again.user_turn_prompt(conv) == renderer.user_turn_prompt(conv)
