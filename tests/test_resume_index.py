@@ -77,11 +77,12 @@ def test_only_a_line_head_is_read_unless_it_lacks_the_resume_fields(tmp_path: Pa
     """A record line as the writer lays it out is decided by its head; one whose key pushes the fields past the
     head, or whose fields come in another order, is parsed whole: the same states either way."""
     path = tmp_path / "out.jsonl"
-    long_key = make_record("x" * 2 * resume_index.HEAD_BYTES)
+    long_key = make_record("x" * resume_index.HEAD_BYTES[0])  # the longer head holds it
+    longer_key = make_record("y" * 2 * resume_index.HEAD_BYTES[1])  # the whole line does
     reordered = json.dumps(dict(reversed(list(json.loads(line_of(make_record(2))).items())))).encode() + b"\n"
-    path.write_bytes(line_of(make_record(1)) + line_of(long_key) + reordered)
+    path.write_bytes(line_of(make_record(1)) + line_of(long_key) + line_of(longer_key) + reordered)
     index = scan_results(path)
-    assert set(index.ok_keys()) == {make_record(1).key, long_key.key, make_record(2).key}
+    assert set(index.ok_keys()) == {make_record(1).key, long_key.key, longer_key.key, make_record(2).key}
 
 
 def test_torn_tail_is_reported_and_a_complete_last_line_counts(tmp_path: Path) -> None:
