@@ -314,3 +314,19 @@ async def test_error_records_of_another_configuration_do_not_block_a_rerun(tmp_p
     assert summary.ok == 3 and calls == 3
     found, report = read_records(out)
     assert {report.configs[r.config_fingerprint].config["max_tokens"] for r in found.values()} == {64}
+
+
+async def test_records_whose_configuration_line_is_missing_are_compared_only_by_fingerprint(tmp_path):
+    out = tmp_path / "o.jsonl"
+    await mocked(out, settings(max_tokens=8), math_items()[:2])
+    lines = out.read_text().splitlines()
+    out.write_text("".join(line + "\n" for line in lines if '"type":"config"' not in line))  # lines cut out by hand
+    summary, calls = await mocked(out, settings(max_tokens=8), math_items())  # the same fingerprint: resumes
+    assert summary.skipped == 2 and calls == 1
+    assert out.read_text().count('"type":"config"') == 1  # the resumed run described its configuration again
+    lines = out.read_text().splitlines()
+    out.write_text("".join(line + "\n" for line in lines if '"type":"config"' not in line))
+    before = out.read_bytes()
+    with pytest.raises(ConfigMismatch, match=r"holds records of configuration [0-9a-f]{16} but no configuration line"):
+        await mocked(out, settings(max_tokens=9), math_items())
+    assert out.read_bytes() == before

@@ -30,7 +30,6 @@ from userturn.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
 # A record line's head, parsed first: its resume fields, unless the key is long (then a longer head, then the
 # line). Partial parsing costs with the bytes parsed: a short head keeps a million lines to ~1 us each.
 HEAD_BYTES = (192, 1024)
-_NEEDED = ("key", "status", "judge_status", "config_fingerprint")
 
 # Per-key state, packed into one small int.
 _OK = 1
@@ -38,6 +37,9 @@ _JUDGE_OK = 2
 _JUDGE_ERROR = 4
 _STATE = {(status, judge): (_OK if status == "ok" else 0) | {"ok": _JUDGE_OK, "error": _JUDGE_ERROR, None: 0}[judge]
           for status in ("ok", "error") for judge in ("ok", "error", None)}
+# (schema_version, status, judge_status) of a record line whose head the scan trusts -> its state. Older schemas may
+# carry their configuration further on the line: they take the careful path.
+_HEAD_STATE = {(SCHEMA_VERSION, status, judge): state for (status, judge), state in _STATE.items()}
 
 
 @dataclass
@@ -106,44 +108,32 @@ def scan_results(path: str | Path) -> ResumeIndex:
         fh = path.open("rb")
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    states, ok_fingerprints = index.states, index.ok_fingerprints
+    states, ok_fingerprints, unfingerprinted = index.states, index.ok_fingerprints, index.unfingerprinted_keys
+    short, longer = HEAD_BYTES
     with fh:
         for number, raw in enumerate(fh, start=1):
-            head = _head(raw, HEAD_BYTES[0])
-            if type(head) is dict and "config_fingerprint" not in head and len(raw) > HEAD_BYTES[0]:
-                head = _head(raw, HEAD_BYTES[1])
-            if raw[-1:] == b"\n" and _is_record_head(head):
-                key, status, fingerprint = head["key"], head["status"], head["config_fingerprint"]
-                states[key] = _STATE[status, head["judge_status"]]
-                index.lines += 1
-                if status == "ok":
-                    if type(fingerprint) is str:
-                        ok_fingerprints.add(fingerprint)
+            # The hot loop (a million lines): one partial parse and a few lookups per line; anything unexpected
+            # (a missing or odd field, a line cut short) takes the careful path below.
+            try:
+                head = from_json(raw[:short], allow_partial=True)
+                if "config_fingerprint" not in head and len(raw) > short:
+                    head = from_json(raw[:longer], allow_partial=True)
+                state = _HEAD_STATE[head["schema_version"], head["status"], head["judge_status"]]
+                key, fingerprint = head["key"], head["config_fingerprint"]
+            except (ValueError, KeyError, TypeError):
+                state = None
+            if state is not None and type(key) is str and raw[-1:] == b"\n" and (
+                    fingerprint is None or type(fingerprint) is str):
+                states[key] = state
+                if state & _OK:
+                    if fingerprint is None:
+                        unfingerprinted.add(key)
                     else:
-                        index.unfingerprinted_keys.add(key)
-                continue
-            if raw.strip():
+                        ok_fingerprints.add(fingerprint)
+                index.lines += 1
+            elif raw.strip():
                 _add_whole_line(index, path, number, raw)
     return index
-
-
-def _head(raw: bytes, size: int) -> Any:
-    """The JSON object a line starts with, as far as its first `size` bytes hold complete values (None if they are
-    no JSON)."""
-    try:
-        return from_json(raw[:size], allow_partial=True)
-    except ValueError:
-        return None
-
-
-def _is_record_head(head: Any) -> bool:
-    """The head of a record line of this schema (older ones may carry their configuration further on) that holds
-    every field a resume reads, each well formed."""
-    return (type(head) is dict and all(name in head for name in _NEEDED)
-            and type(head.get("schema_version")) is int and head["schema_version"] >= SCHEMA_VERSION
-            and type(head["key"]) is str
-            and head["status"] in ("ok", "error") and head["judge_status"] in (None, "ok", "error")
-            and (head["config_fingerprint"] is None or type(head["config_fingerprint"]) is str))
 
 
 def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
