@@ -93,3 +93,15 @@ def test_compact_refuses_a_malformed_line_and_leaves_the_file(tmp_path: Path) ->
     with pytest.raises(UserError, match=r"both\.jsonl:8: not a userturn record"):
         compact(path)
     assert path.read_bytes() == before
+
+
+def test_compact_keeps_the_configuration_of_schema_2_records_as_a_line(tmp_path: Path) -> None:
+    old = {**record(KEYS[0], A, None), "schema_version": 2, "config": config(A, 64)["config"]}
+    rejudged = {**record(KEYS[0], A, "generic"), "schema_version": 2}  # judged again by a newer userturn
+    path = tmp_path / "old.jsonl"
+    path.write_bytes(orjson.dumps(old, option=orjson.OPT_APPEND_NEWLINE)
+                     + orjson.dumps(rejudged, option=orjson.OPT_APPEND_NEWLINE))
+    compact(path)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [{**config(A, 64), "renderer": None, "run": None}, rejudged]
+    assert summarise_file(path).groups[0].config == config(A, 64)["config"]

@@ -110,13 +110,15 @@ def compact(path: str | Path) -> CompactReport:
     record line of each (key, configuration), byte for byte and in file order; superseded lines (a record judged
     again, an error retried) and a torn final line go. Holds the file's writer lock; the new file replaces the old
     one atomically (written beside it, fsynced, renamed), so a kill leaves one or the other. A malformed line is a
-    UserError naming file:line, and nothing is rewritten."""
+    UserError naming file:line, and nothing is rewritten. A configuration that only records of schema 2 describe
+    (each carried its own) gets a configuration line at the top, so dropping those records loses no description."""
     path = Path(path)
     report = CompactReport()
     with results_lock.results_lock(path):
         keep: set[int] = set()
         last: dict[tuple[str, str | None], int] = {}
         first_config: dict[str, int] = {}
+        legacy: dict[str, ConfigLine] = {}
         for number, raw, complete in iter_lines(path):
             try:
                 obj = orjson.loads(raw)
@@ -135,11 +137,16 @@ def compact(path: str | Path) -> CompactReport:
             elif record is not None:
                 report.records += 1
                 last[(record.key, record.config_fingerprint)] = number
+                old = legacy_config(obj)
+                if old is not None:
+                    legacy.setdefault(old.fingerprint, old)
         keep.update(first_config.values(), last.values())
-        report.kept, report.configs = len(last), len(first_config)
+        described = [config for fingerprint, config in legacy.items() if fingerprint not in first_config]
+        report.kept, report.configs = len(last), len(first_config) + len(described)
         temporary = path.with_name(f".{path.name}.compact-{os.getpid()}")
         try:
             with temporary.open("wb") as out:
+                out.writelines(config.model_dump_json().encode() + b"\n" for config in described)
                 out.writelines(raw + b"\n" for number, raw, _ in iter_lines(path) if number in keep)
                 out.flush()
                 os.fsync(out.fileno())
