@@ -90,7 +90,9 @@ def _shown(key: str, value: Any) -> str:
 
 
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
-_SECRET_FLAG = re.compile(r"^(--[\w-]*(?:key|token|secret|password)[\w-]*)(=.*)?$", re.IGNORECASE)
+# A flag whose name ends in key, token, secret or password (`--api-key`, `--hf-token`), not `--tokenizer` or
+# `--api-key-env` (which names a variable).
+_SECRET_FLAG = re.compile(r"^(--(?:[\w-]*-)?(?:key|token|secret|password))(=.*)?$", re.IGNORECASE)
 
 
 def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> list[str]:
@@ -104,7 +106,7 @@ def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> 
             hide_next = False
             continue
         flag = _SECRET_FLAG.match(arg)
-        if flag and not flag.group(1).endswith("-env"):  # --api-key-env names a variable, not the key
+        if flag:
             if flag.group(2):
                 out.append(f"{flag.group(1)}=[redacted]")
             else:
