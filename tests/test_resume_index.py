@@ -29,18 +29,17 @@ def test_last_line_per_key_wins(tmp_path: Path) -> None:
     later_error = make_record(2, status="error", user_turn=None, error="timeout")
     path.write_bytes(line_of(error) + line_of(ok) + line_of(make_record(2)) + b"\n  \n" + line_of(later_error))
     index = scan_results(path)
-    assert index.status(ok.key) == "ok" and index.is_ok(ok.key)
-    assert index.status(later_error.key) == "error" and not index.is_ok(later_error.key)
-    assert index.status("nope") is None and "nope" not in index
-    assert list(index.ok_keys()) == [ok.key]
-    assert (index.lines, index.duplicates, len(index)) == (4, 2, 2)
+    assert index.is_ok(ok.key) and not index.is_ok(later_error.key) and not index.is_ok("nope")
+    assert index.ok == {ok.key}  # the later error line of key 2 took it out again
+    assert index.lines == 4
+    assert index.pending([ok.key, later_error.key, "nope"]) == [1, 2]
 
 
 def config_of(fingerprint: str, **settings: object) -> bytes:
     return ConfigLine(fingerprint=fingerprint, config=settings).model_dump_json().encode() + b"\n"
 
 
-def test_judge_status_and_configuration_lines(tmp_path: Path) -> None:
+def test_configuration_lines(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     lines = [
         config_of("a" * 16, max_tokens=256, top_p=None),
@@ -55,14 +54,12 @@ def test_judge_status_and_configuration_lines(tmp_path: Path) -> None:
     ]
     path.write_bytes(b"".join(lines))
     index = scan_results(path)
-    assert index.judge_status(make_record(1).key) == "ok"  # the last line's
-    assert index.judge_status(make_record(2).key) is None
     assert {fp: c.config for fp, c in index.configs.items()} == {"a" * 16: {"max_tokens": 256, "top_p": None},
                                                                  "b" * 16: {"max_tokens": 512}}
     assert index.ok_configs == {"a" * 16: {"max_tokens": 256, "top_p": None}, "b" * 16: {"max_tokens": 512}}
     assert set(index.missing_configs()) == {"c" * 16}  # named by an ok record, described nowhere
     assert index.unfingerprinted_keys == {make_record(5).key}
-    assert (index.lines, len(index)) == (6, 5)  # configuration lines are not record lines
+    assert (index.lines, len(index.ok)) == (6, 4)  # configuration lines are not record lines
 
 
 def test_records_of_schema_2_give_their_own_configuration(tmp_path: Path) -> None:
@@ -82,17 +79,17 @@ def test_only_a_line_head_is_read_unless_it_lacks_the_resume_fields(tmp_path: Pa
     reordered = json.dumps(dict(reversed(list(json.loads(line_of(make_record(2))).items())))).encode() + b"\n"
     path.write_bytes(line_of(make_record(1)) + line_of(long_key) + line_of(longer_key) + reordered)
     index = scan_results(path)
-    assert set(index.ok_keys()) == {make_record(1).key, long_key.key, longer_key.key, make_record(2).key}
+    assert index.ok == {make_record(1).key, long_key.key, longer_key.key, make_record(2).key}
 
 
 def test_torn_tail_is_reported_and_a_complete_last_line_counts(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     path.write_bytes(line_of(make_record(1)) + line_of(make_record(2))[:-40])
     index = scan_results(path)
-    assert index.torn_tail and list(index.states) == [make_record(1).key]
+    assert index.torn_tail and index.ok == {make_record(1).key}
     path.write_bytes(line_of(make_record(1)) + line_of(make_record(2))[:-1])
     index = scan_results(path)
-    assert not index.torn_tail and len(index) == 2
+    assert not index.torn_tail and len(index.ok) == 2
 
 
 def test_bad_line_is_named_by_file_and_line(tmp_path: Path) -> None:
@@ -120,11 +117,10 @@ def test_agrees_with_read_records(tmp_path: Path, seed: int) -> None:
     path.write_bytes(b"".join(chunks) + line_of(make_record("torn"))[:-25])
     records, report = read_records(path)
     index = scan_results(path)
-    assert index.states.keys() == records.keys()
-    assert {k for k, r in records.items() if r.status == "ok"} == set(index.ok_keys())
-    assert (index.lines, index.duplicates, index.torn_tail) == (report.lines, report.duplicates, True)
+    assert {k for k, r in records.items() if r.status == "ok"} == index.ok
+    assert (index.lines, index.torn_tail) == (report.lines, True)
 
 
 def test_missing_file_is_empty(tmp_path: Path) -> None:
     index = scan_results(tmp_path / "nope.jsonl")
-    assert len(index) == 0 and index.lines == 0
+    assert not index.ok and index.lines == 0

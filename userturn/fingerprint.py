@@ -174,14 +174,6 @@ class ExistingConfigs:
         else:
             self.configs.setdefault(config_fingerprint, dict(config))
 
-    @classmethod
-    def of(cls, records: Iterable[Any]) -> ExistingConfigs:
-        """From records (`ProbeRecord`s) already read."""
-        found = cls()
-        for record in records:
-            found.add(record.key, record.config_fingerprint, record.config, record.status)
-        return found
-
     def check(self, current: Iterable[Mapping[str, Any]], planned: Collection[str], *, path: str,
               hint: str = "use another --out") -> None:
         """`check_resume` for each current configuration, then `check_unfingerprinted` against the planned keys."""

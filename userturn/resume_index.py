@@ -1,20 +1,20 @@
 """What a resume needs from a results file, read in one streaming pass: the file is the only state.
 
-`scan_results(path)` keeps, per key, the state of its last line (ok or not, judged ok or with an error) and the
-configurations the file describes (its configuration lines, `records.ConfigLine`). A record line starts with the
-fields a resume reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see
+`scan_results(path)` keeps the keys whose last line is an ok record (a later error line of a key takes it out
+again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). A record line
+starts with the fields a resume reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see
 `records.ProbeRecord`), so only a line's head is parsed (pydantic-core's partial JSON); a line whose head does not
 hold them (a configuration line, a record of an older schema, a hand-made line) is parsed whole. A final line
 without a newline that does not parse is a torn write (reported, not an error); any other line that does not parse
 is a UserError naming file:line. (A record line is trusted past its head: the writer writes whole lines only, and
 the judge and the report parse every line whole.)
 
-Memory is one small int per key plus the key itself (about 150 bytes a record): 1,000,000 records in ~150 MB.
+Memory is the ok keys themselves (about 120 bytes a record): 1,000,000 records in ~120 MB.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,22 +31,17 @@ from userturn.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
 # line). Partial parsing costs with the bytes parsed: a short head keeps a million lines to ~1 us each.
 HEAD_BYTES = (192, 1024)
 
-# Per-key state, packed into one small int.
-_OK = 1
-_JUDGE_OK = 2
-_JUDGE_ERROR = 4
-_STATE = {(status, judge): (_OK if status == "ok" else 0) | {"ok": _JUDGE_OK, "error": _JUDGE_ERROR, None: 0}[judge]
-          for status in ("ok", "error") for judge in ("ok", "error", None)}
-# (schema_version, status, judge_status) of a record line whose head the scan trusts -> its state. Older schemas may
-# carry their configuration further on the line: they take the careful path.
-_HEAD_STATE = {(SCHEMA_VERSION, status, judge): state for (status, judge), state in _STATE.items()}
+# (schema_version, status, judge_status) of a record line whose head the scan trusts -> ok? Older schemas may carry
+# their configuration further on the line: they take the careful path.
+_HEAD_OK = {(SCHEMA_VERSION, status, judge): status == "ok" for status in ("ok", "error")
+            for judge in ("ok", "error", None)}
 
 
 @dataclass
 class ResumeIndex:
-    """Last state per key of a results file, the configurations in it, and what the scan found."""
+    """The keys of a results file whose last line is ok, the configurations in it, and what the scan found."""
 
-    states: dict[str, int] = field(default_factory=dict)
+    ok: set[str] = field(default_factory=set)
     configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> its configuration (first line)
     ok_fingerprints: set[str] = field(default_factory=set)  # the fingerprints named by ok records
     unfingerprinted_keys: set[str] = field(default_factory=set)  # ok records without one (files from before it)
@@ -59,39 +54,13 @@ class ResumeIndex:
         """{fingerprint: settings} of the configurations ok records were made with."""
         return {fp: self.configs[fp].config for fp in self.ok_fingerprints if fp in self.configs}
 
-    @property
-    def duplicates(self) -> int:
-        """Lines that repeat a key seen earlier (the later line wins)."""
-        return self.lines - len(self.states)
-
-    def __len__(self) -> int:
-        return len(self.states)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.states
-
-    def status(self, key: str) -> Literal["ok", "error"] | None:
-        state = self.states.get(key)
-        if state is None:
-            return None
-        return "ok" if state & _OK else "error"
-
     def is_ok(self, key: str) -> bool:
-        return bool(self.states.get(key, 0) & _OK)
-
-    def judge_status(self, key: str) -> Literal["ok", "error"] | None:
-        state = self.states.get(key, 0)
-        if state & _JUDGE_OK:
-            return "ok"
-        return "error" if state & _JUDGE_ERROR else None
+        return key in self.ok
 
     def pending(self, keys: list[str]) -> list[int]:
         """Positions of the `keys` not yet ok."""
-        get = self.states.get
-        return [i for i, key in enumerate(keys) if not get(key, 0) & _OK]
-
-    def ok_keys(self) -> Iterator[str]:
-        return (key for key, state in self.states.items() if state & _OK)
+        ok = self.ok
+        return [i for i, key in enumerate(keys) if key not in ok]
 
     def missing_configs(self) -> Collection[str]:
         """Fingerprints named by ok records whose configuration the file does not describe."""
@@ -108,7 +77,7 @@ def scan_results(path: str | Path) -> ResumeIndex:
         fh = path.open("rb")
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    states, ok_fingerprints, unfingerprinted = index.states, index.ok_fingerprints, index.unfingerprinted_keys
+    ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
     short, longer = HEAD_BYTES
     with fh:
         for number, raw in enumerate(fh, start=1):
@@ -118,18 +87,20 @@ def scan_results(path: str | Path) -> ResumeIndex:
                 head = from_json(raw[:short], allow_partial=True)
                 if "config_fingerprint" not in head and len(raw) > short:
                     head = from_json(raw[:longer], allow_partial=True)
-                state = _HEAD_STATE[head["schema_version"], head["status"], head["judge_status"]]
+                ok = _HEAD_OK[head["schema_version"], head["status"], head["judge_status"]]
                 key, fingerprint = head["key"], head["config_fingerprint"]
             except (ValueError, KeyError, TypeError):
-                state = None
-            if state is not None and type(key) is str and raw[-1:] == b"\n" and (
+                ok = None
+            if ok is not None and type(key) is str and raw[-1:] == b"\n" and (
                     fingerprint is None or type(fingerprint) is str):
-                states[key] = state
-                if state & _OK:
+                if ok:
+                    ok_keys.add(key)
                     if fingerprint is None:
                         unfingerprinted.add(key)
                     else:
                         ok_fingerprints.add(fingerprint)
+                else:
+                    ok_keys.discard(key)
                 index.lines += 1
             elif raw.strip():
                 _add_whole_line(index, path, number, raw)
@@ -145,14 +116,17 @@ def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> 
         if config is not None:
             index.configs.setdefault(config.fingerprint, config)
             return
-        key, status, judge = _record_state(obj)
+        key, status = _record_state(obj)
     except (orjson.JSONDecodeError, ValidationError, ValueError) as exc:
         if not complete:
             index.torn_tail = True
             return
         raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
     index.lines += 1
-    index.states[key] = _STATE[status, judge]
+    if status == "ok":
+        index.ok.add(key)
+    else:
+        index.ok.discard(key)
     version = obj.get("schema_version", 1)
     if index.old_schema is None and isinstance(version, int) and version < KEY_FORMAT_SINCE:
         index.old_schema = (version, key)
@@ -167,8 +141,8 @@ def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> 
             index.unfingerprinted_keys.add(key)
 
 
-def _record_state(obj: Any) -> tuple[str, Literal["ok", "error"], Literal["ok", "error"] | None]:
-    """(key, status, judge_status) of a decoded record line; ValueError naming the field when it is no record."""
+def _record_state(obj: Any) -> tuple[str, Literal["ok", "error"]]:
+    """(key, status) of a decoded record line; ValueError naming the field when it is no record."""
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     if not isinstance(obj.get("key"), str):
@@ -181,4 +155,4 @@ def _record_state(obj: Any) -> tuple[str, Literal["ok", "error"], Literal["ok", 
     fingerprint = obj.get("config_fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise ValueError("config_fingerprint: not a string")
-    return obj["key"], status, judge
+    return obj["key"], status
