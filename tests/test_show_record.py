@@ -85,6 +85,7 @@ def test_full_view_holds_the_exact_prompt_turn_human_turn_and_verdicts(raw_run, 
     assert body.startswith(prompt + "\n── end of prompt")  # verbatim between the two rules
     assert "= the record's prompt_sha256" in rest.split("\n", 1)[0]
     assert record.user_turn in view and "And then 0?" in view
+    assert "run          userturn " in view  # who wrote the configuration line: version, host, time, command
     assert "judge-a [judge]: genuine_followup" in view and "asks why 4" in view and "judge prompt sha256 abab" in view
     assert "judge-b: ERROR no verdict" in view and "raw: {oops" in view
     assert "verdicts: genuine_followup (majority)" in view

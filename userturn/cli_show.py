@@ -107,5 +107,5 @@ def show_record(args: argparse.Namespace) -> int:
                   f"prompt_sha256 {(prompt.recorded_sha256 or 'none')[:16]}", file=sys.stderr)
             return 1
         return 0
-    sys.stdout.write(record_view(record, prompt, problem))
+    sys.stdout.write(record_view(record, prompt, problem, replay.config_of(record)))
     return 0 if prompt is None or prompt.verified else 1
