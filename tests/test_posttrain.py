@@ -115,4 +115,4 @@ def test_posttrain_runs_end_to_end_on_the_tiny_model_and_resumes(tmp_path: Path,
     # resume: nothing is generated or trained again
     assert main(argv) == 0
     assert "already trained" in capsys.readouterr().err
-    assert len((run / "trained-held-out" / "results.jsonl").read_text().splitlines()) == 4
+    assert len((run / "trained-held-out" / "results.jsonl").read_text().splitlines()) == 4 + 1  # and its config line
