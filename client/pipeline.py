@@ -546,10 +546,11 @@ class ProbeRun:
         for _, raw, _complete in iter_lines(path):
             try:
                 obj = orjson.loads(raw)
-                config = config_line(obj) or legacy_config(obj)
+                line = config_line(obj)
+                config = line or legacy_config(obj)
                 if config is not None:
                     configs.setdefault(config.fingerprint, config.config)
-                if config_line(obj) is None:
+                if line is None:
                     yield ProbeRecord.model_validate(obj)
             except (orjson.JSONDecodeError, ValidationError):
                 continue
