@@ -59,6 +59,8 @@ Rerun the same command to resume; --dry-run checks every model's template with o
   userturn show runs/smoke/results.jsonl \\
       'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0' --manifest quickstart-cpu
   userturn show runs/q9b.jsonl 'qwen3.5-9b|gsm8k|12|raw|none|t=0.0|s=0' --tokenizer Qwen/Qwen3.5-9B --prompt-only""",
+    "compact": """\
+  userturn compact runs/q9b.judged.jsonl""",
     "rerank": """\
   userturn rerank runs/q9b.judged.jsonl
   userturn rerank runs/q9b.judged.jsonl --json""",

@@ -156,8 +156,8 @@ class JsonlItems(Sequence[DatasetItem]):
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
-    """Validate a local JSONL dataset like `load_jsonl` (same errors) and return it as a `JsonlItems` (a large file
-    on two cores: `client.dataset_scan`)."""
+    """Validate a local JSONL dataset like `load_jsonl` (same errors, `client.dataset_scan`) and return it as a
+    `JsonlItems`."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset not found: {path}")

@@ -17,6 +17,7 @@ INPUT_FILES: dict[str, list[tuple[str, str]]] = {
     "judge": [("results", "results file")], "report": [("results", "results file")],
     "export": [("results", "results file")], "show": [("results", "results file")],
     "rerank": [("results", "results file")], "judge-eval": [("gold", "gold file")],
+    "compact": [("results", "results file")],
     "probe": [("chat_template", "--chat-template")],
 }
 OUTPUT_FILES: dict[str, list[tuple[str, str]]] = {

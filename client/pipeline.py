@@ -1,13 +1,13 @@
 """The probe pipeline: conversations -> prompts ending at an open user header -> completions -> JSONL.
 
 One `run_probe` call covers one model on one dataset: every (item, perturbation, temperature, sample)
-becomes one record. Work is spread over a fixed pool of `concurrency` workers (no task per sample) that take
-prepared samples (`Job`: prompt rendered once per (item, perturbation), request body and record line around the
-per-sample fields) from the event loop's thread or from forked processes (client.job_feed); records stream to the
-results file as they finish,
-and keys already `ok` in that file are skipped, so rerunning the same command resumes. Every record carries the
-configuration it was made with (client.fingerprint); resuming into a file whose records of the same condition
-were made with other settings is refused before anything is written.
+becomes one record. A fixed pool of `concurrency` worker tasks takes prepared samples (`Job`: prompt rendered
+once per (item, perturbation), the request body and record fields the samples share) from one generator that
+prepares them lazily, item by item, as workers ask (memory holds the items in flight, never the dataset); records
+stream to the results file as they finish, and keys already `ok` in that file are skipped, so rerunning the same
+command resumes. Each configuration is written once as a configuration line of the results file and every record
+carries its fingerprint (userturn.fingerprint); resuming into a file whose records of the same condition were made
+with other settings is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -16,50 +16,44 @@ import itertools
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, Field, ValidationError
-from userturn.client.batch_steps import StepSlots, take
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointError, RequestFailed, response_cap_for
-from userturn.client.job_feed import (
-    ForkedFeed,
-    InlineFeed,
-    JobFeed,
-    Prepare,
-    PreparerDied,
-    choose_feed,
-)
 from userturn.client.perturb import PerturbationNotApplicable, Perturbed, SwapRing
 from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.ratelimit import RateLimiter
+from userturn.client.redact import redact
 from userturn.client.seeds import sample_seed
 from userturn.client.special_tokens import SpecialTokens, check_items
 
-from userturn import defaults, resume_snapshot
 from userturn.errors import UserError, first_error
-from userturn.fingerprint import ASSISTANT_SETTINGS, ExistingConfigs, GenerationConfig, fingerprint
-from userturn.jsonl import JsonlWriter, iter_lines
+from userturn.fingerprint import (
+    ASSISTANT_SETTINGS,
+    ConfigMismatch,
+    ExistingConfigs,
+    GenerationConfig,
+    fingerprint,
+    run_info,
+)
+from userturn.jsonl import JsonlWriter, config_line, iter_lines, legacy_config
 from userturn.records import (
+    ConfigLine,
     Message,
-    OkLineMaker,
-    OkLineTemplate,
     ProbeRecord,
     check_key_format,
     condition_suffix,
-    config_json,
     key_prefix,
     key_prefixes,
-    ok_record_line,
     record_key,
     sha256_text,
-    template_fields,
 )
 from userturn.results_lock import results_lock
-from userturn.resume_index import ResumeIndex, extend_snapshot, scan_results
+from userturn.resume_index import ResumeIndex, scan_results
 from userturn.text import strip_reasoning
 from userturn.workers import run_all
 
@@ -119,30 +113,16 @@ class ProbeSettings(BaseModel):
 
 @dataclass(slots=True)
 class Job:
-    """One sample to request: plain values and bytes only (cheap to pickle: see client.job_feed)."""
+    """One sample to request. `payload` and `fields` are shared (not copied) by the samples of one (item,
+    perturbation)."""
 
     key: str
     temperature: float
     sample: int
     seed: int
-    body_prefix: bytes  # the request body up to the per-sample fields (see ProbeRun._body_prefix)
-    estimated_tokens: int
-    template: OkLineTemplate  # the record's JSON line around its per-sample fields (records.OkLineMaker)
-
-
-@dataclass(slots=True)
-class _Samples:
-    """The pending samples of one (item, perturbation) while `ProbeRun._jobs` takes its batch through the steps."""
-
-    item: DatasetItem
-    perturbation: str
-    keys: list[tuple[float, int, str]]  # (temperature, sample, key) of each sample not yet ok
-    messages: list[Message]  # the conversation probed (perturbed)
-    context: dict[str, Any]  # the record fields known from planning (assistant turn, scores, partner)
-    payload: dict[str, Any] = field(default_factory=dict)  # the request body's fields shared by the samples
-    prompt_sha256: str = ""
-    estimate: int = 0  # tokens the rate limiter reserves per sample (--tpm)
-    template: OkLineTemplate = ()
+    payload: dict[str, Any]  # the request body without the per-sample temperature and seed
+    estimated_tokens: int  # what the rate limiter reserves (--tpm)
+    fields: dict[str, Any]  # the record fields known before the request
 
 
 @dataclass
@@ -235,12 +215,9 @@ class ProbeRun:
         allow_special_tokens: bool = False,
         swap_pool: Sequence[DatasetItem] | None = None,
         resume_hint: str = "use another --out",
-        prepare: Prepare = "auto",
     ) -> None:
         """`swap_pool`: every item of the dataset (before --limit and shuffling), where `swap` partners come from;
-        default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file.
-        `prepare`: where samples are prepared (client.job_feed): `auto` forks preparing processes for runs big enough
-        to gain from more cores, `inline` never does, `process` does whenever it can."""
+        default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file."""
         if settings.mode == "raw" and renderer is None:
             raise ValueError("raw mode needs a chat-template renderer")
         if settings.mode == "chat" and role_flip is None:
@@ -278,11 +255,9 @@ class ProbeRun:
             self._stops = list(dict.fromkeys([*renderer.stop, *settings.extra_stop]))
             self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
         self.resume_hint = resume_hint
-        self.prepare: Prepare = prepare
-        self.prepared_in: Literal["inline", "process"] | None = None  # what `run` chose (client.job_feed)
         self.configs = {p: self._config(p) for p in settings.perturbations}
         self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
-        self._ok_lines: dict[str, OkLineMaker] = {}  # per perturbation: the ok-line layout (`_ok_line_maker`)
+        self._unwritten: dict[str, ConfigLine] = {}  # configuration lines not yet written by this run (`_write`)
         self._pool: dict[str, DatasetItem] = {}
         self._ring: SwapRing | None = None
         if "swap" in settings.perturbations:  # only swap needs every item at once
@@ -323,8 +298,13 @@ class ProbeRun:
         refuse a file whose keys are in the pre-schema-2 format (they could not be matched)."""
         if existing.old_schema is not None:
             check_key_format(existing.old_schema[0], self.out_path, existing.old_schema[1])
+        missing = sorted(set(existing.missing_configs()) - set(self.fingerprints.values()))
+        if missing:
+            raise ConfigMismatch(f"{self.out_path} holds records of configuration {missing[0]} but no configuration "
+                                 f"line for it, so its settings cannot be compared with this run's; "
+                                 f"{self.resume_hint}")
         found = ExistingConfigs()
-        found.configs = {fp: config for fp, config in existing.ok_configs.items() if config is not None}
+        found.configs = existing.ok_configs
         found.unfingerprinted = existing.unfingerprinted_keys
         planned: Collection[str] = set(self.iter_keys()) if found.unfingerprinted else ()
         found.check(self.configs.values(), planned, path=self.out_path, hint=self.resume_hint)
@@ -363,7 +343,7 @@ class ProbeRun:
             dumped = [m.model_dump(exclude_none=True) for m in flipped]
             payload: dict[str, Any] = {"model": s.model, "messages": dumped, "max_tokens": s.max_tokens}
             text = orjson.dumps(dumped).decode()
-            return payload, sha256_text(text), (len(text) // 4 + s.max_tokens) if s.tpm else 0
+            return self._with_extras(payload), sha256_text(text), (len(text) // 4 + s.max_tokens) if s.tpm else 0
         assert self.renderer is not None
         prompt = self.renderer.user_turn_prompt(messages, cache=False)  # rendered once per (item, perturbation)
         payload = {"model": s.model, "prompt": prompt, "max_tokens": s.max_tokens, "stop": self._stops}
@@ -373,44 +353,31 @@ class ProbeRun:
         if s.tpm:
             counted = self.renderer.count_tokens(prompt, cache=False)
             estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
-        return payload, sha256_text(prompt), estimate
+        return self._with_extras(payload), sha256_text(prompt), estimate
 
-    def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn], shard: int = 0,
-              shards: int = 1) -> Iterator[Job | ProbeRecord]:
-        """Pending work in order (of the items whose index is `shard` modulo `shards`: a preparing process's share);
-        items whose assistant turn failed give error records in their place.
+    def _with_extras(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`payload` with top_p and the extra body fields (the user's extra body wins; it may set temperature or
+        seed, which the samples then do not send: see `_probe`)."""
+        if self.settings.top_p is not None:
+            payload["top_p"] = self.settings.top_p
+        payload.update(self.settings.extra_body)
+        return payload
 
-        Items are prepared `defaults.PREPARE_BATCH` at a time, one step for all of them before the next
-        (client.batch_steps): parse, plan, render, record template, request bodies. Each library's code then stays
-        in the CPU's caches through a batch. What comes out, and where an error stops it, is what item by item
-        gives: the jobs and records before the first failure, then the failure."""
+    def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
+        """Pending work in run order, prepared lazily item by item (the workers pull from this generator); items
+        whose assistant turn failed give error records in their place. An item that cannot be prepared (a chat
+        template that fails, a dataset line that changed) raises here, after the work of the items before it."""
         conditions = [(t, k) for t in self.settings.temperatures for k in range(self.settings.samples)]
-        unfinished = self._unfinished_items(done, conditions, shard, shards)
-        size = defaults.PREPARE_BATCH
-        while True:
-            batch, failure = take(unfinished, size)
-            more = len(batch) == size and failure is None
-            slots: StepSlots[_Samples, Job | ProbeRecord] = StepSlots(failure)
-            for item, plans in batch:
-                if not slots.run_one(self._plan_samples, item, plans, turns, conditions, slots):
-                    break
-            del batch  # the items: only the slots' pending samples hold them now
-            slots.step(self._render_step)
-            slots.step(self._template_step)
-            slots.step(self._job_step)
-            yield from slots.results()
-            if slots.failure is not None:
-                raise slots.failure
-            del slots  # nothing of this batch stays alive while the next one is read
-            if not more:
-                return
+        for item, plans in self._unfinished_items(done, conditions):
+            yield from self._item_jobs(item, plans, turns, conditions)
 
-    def _plan_samples(self, item: DatasetItem, plans: list[tuple[str, list[str], list[int]]],
-                      turns: dict[str, AssistantTurn], conditions: list[tuple[float, int]],
-                      slots: StepSlots[_Samples, Job | ProbeRecord]) -> None:
-        """One item's share of a batch: its error records, or an `_Samples` per perturbation (scored)."""
+    def _item_jobs(self, item: DatasetItem, plans: list[tuple[str, list[str], list[int]]],
+                   turns: dict[str, AssistantTurn], conditions: list[tuple[float, int]]) -> list[Job | ProbeRecord]:
+        """One item's jobs (one per pending sample of each perturbation, scored and rendered once), or its error
+        records."""
         s = self.settings
         turn: AssistantTurn | None = None
+        out: list[Job | ProbeRecord] = []
         for perturbation, all_keys, pending in plans:
             if len(pending) < len(all_keys):  # already ok: counted as skipped when reached
                 self.counters.skipped += len(all_keys) - len(pending)
@@ -429,8 +396,8 @@ class ProbeRun:
             if error is None and partner is not None and turns[partner].messages is None:
                 error = f"swap partner {partner}: {turns[partner].error or 'no assistant turn'}"
             if error is not None or turn.messages is None:
-                slots.add_done([self._error_record(key, item, perturbation, t, k, turn.messages or [], error or "",
-                                                   context) for t, k, key in keys])
+                out.extend(self._error_record(key, item, perturbation, t, k, turn.messages or [], error or "",
+                                              context) for t, k, key in keys)
                 continue
             try:
                 # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
@@ -444,29 +411,19 @@ class ProbeRun:
                 self.counters.not_applicable += len(keys)  # e.g. wrong_answer on a text without a number
                 continue
             except ValueError as exc:
-                slots.add_done([self._error_record(key, item, perturbation, t, k, turn.messages,
-                                                   f"perturbation failed: {exc}", context) for t, k, key in keys])
+                out.extend(self._error_record(key, item, perturbation, t, k, turn.messages,
+                                              f"perturbation failed: {exc}", context) for t, k, key in keys)
                 continue
             context["correct"], context["task_scores"] = self._score(item, messages)
-            slots.add_pending(_Samples(item, perturbation, keys, messages, context))
+            payload, prompt_sha256, estimate = self._payload_base(messages)
+            fields = self._shared_fields(item, perturbation, messages, context)
+            fields["prompt_sha256"] = prompt_sha256
+            out.extend(Job(key, t, k, self._seed(item.id, t, k, perturbation), payload, estimate, fields)
+                       for t, k, key in keys)
+        return out
 
-    def _render_step(self, samples: _Samples) -> None:
-        samples.payload, samples.prompt_sha256, samples.estimate = self._payload_base(samples.messages)
-
-    def _template_step(self, samples: _Samples) -> None:
-        fields = self._item_fields(samples.item, samples.messages, samples.context)
-        fields["prompt_sha256"] = samples.prompt_sha256
-        samples.template = self._ok_line_maker(samples.perturbation).template(fields)
-
-    def _job_step(self, samples: _Samples) -> list[Job | ProbeRecord]:
-        prefix = self._body_prefix(samples.payload)
-        item_id, perturbation, estimate, template = (samples.item.id, samples.perturbation, samples.estimate,
-                                                     samples.template)
-        return [Job(key, t, k, self._seed(item_id, t, k, perturbation), prefix, estimate, template)
-                for t, k, key in samples.keys]
-
-    def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]], shard: int = 0,
-                          shards: int = 1) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
+    def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]]
+                          ) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
         """(item, [(perturbation, its keys, positions of the keys not yet ok)]) in run order, less the items whose
         every planned key is already ok (counted as skipped here), which are never read: a resume over a dataset
         kept on disk parses only the items it still has to probe. Keys share one escaped prefix per item and
@@ -479,7 +436,7 @@ class ProbeRun:
 
         def unfinished() -> Iterator[tuple[int, list[tuple[str, list[str], list[int]]]]]:
             ids = self._ids()
-            for index in range(shard, len(ids), shards):
+            for index in range(len(ids)):
                 item_id = ids[index]
                 plans = []
                 for perturbation, prefix in prefixes:
@@ -514,17 +471,10 @@ class ProbeRun:
         s = self.settings
         return {"model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,
                 "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
-                "config_fingerprint": self.fingerprints[perturbation], "config": self.configs[perturbation]}
-
-    def _ok_line_maker(self, perturbation: str) -> OkLineMaker:
-        maker = self._ok_lines.get(perturbation)
-        if maker is None:
-            fields = self._run_fields(perturbation)
-            maker = self._ok_lines[perturbation] = OkLineMaker(fields, config_json(fields["config"]))
-        return maker
+                "config_fingerprint": self.fingerprints[perturbation]}
 
     def _item_fields(self, item: DatasetItem, messages: list[Message], context: dict[str, Any]) -> dict[str, Any]:
-        """Record fields of one item (`records.ITEM_FIELDS`, less `prompt_sha256`)."""
+        """Record fields of one item (less `prompt_sha256`)."""
         s = self.settings
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
@@ -590,15 +540,21 @@ class ProbeRun:
         return AssistantTurn(None, "dataset", error="conversation does not end with an assistant turn (use "
                                                     "--assistant-from model)")
 
-    def _existing_records(self) -> Iterator[ProbeRecord]:
-        """The records already in the results file, one at a time (lines that are not records are skipped: the
-        resume scan has already refused a malformed file)."""
+    def _existing_records(self, configs: dict[str, dict[str, Any]]) -> Iterator[ProbeRecord]:
+        """The records already in the results file, one at a time; `configs` collects the file's configurations
+        as they pass (lines that are neither are skipped: the resume scan has already refused a malformed file)."""
         path = Path(self.out_path)
         if not path.exists():
             return
         for _, raw, _complete in iter_lines(path):
             try:
-                yield ProbeRecord.model_validate(orjson.loads(raw))
+                obj = orjson.loads(raw)
+                line = config_line(obj)
+                config = line or legacy_config(obj)
+                if config is not None:
+                    configs.setdefault(config.fingerprint, config.config)
+                if line is None:
+                    yield ProbeRecord.model_validate(obj)
             except (orjson.JSONDecodeError, ValidationError):
                 continue
 
@@ -609,11 +565,13 @@ class ProbeRun:
         s = self.settings
         mine = self.configs[s.perturbations[0]]
         reuse: dict[str, tuple[str, str | None]] = {}
-        for record in self._existing_records():
+        configs: dict[str, dict[str, Any]] = {}
+        for record in self._existing_records(configs):
             if record.assistant_source != "model":
                 continue
-            if record.config is not None:
-                if any(record.config.get(k) != mine.get(k) for k in ASSISTANT_SETTINGS):
+            config = configs.get(record.config_fingerprint or "")
+            if config is not None:
+                if any(config.get(k) != mine.get(k) for k in ASSISTANT_SETTINGS):
                     continue  # another model, dataset, seed or assistant setting wrote this turn
             elif record.model != s.model or record.dataset != s.dataset:
                 continue
@@ -704,15 +662,14 @@ class ProbeRun:
         return self._with_answer(item, content, reasoning, finish)
 
     # ----- the probe ------------------------------------------------------------------------------------------
-    async def _probe(self, job: Job) -> ProbeRecord | bytes:
-        """One sample's record: an ok record as a ready JSON line (fast path), else a `ProbeRecord`."""
+    async def _probe(self, job: Job) -> ProbeRecord:
+        """One sample's record."""
         s = self.settings
-        body = job.body_prefix
+        body = dict(job.payload)
         if self._send_temperature:
-            body += b',"temperature":' + orjson.dumps(job.temperature)
+            body["temperature"] = job.temperature
         if self._send_seed:
-            body += b',"seed":%d' % job.seed
-        body += b"}"
+            body["seed"] = job.seed
         if self.limiter.active:
             await self.limiter.acquire(job.estimated_tokens)
         endpoint = next(self._next_endpoint)
@@ -745,14 +702,6 @@ class ProbeRun:
             usage = None
         user_turn = clean_user_turn(text, self._stops)
         latency = round(result.latency_s, 6)
-        if self.judge is None:
-            line = ok_record_line(
-                job.template, key=job.key, temperature=job.temperature, sample=job.sample, seed=job.seed,
-                user_turn=user_turn, finish_reason=choice.get("finish_reason"),
-                matched_stop=choice.get("matched_stop"), usage=usage, latency_s=latency, attempts=result.attempts,
-            )
-            if line is not None:
-                return line
         fields = self._fields(job)
         try:
             return ProbeRecord(**fields, user_turn=user_turn, finish_reason=choice.get("finish_reason"),
@@ -762,21 +711,10 @@ class ProbeRun:
             return ProbeRecord(**fields, status="error", attempts=result.attempts, latency_s=latency,
                                error=f"malformed completion body ({first_error(exc)})")
 
-    def _body_prefix(self, payload_base: dict[str, Any]) -> bytes:
-        """The request body of one (item, perturbation) without its closing brace, serialised once: every sample
-        appends its temperature and seed, unless --extra-body sets them (the user's extra body wins)."""
-        s = self.settings
-        fixed = dict(payload_base)
-        if s.top_p is not None:
-            fixed["top_p"] = s.top_p
-        fixed.update(s.extra_body)
-        return orjson.dumps(fixed)[:-1]
-
     @staticmethod
     def _fields(job: Job) -> dict[str, Any]:
-        """The record fields known before the request (for records built as models, off the fast path)."""
-        return {**template_fields(job.template), "key": job.key, "temperature": job.temperature,
-                "sample": job.sample, "seed": job.seed}
+        """The record fields known before the request."""
+        return {**job.fields, "key": job.key, "temperature": job.temperature, "sample": job.sample, "seed": job.seed}
 
     async def _fan_out(self, inputs: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
         """Run `work` over inputs with the concurrency limit, preserving order."""
@@ -811,33 +749,27 @@ class ProbeRun:
         c = self.counters
         c.total = planned  # `_jobs` moves keys already ok from here to `skipped` as it reaches them
         c.skipped = 0
-        out_path = self.out_path
-        writer = JsonlWriter(out_path, per_tick=True,  # the resume index grows with the file: a kill loses little
-                             every=(resume_snapshot.MIN_SCANNED_BYTES, lambda: extend_snapshot(out_path)))
+        run = run_info(scrub=redact)
+        info = getattr(self.renderer, "info", None) if self.settings.mode == "raw" else None
+        self._unwritten = {fp: ConfigLine(fingerprint=fp, config=self.configs[p], renderer=info, run=run)
+                           for p, fp in self.fingerprints.items()}
+        writer = JsonlWriter(self.out_path, per_tick=True)
         started = time.monotonic()
         self.progress.start()
-        ended = False  # the run finished, or stopped on its endpoint: the resume index is brought up to date
         try:
             if backlog is not None and backlog.todo:
                 records = backlog.records()
                 await run_all(self._judge_again(records, writer)
                               for _ in range(min(self.settings.concurrency, len(backlog.todo))))
             turns = await self._assistant_turns()
-            feed = await self._feed(existing, turns, planned)
-            try:
-                await run_all(self._worker(feed, writer) for _ in range(self.settings.concurrency))
-            finally:
-                feed.close()
-            ended = True
-        except (EndpointError, PreparerDied) as exc:
-            ended = True
+            jobs = self._jobs(existing, turns)  # one generator, pulled by every worker: lazy, bounded
+            await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
+        except EndpointError as exc:
             raise type(exc)(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
                             "rerun the same command to resume") from None
         finally:
             await self.progress.stop()
-            writer.close()  # a write error raises here: the index is not extended over a file that lost records
-            if ended:
-                extend_snapshot(self.out_path)
+            writer.close()  # a write error raises here
         return ProbeSummary(total=planned, skipped=c.skipped, ok=c.ok, errors=c.errors,
                             elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
                             not_applicable=c.not_applicable, rejudged=len(backlog.todo) if backlog else 0)
@@ -848,50 +780,32 @@ class ProbeRun:
         for record in records:
             record = await self.judge.judge(record)
             self._count_judged(record)
-            writer.write(record)
+            self._write(writer, record)
 
-    async def _feed(self, done: ResumeIndex, turns: dict[str, AssistantTurn], planned: int) -> JobFeed:
-        """The jobs of this run, prepared in this thread or in forked processes (client.job_feed)."""
-        self.prepared_in = choose_feed(self.prepare, planned)
-        if self.prepared_in == "inline":
-            return InlineFeed(self._jobs(done, turns))
+    async def _worker(self, jobs: Iterator[Job | ProbeRecord], writer: JsonlWriter) -> None:
         c = self.counters
-
-        def snapshot() -> tuple[int, int, int]:  # what `_jobs` counts, mirrored in the parent
-            return c.skipped, c.total, c.not_applicable
-
-        def restore(state: tuple[int, ...]) -> None:
-            c.skipped, c.total, c.not_applicable = state
-
-        feed = ForkedFeed(lambda shard, shards: self._jobs(done, turns, shard, shards), pack=_pack_job,
-                          unpack=_unpack_job, snapshot=snapshot, restore=restore,
-                          processes=defaults.PREPARING_PROCESSES)
-        await feed.start()
-        return feed
-
-    async def _worker(self, feed: JobFeed, writer: JsonlWriter) -> None:
-        c = self.counters
-        while (job := await feed.next()) is not None:
+        for job in jobs:  # the workers share the generator: each takes the next job when it is free
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
-            if isinstance(record, bytes):  # an ok record, already serialised
-                writer.write_line(record)
-                c.done += 1
-                c.ok += 1
-                continue
             if self.judge is not None and record.status == "ok":
                 try:
                     judged = await self.judge.judge(record)
                 except EndpointError:
-                    writer.write(record)  # keep the generation; `userturn judge` can label it later
+                    self._write(writer, record)  # keep the generation; `userturn judge` can label it later
                     raise
                 record = judged
                 self._count_judged(record)
-            writer.write(record)
+            self._write(writer, record)
             c.done += 1
             if record.status == "ok":
                 c.ok += 1
             else:
                 c.errors += 1
+
+    def _write(self, writer: JsonlWriter, record: ProbeRecord) -> None:
+        """Write `record`, after its configuration line when it is this run's first record of that configuration."""
+        if record.config_fingerprint in self._unwritten:
+            writer.write_config(self._unwritten.pop(record.config_fingerprint))
+        writer.write(record)
 
     def _count_judged(self, record: ProbeRecord) -> None:
         c = self.counters
@@ -901,17 +815,6 @@ class ProbeRun:
             c.judge_failures += 1
         elif record.label is not None:
             c.judged += 1
-
-
-def _pack_job(job: Job | ProbeRecord) -> tuple[Any, ...] | ProbeRecord:
-    """A job as a plain tuple (pickled without the dataclass's reconstruction); error records as they are."""
-    if isinstance(job, ProbeRecord):
-        return job
-    return (job.key, job.temperature, job.sample, job.seed, job.body_prefix, job.estimated_tokens, job.template)
-
-
-def _unpack_job(packed: tuple[Any, ...] | ProbeRecord) -> Job | ProbeRecord:
-    return packed if isinstance(packed, ProbeRecord) else Job(*packed)
 
 
 async def run_probe(items: Sequence[DatasetItem], settings: ProbeSettings, **kwargs: Any) -> ProbeSummary:

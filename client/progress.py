@@ -232,8 +232,7 @@ class Progress:
             from rich.console import Console
             from rich.live import Live
 
-            # Refreshed by `_loop` in the event loop, not by a thread of its own: a process without threads can
-            # fork its preparing process safely (client.job_feed).
+            # Refreshed by `_loop` in the event loop, not by a thread of its own.
             self._live = Live(self._table(), console=Console(file=self.stream), auto_refresh=False, transient=False)
             self._live.start()
         self._task = asyncio.get_running_loop().create_task(self._loop())

@@ -1,16 +1,18 @@
-"""The exact prompt behind a record, rebuilt from what the record holds and checked against its `prompt_sha256`.
+"""The exact prompt behind a record, rebuilt from the results file alone and checked against its `prompt_sha256`.
 
-A record keeps the conversation it probed (`messages`, after perturbation), its mode and its generation settings
-(`config`: template engine, template sha256 and variables). Raw mode: the prompt is the chat template's rendering of
-`messages` cut at the open user header (`PromptRenderer.user_turn_prompt`), the string sent as `prompt`. Chat
-mode: the role-flipped messages (`chat_mode.role_flip_messages`), the array sent as `messages`. Nothing is
-stored beyond what records already carry; the rebuilt prompt counts as the one sent only when its sha256 equals
-the record's.
+A record keeps the conversation it probed (`messages`, after perturbation) and its mode; the configuration line of
+its fingerprint (`records.ConfigLine`) keeps how raw-mode prompts were rendered, template text included
+(`records.RendererInfo`). Raw mode: the prompt is that template's rendering of `messages` cut at the open user
+header (`PromptRenderer.user_turn_prompt`), the string sent as `prompt`. Chat mode: the role-flipped messages
+(`chat_mode.role_flip_messages`), the array sent as `messages`. A tokenizer given explicitly replaces the recorded
+renderer (files from before configuration lines need one). The rebuilt prompt counts as the one sent only when its
+sha256 equals the record's.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,8 +24,8 @@ from userturn.client.chat_mode import role_flip_messages
 from userturn.client.templates import PromptRenderer
 
 from userturn.errors import UserError, first_error
-from userturn.jsonl import iter_lines
-from userturn.records import ProbeRecord, sha256_text
+from userturn.jsonl import iter_lines, read_configs
+from userturn.records import ConfigLine, ProbeRecord, sha256_text
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,14 @@ class ReplayedPrompt:
         return self.recorded_sha256 is not None and self.sha256 == self.recorded_sha256
 
 
-def template_kwargs(record: ProbeRecord) -> dict[str, Any]:
+def template_kwargs(config: ConfigLine | None) -> dict[str, Any]:
     """The chat-template variables the probe rendered with (`config.template_kwargs`, incl. enable_thinking)."""
-    return dict((record.config or {}).get("template_kwargs") or {})
+    return dict((config.config if config else {}).get("template_kwargs") or {})
 
 
-def recorded_engine(record: ProbeRecord) -> str | None:
+def recorded_engine(config: ConfigLine | None) -> str | None:
     """`jinja` or `harmony`: how the probe rendered (None in chat mode or in files from before configs)."""
-    return (record.config or {}).get("template_engine")
+    return (config.config if config else {}).get("template_engine")
 
 
 def replay_prompt(record: ProbeRecord, renderer: PromptRenderer | None) -> ReplayedPrompt:
@@ -59,8 +61,9 @@ def replay_prompt(record: ProbeRecord, renderer: PromptRenderer | None) -> Repla
         text = orjson.dumps(dumped).decode()
         return ReplayedPrompt("chat", text, sha256_text(text), record.prompt_sha256, messages=dumped)
     if renderer is None:
-        raise UserError(f"record {record.key!r} is a raw-mode record: its prompt is rendered by the model's chat "
-                        "template; pass --tokenizer (and --chat-template) as given to the probe, or --manifest")
+        raise UserError(f"record {record.key!r} is a raw-mode record and its file does not say how its prompt was "
+                        "rendered (a file from before configuration lines); pass --tokenizer (and --chat-template) "
+                        "as given to the probe, or --manifest")
     if record.template_sha256 and renderer.template_sha256 != record.template_sha256:
         raise UserError(f"template of {renderer.name} (sha256 {renderer.template_sha256[:12]}) is not the one the "
                         f"record was rendered with (sha256 {record.template_sha256[:12]}): pass the --tokenizer, "
@@ -70,22 +73,40 @@ def replay_prompt(record: ProbeRecord, renderer: PromptRenderer | None) -> Repla
 
 
 class Replayer:
-    """Rebuilds the prompts of many records with one tokenizer: a renderer per (engine, template variables), loaded
-    once. `tokenizer` None: chat-mode prompts only (raw mode raises UserError saying what to pass)."""
+    """Rebuilds the prompts of many records: with the renderer each record's configuration line describes, or
+    with one tokenizer given explicitly (a renderer per (engine, template variables), loaded once). `configs`: the
+    configuration lines of the records' file, by fingerprint (`results`: read them from that file when first
+    needed). Without either, chat-mode prompts only (raw mode raises UserError saying what to pass)."""
 
     def __init__(self, tokenizer: str | None, chat_template: str | None = None, renderer: str | None = None,
-                 now: datetime | None = None) -> None:
+                 now: datetime | None = None, *, configs: Mapping[str, ConfigLine] | None = None,
+                 results: str | Path | None = None) -> None:
         self.tokenizer, self.chat_template, self.renderer = tokenizer, chat_template, renderer
         self.now = now  # the clock of templates that print the date (`strftime_now`, gpt-oss): the probe's day
+        self._configs = configs
+        self._results = results
         self._loaded: dict[bytes, PromptRenderer] = {}
+        self._recorded: dict[str, PromptRenderer] = {}
+
+    def config_of(self, record: ProbeRecord) -> ConfigLine | None:
+        if self._configs is None:
+            self._configs = read_configs(self._results) if self._results is not None else {}
+        return self._configs.get(record.config_fingerprint or "")
 
     def renderer_for(self, record: ProbeRecord) -> PromptRenderer | None:
-        if record.mode == "chat" or self.tokenizer is None:
+        if record.mode == "chat":
             return None
+        config = self.config_of(record)
+        if self.tokenizer is None:
+            if config is None or config.renderer is None:
+                return None
+            if config.fingerprint not in self._recorded:
+                self._recorded[config.fingerprint] = PromptRenderer.from_info(config.renderer)
+            return self._recorded[config.fingerprint]
         choice = self.renderer
         if choice is None or choice == "auto":
-            choice = {"harmony": "harmony", "jinja": "chat_template"}.get(recorded_engine(record) or "", "auto")
-        kwargs = template_kwargs(record)
+            choice = {"harmony": "harmony", "jinja": "chat_template"}.get(recorded_engine(config) or "", "auto")
+        kwargs = template_kwargs(config)
         cache_key = orjson.dumps([choice, kwargs], option=orjson.OPT_SORT_KEYS)
         if cache_key not in self._loaded:
             harmony = {"auto": None, "chat_template": False, "harmony": True}[choice]
@@ -101,23 +122,31 @@ class Replayer:
 
 def find_record(path: str | Path, key: str, *, suggestions: int = 3) -> ProbeRecord:
     """The last record with `key` in a results file, read line by line (a file of millions of lines is never held;
-    only its keys are, for the suggestions). Unknown key: UserError with the closest keys."""
+    only its keys are, for the suggestions). Unknown key: UserError with the closest keys. A key recorded with two
+    configurations is a UserError naming both (a concatenation of two runs: split the file)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"results file not found: {path}")
     found: tuple[int, bytes] | None = None
+    fingerprints: set[object] = set()
     keys: set[str] = set()
     for number, raw, complete in iter_lines(path):
         try:
-            value = orjson.loads(raw).get("key")
+            obj = orjson.loads(raw)
+            value = obj.get("key")
         except (orjson.JSONDecodeError, AttributeError):
             if not complete:
                 continue  # a torn final line, as every reader skips it
             raise UserError(f"{path}:{number}: not a userturn record (invalid JSON)") from None
         if value == key:
             found = (number, raw)
+            fingerprints.add(obj.get("config_fingerprint"))
         elif isinstance(value, str):
             keys.add(value)
+    if len(fingerprints) > 1:
+        shown = ", ".join(sorted(str(f) for f in fingerprints))
+        raise UserError(f"{path}: key {key!r} is recorded with {len(fingerprints)} configurations ({shown}); "
+                        "keep each configuration in its own file")
     if found is None:
         close = difflib.get_close_matches(key, list(keys), n=suggestions, cutoff=0.5)
         hint = f"; closest: {', '.join(close)}" if close else f" ({len(keys)} keys in the file)"

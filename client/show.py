@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
 import orjson
@@ -14,7 +15,7 @@ from rich.table import Table
 from userturn.client.export import human_turn
 from userturn.client.prompt_replay import ReplayedPrompt
 
-from userturn.records import ProbeRecord
+from userturn.records import ConfigLine, ProbeRecord
 
 CLIP = 160
 
@@ -56,10 +57,12 @@ def _section(title: str) -> str:
     return f"── {title} " + "─" * max(3, 76 - len(title))
 
 
-def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_problem: str | None = None) -> str:
-    """The record as a person reads it: identity, the exact prompt as sent (between two rules, unaltered), the
-    generated turn, the human next turn where the dataset has one, the reference answer, every verdict with its
-    rationale. `prompt_problem` says why there is no prompt (shown in its place)."""
+def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_problem: str | None = None,
+                config: ConfigLine | None = None) -> str:
+    """The record as a person reads it: identity, the run that wrote its configuration (`config`, the file's
+    configuration line), the exact prompt as sent (between two rules, unaltered), the generated turn, the human
+    next turn where the dataset has one, the reference answer, every verdict with its rationale. `prompt_problem`
+    says why there is no prompt (shown in its place)."""
     lines = [f"record       {record.key}",
              f"model        {record.model}    dataset {record.dataset}    item {record.item_id}",
              f"mode         {record.mode}    perturbation {record.perturbation}    temperature {record.temperature!r}"
@@ -69,6 +72,10 @@ def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_probl
              + (f"    matched_stop {record.matched_stop!r}" if record.matched_stop is not None else "")]
     if record.config_fingerprint:
         lines.append(f"config       {record.config_fingerprint}")
+    if config is not None and config.run is not None:
+        run = config.run
+        lines.append(f"run          userturn {run.userturn_version} on {run.host}, started {run.started}: "
+                     f"{shlex.join(run.command)}")
     if record.usage is not None and record.usage.total_tokens is not None:
         lines.append(f"tokens       prompt {record.usage.prompt_tokens}, completion {record.usage.completion_tokens}")
     if prompt is None:

@@ -44,7 +44,7 @@ from userturn.client.stops import (
 
 from userturn.errors import UserError
 from userturn.packaged import is_gguf
-from userturn.records import Message, sha256_text
+from userturn.records import Message, RendererInfo, sha256_text
 
 SENTINEL_PREFIX = "USERTURNSENTINEL"  # + 32 random hex digits per renderer
 _PROBE_A, _PROBE_B = "USERTURNPROBEAAA41e2", "USERTURNPROBEBBB58d0"
@@ -449,9 +449,9 @@ class JinjaBackend:
     """A chat template compiled once, rendered with the variables transformers passes."""
 
     engine = "jinja"
-    compiler = "jinja2"
 
     def __init__(self, source: str, variables: Mapping[str, Any], now: datetime, name: str) -> None:
+        self.source = source
         self.template = compile_template(source, now)
         self.variables = dict(variables)
         self.name = name
@@ -493,8 +493,10 @@ class PromptRenderer:
         tokenizer_json_path: Path | None = None,
         count_fn: Any = None,
         special_tokens: SpecialTokens | None = None,
+        info: RendererInfo | None = None,
     ) -> None:
         self.name = name
+        self.info = info  # what renders the same prompts again (recorded in the results file's configuration line)
         self.family = family
         self.backend = backend
         self.engine: str = backend.engine
@@ -520,7 +522,6 @@ class PromptRenderer:
         template_kwargs: Mapping[str, Any] | None = None,
         now: datetime | None = None,
         harmony: bool | None = None,
-        compiler: Literal["auto", "jinja2", "minijinja"] = "auto",
     ) -> PromptRenderer:
         """Load a local tokenizer dir or a hub id (small files only).
 
@@ -529,10 +530,6 @@ class PromptRenderer:
         template_kwargs: more template variables (e.g. `reasoning_effort` for gpt-oss, `clear_thinking` for GLM).
         now: the clock for `strftime_now` and gpt-oss's current date (default: frozen at load time).
         harmony: render gpt-oss with openai-harmony (default: yes for a gpt-oss model without a template override).
-        compiler: what runs a Jinja template: "auto" is minijinja where it renders this template exactly as jinja2
-            does (checked at load and while running, `client.minijinja_backend`), else jinja2; "jinja2" always
-            jinja2; "minijinja" refuses a template minijinja cannot render identically. The bytes are the same, so
-            the records' `template_engine` is `jinja` either way.
         """
         now = now or datetime.now()
         files = read_tokenizer_files(name_or_path)
@@ -553,30 +550,51 @@ class PromptRenderer:
 
             harmony_backend = HarmonyRenderer(today=now, reasoning_effort=str(extra.get("reasoning_effort", "medium")),
                                               model_identity=extra.get("model_identity"))
+            info = RendererInfo(tokenizer=name_or_path, renderer="harmony", chat_template=chat_template,
+                                template_sha256=harmony_backend.template_sha256, enable_thinking=enable_thinking,
+                                harmony={"today": harmony_backend.today,
+                                         "reasoning_effort": harmony_backend.reasoning_effort,
+                                         "model_identity": harmony_backend.model_identity})
             return cls(name=name_or_path, family="gpt-oss", backend=harmony_backend,
                        template_sha256=harmony_backend.template_sha256, stop=harmony_backend.stop,
                        stop_token_ids=harmony_backend.stop_token_ids, count_fn=harmony_backend.count_tokens,
-                       special_tokens=tokenizer_special_tokens(files, variables) | harmony_backend.special_tokens)
+                       special_tokens=tokenizer_special_tokens(files, variables) | harmony_backend.special_tokens,
+                       info=info)
         jinja = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
         tokens = added_tokens(files.config, files.tokenizer_json)
         stop = merge_stops(_end_of_turn(jinja, tokens), eos_stops(files.config, files.generation_config, tokens))
-        backend: _Backend = jinja
-        if compiler != "jinja2":
-            from userturn.client.minijinja_backend import MiniJinjaBackend
-
-            fast = MiniJinjaBackend.checked(source, {**variables, **extra}, now, jinja)
-            if fast is not None:
-                backend = fast
-            elif compiler == "minijinja":
-                raise UserError(f"chat template of {name_or_path}: minijinja cannot render it exactly as jinja2 does "
-                                "(or is not installed); use the jinja2 engine")
+        strip_prefix = tokenizer_prefix(files, variables.get("bos_token"))
+        info = RendererInfo(tokenizer=name_or_path, renderer="jinja", chat_template=chat_template, template=source,
+                            template_sha256=sha256_text(source), enable_thinking=enable_thinking,
+                            variables=jinja.variables, strip_prefix=strip_prefix, now=now.isoformat())
         return cls(
-            name=name_or_path, family=family, backend=backend, template_sha256=sha256_text(source),
-            stop=stop, stop_token_ids=stop_token_ids(stop, tokens),
-            strip_prefix=tokenizer_prefix(files, variables.get("bos_token")),
+            name=name_or_path, family=family, backend=jinja, template_sha256=sha256_text(source),
+            stop=stop, stop_token_ids=stop_token_ids(stop, tokens), strip_prefix=strip_prefix,
             tokenizer_json_path=files.tokenizer_json_path,
-            special_tokens=tokenizer_special_tokens(files, variables, tokens),
+            special_tokens=tokenizer_special_tokens(files, variables, tokens), info=info,
         )
+
+    @classmethod
+    def from_info(cls, info: RendererInfo) -> PromptRenderer:
+        """The renderer a results file's configuration line describes, for rendering its prompts again (no
+        tokenizer files, no network): the same template, variables, date and BOS handling. Stops and token counts
+        are not restored (a replay needs neither)."""
+        if info.renderer == "harmony":
+            from userturn.client.harmony_render import HarmonyRenderer
+
+            settings = info.harmony or {}
+            harmony_backend = HarmonyRenderer(today=settings.get("today"),
+                                              reasoning_effort=str(settings.get("reasoning_effort", "medium")),
+                                              model_identity=settings.get("model_identity"))
+            return cls(name=info.tokenizer, family="gpt-oss", backend=harmony_backend,
+                       template_sha256=harmony_backend.template_sha256, stop=[], stop_token_ids=[], info=info)
+        if info.template is None:
+            raise UserError(f"the configuration of {info.tokenizer} does not hold its chat template text")
+        now = datetime.fromisoformat(info.now) if info.now else datetime.now()
+        jinja = JinjaBackend(info.template, info.variables, now, info.tokenizer)
+        return cls(name=info.tokenizer, family=detect_family(info.template, info.tokenizer), backend=jinja,
+                   template_sha256=sha256_text(info.template), stop=[], stop_token_ids=[],
+                   strip_prefix=info.strip_prefix, info=info)
 
     # -- rendering --------------------------------------------------------------------------------------------
 
@@ -642,9 +660,7 @@ class PromptRenderer:
         return len(self._tokenizer.encode(text, add_special_tokens=True).ids)
 
     def __repr__(self) -> str:
-        compiler = getattr(self.backend, "compiler", None)
-        return (f"PromptRenderer({self.name!r}, family={self.family}, engine={self.engine}"
-                f"{f' ({compiler})' if compiler else ''}, "
+        return (f"PromptRenderer({self.name!r}, family={self.family}, engine={self.engine}, "
                 f"template_sha256={self.template_sha256[:12]}, stop={self.stop})")
 
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from userturn.judges.panel import Assessment, JudgingFacts
 
 from userturn.errors import UserError, first_error
+from userturn.jsonl import is_config_line
 from userturn.records import ProbeRecord
 
 Assess = Callable[[JudgingFacts], Assessment]
@@ -39,10 +40,13 @@ def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
 
 
 def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[str, Any] | None:
-    """A results line as a JSON object with a string `key`; None for a torn final line (no newline, not JSON).
+    """A results line as a JSON object with a string `key`; None for a torn final line (no newline, not JSON) and
+    for a configuration line (`userturn.jsonl.is_config_line`).
 
     A malformed complete line raises UserError naming path:line.
     """
+    if is_config_line(line):
+        return None
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:

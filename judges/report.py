@@ -10,7 +10,7 @@ the `none` row of the same configuration. The file is read in one streaming pass
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,7 @@ class Report:
     records: int
     keep: np.ndarray
     tallies: dict[int, ItemTallies]  # per final row index (same order as `groups`): item-level counts
+    superseded: int = 0  # record lines replaced by a later line of the same key and configuration (not counted)
 
 
 def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
@@ -274,7 +275,8 @@ def build_report(scan: Scan) -> Report:
         ))
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
-                  keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)})
+                  keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)},
+                  superseded=int(len(keep) - keep.sum()))
 
 
 def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[ItemTallies],
@@ -302,9 +304,11 @@ def summarise_file(path: str | Path) -> Report:
     return build_report(scan_file(path))
 
 
-def summarise(records: Iterable[ProbeRecord]) -> list[GroupSummary]:
-    """Rows of already-loaded records (same rules as `summarise_file`)."""
+def summarise(records: Iterable[ProbeRecord], configs: Mapping[str, dict] | None = None) -> list[GroupSummary]:
+    """Rows of already-loaded records (same rules as `summarise_file`); `configs`: their file's configurations by
+    fingerprint (`ReadReport.configs`), for the settings that tell rows apart."""
     scan = Scan()
+    scan.configs.update(configs or {})
     for record in records:
         scan.add(record.model_dump(mode="json"))
     return build_report(scan).groups

@@ -60,6 +60,10 @@ def run_report(args: argparse.Namespace) -> int:
             source += " (rules only: no rate below is a measurement)"
         print_report(console(wide=args.wide), groups, report.agreements, source, wide=args.wide)
         _print_notice(groups, args.results)
+    if report.superseded:
+        print(f"userturn report: {report.superseded} superseded lines in {args.results} not counted (a later line of "
+              "the same key and configuration replaced each, e.g. a re-judged record); `userturn compact` drops them",
+              file=sys.stderr)
     return status
 
 
@@ -102,7 +106,7 @@ def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], 
 
 
 def _replayer(args: argparse.Namespace) -> Any:
-    """Rebuilds prompts for the HTML sample table (raw mode with --tokenizer only; chat mode always)."""
+    """Rebuilds prompts for the HTML sample table (raw mode: from the file's configuration lines, or --tokenizer)."""
     from userturn.client.prompt_replay import Replayer
 
-    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None))
+    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None), results=args.results)

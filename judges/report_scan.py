@@ -2,8 +2,10 @@
 
 Each line is parsed with orjson and checked for the few fields the report reads. What is kept per line is four
 integers (a 64-bit hash of the key, the row, a 64-bit hash of the item id, an interned outcome code: 24 bytes);
-rows, outcomes and configurations are interned once. Which line is the last for its key (the one that counts) is
-decided after the pass, so a re-judged record appended later replaces the earlier one as everywhere else.
+rows, outcomes and configurations are interned once. Configuration lines (`records.ConfigLine`) give the readable
+configuration of each fingerprint. Which line is the last for its key and configuration (the one that counts) is
+decided after the pass, so a re-judged record appended later replaces the earlier one (a superseded line, counted),
+while records of the same key made with two configurations (two files concatenated) both count, in separate rows.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
+from pydantic import ValidationError
 
-from userturn.errors import UserError
-from userturn.jsonl import iter_lines
+from userturn.errors import UserError, first_error
+from userturn.jsonl import config_line, iter_lines, legacy_config
 from userturn.taxonomy import LABELS
 
 _LABELS = frozenset(LABELS)
@@ -151,12 +154,27 @@ class Scan:
         self.configs: dict[str, dict | None] = {}  # fingerprint -> readable config (first seen)
         self._seen: dict[tuple, tuple[int, int]] = {}
 
+    def add_config(self, d: Any) -> bool | str:
+        """Take a configuration line (True), or say it is none (False), or name its problem."""
+        try:
+            config = config_line(d)
+        except ValidationError as exc:
+            return first_error(exc, "configuration line")
+        if config is None:
+            return False
+        self.configs.setdefault(config.fingerprint, config.config)
+        return True
+
     def add_line(self, d: Any) -> str | None:
-        """Check and count one parsed line; returns the problem (`field: message`) instead when it is no record."""
+        """Check and count one parsed line (a record, or a configuration line); returns the problem
+        (`field: message`) instead when it is neither."""
+        taken = self.add_config(d)
+        if taken is not False:
+            return taken if isinstance(taken, str) else None
         known = self.classify(d)
         if isinstance(known, str):
             return known
-        self.key_hash.append(hash(d["key"]))
+        self.key_hash.append(hash((d["key"], d.get("config_fingerprint"))))
         self.row.append(known[0])
         self.item_hash.append(hash(d["item_id"]))
         self.outcome.append(known[1])
@@ -187,7 +205,7 @@ class Scan:
     def add(self, d: dict) -> None:
         """Count one checked record dict."""
         r, o = self._intern(d)
-        self.key_hash.append(hash(d["key"]))
+        self.key_hash.append(hash((d["key"], d.get("config_fingerprint"))))
         self.row.append(r)
         self.item_hash.append(hash(d["item_id"]))
         self.outcome.append(o)
@@ -195,8 +213,9 @@ class Scan:
 
     def _intern(self, d: dict) -> tuple[int, int]:
         row, outcome = row_and_outcome(d)
-        if row.fingerprint is not None and row.fingerprint not in self.configs:
-            self.configs[row.fingerprint] = d.get("config")
+        old = legacy_config(d)  # a record of schema 2 carries its configuration itself
+        if old is not None:
+            self.configs.setdefault(old.fingerprint, old.config)
         return self.rows.setdefault(row, len(self.rows)), self.outcomes.setdefault(outcome, len(self.outcomes))
 
     def __len__(self) -> int:
@@ -221,7 +240,7 @@ class Scan:
         return rows, items, codes
 
     def keep_mask(self) -> np.ndarray:
-        """Boolean per line: True for the last line of its key (the record that counts)."""
+        """Boolean per line: True for the last line of its key and configuration (the record that counts)."""
         keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
         order = np.argsort(keys, kind="stable")
         ranked = keys[order]
@@ -234,12 +253,16 @@ class Scan:
 
 def iter_checked(path: Path) -> Iterator[tuple[int, dict, bytes]]:
     """(line number, record dict, raw line) for each record line, exactly the lines `scan_file` counts (in the same
-    order); a torn final line is skipped, any other malformed line is a UserError naming file:line."""
+    order); configuration lines and a torn final line are skipped, any other malformed line is a UserError naming
+    file:line."""
     checker = Scan()
     for number, raw, complete in iter_lines(path):
         try:
             d = orjson.loads(raw)
-            problem = checker.classify(d)
+            taken = checker.add_config(d)
+            problem = taken if taken is not False else checker.classify(d)
+            if taken is True:
+                continue
         except orjson.JSONDecodeError as exc:
             problem = f"invalid JSON: {str(exc).splitlines()[0]}"
         if not isinstance(problem, str):

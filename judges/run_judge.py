@@ -20,7 +20,7 @@ from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_j
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 
 from userturn.errors import UserError, first_error
-from userturn.jsonl import JsonlWriter
+from userturn.jsonl import JsonlWriter, is_config_line, read_configs
 from userturn.records import ProbeRecord
 from userturn.workers import run_all
 
@@ -71,6 +71,8 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
     """
     entries: dict[str, int] = {}
     for number, offset, line, complete in iter_lines(results):
+        if is_config_line(line):
+            continue
         try:
             record = ProbeRecord.model_validate_json(line)
         except ValidationError as exc:
@@ -130,6 +132,10 @@ async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, worker
     started = time.monotonic()
     await panel.check()
     writer = JsonlWriter(out_path)
+    present = read_configs(out_path)
+    for fingerprint, config in read_configs(results).items():  # the output describes its records' configurations
+        if fingerprint not in present:
+            writer.write_config(config)
     counters = RunCounters(total=plan.todo, skipped=plan.skipped)
     requests_before = sum(s.requests for s in judge_endpoint_stats(panel))  # the endpoint check's
     view = Progress(counters, lambda: [], judge_stats=lambda: judge_endpoint_stats(panel), title="userturn judge",

@@ -17,6 +17,7 @@ import psutil
 import pytest
 from loopback_server import LoopbackServer
 from raw_http_server import RawHttpServer, http_response
+from results_lines import record_lines
 from userturn.client.endpoint import (
     BYTES_PER_TOKEN,
     RESPONSE_OVERHEAD_BYTES,
@@ -148,7 +149,7 @@ def test_probe_retries_empty_choices_instead_of_failing_the_sample(tmp_path: Pat
                               capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": ""})
         stats = server.stats()
     assert proc.returncode == 0, proc.stderr
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = record_lines(out)
     assert [r["status"] for r in records] == ["ok"] * 3
     assert [r["attempts"] for r in records] == [4, 1, 1]  # the first sample met all three faults
     assert stats["faults"] == 3 and stats["answered"] == 3
@@ -243,7 +244,7 @@ def test_probe_reads_no_more_than_the_cap_of_50_mb_replies(tmp_path: Path) -> No
         peak = peak_rss_of(proc)
         stderr = proc.stderr.read() if proc.stderr else ""
         assert proc.returncode == 1, stderr
-        records = [json.loads(line) for line in out.read_text().splitlines()]
+        records = record_lines(out)
         assert len(records) == 16 and all(r["status"] == "error" for r in records)
         assert {r["error"] for r in records} == {
             f"response from {server.base_url}/completions is too large: over 1114112 bytes (cap set by max_tokens; "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
+from results_lines import record_lines
 
 from userturn.jsonl import read_records
 
@@ -95,7 +96,7 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
         assert resumed.returncode == 0, resumed.stderr
     records, _report = read_records(out)
     assert len(records) == 300 and all(r.status == "ok" for r in records.values())
-    lines = [json.loads(line) for line in out.read_text().splitlines()]  # every line parses
+    lines = record_lines(out)  # every line parses
     ok_keys = [x["key"] for x in lines if x["status"] == "ok"]
     assert len(ok_keys) == len(set(ok_keys)) == 300
 
@@ -254,8 +255,7 @@ def test_limit_and_shuffle_never_change_a_perturbed_conversation(server, tmp_pat
         assert proc.returncode == 0, proc.stderr
 
     def messages(name):
-        return {(row := json.loads(line))["key"]: json.dumps(row["messages"])
-                for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()}
+        return {row["key"]: json.dumps(row["messages"]) for row in record_lines(tmp_path / f"{name}.jsonl")}
 
     every, some = messages("all"), messages("some")
     assert len(some) == 18 and {key.split("|")[2] for key in some} != {"q0", "q1", "q2"}  # shuffled selection
@@ -271,10 +271,12 @@ def test_manifest_sampling_defaults_are_used_and_recorded(server, tmp_path):
     out = tmp_path / "out.jsonl"
     proc = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    (record,) = read_records(out)[0].values()
-    assert record.temperature == 0.7 and record.config["top_p"] == 0.5
+    found, report = read_records(out)
+    (record,) = found.values()
+    assert record.temperature == 0.7 and report.configs[record.config_fingerprint].config["top_p"] == 0.5
     flagged = probe("--manifest", str(manifest), "--dataset", str(data), "--out", str(tmp_path / "flags.jsonl"),
                     "--temperature", "0", "--top-p", "0.9", "--no-progress")
     assert flagged.returncode == 0, flagged.stderr
-    (record,) = read_records(tmp_path / "flags.jsonl")[0].values()
-    assert record.temperature == 0.0 and record.config["top_p"] == 0.9  # flags win
+    found, report = read_records(tmp_path / "flags.jsonl")
+    (record,) = found.values()
+    assert record.temperature == 0.0 and report.configs[record.config_fingerprint].config["top_p"] == 0.9

@@ -62,3 +62,17 @@ def test_existing_configs_from_a_stream_and_records_without_a_fingerprint():
     check_unfingerprinted([], {"k"}, path="r.jsonl")
     with pytest.raises(ConfigMismatch, match="max_tokens=256, this run has max_tokens=1"):
         found.check([{**BASE, "max_tokens": 1}], set(), path="r.jsonl")
+
+
+def test_the_run_line_redacts_keys_and_url_credentials():
+    from userturn.fingerprint import redacted_command, run_info
+
+    argv = ["userturn", "probe", "--base-url", "https://alice:s3cret@api.example.com/v1?api-version=2", "--api-key",
+            "sk-abcdef123456", "--judge-api-key=sk-zzz", "--api-key-env", "MY_KEY", "--tokenizer", "Qwen/Qwen3-8B",
+            "--hf-token", "hf_x", "--model", "m", "tok-SECRET-1234"]
+    assert redacted_command(argv, scrub=lambda text: text.replace("tok-SECRET-1234", "[redacted $KEY]")) == [
+        "userturn", "probe", "--base-url", "https://[redacted]@api.example.com/v1?api-version=2", "--api-key",
+        "[redacted]", "--judge-api-key=[redacted]", "--api-key-env", "MY_KEY", "--tokenizer", "Qwen/Qwen3-8B",
+        "--hf-token", "[redacted]", "--model", "m", "[redacted $KEY]"]
+    info = run_info(["userturn", "probe"])
+    assert info.command == ["userturn", "probe"] and info.host and info.userturn_version

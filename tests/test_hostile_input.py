@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from results_lines import record_lines
 from userturn.client.dataset import DatasetItem, load_jsonl
 from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.client.lazy_dataset import load_jsonl_lazy
@@ -211,8 +212,8 @@ async def test_allowed_special_tokens_are_probed_and_flagged(tmp_path, qwen):
     records, _ = read_records(out)
     flags = {r.item_id: r.special_tokens_in_content for r in records.values()}
     assert flags == {"ok": False, "forged": True}
-    raw = [json.loads(line) for line in out.read_text().splitlines()]
-    assert {r["item_id"]: r["special_tokens_in_content"] for r in raw} == flags  # on the fast ok-line path too
+    raw = record_lines(out)
+    assert {r["item_id"]: r["special_tokens_in_content"] for r in raw} == flags  # as written, too
 
 
 async def test_separator_in_names_does_not_collide_across_runs(tmp_path, qwen):

@@ -32,7 +32,10 @@ def rec(item: str, sample: int, label: str | None, *, judge_error: bool = False)
         messages=[{"role": "user", "content": f"question {item}"}, {"role": "assistant", "content": "answer"}],
         label=None if judge_error else label, label_source=None if judge_error else "judge",
         judge_status="error" if judge_error else "ok", judges=[verdict],
-        config_fingerprint="00aa11bb22cc33dd", config={"model": "m", "max_tokens": 64})
+        config_fingerprint="00aa11bb22cc33dd")
+
+
+CONFIGS = {"00aa11bb22cc33dd": {"model": "m", "max_tokens": 64}}
 
 
 def many() -> list[ProbeRecord]:
@@ -76,7 +79,7 @@ def test_streaming_selection_equals_the_in_memory_one(tmp_path: Path):
 
 def test_provenance_versions_fingerprints_judge_prompt_and_date():
     records = many()
-    page = render_html(summarise(records), [], examples_of(records), len(records), None, "r.jsonl")
+    page = render_html(summarise(records, CONFIGS), [], examples_of(records), len(records), None, "r.jsonl")
     prov = page.split('<h2 id="provenance">', 1)[1]
     assert f"userturn {importlib.metadata.version('userturn')}" in prov
     assert f"numpy {importlib.metadata.version('numpy')}" in prov and "pydantic " in prov
@@ -104,7 +107,12 @@ def test_sample_table_prompts_equal_what_the_server_received_and_figures_are_inl
     assert "<svg" not in page and "data:image/png" not in page and "<script" not in page
     assert "Not drawn, nothing to show" in page and "labelled by rules only" not in page  # unjudged, no rule
     assert "none of the 8 records is labelled yet" in page
-    without = tmp_path / "plain.html"  # no tokenizer: the conversation, and how to get the prompt
-    assert main(["report", str(out), "--html", str(without)]) == 0
+    recorded = tmp_path / "recorded.html"  # no tokenizer: rendered from the file's configuration lines
+    assert main(["report", str(out), "--html", str(recorded)]) == 0
+    assert recorded.read_text().count("sha256 matches the record&#39;s prompt_sha256") == 8
+    old = tmp_path / "old.jsonl"  # a file from before configuration lines: the conversation, and how to get the prompt
+    old.write_text("".join(line + "\n" for line in out.read_text().splitlines() if '"type":"config"' not in line))
+    without = tmp_path / "plain.html"
+    assert main(["report", str(old), "--html", str(without)]) == 0
     plain = without.read_text()
     assert "<summary>prompt (" not in plain and "prompt not rebuilt" in plain and "--tokenizer" in plain

@@ -14,8 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from results_lines import record_lines
 
 from userturn.cli import main
+from userturn.jsonl import read_configs
+from userturn.records import ConfigLine
 
 FIXTURES = Path(__file__).parent / "fixtures" / "judges"
 SERVER = FIXTURES / "judge_server.py"
@@ -59,7 +62,7 @@ def results(tmp_path: Path) -> Path:
 
 
 def read(path: Path) -> dict[str, dict]:
-    return {r["item_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    return {r["item_id"]: r for r in record_lines(path)}
 
 
 def free_port() -> int:
@@ -75,6 +78,8 @@ def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_judge_end_to_end_against_real_server(server: JudgeServer, results: Path) -> None:
+    config = ConfigLine(fingerprint="f" * 16, config={"model": "tiny-model", "max_tokens": 64})
+    results.write_bytes(config.model_dump_json().encode() + b"\n" + results.read_bytes())  # a file's config line
     proc = run_cli("judge", str(results), "--judge-base-url", server.base_url, "--judge-model", "keyword-judge",
                    "--no-progress")
     assert proc.returncode == 0, proc.stderr
@@ -87,6 +92,7 @@ def test_judge_end_to_end_against_real_server(server: JudgeServer, results: Path
     assert "newly judged 5 (5 judge requests," in proc.stderr
     assert "rule labels 3, judge failures 0, generation errors carried 1" in proc.stderr
     assert server.stats() == {"requests": 5, "with_schema": 5, "refused": 0}
+    assert read_configs(out) == {"f" * 16: config}  # the judged file describes its records' configurations too
     # Resumable: a rerun finds every key done and asks nothing.
     again = run_cli("judge", str(results), "--judge-base-url", server.base_url, "--judge-model", "keyword-judge",
                     "--no-progress")

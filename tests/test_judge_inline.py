@@ -10,6 +10,7 @@ import httpx
 import pytest
 import respx
 from chatml_renderer import Renderer
+from results_lines import config_lines, record_lines
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.client.pipeline import ProbeRun, ProbeSettings, ProbeSummary
@@ -83,7 +84,8 @@ async def test_failed_judgements_are_retried_without_regenerating(tmp_path: Path
     assert (generated, asked, summary.rejudged, summary.judged, summary.judge_failures) == (0, 4, 4, 4, 0)
     records = read_records(out)[0]
     assert all(r.label == "genuine_followup" and r.judge_panel == again.id for r in records.values())
-    assert len(out.read_text().splitlines()) == 8  # re-judged records are appended; the last line wins
+    assert len(record_lines(out)) == 8  # re-judged records are appended; the last line wins
+    assert len(config_lines(out)) == 2  # each run's configuration line, before its first record
     assert report_summary(summary, str(out)) == 0
 
     done = panel()
@@ -124,7 +126,7 @@ async def test_another_panel_is_refused_inline_unless_rejudge(tmp_path: Path) ->
     await first.aclose()
     before = out.read_bytes()
     other = panel("other")
-    with pytest.raises(UserError, match=r"out\.jsonl:1: 4 records are labelled by another judge panel .*judges kw.*"
+    with pytest.raises(UserError, match=r"out\.jsonl:2: 4 records are labelled by another judge panel .*judges kw.*"
                                         r"--rejudge"):
         await probe(out, other, verdict("genuine_followup"))
     assert out.read_bytes() == before

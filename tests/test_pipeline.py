@@ -8,12 +8,12 @@ import json
 import httpx
 import pytest
 from mock_http import MockServer
+from results_lines import config_lines, record_lines
 from userturn.client.dataset import DatasetItem
 from userturn.client.endpoint import Endpoint, EndpointConfig
 from userturn.client.perturb import perturb
 from userturn.client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
 
-from userturn import defaults
 from userturn.errors import EndpointError, UserError
 from userturn.jsonl import read_records
 from userturn.records import Message, ProbeRecord
@@ -142,9 +142,12 @@ async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):
     assert route.call_count == 4 and second.skipped == 8 and second.ok == 4
     records, _ = read_records(tmp_path / "out.jsonl")
     assert all(r.status == "ok" for r in records.values()) and len(records) == 12
-    lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    lines = record_lines(tmp_path / "out.jsonl")
     ok_keys = [x["key"] for x in lines if x["status"] == "ok"]
     assert len(ok_keys) == len(set(ok_keys)) == 12  # never a duplicate ok key
+    configs = config_lines(tmp_path / "out.jsonl")  # one per run that wrote records, before its first record
+    assert len(configs) == 2 and {c["fingerprint"] for c in configs} == {x["config_fingerprint"] for x in lines}
+    assert all("config" not in x for x in lines)
 
     with MockServer() as mock:
         route = mock.post("/completions").mock(side_effect=completion)
@@ -350,66 +353,6 @@ async def test_unreachable_judge_keeps_the_generation_and_stops(tmp_path):
     assert rec.status == "ok" and rec.user_turn and rec.label is None and rec.judges == []
 
 
-async def test_each_run_brings_the_resume_index_to_the_end_of_the_file_and_the_next_starts_there(tmp_path,
-                                                                                                monkeypatch):
-    from userturn import resume_index, resume_snapshot
-
-    monkeypatch.setattr(resume_snapshot, "MIN_SCANNED_BYTES", 1000)
-    out = tmp_path / "out.jsonl"
-    starts = []
-    real_scan = resume_index.scan_results
-
-    def spy(*args, **kw):
-        index = real_scan(*args, **kw)
-        starts.append(index.read_from)
-        return index
-
-    monkeypatch.setattr("userturn.client.pipeline.scan_results", spy)
-    seen = {"n": 0}
-
-    def dies_twice(request: httpx.Request) -> httpx.Response:
-        seen["n"] += 1
-        return completion(request) if seen["n"] % 4 else httpx.Response(401, json={"error": "bad key"})
-
-    sizes = []
-    for _ in range(2):
-        with MockServer() as mock:
-            mock.post("/completions").mock(side_effect=dies_twice)
-            with pytest.raises(EndpointError, match="HTTP 401"):  # stopped on its endpoint: still indexed
-                await run(mock, tmp_path, settings(concurrency=1))
-        sizes.append(out.stat().st_size)
-    with MockServer() as mock:
-        mock.post("/completions").mock(side_effect=completion)
-        summary = await run(mock, tmp_path, settings())
-    assert summary.skipped == 6 and summary.ok == 6
-    assert starts == [0, sizes[0], sizes[1]]  # each run read only what the one before it wrote
-    after = resume_index.scan_results(out)
-    assert after.read_from == out.stat().st_size and len(list(after.ok_keys())) == 12
-    assert after.states == resume_index.scan_results(out, snapshot=False).states
-
-
-async def test_a_long_run_adds_to_the_resume_index_while_it_writes(tmp_path, monkeypatch):
-    from userturn import resume_snapshot
-
-    monkeypatch.setattr(resume_snapshot, "MIN_SCANNED_BYTES", 1500)
-    out = tmp_path / "out.jsonl"
-    covered = []
-
-    def completion_watching_the_index(request: httpx.Request) -> httpx.Response:
-        if out.exists():
-            with out.open("rb") as fh:
-                covered.append(resume_snapshot.indexed_end(out, fh))
-        return completion(request)
-
-    with MockServer() as mock:
-        mock.post("/completions").mock(side_effect=completion_watching_the_index)
-        await run(mock, tmp_path, settings(concurrency=1), its=items(6))
-    during = sorted(set(covered))
-    assert len(during) >= 3 and during[0] == 0  # several segments were added while the run went on
-    with out.open("rb") as fh:
-        assert resume_snapshot.indexed_end(out, fh) == out.stat().st_size  # and the last when it ended
-
-
 class FailingRenderer(ChatMLRenderer):
     """Fails on the conversation that contains `fail_on` (a template error, as the real renderer raises)."""
 
@@ -436,32 +379,27 @@ def mixed_items() -> list[DatasetItem]:
 
 
 @pytest.mark.parametrize("fail_on", [None, "Question 0?", "Question 6?", "Question 12?"])
-def test_batched_preparation_gives_what_item_by_item_gives(tmp_path, monkeypatch, fail_on):
-    """`_jobs` prepares items a batch at a time, step by step (client.batch_steps): the same jobs and error records
-    in the same order, the same counts, and a failing item stops it after exactly the work before that item."""
-    outputs = []
-    for batch in (1, 2, 5, 64):
-        monkeypatch.setattr(defaults, "PREPARE_BATCH", batch)
-        probe = ProbeRun(mixed_items(), settings(perturbations=["none", "wrong_answer"]), endpoints=[],
-                         renderer=FailingRenderer(fail_on), out_path=str(tmp_path / "out.jsonl"), progress=False,
-                         perturb=perturb)
-        made: list[object] = []
-        error = None
-        try:
-            made.extend(probe._jobs(scan_results(tmp_path / "out.jsonl"), {}))
-        except UserError as exc:
-            error = str(exc)
-        c = probe.counters
-        outputs.append((made, error, (c.skipped, c.total, c.not_applicable) if error is None else None))
-    assert all(output == outputs[0] for output in outputs[1:])
-    made, error, _ = outputs[0]
+def test_jobs_come_item_by_item_in_order_and_a_failing_item_stops_them_after_the_work_before(tmp_path, fail_on):
+    """`_jobs` prepares items lazily, one at a time: jobs and error records in run order, the counts, and a failing
+    item raises after exactly the work of the items before it."""
+    probe = ProbeRun(mixed_items(), settings(perturbations=["none", "wrong_answer"]), endpoints=[],
+                     renderer=FailingRenderer(fail_on), out_path=str(tmp_path / "out.jsonl"), progress=False,
+                     perturb=perturb)
+    made: list[object] = []
+    error = None
+    try:
+        made.extend(probe._jobs(scan_results(tmp_path / "out.jsonl"), {}))
+    except UserError as exc:
+        error = str(exc)
     kinds = {type(x).__name__ for x in made}
+    order = [x.key.split("|")[2] for x in made]  # type: ignore[attr-defined]
+    assert order == sorted(order, key=lambda item: int(item[1:]))  # item by item, in run order
     if fail_on is None:
         # 3 items without an assistant turn: 2 x 4 error records each; 10 with one: 4 jobs each unperturbed, and 4
         # with a wrong answer where the turn has a number (not q2, q12)
         assert error is None and kinds == {"Job", "ProbeRecord"} and len(made) == 3 * 8 + 10 * 4 + 8 * 4
-        assert outputs[0][2] == (0, 0, 2 * 4)  # (skipped, total: _jobs only moves keys already ok, n/a)
+        c = probe.counters
+        assert (c.skipped, c.total, c.not_applicable) == (0, 0, 2 * 4)  # _jobs only moves keys already ok, n/a
     else:
         assert error == f"cannot render {fail_on}"
-        done_before = {x.key.split("|")[2] for x in made}
-        assert done_before == {f"q{i}" for i in range(int(fail_on.split()[1][:-1]))}
+        assert set(order) == {f"q{i}" for i in range(int(fail_on.split()[1][:-1]))}

@@ -10,6 +10,7 @@ import re
 import httpx
 import pytest
 from mock_http import MockServer
+from results_lines import record_lines
 from test_pipeline import ChatMLRenderer, completion, endpoint
 from userturn.client.dataset import DatasetItem
 from userturn.client.perturb import GENERIC_RESPONSE, perturb
@@ -119,8 +120,7 @@ async def test_perturbed_messages_do_not_depend_on_position_limit_or_shuffle(tmp
     await mocked(tmp_path / "two.jsonl", settings(perturbations=ALL), [pool[6], pool[1]], swap_pool=pool)
 
     def lines(name):
-        return {(row := json.loads(line))["key"]: json.dumps(row["messages"])
-                for line in (tmp_path / name).read_text().splitlines()}
+        return {row["key"]: json.dumps(row["messages"]) for row in record_lines(tmp_path / name)}
 
     full, part = lines("all.jsonl"), lines("two.jsonl")
     assert len(part) == 12
@@ -161,20 +161,24 @@ async def test_records_carry_their_configuration_and_its_fingerprint(tmp_path):
     await mocked(tmp_path / "o.jsonl", settings(perturbations=["none", "generic"], max_tokens=64, top_p=0.9, seed=3,
                                                 send_stop_token_ids=True, template_kwargs={"enable_thinking": False},
                                                 concurrency=3), math_items())
-    records = list(read_records(tmp_path / "o.jsonl")[0].values())
+    found, report = read_records(tmp_path / "o.jsonl")
+    records = list(found.values())
     none = next(r for r in records if r.perturbation == "none")
-    assert none.config == {
+    none_config = report.configs[none.config_fingerprint].config  # the file's configuration line
+    assert none_config == {
         "model": "m", "dataset": "gsm8k", "mode": "raw", "perturbation": "none", "assistant_source": "dataset",
         "assistant_model": None, "assistant_temperature": None, "assistant_max_tokens": None,
         "template_engine": "jinja", "template_sha256": "t" * 64, "template_kwargs": {"enable_thinking": False},
         "chat_prompt_sha256": None, "max_tokens": 64, "stop": ["<|im_end|>"], "stop_token_ids": [7], "top_p": 0.9,
         "extra_body": {}, "seed": 3,
     }
-    canonical = json.dumps(none.config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(none_config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert none.config_fingerprint == hashlib.sha256(canonical.encode()).hexdigest()[:16]
     assert {r.config_fingerprint for r in records if r.perturbation == "none"} == {none.config_fingerprint}
     generic = next(r for r in records if r.perturbation == "generic")
-    assert generic.config == {**none.config, "perturbation": "generic"}
+    assert report.configs[generic.config_fingerprint].config == {**none_config, "perturbation": "generic"}
+    run = report.configs[none.config_fingerprint].run
+    assert run is not None and run.userturn_version and run.host and run.started.endswith("+00:00")
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -224,9 +228,9 @@ async def test_resume_with_the_same_configuration_is_free_to_change_what_does_no
 async def test_records_without_a_fingerprint_are_refused_only_where_keys_overlap(tmp_path):
     out = tmp_path / "o.jsonl"
     await mocked(out, settings(), math_items())
-    old = [json.loads(line) for line in out.read_text().splitlines()]
+    old = record_lines(out)
     for row in old:  # as written by an older userturn
-        del row["config"], row["config_fingerprint"]
+        del row["config_fingerprint"]
     out.write_text("".join(json.dumps(row) + "\n" for row in old))
     before = out.read_bytes()
     with pytest.raises(ConfigMismatch, match=r"records without a configuration fingerprint .* e\.g\. m\|gsm8k\|q0"):
@@ -308,4 +312,21 @@ async def test_error_records_of_another_configuration_do_not_block_a_rerun(tmp_p
     assert first.errors == 3
     summary, calls = await mocked(out, settings(max_tokens=64), math_items())  # nothing was produced: go on
     assert summary.ok == 3 and calls == 3
-    assert {r.config["max_tokens"] for r in read_records(out)[0].values()} == {64}
+    found, report = read_records(out)
+    assert {report.configs[r.config_fingerprint].config["max_tokens"] for r in found.values()} == {64}
+
+
+async def test_records_whose_configuration_line_is_missing_are_compared_only_by_fingerprint(tmp_path):
+    out = tmp_path / "o.jsonl"
+    await mocked(out, settings(max_tokens=8), math_items()[:2])
+    lines = out.read_text().splitlines()
+    out.write_text("".join(line + "\n" for line in lines if '"type":"config"' not in line))  # lines cut out by hand
+    summary, calls = await mocked(out, settings(max_tokens=8), math_items())  # the same fingerprint: resumes
+    assert summary.skipped == 2 and calls == 1
+    assert out.read_text().count('"type":"config"') == 1  # the resumed run described its configuration again
+    lines = out.read_text().splitlines()
+    out.write_text("".join(line + "\n" for line in lines if '"type":"config"' not in line))
+    before = out.read_bytes()
+    with pytest.raises(ConfigMismatch, match=r"holds records of configuration [0-9a-f]{16} but no configuration line"):
+        await mocked(out, settings(max_tokens=9), math_items())
+    assert out.read_bytes() == before

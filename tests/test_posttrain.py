@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from results_lines import record_lines
 from userturn.client.dataset import DatasetItem
 from userturn.judges.stats import ItemTallies, paired_difference
 
@@ -101,7 +102,7 @@ def test_posttrain_runs_end_to_end_on_the_tiny_model_and_resumes(tmp_path: Path,
     assert rows[0]["messages"][-1]["content"].endswith("?")  # the human second turn is the target
     training = json.loads((run / "model" / "training.json").read_text())
     assert training["result"]["steps"] == 2 and training["eval_sets"][0]["items"] == 2
-    trained = [json.loads(line) for line in (run / "trained-held-out" / "results.jsonl").read_text().splitlines()]
+    trained = record_lines(run / "trained-held-out" / "results.jsonl")
     assert len(trained) == 4 and {r["item_id"] for r in trained} == set(split["held_out"])
     assert all(r["meta"]["trained"]["tag"] == training["tag"] and r["model"] == training["model_name"]
                for r in trained)
@@ -114,4 +115,4 @@ def test_posttrain_runs_end_to_end_on_the_tiny_model_and_resumes(tmp_path: Path,
     # resume: nothing is generated or trained again
     assert main(argv) == 0
     assert "already trained" in capsys.readouterr().err
-    assert len((run / "trained-held-out" / "results.jsonl").read_text().splitlines()) == 4
+    assert len((run / "trained-held-out" / "results.jsonl").read_text().splitlines()) == 4 + 1  # and its config line

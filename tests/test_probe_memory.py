@@ -9,7 +9,6 @@ from mock_http import MockServer
 from test_pipeline import completion, run, settings
 from userturn.client.dataset import DatasetItem
 
-from userturn import defaults
 from userturn.jsonl import read_records
 
 
@@ -45,9 +44,8 @@ class OnDemandItems(Sequence[DatasetItem]):
         return (self[i] for i in range(self.n))
 
 
-async def test_items_are_not_all_held_at_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(defaults, "PREPARE_BATCH", 16)
-    held = defaults.PREPARE_BATCH + 8  # the batch being prepared (client.batch_steps) and a few in flight
+async def test_items_are_not_all_held_at_once(tmp_path):
+    held = 4 + 2  # the items of the jobs in flight (concurrency 4) and the one being prepared
     its = OnDemandItems(300)
     with MockServer() as mock:
         mock.post("/completions").mock(side_effect=completion)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
+from results_lines import record_lines
 from test_cli_probe import QWEN_DIR, USERTURN, assert_one_line_error, probe, write_dataset
 
 from userturn import results_lock
@@ -94,8 +94,7 @@ def test_two_probes_on_one_file(tmp_path: Path) -> None:
         finally:
             if first.poll() is None:
                 stop(first)
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    ok_keys = [x["key"] for x in lines if x["status"] == "ok"]
+    ok_keys = [x["key"] for x in record_lines(out) if x["status"] == "ok"]
     assert len(ok_keys) == len(set(ok_keys)) == 40  # nothing doubled
 
 

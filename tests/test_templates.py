@@ -78,24 +78,24 @@ def hf_render(tok, conv, source, add_generation_prompt, enable_thinking):
                                    add_generation_prompt=add_generation_prompt, **kwargs)
 
 
-def load(name: str, enable_thinking: bool | None = None, compiler: str = "auto") -> PromptRenderer:
+def load(name: str, enable_thinking: bool | None = None) -> PromptRenderer:
     path = TEMPLATES[name]
     return PromptRenderer.load(str(QWEN_DIR), chat_template=str(path) if path else None,
-                               enable_thinking=enable_thinking, now=NOW, harmony=False, compiler=compiler)
+                               enable_thinking=enable_thinking, now=NOW, harmony=False)
 
 
 # -- byte-identity with transformers --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("compiler", ["jinja2", "minijinja"])
 @pytest.mark.parametrize("enable_thinking", [None, True, False])
 @pytest.mark.parametrize("name", list(TEMPLATES))
-def test_matches_transformers(hf_tokenizer, name, enable_thinking, compiler):
-    renderer = load(name, enable_thinking, compiler)
-    assert (renderer.engine, renderer.backend.compiler) == ("jinja", compiler)
+def test_matches_transformers(hf_tokenizer, name, enable_thinking):
+    renderer = load(name, enable_thinking)
+    assert renderer.engine == "jinja"
     backend = renderer.backend
-    # minijinja's own output (its backend's `render` would hand a difference over to jinja2 and hide it)
-    render = backend._render if compiler == "minijinja" else lambda m, g: backend.render(m, add_generation_prompt=g)
+
+    def render(messages, generation_prompt):
+        return backend.render(messages, add_generation_prompt=generation_prompt)
     source = TEMPLATES[name].read_text(encoding="utf-8") if TEMPLATES[name] else None
     checked = 0
     for conv in CONVERSATIONS:
@@ -559,3 +559,15 @@ def test_a_render_without_cache_leaves_the_cache_empty_and_reads_the_same():
     count = renderer.count_tokens(uncached, cache=False)
     assert count is not None and count > 10 and len(renderer._counts) == 0
     assert renderer.count_tokens(uncached) == count and len(renderer._counts) == 1
+
+
+@pytest.mark.parametrize("enable_thinking", [None, False])
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_the_recorded_renderer_renders_the_same_prompts_with_no_files(name, enable_thinking):
+    """What a results file's configuration line keeps (`PromptRenderer.info`) renders every prompt again exactly."""
+    renderer = load(name, enable_thinking)
+    assert renderer.info is not None and renderer.info.template_sha256 == renderer.template_sha256
+    again = PromptRenderer.from_info(renderer.info.model_validate_json(renderer.info.model_dump_json()))
+    assert again.template_sha256 == renderer.template_sha256
+    for conv in CONVERSATIONS:
+        assert again.user_turn_prompt(conv) == renderer.user_turn_prompt(conv)

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from userturn import __version__, collector
+from userturn import __version__
 from userturn.errors import UserError, first_error
 
 Registrar = Callable[[argparse._SubParsersAction], None]
@@ -148,8 +148,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Terminated.install()
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "loads_inputs_first", False):
-        collector.release()  # the command has nothing heavy to load: collect as usual from here
     try:
         from userturn.client.paths import check_paths
 
@@ -175,12 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> int:
-    """The `userturn` console script: `main` with the collector held off through start-up (see client.collector)."""
-    collector.hold()
-    try:
-        return main()
-    finally:
-        collector.before_exit()
+    """The `userturn` console script."""
+    return main()
 
 
 if __name__ == "__main__":

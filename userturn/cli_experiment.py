@@ -57,6 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
     show.set_defaults(func=show_command)
 
+    compact = sub.add_parser("compact", help="rewrite a results file to its current lines (drop superseded ones)",
+                             description="Rewrite a results file in place, atomically, to its current lines: the "
+                                         "first configuration line of each configuration and the last line of each "
+                                         "record (key and configuration). Lines superseded by a later one (a record "
+                                         "judged again, an error retried) and a torn final line are dropped.")
+    compact.add_argument("results", metavar="RESULTS.jsonl")
+    compact.set_defaults(func=compact_command)
+
     rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
                             description="For queries with several sampled assistant responses, score each "
                                         "response by the genuine follow-up rate it elicits and compare with task "
@@ -64,6 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     rerank.add_argument("results", metavar="RESULTS.jsonl")
     rerank.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     rerank.set_defaults(func=rerank_command)
+
+
+def compact_command(args: argparse.Namespace) -> int:
+    from userturn.jsonl import compact
+
+    report = compact(args.results)
+    print(f"userturn compact: {args.results}: kept {report.kept} of {report.records} record lines "
+          f"({report.superseded} superseded) and {report.configs} configuration lines ({report.dropped_configs} "
+          f"repeated dropped){'; dropped a torn final line' if report.torn_tail else ''}", file=sys.stderr)
+    return 0
 
 
 def run_command(args: argparse.Namespace) -> int:

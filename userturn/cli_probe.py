@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from userturn import collector, defaults
+from userturn import defaults
 from userturn.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.errors import UserError
 
@@ -47,10 +47,6 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"retries after the first attempt (default {d.MAX_RETRIES})")
     g.add_argument("--max-response-bytes", type=positive_int, default=None, metavar="B",
                    help="cap on each response body (default: 256 bytes per requested token + 1 MiB)")
-    g.add_argument("--prepare", choices=["auto", "inline", "process"], default=None,
-                   help="where samples are parsed, rendered and turned into record templates: process (a forked "
-                        "process, on a second core), inline (the event loop's thread) or auto (default: process on "
-                        f"Linux for {d.MIN_FORKED_SAMPLES:,}+ samples when the probe has no other thread)")
     add_network_arguments(g)
 
 
@@ -137,7 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_endpoint_arguments(parser)
     add_probe_arguments(parser)
     _add_judge_arguments(parser)
-    parser.set_defaults(func=probe_command, loads_inputs_first=True)
+    parser.set_defaults(func=probe_command)
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -187,7 +183,6 @@ def flag_layer(args: argparse.Namespace) -> Layer:
         assistant_max_tokens=args.assistant_max_tokens, allow_special_tokens=args.allow_special_tokens,
         concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm, request_timeout=args.request_timeout,
         max_retries=args.max_retries, max_response_bytes=args.max_response_bytes,
-        prepare=args.prepare,
     )
 
 
@@ -261,7 +256,6 @@ async def execute(items: Sequence[DatasetItem], target: ProbeTarget, options: Pr
             run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
                                     assistant_from=assistant_source(items, args.assistant_from), out_path=args.out,
                                     judge=judge, progress=not args.no_progress, swap_pool=swap_pool)
-            collector.release()  # inputs are loaded: collect again for the run itself
             return await run.run()
         finally:
             if judge is not None:

@@ -1,9 +1,9 @@
 """`userturn show RESULTS.jsonl KEY`: one record whole, with the exact prompt it was generated from.
 
-The prompt is rebuilt from the record (`client.prompt_replay`) with the renderer the probe used: `--tokenizer`
-(and `--chat-template`, `--renderer`) as given to the probe, or `--manifest` for its `probe:` section; the record's
-template variables (`config.template_kwargs`) are applied. The rebuilt prompt is checked against the record's
-`prompt_sha256`.
+The prompt is rebuilt from the results file alone (`client.prompt_replay`): the configuration line of the record's
+fingerprint holds the chat template text, its variables and date. `--tokenizer` (and `--chat-template`,
+`--renderer`) or `--manifest` replace it (needed only for files from before configuration lines). The rebuilt
+prompt is checked against the record's `prompt_sha256`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from userturn.errors import UserError
 
 EXAMPLES = """examples:
   userturn show runs/smoke/results.jsonl
-  userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0' \\
-      --manifest manifests/quickstart-cpu.yaml
-  userturn show results.jsonl KEY --tokenizer Qwen/Qwen3-0.6B --prompt-only > prompt.txt"""
+  userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0'
+  userturn show results.jsonl KEY --prompt-only > prompt.txt"""
 
 
 def add_arguments(show: argparse.ArgumentParser) -> None:
@@ -30,7 +29,8 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
     show.add_argument("key", metavar="KEY", nargs="?", default=None,
                       help="one record's key: print it whole (prompt as sent, generated turn, human next turn, "
                            "verdicts with rationales)")
-    g = show.add_argument_group("the prompt of a raw-mode record (rendered again as the probe rendered it)")
+    g = show.add_argument_group("the prompt of a raw-mode record (default: rendered again from the results file's "
+                                "configuration line; these flags replace it, for files from before those lines)")
     g.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF", help="the tokenizer the probe used")
     g.add_argument("--chat-template", default=None, metavar="FILE", help="the --chat-template the probe used")
     g.add_argument("--renderer", choices=["auto", "chat_template", "harmony"], default=None,
@@ -38,7 +38,8 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
     g.add_argument("--manifest", default=None, metavar="FILE_OR_NAME",
                    help="take tokenizer, template and renderer from a manifest's probe: section (flags win)")
     g.add_argument("--date", type=_date, default=None, metavar="YYYY-MM-DD",
-                   help="the day the probe ran, for templates that print the date (default: today)")
+                   help="the day the probe ran, for templates that print the date (with --tokenizer; default: "
+                        "today)")
     g.add_argument("--prompt-only", action="store_true",
                    help="print only the prompt, byte for byte as sent (raw: the prompt string; chat: the messages "
                         "JSON); exit 1 when it does not match the record's prompt_sha256")
@@ -67,7 +68,7 @@ def replayer(args: argparse.Namespace) -> Any:
         tokenizer = tokenizer or layer.tokenizer
         chat_template = chat_template or layer.chat_template
         renderer = renderer or layer.renderer
-    return Replayer(tokenizer, chat_template, renderer, now=args.date)
+    return Replayer(tokenizer, chat_template, renderer, now=args.date, results=args.results)
 
 
 def wants_record(args: argparse.Namespace) -> bool:
@@ -94,7 +95,7 @@ def show_record(args: argparse.Namespace) -> int:
         prompt = replay.prompt(record)
         problem = None
     except UserError as exc:
-        if args.prompt_only or replay.tokenizer is not None:
+        if args.prompt_only or replay.tokenizer is not None or replay.config_of(record) is not None:
             raise  # a renderer was asked for and does not fit: an error, not a quiet omission
         prompt, problem = None, str(exc)
     if args.prompt_only:
@@ -106,5 +107,5 @@ def show_record(args: argparse.Namespace) -> int:
                   f"prompt_sha256 {(prompt.recorded_sha256 or 'none')[:16]}", file=sys.stderr)
             return 1
         return 0
-    sys.stdout.write(record_view(record, prompt, problem))
+    sys.stdout.write(record_view(record, prompt, problem, replay.config_of(record)))
     return 0 if prompt is None or prompt.verified else 1

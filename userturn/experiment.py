@@ -410,12 +410,12 @@ SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `usert
 def print_report(results: Path) -> None:
     """The follow-up / accuracy table of the results file (split by model, dataset, mode, perturbation, T)."""
     from userturn.client.terminal import console as make_console
-    from userturn.judges.report import load_results, summarise
+    from userturn.judges.report import load_results, summarise_file
     from userturn.judges.report_table import SHORT_LEGEND, groups_table, totals_line
 
     console = make_console()
     records = load_results(results)
-    groups = summarise(records)
+    groups = summarise_file(results).groups
     console.print(groups_table(groups, f"userturn report: {results}"))
     console.print(SHORT_LEGEND)
     console.print(totals_line(groups))

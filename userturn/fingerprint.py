@@ -1,8 +1,10 @@
 """One configuration per result: the settings that shape a generation, their fingerprint, and the resume check.
 
-Every record carries `config` (the readable settings below) and `config_fingerprint` (the first 16 hex digits
-of the sha256 of `config` as canonical JSON: sorted keys, no spaces). Two records with the same fingerprint were
-generated the same way; only their identity (item, temperature, sample) differs.
+Every record carries `config_fingerprint` (the first 16 hex digits of the sha256 of the readable settings below as
+canonical JSON: sorted keys, no spaces); the settings themselves are in the results file's configuration line of
+that fingerprint (`records.ConfigLine`, with how prompts were rendered and the run that wrote it: `run_info`). Two
+records with the same fingerprint were generated the same way; only their identity (item, temperature, sample)
+differs.
 
 What is in the configuration: the model name sent, the dataset name, the mode, the perturbation, where the
 assistant turn came from (and, for a model-written one, its temperature, max tokens and model), the rendered
@@ -20,13 +22,19 @@ compared, so they can neither be skipped as done nor be pooled with new ones.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Mapping
+import re
+import socket
+import sys
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from userturn import __version__
 from userturn.errors import UserError
+from userturn.records import RunInfo
 
 # The settings that name a result row: records differing here are different rows, not a conflict.
 SCOPE: tuple[str, ...] = ("model", "dataset", "mode", "perturbation")
@@ -81,6 +89,40 @@ def _shown(key: str, value: Any) -> str:
     return "null" if value is None else orjson.dumps(value).decode()
 
 
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+# A flag whose name ends in key, token, secret or password (`--api-key`, `--hf-token`), not `--tokenizer` or
+# `--api-key-env` (which names a variable).
+_SECRET_FLAG = re.compile(r"^(--(?:[\w-]*-)?(?:key|token|secret|password))(=.*)?$", re.IGNORECASE)
+
+
+def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> list[str]:
+    """The command line with URL credentials (`user:pass@`) and the values of key, token, secret and password flags
+    replaced by `[redacted]`; `scrub` removes what else is known to be secret (the probe passes `client.redact`)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("[redacted]")
+            hide_next = False
+            continue
+        flag = _SECRET_FLAG.match(arg)
+        if flag:
+            if flag.group(2):
+                out.append(f"{flag.group(1)}=[redacted]")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(scrub(_URL_CREDENTIALS.sub("[redacted]@", arg)))
+    return out
+
+
+def run_info(argv: Sequence[str] | None = None, scrub: Callable[[str], str] = str) -> RunInfo:
+    """This run: userturn version, start time (UTC), host and the redacted command line (`redacted_command`)."""
+    return RunInfo(userturn_version=__version__, started=datetime.now(UTC).isoformat(timespec="seconds"),
+                   host=socket.gethostname(), command=redacted_command(sys.argv if argv is None else argv, scrub))
+
+
 class ConfigMismatch(UserError):
     """The results file holds records of the same condition made with other settings (exit 2)."""
 
@@ -132,14 +174,6 @@ class ExistingConfigs:
         else:
             self.configs.setdefault(config_fingerprint, dict(config))
 
-    @classmethod
-    def of(cls, records: Iterable[Any]) -> ExistingConfigs:
-        """From records (`ProbeRecord`s) already read."""
-        found = cls()
-        for record in records:
-            found.add(record.key, record.config_fingerprint, record.config, record.status)
-        return found
-
     def check(self, current: Iterable[Mapping[str, Any]], planned: Collection[str], *, path: str,
               hint: str = "use another --out") -> None:
         """`check_resume` for each current configuration, then `check_unfingerprinted` against the planned keys."""
@@ -149,4 +183,4 @@ class ExistingConfigs:
 
 
 __all__ = ["ASSISTANT_SETTINGS", "SCOPE", "ConfigMismatch", "ExistingConfigs", "GenerationConfig", "check_resume",
-           "check_unfingerprinted", "fingerprint", "first_difference"]
+           "check_unfingerprinted", "fingerprint", "first_difference", "redacted_command", "run_info"]

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest
 
 RendererName = Literal["auto", "chat_template", "harmony"]
-Prepare = Literal["auto", "inline", "process"]  # client.job_feed
 Launcher = Literal["local", "slurm"]
 Mode = Literal["raw", "chat"]
 
@@ -65,7 +64,6 @@ class Layer:
     request_timeout: float | None = None
     max_retries: int | None = None
     max_response_bytes: int | None = None
-    prepare: Prepare | None = None
     record_meta: dict[str, Any] | None = None  # copied into every record's meta (a trained model's provenance)
 
 
@@ -93,7 +91,6 @@ class ProbeOptions:
     request_timeout: float = defaults.REQUEST_TIMEOUT_S
     max_retries: int = defaults.MAX_RETRIES
     max_response_bytes: int | None = None
-    prepare: Prepare = defaults.PREPARE  # type: ignore[assignment]
     record_meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -309,7 +306,7 @@ class TargetSession:
                         endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
                         out_path=out_path, judge=judge, progress=progress, progress_title=progress_title,
                         allow_special_tokens=self.options.allow_special_tokens, swap_pool=swap_pool,
-                        prepare=self.options.prepare, **pipeline_hooks(), **extra)
+                        **pipeline_hooks(), **extra)
 
 
 def assistant_source(items: Sequence[DatasetItem], choice: Literal["dataset", "model", "auto"] | None,
