@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add `serve` to the `userturn` parser."""
     p = sub.add_parser(
         "serve",
-        help="launch a model server from a manifest (SGLang, CPU engine, llama.cpp) or emit a cluster job",
+        help="launch a model server from a manifest (SGLang, vLLM, CPU engine, llama.cpp) or emit a cluster job",
         description="Launch the servers a manifest describes, wait until they are ready, print their base URLs, and "
         "stop them all on Ctrl-C/SIGTERM. --dry-run prints the exact commands; --emit writes a SLURM or Kubernetes "
         "job instead.",

@@ -16,6 +16,7 @@ SGLANG_MODULE = "sglang.launch_server"
 ROUTER_MODULE = "sglang_router.launch_router"
 CPU_ENGINE_MODULE = "userturn.serve.cpu_engine"
 LLAMA_SERVER = "llama-server"
+VLLM = "vllm"
 ROUTER_HEALTH_PATHS = ("/health", "/v1/models")
 
 
@@ -81,6 +82,26 @@ def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python
     return argv + list(m.extra_args)
 
 
+def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None) -> list[str]:
+    """`vllm serve MODEL ...` with the flag names of vLLM's engine args (one node: tp x dp GPUs)."""
+    argv = [VLLM, "serve", model or m.resolve_path(m.model) or ""]
+    _opt(argv, "--tokenizer", m.resolve_path(m.tokenizer))
+    _opt(argv, "--revision", m.revision)
+    argv += ["--host", host or m.host, "--port", str(port), "--tensor-parallel-size", str(m.tp_size),
+             "--data-parallel-size", str(m.dp_size)]
+    _opt(argv, "--gpu-memory-utilization", m.mem_fraction_static)
+    _opt(argv, "--max-model-len", m.context_length)
+    argv += ["--dtype", m.dtype]
+    _opt(argv, "--seed", m.seed)
+    _opt(argv, "--chat-template", m.resolve_path(m.chat_template))
+    _opt(argv, "--reasoning-parser", m.reasoning_parser)
+    if m.trust_remote_code:
+        argv.append("--trust-remote-code")
+    _opt(argv, "--load-format", m.load_format)
+    argv += ["--served-model-name", m.request_model_name]
+    return argv + list(m.extra_args)
+
+
 def cpu_engine_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
                     model: str | None = None, threads: int | None = None) -> list[str]:
     """`python -m userturn.serve.cpu_engine ...` (the embedded transformers engine)."""
@@ -130,6 +151,8 @@ def server_argv(m: Manifest, *, port: int | str, host: str | None = None, python
         return custom_argv(m, port=port, host=host, model=model)
     if m.engine == "sglang":
         return sglang_argv(m, port=port, host=host, python=python, model=model)
+    if m.engine == "vllm":
+        return vllm_argv(m, port=port, host=host, model=model)
     if m.engine == "transformers":
         return cpu_engine_argv(m, port=port, host=host, python=python, model=model, threads=threads)
     if m.engine == "llamacpp":

@@ -1,9 +1,9 @@
 """Kubernetes YAML for a manifest: a Deployment + Service, or for nnodes > 1 a LeaderWorkerSet + leader Service;
 with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label.
 
-What makes it start on a real cluster: an image that has the engine (SGLang's by default; every other engine must
-name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint tolerated, probe
-timeouts that survive a busy server, a model cache volume, and HF_TOKEN from a Secret (optional).
+What makes it start on a real cluster: an image that has the engine (SGLang's or vLLM's by default; every other
+engine must name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint
+tolerated, probe timeouts that survive a busy server, a model cache volume, and HF_TOKEN from a Secret (optional).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from userturn.errors import UserError
 CLUSTER_PORT = 30000
 DEFAULT_DIST_PORT = 50000
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
+VLLM_IMAGE = "vllm/vllm-openai:latest"
+DEFAULT_IMAGES = {"sglang": SGLANG_IMAGE, "vllm": VLLM_IMAGE}
 CACHE_DIR = "/root/.cache/huggingface"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 PROBE_PERIOD_S = 10
@@ -37,11 +39,11 @@ def image(m: Manifest) -> str:
     k = m.cluster.k8s
     if k.image:
         return k.image
-    if m.engine == "sglang" and not m.command:
-        return SGLANG_IMAGE
+    if m.engine in DEFAULT_IMAGES and not m.command:
+        return DEFAULT_IMAGES[m.engine]
     what = "a custom command" if m.command else f"engine '{m.engine}'"
     raise UserError(f"{m.source or 'manifest'}: cluster.k8s.image: {what} needs an image that has it installed "
-                    f"(the default {SGLANG_IMAGE} has only SGLang)")
+                    f"(the defaults {SGLANG_IMAGE} and {VLLM_IMAGE} have only SGLang / vLLM)")
 
 
 def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = None) -> list[str]:

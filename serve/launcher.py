@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from userturn.serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, router_spec
+from userturn.serve.commands import LLAMA_SERVER, VLLM, LaunchSpec, replica_specs, router_spec
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
@@ -108,6 +108,8 @@ def check_installed(m: Manifest) -> None:
         return
     if m.engine == "sglang" and importlib.util.find_spec("sglang") is None:
         raise UserError("engine 'sglang' is not installed: pip install 'userturn[sglang]' (on a CUDA machine)")
+    if m.engine == "vllm" and shutil.which(VLLM) is None:
+        raise UserError("engine 'vllm' needs the `vllm` command on PATH: pip install vllm (on a CUDA machine)")
     if m.engine == "transformers":
         needed = ("torch", "transformers", *(("gguf", "accelerate") if is_gguf(m.model) else ()))
         for mod in needed:

@@ -11,12 +11,15 @@ from userturn.errors import UserError
 from userturn.files import read_yaml_mapping
 from userturn.shipped import resolve_named
 
-Engine = Literal["sglang", "transformers", "llamacpp", "external"]
-GPU_ENGINES: frozenset[str] = frozenset({"sglang", "llamacpp"})
-DEFAULT_STARTUP_TIMEOUT_S: dict[str, float] = {"sglang": 1800.0, "transformers": 600.0, "llamacpp": 900.0}
+Engine = Literal["sglang", "vllm", "transformers", "llamacpp", "external"]
+GPU_ENGINES: frozenset[str] = frozenset({"sglang", "vllm", "llamacpp"})
+PARALLEL_ENGINES: frozenset[str] = frozenset({"sglang", "vllm"})  # engines with tp/dp, memory fraction, parsers
+DEFAULT_STARTUP_TIMEOUT_S: dict[str, float] = {"sglang": 1800.0, "vllm": 1800.0, "transformers": 600.0,
+                                               "llamacpp": 900.0}
 # Readiness probes per engine, polled in order: the first must answer 200, then the next, ...
 DEFAULT_HEALTH_PATHS: dict[str, tuple[str, ...]] = {
     "sglang": ("/health_generate", "/v1/models"),
+    "vllm": ("/health", "/v1/models"),
     "transformers": ("/health", "/v1/models"),
     "llamacpp": ("/health", "/v1/models"),
     "custom": ("/v1/models",),
@@ -79,7 +82,7 @@ class K8sConfig(_Strict):
     """Settings for `--emit k8s`."""
 
     image: str | None = Field(default=None, description="container image; default lmsysorg/sglang for engine "
-                              "sglang, required for every other engine")
+                              "sglang, vllm/vllm-openai for engine vllm, required for every other engine")
     namespace: str | None = None
     hf_token_secret: str = Field(default="hf-token", description="Secret holding HF_TOKEN (key 'token'; optional)")
     cache_pvc: str | None = Field(default=None, description="PVC for the model cache at /root/.cache/huggingface "
@@ -116,7 +119,8 @@ class Manifest(_Strict):
     dist_init_addr: str | None = Field(default=None, description="host:port of node 0 for multi-node")
     gpus: int | None = Field(default=None, ge=0, description="GPUs one replica needs across its nodes")
     gpu_ids: list[int] | None = Field(default=None, description="GPUs to slice among replicas (default: 0..N-1)")
-    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
+    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1, description="GPU memory share: sglang "
+                                              "--mem-fraction-static, vllm --gpu-memory-utilization")
     context_length: int | None = Field(default=None, ge=1)
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
     seed: int | None = None
@@ -163,13 +167,20 @@ class Manifest(_Strict):
                 raise ValueError("base_url is only for engine 'external'")
             if not self.model and not self.command:
                 raise ValueError(f"engine '{e}' needs model (a path or hub id)")
-        if e != "sglang":
-            for field, default in (("tp_size", 1), ("dp_size", 1), ("nnodes", 1)):
-                if getattr(self, field) != default and not self.command:
-                    raise ValueError(f"{field} is only supported by engine 'sglang'")
-            for field in ("mem_fraction_static", "dist_init_addr", "reasoning_parser", "load_format"):
-                if getattr(self, field) is not None and not self.command:
-                    raise ValueError(f"{field} is only supported by engine 'sglang'")
+        if e not in PARALLEL_ENGINES and not self.command:
+            for field, default in (("tp_size", 1), ("dp_size", 1)):
+                if getattr(self, field) != default:
+                    raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
+            for field in ("mem_fraction_static", "reasoning_parser", "load_format"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
+        if e != "sglang" and not self.command:
+            if self.nnodes != 1:
+                raise ValueError("nnodes > 1 is only supported by engine 'sglang' (vllm: one node, up to its GPUs)")
+            if self.dist_init_addr is not None:
+                raise ValueError("dist_init_addr is only supported by engine 'sglang'")
+        if e == "vllm" and self.probe.send_stop_token_ids is None:
+            self.probe.send_stop_token_ids = True  # vLLM honours stop_token_ids on raw /v1/completions
         if self.router is not None and e != "sglang":
             raise ValueError("router is only supported with engine 'sglang'")
         if self.nnodes > 1 and self.replicas > 1:

@@ -115,7 +115,8 @@ def _server_line(m: Manifest) -> str:
                            node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__")
     else:
         threads = "__USERTURN_THREADS__" if m.engine == "transformers" else None
-        model = "__USERTURN_MODEL__" if m.engine == "transformers" and not m.command else None  # llama.cpp: -m/-hf
+        # llama.cpp keeps its own -m/-hf choice; the CPU engine and vLLM load "$MODEL"
+        model = "__USERTURN_MODEL__" if m.engine in ("transformers", "vllm") and not m.command else None
         argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model=model,
                            threads=threads)  # type: ignore[arg-type]
     for flag in ("--served-model-name", "--alias"):  # the name the job resolved ($SERVED)

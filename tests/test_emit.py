@@ -142,6 +142,21 @@ def test_llamacpp_and_custom_commands_keep_their_model_argument() -> None:
     assert inner == ["vllm", "serve", "org/m", "--port", '"$PORT"', "--served-model-name", "org/m"]
 
 
+def test_vllm_script_runs_vllm_serve_on_one_node(tmp_path: Path) -> None:
+    script = render_slurm(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml"))
+    bash_syntax_ok(script, tmp_path)
+    lines = script.splitlines()
+    assert "#SBATCH --gpus-per-node=1" in lines and "#SBATCH --nodes=1" in lines
+    assert "export MODEL=Qwen/Qwen3.5-9B SERVED=qwen3.5-9b" in lines
+    argv = srun_inner(script)
+    assert argv[:3] == ["vllm", "serve", '"$MODEL"']
+    assert argv[argv.index("--port") + 1] == '"$PORT"' and argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--served-model-name") + 1] == '"$SERVED"'
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "1"
+    waiter = next(ln for ln in lines if ln.startswith('"$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH"'))
+    assert " /health,/v1/models " in waiter
+
+
 def test_slurm_router_runs_in_task_zero(tmp_path: Path) -> None:
     """Never dropped: task 0 waits for every replica's endpoint, then starts sglang-router in front of them."""
     m = parse_manifest({"engine": "sglang", "model": "m", "replicas": 3, "router": {"policy": "round_robin",

@@ -90,7 +90,7 @@ def test_validator_catches_a_broken_document() -> None:
 @pytest.mark.parametrize("path", sorted(MANIFESTS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_manifest_validates(path: Path) -> None:
     m = load_manifest(path)
-    if m.engine != "sglang" and not m.cluster.k8s.image:
+    if m.engine not in ("sglang", "vllm") and not m.cluster.k8s.image:
         m = m.model_copy(update={"cluster": m.cluster.model_copy(update={
             "k8s": m.cluster.k8s.model_copy(update={"image": "registry.example/userturn-cpu:1"})})})
     validate_all(render_k8s(m))
@@ -114,6 +114,16 @@ def test_gpu_deployment_starts_on_a_real_cluster() -> None:
                                                                "optional": True}}} in c["env"]
     assert svc["metadata"]["name"] == dep["metadata"]["name"] and svc["spec"]["selector"] == \
         dep["spec"]["selector"]["matchLabels"]
+
+
+def test_vllm_deployment_runs_vllm_serve_in_the_vllm_image() -> None:
+    dep, _svc = validate_all(render_k8s(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml")))
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "vllm/vllm-openai:latest"
+    assert c["command"][:3] == ["vllm", "serve", "Qwen/Qwen3.5-9B"]
+    assert c["command"][c["command"].index("--port") + 1] == "30000"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 30000}
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
 
 
 def test_multinode_leaderworkerset_service_is_named_apart() -> None:
