@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from userturn.errors import UserError
 
 if TYPE_CHECKING:
-    from userturn.serve.launcher import Launcher
+    from userturn.serve.launcher import Launcher, Server
     from userturn.serve.manifest import Manifest
 
 
@@ -99,8 +99,24 @@ def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> i
             print(f"ready: {url}  model={server.model_name}", flush=True)
         job = f" (slurm job {server.slurm_job_id})" if server.slurm_job_id else ""
         print(f"serving{job}; Ctrl-C stops every server", file=sys.stderr, flush=True)
+        serving = list(server.base_urls)
         while True:
             failure = server.failure()
             if failure:
                 raise ServerStartError(failure)
-            time.sleep(5.0 if server.slurm_job_id else 1.0)
+            if server.follow is not None:
+                _follow(server, serving)
+            time.sleep(1.0)
+
+
+def _follow(server: Server, serving: list[str]) -> None:
+    """A requeued SLURM job comes back on another node or port: say so while it is gone, print its new URLs."""
+    now = server.follow() if server.follow is not None else None
+    if now is None and serving:
+        print(f"userturn: slurm job {server.slurm_job_id} stopped serving at {' '.join(serving)} (requeued?); "
+              "waiting for its new endpoint", file=sys.stderr, flush=True)
+        serving.clear()
+    elif now is not None and now != serving:
+        for url in now:
+            print(f"ready: {url}  model={server.model_name}  (slurm job {server.slurm_job_id} moved)", flush=True)
+        serving[:] = now

@@ -51,6 +51,8 @@ class Server:
     model_path: str | None = None  # what the server loaded (for the CPU engine: a local dir or GGUF file)
     slurm_job_id: str | None = None  # --launcher slurm: the job serving it
     watch: Callable[[], str | None] | None = None  # --launcher slurm: why the job stopped serving, None while it serves
+    # --launcher slurm: the base URLs now (None while a requeued job has no endpoint); updates `base_urls` in place
+    follow: Callable[[], list[str] | None] | None = None
 
     @property
     def base_url(self) -> str:
@@ -209,21 +211,34 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
 
 @contextlib.contextmanager
 def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Iterator[Server]:
-    from userturn.serve.slurm_launcher import slurm_job
+    from userturn.serve.slurm_launcher import StateWatch, slurm_job
 
     logs = Path(log_dir) if log_dir else Path.cwd() / "userturn-slurm"  # on the shared filesystem, not /tmp
     with slurm_job(m, log_dir=logs.resolve(), say=say) as (job, endpoints):
         urls = [v1(e.base_url) for e in endpoints]
         router = job.router_endpoint()
+        first = router or endpoints[0]
+        states = StateWatch(job)  # squeue with backoff while serving, too
 
         def watch() -> str | None:
-            ended = job.ended()
+            ended = job.ended(states.poll(), fresh=False)
             return None if ended is None else str(job.failure(f"stopped serving: {ended}"))
 
-        yield Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=endpoints[0].model,
-                     log_paths=[job.log_path(t) for t in range(job.tasks)], replica_urls=urls,
-                     api_key_env=m.api_key_env, model_path=endpoints[0].model_path, slurm_job_id=job.job_id,
-                     watch=watch)
+        server = Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=first.model,
+                        log_paths=[job.log_path(t) for t in range(job.tasks)], replica_urls=urls,
+                        api_key_env=m.api_key_env, model_path=first.model_path, slurm_job_id=job.job_id,
+                        watch=watch)
+
+        def follow() -> list[str] | None:
+            now = job.base_urls()
+            if now is not None:
+                server.base_urls[:] = [v1(u) for u in now]
+                if not router:
+                    server.replica_urls[:] = server.base_urls
+            return None if now is None else list(server.base_urls)
+
+        server.follow = follow
+        yield server
 
 
 __all__ = ["Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]

@@ -76,6 +76,9 @@ class SlurmConfig(_Strict):
                            description="port for --dist-init-addr on the first node; 0 picks a free one at run time")
     endpoint_dir: str | None = Field(default=None, description="shared folder the job writes its endpoint JSON to; "
                                      "default: $USERTURN_ENDPOINT_DIR, else userturn-endpoints/ in the submit dir")
+    queue_timeout: float | None = Field(default=None, gt=0, description="--launcher slurm: seconds a job may wait "
+                                        "in the queue before it is cancelled; default: no limit (startup_timeout "
+                                        "counts only from when the job runs)")
 
 
 class K8sConfig(_Strict):

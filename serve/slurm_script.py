@@ -57,21 +57,70 @@ e = os.environ
 url = "http://%s:%s/v1" % (e["HEAD_NODE"], port)
 info = {"base_url": url, "model": e["SERVED"], "job_id": e["JOB"],
         "array_task_id": int(e["TASK"]), "host": e["HEAD_NODE"], "port": int(port),
-        "model_path": e["MODEL"]}
+        "model_path": e["MODEL"], "restart_count": int(e.get("SLURM_RESTART_COUNT") or 0)}
 with open(out + ".tmp", "w") as fh:
     json.dump(info, fh)
 os.replace(out + ".tmp", out)
 print("userturn: ready %s (model: %s); endpoint %s" % (url, e["SERVED"], out), flush=True)
 """.strip()
 
-# Task 0 of a job array with a router: wait until every replica wrote its endpoint, print their root URLs.
+# Task 0 of a job array with a router: wait until at least one replica wrote its endpoint (array tasks are not
+# scheduled together), print the root URLs of those that did.
 WAIT_FOR_REPLICAS = r"""
 import json, os, sys, time
 folder, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 paths = [os.path.join(folder, "%s_%d.json" % (job, i)) for i in range(n)]
-while not all(os.path.exists(p) for p in paths):
+while True:
+    urls = []
+    for p in paths:
+        try:
+            with open(p) as fh:
+                urls.append(json.load(fh)["base_url"].rsplit("/v1", 1)[0])
+        except (OSError, ValueError, KeyError):
+            pass
+    if urls:
+        print(" ".join(urls))
+        break
     time.sleep(2)
-print(" ".join(json.load(open(p))["base_url"].rsplit("/v1", 1)[0] for p in paths))
+""".strip()
+
+# Task 0, next to the router: every replica whose endpoint appears later (or moves, after a requeue) is added to the
+# router (POST /workers, or /add_worker on older routers); a replica's old URL is removed. Standard library only.
+FOLLOW_REPLICAS = r"""
+import json, os, sys, time, urllib.parse, urllib.request
+folder, job, n, router = sys.argv[1], sys.argv[2], int(sys.argv[3]), "http://127.0.0.1:" + os.environ["ROUTER_PORT"]
+known = {}
+first = set(os.environ.get("WORKERS", "").split())
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def post(path, body=None):
+    req = urllib.request.Request(router + path, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    opener.open(req, timeout=30).close()
+def add(url):
+    try:
+        post("/workers", json.dumps({"url": url}).encode())
+    except Exception:
+        post("/add_worker?url=" + urllib.parse.quote(url, safe=""))
+while True:
+    for i in range(n):
+        try:
+            with open(os.path.join(folder, "%s_%d.json" % (job, i))) as fh:
+                url = json.load(fh)["base_url"].rsplit("/v1", 1)[0]
+        except (OSError, ValueError, KeyError):
+            continue
+        if known.get(i) == url:
+            continue
+        try:
+            if url not in first:
+                add(url)
+                print("userturn: router: added replica %d at %s" % (i, url), flush=True)
+            if known.get(i):
+                post("/remove_worker?url=" + urllib.parse.quote(known[i], safe=""))
+            known[i] = url
+        except Exception as exc:
+            print("userturn: router: replica %d at %s not added yet (%s)" % (i, url, exc), flush=True)
+        first.discard(url)
+    time.sleep(5)
 """.strip()
 
 FREE_PORT = "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
@@ -139,7 +188,7 @@ def _router_lines(m: Manifest) -> list[str]:
         line = line.replace(word, var)
     port = str(m.router.port) if m.router.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
     return [
-        'if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its endpoint',
+        'if [ "$TASK" = 0 ]; then  # the router: on this node, once a replica has written its endpoint',
         f'    WORKERS=$("$USERTURN_PYTHON" -c {shlex.quote(WAIT_FOR_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas})',
         f"    export ROUTER_PORT={port}",
         "    trap 'rm -f \"$ENDPOINT_FILE\" \"$ROUTER_FILE\"' EXIT",
@@ -148,6 +197,9 @@ def _router_lines(m: Manifest) -> list[str]:
         "    ROUTER=$!",
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
+        "    # replicas that start later (or move after a requeue) join the running router",
+        f'    WORKERS="$WORKERS" "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" '
+        f"{m.replicas} &",
         "fi",
     ]
 
@@ -183,6 +235,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     if m.replicas > 1:
         lines.append(f"#SBATCH --array=0-{m.replicas - 1}")
     lines.append(f"#SBATCH --output={log_name(m)}")
+    lines.append("#SBATCH --open-mode=append")  # a requeued job adds to its log instead of overwriting it
     lines += [f"#SBATCH {a}" for a in s.sbatch_args]
     lines += [
         f"# userturn serve --emit slurm: {m.label}. Once the server answers {', '.join(m.readiness_paths)}, the job",
@@ -213,7 +266,8 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         lines.append(f'export USERTURN_DIST_INIT_ADDR="$HEAD_NODE:{dist}"')
     lines += _model_lines(m, py)
     lines += [
-        'echo "userturn: job $JOB task $TASK on $HEAD_NODE port $PORT (model: $SERVED)"',
+        'echo "userturn: job $JOB task $TASK on $HEAD_NODE port $PORT (model: $SERVED;'
+        ' restart ${SLURM_RESTART_COUNT:-0})"',
         "",
         _server_line(m),
         "SERVER=$!",

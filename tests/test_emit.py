@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
 from userturn.serve.emit import render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
+from userturn.serve.slurm_script import FOLLOW_REPLICAS, WAIT_FOR_REPLICAS
 
 from userturn.cli import main
 from userturn.errors import UserError
@@ -142,6 +149,67 @@ def test_llamacpp_and_custom_commands_keep_their_model_argument() -> None:
     assert inner == ["vllm", "serve", "org/m", "--port", '"$PORT"', "--served-model-name", "org/m"]
 
 
+def _write_endpoint(folder: Path, task: int, port: int) -> None:
+    (folder / f"77_{task}.json").write_text(json.dumps({"base_url": f"http://n{task}:{port}/v1"}))
+
+
+def test_router_starts_with_the_first_ready_replica(tmp_path: Path) -> None:
+    """WAIT_FOR_REPLICAS returns as soon as one of three endpoints exists, with just that one's root URL."""
+    _write_endpoint(tmp_path, 1, 8001)
+    (tmp_path / "77_2.json").write_text("{not json")  # being written: skipped, not fatal
+    out = subprocess.run([sys.executable, "-c", WAIT_FOR_REPLICAS, str(tmp_path), "77", "3"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert out.split() == ["http://n1:8001"]
+
+
+class _RouterStandIn(http.server.BaseHTTPRequestHandler):
+    """Records POSTs; answers 404 to /workers (an older router) so the follower falls back to /add_worker."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self.seen.append(self.path)
+        self.send_response(404 if self.path == "/workers" else 200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_router_takes_later_replicas_and_follows_a_move(tmp_path: Path) -> None:
+    """FOLLOW_REPLICAS against a stand-in router: replica 0 was given at start (not added again); replica 1 appears
+    and is added; replica 1 moves (requeued) and its new URL is added, the old one removed."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RouterStandIn)
+    _RouterStandIn.seen = []
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _write_endpoint(tmp_path, 0, 8000)
+    env = {**os.environ, "ROUTER_PORT": str(httpd.server_address[1]), "WORKERS": "http://n0:8000"}
+    proc = subprocess.Popen([sys.executable, "-c", FOLLOW_REPLICAS, str(tmp_path), "77", "3"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        _write_endpoint(tmp_path, 1, 8001)
+        deadline = time.monotonic() + 20
+        while "/add_worker?url=http%3A%2F%2Fn1%3A8001" not in _RouterStandIn.seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _write_endpoint(tmp_path, 1, 9001)
+        while "/remove_worker?url=http%3A%2F%2Fn1%3A8001" not in _RouterStandIn.seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+        httpd.shutdown()
+    assert _RouterStandIn.seen == ["/workers", "/add_worker?url=http%3A%2F%2Fn1%3A8001",
+                                   "/workers", "/add_worker?url=http%3A%2F%2Fn1%3A9001",
+                                   "/remove_worker?url=http%3A%2F%2Fn1%3A8001"]
+
+
+def test_requeued_job_appends_to_its_log() -> None:
+    assert "#SBATCH --open-mode=append" in render_slurm(load_manifest(MANIFESTS / "qwen3.5-9b.yaml")).splitlines()
+
+
 def test_vllm_script_runs_vllm_serve_on_one_node(tmp_path: Path) -> None:
     script = render_slurm(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml"))
     bash_syntax_ok(script, tmp_path)
@@ -165,8 +233,7 @@ def test_slurm_router_runs_in_task_zero(tmp_path: Path) -> None:
     bash_syntax_ok(script, tmp_path)
     lines = script.splitlines()
     assert "#SBATCH --array=0-2" in lines
-    start = lines.index('if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its '
-                        "endpoint")
+    start = lines.index('if [ "$TASK" = 0 ]; then  # the router: on this node, once a replica has written its endpoint')
     router = next(ln for ln in lines[start:] if "sglang_router.launch_router" in ln).split()
     assert router[:3] == ['"$USERTURN_PYTHON"', "-m", "sglang_router.launch_router"]
     assert router[router.index("--worker-urls") + 1] == "$WORKERS" and router[-1] == "&"
