@@ -1,6 +1,7 @@
 """On a real SLURM cluster (`../shared/tools/slurm-localhost.sh start`, as .ci/run does; `FAKE_GPUS=8 CPUS=32`
-emulates a GPU node): every shipped manifest's script passes `sbatch --test-only`, and `probe --manifest
---launcher slurm` runs the CPU engine as a job end to end and leaves no job behind.
+emulates a GPU node): every shipped manifest's script passes `sbatch --test-only`, `probe --manifest
+--launcher slurm` runs the CPU engine as a job end to end and leaves no job behind, a held job outwaits its
+startup_timeout, and a requeued job is followed to its new port.
 
 Skipped when no cluster answers, unless USERTURN_REQUIRE_SLURM=1 (set by .ci/run once it started one)."""
 
@@ -12,8 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 import yaml
@@ -109,3 +113,70 @@ def test_job_that_fails_shows_its_log(cluster: str, tmp_path: Path, monkeypatch:
     msg = str(info.value)
     assert info.value.exit_code == 4 and "\n" not in msg
     assert "ended before its server was ready: FAILED" in msg and "cannot get" in msg, msg
+
+
+LOOPBACK = Path(__file__).resolve().parent / "loopback_server.py"
+
+
+def loopback_manifest(**fields: object) -> dict[str, object]:
+    """A job that serves in a second: the loopback server (tests/loopback_server.py) as a custom command."""
+    return {"name": "loopback-slurm", "engine": "transformers", "served_model_name": "loop",
+            "command": [sys.executable, str(LOOPBACK), "--host", "{host}", "--port", "{port}"],
+            "health_paths": ["/health"], **fields}
+
+
+def _job_id(seen: list[str]) -> str | None:
+    for line in seen:
+        found = re.search(r"submitted slurm job (\d+)", line)
+        if found:
+            return found.group(1)
+    return None
+
+
+def test_a_held_job_is_not_cancelled_by_startup_timeout(cluster: str, tmp_path: Path) -> None:
+    """Held in the queue for 3 x startup_timeout (4 s), then released: it starts, serves, and is cancelled at the
+    end; nothing cancelled it while it waited."""
+    m = parse_manifest(loopback_manifest(startup_timeout=4, cluster={"slurm": {"sbatch_args": ["--hold"]}}))
+    seen: list[str] = []
+    held_s = 12.0
+
+    def release() -> None:
+        deadline = time.monotonic() + 30
+        while (job := _job_id(seen)) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(held_s)
+        if job is not None:
+            subprocess.run(["scontrol", "release", job], check=False, timeout=20)
+
+    releaser = threading.Thread(target=release, daemon=True)
+    releaser.start()
+    started = time.monotonic()
+    with launch(m, launcher="slurm", log_dir=tmp_path, status=seen.append) as server:
+        waited = time.monotonic() - started
+        assert waited >= held_s, f"ready after {waited:.1f}s, before the release"
+        assert httpx.get(server.base_url.removesuffix("/v1") + "/health", timeout=10).status_code == 200
+        job = _job_id(seen)
+        assert job is not None and "RUNNING" in job_states(job)
+    releaser.join()
+    assert any("PENDING (JobHeldUser)" in s and "queue time does not count" in s for s in seen), seen
+    assert not job_states(job) & ACTIVE_STATES
+
+
+def test_a_requeued_job_is_followed(cluster: str, tmp_path: Path) -> None:
+    """`scontrol requeue`: the job stops, comes back on a new port (picked at run time), `follow` hands out the new
+    URL, and the log holds both runs (appended, not overwritten)."""
+    m = parse_manifest(loopback_manifest(startup_timeout=60, cluster={"slurm": {"sbatch_args": ["--requeue"]}}))
+    with launch(m, launcher="slurm", log_dir=tmp_path, status=None) as server:
+        assert server.follow is not None and server.slurm_job_id is not None
+        first = list(server.base_urls)
+        subprocess.run(["scontrol", "requeue", server.slurm_job_id], check=True, timeout=20)
+        deadline = time.monotonic() + 240
+        now = server.follow()
+        while (now is None or now == first) and time.monotonic() < deadline:
+            assert server.failure() is None  # requeued, pending, running again: never "ended"
+            time.sleep(1)
+            now = server.follow()
+        assert now is not None and now != first, f"still {now} after the requeue"
+        assert httpx.get(now[0].removesuffix("/v1") + "/health", timeout=10).status_code == 200
+        log = server.log_paths[0].read_text()
+        assert "restart 0)" in log and "restart 1)" in log, log
