@@ -3,7 +3,8 @@ with `router:` also an sglang-router Deployment + Service that discovers the ser
 
 What makes it start on a real cluster: an image that has the engine (SGLang's or vLLM's by default; every other
 engine must name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint
-tolerated, probe timeouts that survive a busy server, a model cache volume, and HF_TOKEN from a Secret (optional).
+tolerated, probe timeouts that survive a busy server, a model cache volume (for multi-node a ReadWriteMany PVC or a
+pre-staged hostPath, never an emptyDir), and HF_TOKEN from a Secret (optional).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
     port = m.port or CLUSTER_PORT
     env: list[dict[str, Any]] = [{"name": n, "value": v} for n, v in sorted(m.env.items())]
     env.append({"name": "HF_HOME", "value": CACHE_DIR})
+    if k.cache_host_path:  # pre-staged weights: never download
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": k.hf_token_secret, "key": "token",
                                                                    "optional": True}}})
     limits: dict[str, Any] = {}
@@ -92,8 +95,10 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
 
 def _pod_spec(m: Manifest, container: dict[str, Any]) -> dict[str, Any]:
     k = m.cluster.k8s
-    cache: dict[str, Any] = ({"persistentVolumeClaim": {"claimName": k.cache_pvc}} if k.cache_pvc
-                             else {"emptyDir": {}})
+    cache: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": k.cache_pvc}} if k.cache_pvc
+        else {"hostPath": {"path": k.cache_host_path, "type": "Directory"}} if k.cache_host_path
+        else {"emptyDir": {}})
     spec: dict[str, Any] = {
         "containers": [container],
         "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": k.shm_size}},
@@ -146,10 +151,21 @@ def _router_docs(m: Manifest, name: str, ns: dict[str, str], worker_labels: dict
     ]
 
 
+def check_model_cache(m: Manifest) -> None:
+    """Multi-node pods need weights that outlive them: a ReadWriteMany PVC or a pre-staged path (one-line error)."""
+    k = m.cluster.k8s
+    if m.nnodes > 1 and not (k.cache_pvc or k.cache_host_path):
+        raise UserError(f"{m.source or 'manifest'}: cluster.k8s: nnodes {m.nnodes} needs a shared model cache: add "
+                        "cache_pvc: NAME (a ReadWriteMany PersistentVolumeClaim) or cache_host_path: /DIR (weights "
+                        "pre-staged on every node); an emptyDir downloads the weights again in every pod, each time "
+                        "the LeaderWorkerSet recreates the group")
+
+
 def render_k8s(m: Manifest) -> str:
     """Deployment (replicas) + Service; for nnodes > 1 a LeaderWorkerSet (one leader + workers per replica) and a
     Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
     check_deployable(m)
+    check_model_cache(m)
     k = m.cluster.k8s
     name = f"userturn-{slug(m.label)}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "userturn"}

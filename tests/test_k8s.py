@@ -116,6 +116,39 @@ def test_gpu_deployment_starts_on_a_real_cluster() -> None:
         dep["spec"]["selector"]["matchLabels"]
 
 
+def test_multinode_without_a_shared_cache_is_refused() -> None:
+    data = {**MULTI, "cluster": {"k8s": {"image": "lmsysorg/sglang:v0.5"}}}
+    with pytest.raises(UserError) as info:
+        render_k8s(parse_manifest(data))
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("manifest: cluster.k8s: nnodes 2 needs a shared model cache: add "
+                                              "cache_pvc: NAME (a ReadWriteMany PersistentVolumeClaim) or "
+                                              "cache_host_path: /DIR")
+
+
+def test_shipped_397b_keeps_its_weights_on_a_pvc() -> None:
+    lws, _svc = validate_all(render_k8s(load_manifest(MANIFESTS / "qwen3.5-397b-a17b.yaml")))
+    tpl = lws["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        volumes = {v["name"]: v for v in tpl[role]["spec"]["volumes"]}
+        assert volumes["model-cache"] == {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}
+    assert "emptyDir: {}" not in render_k8s(load_manifest(MANIFESTS / "qwen3.5-397b-a17b.yaml"))
+
+
+def test_prestaged_host_path_runs_offline() -> None:
+    data = {**MULTI, "cluster": {"k8s": {"image": "lmsysorg/sglang:v0.5", "cache_host_path": "/mnt/hf"}}}
+    lws, _svc = validate_all(render_k8s(parse_manifest(data)))
+    leader, worker = containers(lws)
+    pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert {"name": "model-cache", "hostPath": {"path": "/mnt/hf", "type": "Directory"}} in pod["volumes"]
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in leader["env"] and {"name": "HF_HUB_OFFLINE", "value": "1"} \
+        in worker["env"]
+    for bad, needle in (({"cache_pvc": "a", "cache_host_path": "/b"}, "set one of them"),
+                        ({"cache_host_path": "rel/dir"}, "must be an absolute path")):
+        with pytest.raises(UserError, match=needle):
+            parse_manifest({**MULTI, "cluster": {"k8s": bad}})
+
+
 def test_vllm_deployment_runs_vllm_serve_in_the_vllm_image() -> None:
     dep, _svc = validate_all(render_k8s(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml")))
     c = dep["spec"]["template"]["spec"]["containers"][0]
