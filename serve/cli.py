@@ -44,7 +44,7 @@ def add_launcher_argument(parser: argparse.ArgumentParser | argparse._ArgumentGr
 
 def run(args: argparse.Namespace) -> int:
     from userturn.serve.emit import render
-    from userturn.serve.launcher import plan
+    from userturn.serve.launcher import dry_run_key, plan
     from userturn.serve.manifest import load_manifest
 
     m = load_manifest(args.manifest)
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         if m.engine == "external":
             print(f"# engine external: nothing to launch; endpoint {m.base_url}")
             return 0
-        specs, router = plan(m)
+        specs, router = plan(m, api_key=dry_run_key(m))
         for s in [*specs, *([router] if router else [])]:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on {s.url}")
             print(s.shell())

@@ -21,7 +21,8 @@ def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: flo
     monotonic `deadline` passes. Never hangs: each request is bounded by the time left."""
     spec = proc.spec
     started = time.monotonic()
-    with httpx.Client(trust_env=False) as client:
+    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
+    with httpx.Client(trust_env=False, headers=headers) as client:
         for path in spec.health_paths:
             url = spec.url + path
             while True:

@@ -166,6 +166,9 @@ def render_k8s(m: Manifest) -> str:
     Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
     check_deployable(m)
     check_model_cache(m)
+    if m.api_key:
+        raise UserError(f"{m.source or 'manifest'}: api_key: not supported by --emit k8s yet (give the server its key "
+                        "from a Secret through extra_args / env)")
     k = m.cluster.k8s
     name = f"userturn-{slug(m.label)}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "userturn"}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import secrets
 import shutil
 import signal
 import sys
@@ -31,6 +33,7 @@ from userturn.packaged import is_gguf, resolve
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
+API_KEY_VAR = "USERTURN_API_KEY"  # where a generated key lives (this process, and a SLURM job through --export=ALL)
 
 
 def _stderr(msg: str) -> None:
@@ -125,8 +128,31 @@ def check_installed(m: Manifest) -> None:
         raise UserError("router 'sglang' is not installed: pip install sglang-router")
 
 
-def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable) -> tuple[list[LaunchSpec],
-                                                                                          LaunchSpec | None]:
+def server_api_key(m: Manifest) -> tuple[str, str] | None:
+    """(the env var the probe reads it from, the key) when the manifest's server requires an API key: `generate`
+    puts a fresh random key into $USERTURN_API_KEY of this process, `env` takes the one in `api_key_env`."""
+    if m.api_key is None:
+        return None
+    if m.api_key == "env":
+        assert m.api_key_env is not None
+        key = os.environ.get(m.api_key_env, "")
+        if not key:
+            raise UserError(f"{m.source or 'manifest'}: api_key: env: ${m.api_key_env} is unset or empty")
+        return m.api_key_env, key
+    key = secrets.token_urlsafe(32)
+    os.environ[API_KEY_VAR] = key
+    return API_KEY_VAR, key
+
+
+def dry_run_key(m: Manifest) -> str | None:
+    """What --dry-run shows for the key (never a key itself)."""
+    if m.api_key is None:
+        return None
+    return "<generated at launch>" if m.api_key == "generate" else f"<${m.api_key_env}>"
+
+
+def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable,
+         api_key: str | None = None) -> tuple[list[LaunchSpec], LaunchSpec | None]:
     """The processes `launch` would start (ports resolved), without starting them: used by --dry-run."""
     where = str(m.source) if m.source else "manifest"
     ports = pick_ports(m.host, m.port, m.replicas, where=where)
@@ -135,7 +161,7 @@ def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable)
         while m.router.port == 0 and router_port in ports:  # the OS may hand back a replica's port
             router_port = pick_ports(m.host, 0, 1)[0]
         ports.append(router_port)
-    specs = replica_specs(m, ports[: m.replicas], model=model, python=python)
+    specs = replica_specs(m, ports[: m.replicas], model=model, python=python, api_key=api_key)
     router = router_spec(m, specs, ports[-1], python=python) if m.router is not None else None
     return specs, router
 
@@ -180,7 +206,8 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
     model = None
     if m.engine == "transformers" and not m.command:
         model = resolve_cpu_model(m)
-    specs, router = plan(m, model=model)
+    key = server_api_key(m)
+    specs, router = plan(m, model=model, api_key=key[1] if key else None)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     procs = [ServerProcess(s, logs / f"{s.name}-{s.port}-{stamp}.log") for s in specs]
@@ -203,7 +230,8 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
                 base_urls = [v1(router.url)]
             yield Server(manifest=m, base_urls=base_urls, model_name=m.request_model_name,
                          log_paths=[p.log_path for p in all_procs], replica_urls=replica_urls,
-                         api_key_env=m.api_key_env, processes=all_procs, model_path=model or m.resolve_path(m.model))
+                         api_key_env=key[0] if key else m.api_key_env, processes=all_procs,
+                         model_path=model or m.resolve_path(m.model))
         finally:
             for p in reversed(all_procs):
                 p.stop(grace_s)
@@ -214,6 +242,7 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
     from userturn.serve.slurm_launcher import StateWatch, slurm_job
 
     logs = Path(log_dir) if log_dir else Path.cwd() / "userturn-slurm"  # on the shared filesystem, not /tmp
+    key = server_api_key(m)  # the job gets it through sbatch --export=ALL
     with slurm_job(m, log_dir=logs.resolve(), say=say) as (job, endpoints):
         urls = [v1(e.base_url) for e in endpoints]
         router = job.router_endpoint()
@@ -226,8 +255,8 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
 
         server = Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=first.model,
                         log_paths=[job.log_path(t) for t in range(job.tasks)], replica_urls=urls,
-                        api_key_env=m.api_key_env, model_path=first.model_path, slurm_job_id=job.job_id,
-                        watch=watch)
+                        api_key_env=key[0] if key else m.api_key_env, model_path=first.model_path,
+                        slurm_job_id=job.job_id, watch=watch)
 
         def follow() -> list[str] | None:
             now = job.base_urls()

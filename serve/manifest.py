@@ -160,6 +160,9 @@ class Manifest(_Strict):
     health_paths: list[str] | None = Field(default=None, description="readiness routes polled in order")
     base_url: str | None = Field(default=None, description="engine external: the endpoint (…/v1)")
     api_key_env: str | None = Field(default=None, description="env var holding the API key")
+    api_key: Literal["generate", "env"] | None = Field(
+        default=None, description="launched servers require an API key, which the probe sends: 'generate' (a new "
+        "random key per launch) or 'env' (the key in api_key_env); a custom command takes it as {api_key}")
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     source: Path | None = Field(default=None, exclude=True, description="the YAML file (set by load_manifest)")
@@ -200,6 +203,17 @@ class Manifest(_Strict):
                 raise ValueError("dist_init_addr is only supported by engine 'sglang'")
         if e == "vllm" and self.probe.send_stop_token_ids is None:
             self.probe.send_stop_token_ids = True  # vLLM honours stop_token_ids on raw /v1/completions
+        if self.api_key is not None:
+            if e == "external":
+                raise ValueError("api_key is for launched servers: an external endpoint's key goes in api_key_env")
+            if self.api_key == "env" and not self.api_key_env:
+                raise ValueError("api_key: env needs api_key_env (the variable that holds the key)")
+            if self.command and not any("{api_key}" in a for a in self.command):
+                raise ValueError("api_key: the custom command must take the key as {api_key}")
+            if e == "transformers" and not self.command:
+                raise ValueError("api_key is not supported by engine 'transformers' (the CPU engine takes no key)")
+            if self.router is not None:
+                raise ValueError("api_key with a router is not supported yet (the router would need the key too)")
         if self.router is not None and e != "sglang":
             raise ValueError("router is only supported with engine 'sglang'")
         if self.nnodes > 1 and self.replicas > 1:

@@ -26,6 +26,7 @@ PLACEHOLDERS = {
     "__USERTURN_NODE_RANK__": '"$SLURM_NODEID"',
     "__USERTURN_DIST_ADDR__": '"$USERTURN_DIST_INIT_ADDR"',
     "__USERTURN_ROUTER_PORT__": '"$ROUTER_PORT"',
+    "__USERTURN_API_KEY__": '"$USERTURN_API_KEY"',
     "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
 }
 CPU_ENGINE_CPUS, CPU_ENGINE_MEM = 2, "8G"
@@ -37,6 +38,8 @@ WAIT_AND_PUBLISH = r"""
 import json, os, sys, time, urllib.request
 pid, port, paths, out = int(sys.argv[1]), os.environ["PORT"], sys.argv[2].split(","), sys.argv[3]
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+key = os.environ.get("USERTURN_API_KEY")
+headers = {"Authorization": "Bearer " + key} if key else {}
 for path in paths:
     while True:
         try:
@@ -44,7 +47,8 @@ for path in paths:
         except OSError:
             sys.exit("userturn: the server exited before it was ready")
         try:
-            with opener.open(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+            with opener.open(urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers),
+                             timeout=30) as r:
                 if r.status == 200:
                     break
         except Exception:
@@ -156,15 +160,16 @@ def log_name(m: Manifest) -> str:
 def _server_line(m: Manifest) -> str:
     """`srun ... bash -c '<server argv>'` with the run-time values as "$VAR"."""
     py = "__USERTURN_PY__"
+    key = "__USERTURN_API_KEY__" if m.api_key else None
     if m.engine == "sglang" and not m.command:
         argv = sglang_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model="__USERTURN_MODEL__",
-                           node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__")
+                           node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__", api_key=key)
     else:
         threads = "__USERTURN_THREADS__" if m.engine == "transformers" else None
         # llama.cpp keeps its own -m/-hf choice; the CPU engine and vLLM load "$MODEL"
         model = "__USERTURN_MODEL__" if m.engine in ("transformers", "vllm") and not m.command else None
         argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model=model,
-                           threads=threads)  # type: ignore[arg-type]
+                           threads=threads, api_key=key)  # type: ignore[arg-type]
     for flag in ("--served-model-name", "--alias"):  # the name the job resolved ($SERVED)
         if flag in argv and not m.command:
             argv[argv.index(flag) + 1] = "__USERTURN_SERVED__"
@@ -259,6 +264,11 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         f'export USERTURN_PYTHON="${{USERTURN_PYTHON:-{py}}}"',
     ]
     lines += _hub_lines(m)
+    if m.api_key:
+        fallback = f"${{{m.api_key_env}:-}}" if m.api_key == "env" else ""
+        lines += [f'export USERTURN_API_KEY="${{USERTURN_API_KEY:-{fallback}}}"  # api_key: {m.api_key}',
+                  '[ -n "$USERTURN_API_KEY" ] || { echo "userturn: the server requires an API key: set USERTURN_API_KEY'
+                  + (f" or {m.api_key_env}" if m.api_key == "env" else "") + '" >&2; exit 2; }']
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(m.env.items())]
     endpoint_dir = f'"${{USERTURN_ENDPOINT_DIR:-{s.endpoint_dir or "$SLURM_SUBMIT_DIR/userturn-endpoints"}}}"'
     port = f"$(({m.port} + TASK))" if m.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'

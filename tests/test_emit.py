@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import pytest
 import yaml
-from userturn.serve.emit import render_slurm
+from userturn.serve.emit import render, render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
 from userturn.serve.slurm_script import FOLLOW_REPLICAS, WAIT_FOR_REPLICAS
 
@@ -219,6 +219,17 @@ def test_router_takes_later_replicas_and_follows_a_move(tmp_path: Path) -> None:
     assert _RouterStandIn.seen == ["/workers", "/add_worker?url=http%3A%2F%2Fn1%3A8001",
                                    "/workers", "/add_worker?url=http%3A%2F%2Fn1%3A9001",
                                    "/remove_worker?url=http%3A%2F%2Fn1%3A8001"]
+
+
+def test_api_key_reaches_the_job_server(tmp_path: Path) -> None:
+    script = render_slurm(parse_manifest({"engine": "vllm", "model": "x", "api_key": "env", "api_key_env": "K"}))
+    bash_syntax_ok(script, tmp_path)
+    lines = script.splitlines()
+    assert 'export USERTURN_API_KEY="${USERTURN_API_KEY:-${K:-}}"  # api_key: env' in lines
+    argv = srun_inner(script)
+    assert argv[argv.index("--api-key") + 1] == '"$USERTURN_API_KEY"'
+    with pytest.raises(UserError, match="api_key: not supported by --emit k8s"):
+        render(parse_manifest({"engine": "vllm", "model": "x", "api_key": "generate"}), "k8s")
 
 
 def test_requeued_job_appends_to_its_log() -> None:

@@ -99,6 +99,18 @@ def test_vllm_dry_run_prints_vllm_serve(capsys: pytest.CaptureFixture[str]) -> N
         "qwen3.5-9b"
 
 
+def test_api_key_flags_and_dry_run_never_shows_a_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for engine in ("sglang", "vllm", "llamacpp"):
+        argv = server_argv(parse_manifest({"engine": engine, "model": "m.gguf", "api_key": "generate"}), port=1,
+                           api_key="k3y")
+        assert argv[argv.index("--api-key") + 1] == "k3y", engine
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump({"engine": "vllm", "model": "x", "api_key": "generate"}))
+    assert main(["serve", str(p), "--dry-run"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "--api-key '<generated at launch>'" in line
+
+
 def test_cpu_engine_argv(tmp_path: Path) -> None:
     m = parse_manifest({"engine": "transformers", "model": "/models/tiny", "served_model_name": "tiny", "seed": 3,
                         "context_length": 2048, "dtype": "bfloat16", "chat_template": "/t.jinja",
