@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
-from userturn.serve.process import ServerProcess, ServerStartError
+from userturn.serve.process import ABORT, ServerProcess, ServerStartError
 
 POLL_INTERVAL_S = 0.5
 
@@ -26,6 +26,8 @@ def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: flo
         for path in spec.health_paths:
             url = spec.url + path
             while True:
+                if ABORT.is_set():
+                    raise _failure(proc, "launch cancelled")
                 code = proc.returncode()
                 if code is not None:
                     raise _failure(proc, f"exited with code {code} during startup")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import secrets
 import shutil
@@ -25,7 +26,7 @@ from typing import Literal
 from userturn.serve.commands import LLAMA_SERVER, VLLM, LaunchSpec, replica_specs, router_spec
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
-from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
+from userturn.serve.process import ABORT, ServerProcess, ServerStartError, pick_ports
 
 from userturn.errors import UserError
 from userturn.packaged import is_gguf, resolve
@@ -33,7 +34,8 @@ from userturn.packaged import is_gguf, resolve
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
-API_KEY_VAR = "USERTURN_API_KEY"  # where a generated key lives (this process, and a SLURM job through --export=ALL)
+API_KEY_VAR = "USERTURN_API_KEY"  # generated keys live in USERTURN_API_KEY_<n> of this process (one per launch)
+_launches = itertools.count(1)
 
 
 def _stderr(msg: str) -> None:
@@ -130,7 +132,8 @@ def check_installed(m: Manifest) -> None:
 
 def server_api_key(m: Manifest) -> tuple[str, str] | None:
     """(the env var the probe reads it from, the key) when the manifest's server requires an API key: `generate`
-    puts a fresh random key into $USERTURN_API_KEY of this process, `env` takes the one in `api_key_env`."""
+    puts a fresh random key into $USERTURN_API_KEY_<n> of this process (n counts launches, so servers launched side
+    by side keep their own keys), `env` takes the one in `api_key_env`."""
     if m.api_key is None:
         return None
     if m.api_key == "env":
@@ -139,9 +142,9 @@ def server_api_key(m: Manifest) -> tuple[str, str] | None:
         if not key:
             raise UserError(f"{m.source or 'manifest'}: api_key: env: ${m.api_key_env} is unset or empty")
         return m.api_key_env, key
-    key = secrets.token_urlsafe(32)
-    os.environ[API_KEY_VAR] = key
-    return API_KEY_VAR, key
+    key, var = secrets.token_urlsafe(32), f"{API_KEY_VAR}_{next(_launches)}"
+    os.environ[var] = key
+    return var, key
 
 
 def dry_run_key(m: Manifest) -> str | None:
@@ -167,7 +170,7 @@ def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable,
 
 
 @contextlib.contextmanager
-def _terminate_on_sigterm() -> Iterator[None]:
+def terminate_on_sigterm() -> Iterator[None]:
     """Turn SIGTERM/SIGHUP into SystemExit (main thread only) so the `with` block tears servers down."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -199,7 +202,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
                      api_key_env=m.api_key_env)
         return
     if launcher == "slurm":
-        with _terminate_on_sigterm(), _launch_slurm(m, log_dir, say) as server:
+        with terminate_on_sigterm(), _launch_slurm(m, log_dir, say) as server:
             yield server
         return
     check_installed(m)
@@ -212,7 +215,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     procs = [ServerProcess(s, logs / f"{s.name}-{s.port}-{stamp}.log") for s in specs]
     all_procs = list(procs)
-    with _terminate_on_sigterm():
+    with terminate_on_sigterm():
         try:
             deadline = time.monotonic() + m.timeout_s
             for p in procs:
@@ -242,8 +245,8 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
     from userturn.serve.slurm_launcher import StateWatch, slurm_job
 
     logs = Path(log_dir) if log_dir else Path.cwd() / "userturn-slurm"  # on the shared filesystem, not /tmp
-    key = server_api_key(m)  # the job gets it through sbatch --export=ALL
-    with slurm_job(m, log_dir=logs.resolve(), say=say) as (job, endpoints):
+    key = server_api_key(m)  # the job reads it from a file only the user can read
+    with slurm_job(m, log_dir=logs.resolve(), say=say, api_key=key[1] if key else None) as (job, endpoints):
         urls = [v1(e.base_url) for e in endpoints]
         router = job.router_endpoint()
         first = router or endpoints[0]
@@ -270,4 +273,4 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         yield server
 
 
-__all__ = ["Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]
+__all__ = ["ABORT", "Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]

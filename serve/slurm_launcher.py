@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from userturn.serve.manifest import Manifest
-from userturn.serve.process import ServerStartError
+from userturn.serve.process import ABORT, ServerStartError
 from userturn.serve.slurm_script import render_slurm, slug
 
 from userturn.errors import UserError
@@ -230,8 +231,9 @@ class SlurmJob:
                 time.sleep(0.5)
 
 
-def submit(m: Manifest, run_dir: Path) -> SlurmJob:
-    """Write the script into `run_dir` and sbatch it with its log (appended to on requeue) and endpoint folder there."""
+def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
+    """Write the script into `run_dir` and sbatch it with its log (appended to on requeue) and endpoint folder there;
+    `api_key` goes into `run_dir/api_key` (mode 600), which the job reads."""
     if shutil.which("sbatch") is None:
         raise UserError("--launcher slurm: sbatch not found on PATH (run on a SLURM login node)")
     script = render_slurm(m)
@@ -240,8 +242,15 @@ def submit(m: Manifest, run_dir: Path) -> SlurmJob:
     path = run_dir / "job.sbatch"
     path.write_text(script, encoding="utf-8")
     log = run_dir / ("%A_%a.log" if m.replicas > 1 else "%j.log")
+    export = f"ALL,USERTURN_ENDPOINT_DIR={run_dir / 'endpoints'}"
+    if api_key is not None:
+        key_file = run_dir / "api_key"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(api_key)
+        export += f",USERTURN_API_KEY_FILE={key_file}"
     argv = ["sbatch", "--parsable", f"--output={log}", "--open-mode=append", f"--chdir={run_dir}",
-            f"--export=ALL,USERTURN_ENDPOINT_DIR={run_dir / 'endpoints'}", str(path)]
+            f"--export={export}", str(path)]
     proc = _run(argv)
     if proc.returncode != 0:
         raise ServerStartError(f"sbatch {path} failed: {_last_line(proc.stderr or proc.stdout)}")
@@ -282,6 +291,8 @@ def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_ti
     while True:
         if job.ready():
             return job.endpoints()
+        if ABORT.is_set():
+            raise ServerStartError(f"slurm job {job.job_id}: launch cancelled")
         states = watch.poll()
         now = clock()
         ended = job.ended(states, fresh=False)
@@ -315,10 +326,11 @@ def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_ti
 
 
 @contextlib.contextmanager
-def slurm_job(m: Manifest, *, log_dir: Path, say: Status) -> Iterator[tuple[SlurmJob, list[Endpoint]]]:
+def slurm_job(m: Manifest, *, log_dir: Path, say: Status,
+              api_key: str | None = None) -> Iterator[tuple[SlurmJob, list[Endpoint]]]:
     """Submit, wait until ready, yield (job, endpoints); scancel on the way out, whatever happened."""
     run_dir = log_dir / f"{slug(m.label)}-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}"
-    job = submit(m, run_dir)
+    job = submit(m, run_dir, api_key)
     say(f"submitted slurm job {job.job_id} ({run_dir / 'job.sbatch'}; log: {job.log_path()})")
     try:
         endpoints = wait_for_endpoints(job, m.timeout_s, say, queue_timeout=m.cluster.slurm.queue_timeout)

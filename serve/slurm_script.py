@@ -266,7 +266,10 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     lines += _hub_lines(m)
     if m.api_key:
         fallback = f"${{{m.api_key_env}:-}}" if m.api_key == "env" else ""
-        lines += [f'export USERTURN_API_KEY="${{USERTURN_API_KEY:-{fallback}}}"  # api_key: {m.api_key}',
+        lines += ['# the key: the file --launcher slurm wrote (mode 600), else $USERTURN_API_KEY'
+                  + (f", else ${m.api_key_env}" if m.api_key == "env" else ""),
+                  'if [ -n "${USERTURN_API_KEY_FILE:-}" ]; then USERTURN_API_KEY=$(cat "$USERTURN_API_KEY_FILE"); fi',
+                  f'export USERTURN_API_KEY="${{USERTURN_API_KEY:-{fallback}}}"  # api_key: {m.api_key}',
                   '[ -n "$USERTURN_API_KEY" ] || { echo "userturn: the server requires an API key: set USERTURN_API_KEY'
                   + (f" or {m.api_key_env}" if m.api_key == "env" else "") + '" >&2; exit 2; }']
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(m.env.items())]

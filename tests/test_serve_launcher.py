@@ -339,15 +339,15 @@ def test_generated_api_key_guards_the_server_and_reaches_the_probe(tmp_path: Pat
     from userturn.cli import main
     from userturn.jsonl import read_records
 
-    monkeypatch.delenv("USERTURN_API_KEY", raising=False)
     manifest = tmp_path / "keyed.yaml"
     manifest.write_text(yaml.safe_dump({
         "name": "keyed", "engine": "transformers", "served_model_name": "loopback", "api_key": "generate",
         "command": [sys.executable, str(LOOPBACK), "--host", "{host}", "--port", "{port}", "--api-key", "{api_key}"],
         "health_paths": ["/v1/models"], "probe": {"tokenizer": QWEN_DIR, "max_tokens": 8}}))
     with launch(str(manifest), status=None, log_dir=tmp_path) as server:
-        key = os.environ["USERTURN_API_KEY"]
-        assert server.api_key_env == "USERTURN_API_KEY" and len(key) >= 32
+        assert server.api_key_env is not None and server.api_key_env.startswith("USERTURN_API_KEY_")
+        key = os.environ[server.api_key_env]
+        assert len(key) >= 32
         assert httpx.get(server.base_url + "/models", timeout=10).status_code == 401
         ok = httpx.get(server.base_url + "/models", headers={"Authorization": f"Bearer {key}"}, timeout=10)
         assert ok.status_code == 200
@@ -359,7 +359,7 @@ def test_generated_api_key_guards_the_server_and_reaches_the_probe(tmp_path: Pat
                  "--no-progress"]) == 0
     records, _ = read_records(out)
     assert len(records) == 2 and all(r.status == "ok" for r in records.values())
-    assert os.environ["USERTURN_API_KEY"] != key  # a new key per launch
+    assert launcher.server_api_key(parse_manifest({"engine": "vllm", "model": "x", "api_key": "generate"}))[1] != key
 
 
 def test_api_key_from_env_must_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
