@@ -180,3 +180,20 @@ def test_a_requeued_job_is_followed(cluster: str, tmp_path: Path) -> None:
         assert httpx.get(now[0].removesuffix("/v1") + "/health", timeout=10).status_code == 200
         log = server.log_paths[0].read_text()
         assert "restart 0)" in log and "restart 1)" in log, log
+
+
+def test_a_generated_api_key_reaches_the_job_and_the_client(cluster: str, tmp_path: Path) -> None:
+    """api_key: generate: the job reads the key from its mode-600 file; the readiness poll (on /v1/models, which
+    the loopback server guards) and the client both send it; a request without it gets 401."""
+    m = parse_manifest(loopback_manifest(
+        api_key="generate", health_paths=["/v1/models"], startup_timeout=60,
+        command=[sys.executable, str(LOOPBACK), "--host", "{host}", "--port", "{port}", "--api-key", "{api_key}"]))
+    with launch(m, launcher="slurm", log_dir=tmp_path, status=None) as server:
+        assert server.api_key_env is not None
+        key = os.environ[server.api_key_env]
+        key_file = next(tmp_path.glob("*/api_key"))
+        assert key_file.read_text() == key and key_file.stat().st_mode & 0o777 == 0o600
+        url = server.base_url + "/models"
+        assert httpx.get(url, timeout=10).status_code == 401
+        assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+        assert key not in server.log_paths[0].read_text()
