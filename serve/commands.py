@@ -86,7 +86,9 @@ def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python
 
 def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None,
               api_key: str | None = None) -> list[str]:
-    """`vllm serve MODEL ...` with the flag names of vLLM's engine args (one node: tp x dp GPUs)."""
+    """`vllm serve MODEL ...` with the flag names of vLLM's engine args (one node: tp x dp GPUs).
+    `--generation-config vllm`: sampling settings a request leaves out take vLLM's neutral defaults, not the
+    model's generation_config.json (which would silently change e.g. top_p); `extra_args` can say otherwise."""
     argv = [VLLM, "serve", model or m.resolve_path(m.model) or ""]
     _opt(argv, "--tokenizer", m.resolve_path(m.tokenizer))
     _opt(argv, "--revision", m.revision)
@@ -101,7 +103,7 @@ def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: s
     if m.trust_remote_code:
         argv.append("--trust-remote-code")
     _opt(argv, "--load-format", m.load_format)
-    argv += ["--served-model-name", m.request_model_name]
+    argv += ["--generation-config", "vllm", "--served-model-name", m.request_model_name]
     _opt(argv, "--api-key", api_key)
     return argv + list(m.extra_args)
 

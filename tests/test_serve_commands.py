@@ -86,7 +86,8 @@ def test_vllm_flags_exactly() -> None:
         "vllm", "serve", "Qwen/Qwen3-8B", "--revision", "main", "--host", "127.0.0.1", "--port", "9000",
         "--tensor-parallel-size", "4", "--data-parallel-size", "2", "--gpu-memory-utilization", "0.8",
         "--max-model-len", "8192", "--dtype", "bfloat16", "--seed", "3", "--reasoning-parser", "qwen3",
-        "--trust-remote-code", "--served-model-name", "q", "--enable-prefix-caching"]
+        "--trust-remote-code", "--generation-config", "vllm", "--served-model-name", "q",
+        "--enable-prefix-caching"]
 
 
 def test_vllm_dry_run_prints_vllm_serve(capsys: pytest.CaptureFixture[str]) -> None:
