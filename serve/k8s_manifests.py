@@ -47,12 +47,16 @@ def image(m: Manifest) -> str:
                     f"(the defaults {SGLANG_IMAGE} and {VLLM_IMAGE} have only SGLang / vLLM)")
 
 
+API_KEY_REF = "$(USERTURN_API_KEY)"  # expanded by Kubernetes from the container's env (the api_key Secret)
+
+
 def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = None) -> list[str]:
     port = m.port or CLUSTER_PORT
+    key = API_KEY_REF if m.api_key else None
     if m.engine == "sglang" and not m.command:
         return sglang_argv(m, port=port, host="0.0.0.0", python="python3", node_rank=node_rank,
-                           dist_init_addr=dist_addr)
-    return server_argv(m, port=port, host="0.0.0.0", python="python3")
+                           dist_init_addr=dist_addr, api_key=key)
+    return server_argv(m, port=port, host="0.0.0.0", python="python3", api_key=key)
 
 
 def _probes(m: Manifest, port: int) -> dict[str, Any]:
@@ -75,6 +79,9 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": k.hf_token_secret, "key": "token",
                                                                    "optional": True}}})
+    if m.api_key:  # the readiness routes (/health) of SGLang, vLLM and llama.cpp need no key
+        env.append({"name": "USERTURN_API_KEY", "valueFrom": {"secretKeyRef": {"name": k.api_key_secret,
+                                                                               "key": "key"}}})
     limits: dict[str, Any] = {}
     if m.gpus_per_node:
         limits["nvidia.com/gpu"] = m.gpus_per_node
@@ -166,9 +173,6 @@ def render_k8s(m: Manifest) -> str:
     Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
     check_deployable(m)
     check_model_cache(m)
-    if m.api_key:
-        raise UserError(f"{m.source or 'manifest'}: api_key: not supported by --emit k8s yet (give the server its key "
-                        "from a Secret through extra_args / env)")
     k = m.cluster.k8s
     name = f"userturn-{slug(m.label)}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "userturn"}
@@ -218,4 +222,9 @@ def render_k8s(m: Manifest) -> str:
               f"# base URL inside the cluster: http://{where}:{port}/v1  (model: {m.request_model_name})\n"
               f"# from outside: kubectl port-forward service/{service_name} {port}:{port}, then "
               f"http://127.0.0.1:{port}/v1\n")
+    if m.api_key:
+        header += (f"# API key: the server requires the key in Secret {k.api_key_secret} (key 'key'); create it first: "
+                   f"kubectl create secret generic {k.api_key_secret} --from-literal=key=$(openssl rand -hex 24); "
+                   f"the probe sends it from $USERTURN_API_KEY: export USERTURN_API_KEY=$(kubectl get secret "
+                   f"{k.api_key_secret} -o jsonpath='{{.data.key}}' | base64 -d); --api-key-env USERTURN_API_KEY\n")
     return header + yaml.dump_all(docs, Dumper=_NoAliasDumper, sort_keys=False, width=1000)

@@ -93,6 +93,8 @@ class K8sConfig(_Strict):
                               "sglang, vllm/vllm-openai for engine vllm, required for every other engine")
     namespace: str | None = None
     hf_token_secret: str = Field(default="hf-token", description="Secret holding HF_TOKEN (key 'token'; optional)")
+    api_key_secret: str = Field(default="userturn-api-key", description="with api_key: the Secret holding the "
+                                "server's key (key 'key'; you create it, the pods wait for it)")
     cache_pvc: str | None = Field(default=None, description="PVC for the model cache at /root/.cache/huggingface "
                                   "(ReadWriteMany for multi-node); default for one node: an emptyDir")
     cache_host_path: str | None = Field(default=None, description="a folder on every node with the hub cache "

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import pytest
 import yaml
-from userturn.serve.emit import render, render_slurm
+from userturn.serve.emit import render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
 from userturn.serve.slurm_script import FOLLOW_REPLICAS, WAIT_FOR_REPLICAS
 
@@ -228,8 +228,6 @@ def test_api_key_reaches_the_job_server(tmp_path: Path) -> None:
     assert 'export USERTURN_API_KEY="${USERTURN_API_KEY:-${K:-}}"  # api_key: env' in lines
     argv = srun_inner(script)
     assert argv[argv.index("--api-key") + 1] == '"$USERTURN_API_KEY"'
-    with pytest.raises(UserError, match="api_key: not supported by --emit k8s"):
-        render(parse_manifest({"engine": "vllm", "model": "x", "api_key": "generate"}), "k8s")
 
 
 def test_requeued_job_appends_to_its_log() -> None:

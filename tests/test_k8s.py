@@ -149,6 +149,18 @@ def test_prestaged_host_path_runs_offline() -> None:
             parse_manifest({**MULTI, "cluster": {"k8s": bad}})
 
 
+def test_api_key_comes_from_a_secret() -> None:
+    m = parse_manifest({"engine": "vllm", "model": "x", "api_key": "generate",
+                        "cluster": {"k8s": {"api_key_secret": "my-key"}}})
+    text = render_k8s(m)
+    dep, _svc = validate_all(text)
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][c["command"].index("--api-key") + 1] == "$(USERTURN_API_KEY)"  # Kubernetes expands it
+    assert {"name": "USERTURN_API_KEY", "valueFrom": {"secretKeyRef": {"name": "my-key", "key": "key"}}} in c["env"]
+    assert "kubectl create secret generic my-key --from-literal=key=" in text.splitlines()[3]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"  # no key needed there
+
+
 def test_vllm_deployment_runs_vllm_serve_in_the_vllm_image() -> None:
     dep, _svc = validate_all(render_k8s(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml")))
     c = dep["spec"]["template"]["spec"]["containers"][0]
