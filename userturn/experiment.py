@@ -432,27 +432,32 @@ class _Grid:
 
 async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str | None, window: int, grid: _Grid,
                         summaries: list[Any]) -> None:
-    """Up to `window` models' targets entered at once, each in a worker thread (a launch blocks while its job is
+    """Up to `window` models' targets entered at once, each in a thread of its own (a launch blocks while its job is
     queued and its server starts); the ready ones are probed one at a time in the order they became ready, so the
     results file keeps one writer, and each is stopped (its job cancelled) before the next model is launched. On an
     error or Ctrl-C, launches still waiting give up (`serve.process.ABORT`) and every entered target is exited."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from userturn.run_builder import open_target
     from userturn.serve.process import ABORT
 
     ABORT.clear()
+    # Own threads, `window` launches + one stop: the default executor (min(32, CPUs + 4) threads) could have every
+    # thread waiting on a queued job while a finished model's stop waits for a thread.
+    pool = ThreadPoolExecutor(max_workers=window + 1, thread_name_prefix="userturn-launch")
+    loop = asyncio.get_running_loop()
     entering: dict[asyncio.Future[Any], tuple[int, Any]] = {}  # future of __enter__ -> (model index, its context)
     ready: list[tuple[int, Any, Any]] = []  # (model index, context, (target, options)), in the order they came
     upcoming = iter(enumerate(exp.models))
 
     def start(index: int, entry: ModelEntry) -> None:
         cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
-        entering[asyncio.ensure_future(asyncio.to_thread(cm.__enter__))] = (index, cm)
+        entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)
 
     async def leave(cm: Any) -> None:
         """Stop the model's servers (cancel its job) in a thread: that waits for the processes or for SLURM."""
-        await asyncio.to_thread(cm.__exit__, None, None, None)
+        await loop.run_in_executor(pool, cm.__exit__, None, None, None)
 
     async def take_ready(wait: bool) -> None:
         if not entering:
@@ -493,6 +498,7 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
         raise
     finally:
         ABORT.clear()
+        pool.shutdown(wait=False)
 
 
 SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `userturn show RESULTS`)
