@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from userturn.errors import UserError
 
 if TYPE_CHECKING:
-    from userturn.serve.launcher import Launcher
+    from userturn.serve.launcher import Launcher, Server
     from userturn.serve.manifest import Manifest
 
 
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add `serve` to the `userturn` parser."""
     p = sub.add_parser(
         "serve",
-        help="launch a model server from a manifest (SGLang, CPU engine, llama.cpp) or emit a cluster job",
+        help="launch a model server from a manifest (SGLang, vLLM, CPU engine, llama.cpp) or emit a cluster job",
         description="Launch the servers a manifest describes, wait until they are ready, print their base URLs, and "
         "stop them all on Ctrl-C/SIGTERM. --dry-run prints the exact commands; --emit writes a SLURM or Kubernetes "
         "job instead.",
@@ -44,7 +44,7 @@ def add_launcher_argument(parser: argparse.ArgumentParser | argparse._ArgumentGr
 
 def run(args: argparse.Namespace) -> int:
     from userturn.serve.emit import render
-    from userturn.serve.launcher import plan
+    from userturn.serve.launcher import dry_run_key, plan
     from userturn.serve.manifest import load_manifest
 
     m = load_manifest(args.manifest)
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         if m.engine == "external":
             print(f"# engine external: nothing to launch; endpoint {m.base_url}")
             return 0
-        specs, router = plan(m)
+        specs, router = plan(m, api_key=dry_run_key(m))
         for s in [*specs, *([router] if router else [])]:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on {s.url}")
             print(s.shell())
@@ -99,8 +99,24 @@ def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> i
             print(f"ready: {url}  model={server.model_name}", flush=True)
         job = f" (slurm job {server.slurm_job_id})" if server.slurm_job_id else ""
         print(f"serving{job}; Ctrl-C stops every server", file=sys.stderr, flush=True)
+        serving = list(server.base_urls)
         while True:
             failure = server.failure()
             if failure:
                 raise ServerStartError(failure)
-            time.sleep(5.0 if server.slurm_job_id else 1.0)
+            if server.follow is not None:
+                _follow(server, serving)
+            time.sleep(1.0)
+
+
+def _follow(server: Server, serving: list[str]) -> None:
+    """A requeued SLURM job comes back on another node or port: say so while it is gone, print its new URLs."""
+    now = server.follow() if server.follow is not None else None
+    if now is None and serving:
+        print(f"userturn: slurm job {server.slurm_job_id} stopped serving at {' '.join(serving)} (requeued?); "
+              "waiting for its new endpoint", file=sys.stderr, flush=True)
+        serving.clear()
+    elif now is not None and now != serving:
+        for url in now:
+            print(f"ready: {url}  model={server.model_name}  (slurm job {server.slurm_job_id} moved)", flush=True)
+        serving[:] = now

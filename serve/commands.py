@@ -16,6 +16,7 @@ SGLANG_MODULE = "sglang.launch_server"
 ROUTER_MODULE = "sglang_router.launch_router"
 CPU_ENGINE_MODULE = "userturn.serve.cpu_engine"
 LLAMA_SERVER = "llama-server"
+VLLM = "vllm"
 ROUTER_HEALTH_PATHS = ("/health", "/v1/models")
 
 
@@ -29,6 +30,7 @@ class LaunchSpec:
     port: int
     health_paths: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)  # sent with the readiness polls when the server wants one
 
     @property
     def url(self) -> str:
@@ -56,7 +58,7 @@ def _opt(argv: list[str], flag: str, value: object | None) -> None:
 
 def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
                 model: str | None = None, node_rank: int | str | None = None,
-                dist_init_addr: str | None = None) -> list[str]:
+                dist_init_addr: str | None = None, api_key: str | None = None) -> list[str]:
     """`python -m sglang.launch_server ...` with the flag names of sglang's server_args.py."""
     argv = [python, "-m", SGLANG_MODULE, "--model-path", model or m.resolve_path(m.model) or ""]
     _opt(argv, "--tokenizer-path", m.resolve_path(m.tokenizer))
@@ -78,6 +80,31 @@ def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python
         argv += ["--nnodes", str(m.nnodes), "--node-rank", str(0 if node_rank is None else node_rank),
                  "--dist-init-addr", addr]
     argv += ["--served-model-name", m.request_model_name]
+    _opt(argv, "--api-key", api_key)
+    return argv + list(m.extra_args)
+
+
+def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None,
+              api_key: str | None = None) -> list[str]:
+    """`vllm serve MODEL ...` with the flag names of vLLM's engine args (one node: tp x dp GPUs).
+    `--generation-config vllm`: sampling settings a request leaves out take vLLM's neutral defaults, not the
+    model's generation_config.json (which would silently change e.g. top_p); `extra_args` can say otherwise."""
+    argv = [VLLM, "serve", model or m.resolve_path(m.model) or ""]
+    _opt(argv, "--tokenizer", m.resolve_path(m.tokenizer))
+    _opt(argv, "--revision", m.revision)
+    argv += ["--host", host or m.host, "--port", str(port), "--tensor-parallel-size", str(m.tp_size),
+             "--data-parallel-size", str(m.dp_size)]
+    _opt(argv, "--gpu-memory-utilization", m.mem_fraction_static)
+    _opt(argv, "--max-model-len", m.context_length)
+    argv += ["--dtype", m.dtype]
+    _opt(argv, "--seed", m.seed)
+    _opt(argv, "--chat-template", m.resolve_path(m.chat_template))
+    _opt(argv, "--reasoning-parser", m.reasoning_parser)
+    if m.trust_remote_code:
+        argv.append("--trust-remote-code")
+    _opt(argv, "--load-format", m.load_format)
+    argv += ["--generation-config", "vllm", "--served-model-name", m.request_model_name]
+    _opt(argv, "--api-key", api_key)
     return argv + list(m.extra_args)
 
 
@@ -98,7 +125,8 @@ def cpu_engine_argv(m: Manifest, *, port: int | str, host: str | None = None, py
     return argv + list(m.extra_args)
 
 
-def llamacpp_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None) -> list[str]:
+def llamacpp_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None,
+                  api_key: str | None = None) -> list[str]:
     """`llama-server ...`: a .gguf path is `-m`, anything else a hub repo for `-hf` (repo[:quant])."""
     target = model or m.resolve_path(m.model) or ""
     argv = [LLAMA_SERVER, "-m" if target.endswith(".gguf") or Path(target).is_file() else "-hf", target]
@@ -108,13 +136,15 @@ def llamacpp_argv(m: Manifest, *, port: int | str, host: str | None = None, mode
     _opt(argv, "--chat-template-file", m.resolve_path(m.chat_template))
     if m.gpus_per_replica > 0:
         argv += ["--n-gpu-layers", "999"]
+    _opt(argv, "--api-key", api_key)
     return argv + list(m.extra_args)
 
 
-def custom_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None) -> list[str]:
-    """The manifest's own `command:` with {host} {port} {model} {served_model_name} filled in."""
+def custom_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None,
+                api_key: str | None = None) -> list[str]:
+    """The manifest's own `command:` with {host} {port} {model} {served_model_name} {api_key} filled in."""
     values = {"{host}": host or m.host, "{port}": str(port), "{model}": model or m.resolve_path(m.model) or "",
-              "{served_model_name}": m.request_model_name}
+              "{served_model_name}": m.request_model_name, "{api_key}": api_key or ""}
     out = []
     for arg in m.command or []:
         for key, value in values.items():
@@ -124,16 +154,18 @@ def custom_argv(m: Manifest, *, port: int | str, host: str | None = None, model:
 
 
 def server_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
-                model: str | None = None, threads: int | None = None) -> list[str]:
-    """The argv that starts one replica of this manifest's server."""
+                model: str | None = None, threads: int | None = None, api_key: str | None = None) -> list[str]:
+    """The argv that starts one replica of this manifest's server (`api_key`: the key it requires)."""
     if m.command:
-        return custom_argv(m, port=port, host=host, model=model)
+        return custom_argv(m, port=port, host=host, model=model, api_key=api_key)
     if m.engine == "sglang":
-        return sglang_argv(m, port=port, host=host, python=python, model=model)
+        return sglang_argv(m, port=port, host=host, python=python, model=model, api_key=api_key)
+    if m.engine == "vllm":
+        return vllm_argv(m, port=port, host=host, model=model, api_key=api_key)
     if m.engine == "transformers":
         return cpu_engine_argv(m, port=port, host=host, python=python, model=model, threads=threads)
     if m.engine == "llamacpp":
-        return llamacpp_argv(m, port=port, host=host, model=model)
+        return llamacpp_argv(m, port=port, host=host, model=model, api_key=api_key)
     raise UserError(f"{m.source or 'manifest'}: engine 'external' launches nothing")
 
 
@@ -165,7 +197,7 @@ def gpu_slices(m: Manifest, visible: str | None = None) -> list[str | None]:
 
 
 def replica_specs(m: Manifest, ports: list[int], *, model: str | None = None, python: str = sys.executable,
-                  cpu_count: int | None = None) -> list[LaunchSpec]:
+                  cpu_count: int | None = None, api_key: str | None = None) -> list[LaunchSpec]:
     """One LaunchSpec per replica: distinct ports, distinct GPU slices, the manifest's env."""
     slices = gpu_slices(m, os.environ.get("CUDA_VISIBLE_DEVICES"))
     threads = None
@@ -176,9 +208,9 @@ def replica_specs(m: Manifest, ports: list[int], *, model: str | None = None, py
         env = dict(m.env)
         if cuda is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda
-        argv = server_argv(m, port=port, python=python, model=model, threads=threads)
+        argv = server_argv(m, port=port, python=python, model=model, threads=threads, api_key=api_key)
         specs.append(LaunchSpec(name=f"{m.label}-r{i}", argv=argv, host=m.host, port=port,
-                                health_paths=m.readiness_paths, env=env))
+                                health_paths=m.readiness_paths, env=env, api_key=api_key))
     return specs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
-from userturn.serve.process import ServerProcess, ServerStartError
+from userturn.serve.process import ABORT, ServerProcess, ServerStartError
 
 POLL_INTERVAL_S = 0.5
 
@@ -21,10 +21,13 @@ def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: flo
     monotonic `deadline` passes. Never hangs: each request is bounded by the time left."""
     spec = proc.spec
     started = time.monotonic()
-    with httpx.Client(trust_env=False) as client:
+    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
+    with httpx.Client(trust_env=False, headers=headers) as client:
         for path in spec.health_paths:
             url = spec.url + path
             while True:
+                if ABORT.is_set():
+                    raise _failure(proc, "launch cancelled")
                 code = proc.returncode()
                 if code is not None:
                     raise _failure(proc, f"exited with code {code} during startup")

@@ -1,9 +1,10 @@
 """Kubernetes YAML for a manifest: a Deployment + Service, or for nnodes > 1 a LeaderWorkerSet + leader Service;
 with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label.
 
-What makes it start on a real cluster: an image that has the engine (SGLang's by default; every other engine must
-name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint tolerated, probe
-timeouts that survive a busy server, a model cache volume, and HF_TOKEN from a Secret (optional).
+What makes it start on a real cluster: an image that has the engine (SGLang's or vLLM's by default; every other
+engine must name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint
+tolerated, probe timeouts that survive a busy server, a model cache volume (for multi-node a ReadWriteMany PVC or a
+pre-staged hostPath, never an emptyDir), and HF_TOKEN from a Secret (optional).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from userturn.errors import UserError
 CLUSTER_PORT = 30000
 DEFAULT_DIST_PORT = 50000
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
+VLLM_IMAGE = "vllm/vllm-openai:latest"
+DEFAULT_IMAGES = {"sglang": SGLANG_IMAGE, "vllm": VLLM_IMAGE}
 CACHE_DIR = "/root/.cache/huggingface"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 PROBE_PERIOD_S = 10
@@ -37,19 +40,23 @@ def image(m: Manifest) -> str:
     k = m.cluster.k8s
     if k.image:
         return k.image
-    if m.engine == "sglang" and not m.command:
-        return SGLANG_IMAGE
+    if m.engine in DEFAULT_IMAGES and not m.command:
+        return DEFAULT_IMAGES[m.engine]
     what = "a custom command" if m.command else f"engine '{m.engine}'"
     raise UserError(f"{m.source or 'manifest'}: cluster.k8s.image: {what} needs an image that has it installed "
-                    f"(the default {SGLANG_IMAGE} has only SGLang)")
+                    f"(the defaults {SGLANG_IMAGE} and {VLLM_IMAGE} have only SGLang / vLLM)")
+
+
+API_KEY_REF = "$(USERTURN_API_KEY)"  # expanded by Kubernetes from the container's env (the api_key Secret)
 
 
 def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = None) -> list[str]:
     port = m.port or CLUSTER_PORT
+    key = API_KEY_REF if m.api_key else None
     if m.engine == "sglang" and not m.command:
         return sglang_argv(m, port=port, host="0.0.0.0", python="python3", node_rank=node_rank,
-                           dist_init_addr=dist_addr)
-    return server_argv(m, port=port, host="0.0.0.0", python="python3")
+                           dist_init_addr=dist_addr, api_key=key)
+    return server_argv(m, port=port, host="0.0.0.0", python="python3", api_key=key)
 
 
 def _probes(m: Manifest, port: int) -> dict[str, Any]:
@@ -68,8 +75,13 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
     port = m.port or CLUSTER_PORT
     env: list[dict[str, Any]] = [{"name": n, "value": v} for n, v in sorted(m.env.items())]
     env.append({"name": "HF_HOME", "value": CACHE_DIR})
+    if k.cache_host_path:  # pre-staged weights: never download
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": k.hf_token_secret, "key": "token",
                                                                    "optional": True}}})
+    if m.api_key:  # the readiness routes (/health) of SGLang, vLLM and llama.cpp need no key
+        env.append({"name": "USERTURN_API_KEY", "valueFrom": {"secretKeyRef": {"name": k.api_key_secret,
+                                                                               "key": "key"}}})
     limits: dict[str, Any] = {}
     if m.gpus_per_node:
         limits["nvidia.com/gpu"] = m.gpus_per_node
@@ -90,8 +102,10 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
 
 def _pod_spec(m: Manifest, container: dict[str, Any]) -> dict[str, Any]:
     k = m.cluster.k8s
-    cache: dict[str, Any] = ({"persistentVolumeClaim": {"claimName": k.cache_pvc}} if k.cache_pvc
-                             else {"emptyDir": {}})
+    cache: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": k.cache_pvc}} if k.cache_pvc
+        else {"hostPath": {"path": k.cache_host_path, "type": "Directory"}} if k.cache_host_path
+        else {"emptyDir": {}})
     spec: dict[str, Any] = {
         "containers": [container],
         "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": k.shm_size}},
@@ -144,10 +158,21 @@ def _router_docs(m: Manifest, name: str, ns: dict[str, str], worker_labels: dict
     ]
 
 
+def check_model_cache(m: Manifest) -> None:
+    """Multi-node pods need weights that outlive them: a ReadWriteMany PVC or a pre-staged path (one-line error)."""
+    k = m.cluster.k8s
+    if m.nnodes > 1 and not (k.cache_pvc or k.cache_host_path):
+        raise UserError(f"{m.source or 'manifest'}: cluster.k8s: nnodes {m.nnodes} needs a shared model cache: add "
+                        "cache_pvc: NAME (a ReadWriteMany PersistentVolumeClaim) or cache_host_path: /DIR (weights "
+                        "pre-staged on every node); an emptyDir downloads the weights again in every pod, each time "
+                        "the LeaderWorkerSet recreates the group")
+
+
 def render_k8s(m: Manifest) -> str:
     """Deployment (replicas) + Service; for nnodes > 1 a LeaderWorkerSet (one leader + workers per replica) and a
     Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
     check_deployable(m)
+    check_model_cache(m)
     k = m.cluster.k8s
     name = f"userturn-{slug(m.label)}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "userturn"}
@@ -197,4 +222,9 @@ def render_k8s(m: Manifest) -> str:
               f"# base URL inside the cluster: http://{where}:{port}/v1  (model: {m.request_model_name})\n"
               f"# from outside: kubectl port-forward service/{service_name} {port}:{port}, then "
               f"http://127.0.0.1:{port}/v1\n")
+    if m.api_key:
+        header += (f"# API key: the server requires the key in Secret {k.api_key_secret} (key 'key'); create it first: "
+                   f"kubectl create secret generic {k.api_key_secret} --from-literal=key=$(openssl rand -hex 24); "
+                   f"the probe sends it from $USERTURN_API_KEY: export USERTURN_API_KEY=$(kubectl get secret "
+                   f"{k.api_key_secret} -o jsonpath='{{.data.key}}' | base64 -d); --api-key-env USERTURN_API_KEY\n")
     return header + yaml.dump_all(docs, Dumper=_NoAliasDumper, sort_keys=False, width=1000)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
+import os
+import secrets
 import shutil
 import signal
 import sys
@@ -20,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from userturn.serve.commands import LLAMA_SERVER, LaunchSpec, replica_specs, router_spec
+from userturn.serve.commands import LLAMA_SERVER, VLLM, LaunchSpec, replica_specs, router_spec
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
-from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
+from userturn.serve.process import ABORT, ServerProcess, ServerStartError, pick_ports
 
 from userturn.errors import UserError
 from userturn.packaged import is_gguf, resolve
@@ -31,6 +34,8 @@ from userturn.packaged import is_gguf, resolve
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
+API_KEY_VAR = "USERTURN_API_KEY"  # generated keys live in USERTURN_API_KEY_<n> of this process (one per launch)
+_launches = itertools.count(1)
 
 
 def _stderr(msg: str) -> None:
@@ -51,6 +56,8 @@ class Server:
     model_path: str | None = None  # what the server loaded (for the CPU engine: a local dir or GGUF file)
     slurm_job_id: str | None = None  # --launcher slurm: the job serving it
     watch: Callable[[], str | None] | None = None  # --launcher slurm: why the job stopped serving, None while it serves
+    # --launcher slurm: the base URLs now (None while a requeued job has no endpoint); updates `base_urls` in place
+    follow: Callable[[], list[str] | None] | None = None
 
     @property
     def base_url(self) -> str:
@@ -108,6 +115,8 @@ def check_installed(m: Manifest) -> None:
         return
     if m.engine == "sglang" and importlib.util.find_spec("sglang") is None:
         raise UserError("engine 'sglang' is not installed: pip install 'userturn[sglang]' (on a CUDA machine)")
+    if m.engine == "vllm" and shutil.which(VLLM) is None:
+        raise UserError("engine 'vllm' needs the `vllm` command on PATH: pip install vllm (on a CUDA machine)")
     if m.engine == "transformers":
         needed = ("torch", "transformers", *(("gguf", "accelerate") if is_gguf(m.model) else ()))
         for mod in needed:
@@ -121,8 +130,32 @@ def check_installed(m: Manifest) -> None:
         raise UserError("router 'sglang' is not installed: pip install sglang-router")
 
 
-def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable) -> tuple[list[LaunchSpec],
-                                                                                          LaunchSpec | None]:
+def server_api_key(m: Manifest) -> tuple[str, str] | None:
+    """(the env var the probe reads it from, the key) when the manifest's server requires an API key: `generate`
+    puts a fresh random key into $USERTURN_API_KEY_<n> of this process (n counts launches, so servers launched side
+    by side keep their own keys), `env` takes the one in `api_key_env`."""
+    if m.api_key is None:
+        return None
+    if m.api_key == "env":
+        assert m.api_key_env is not None
+        key = os.environ.get(m.api_key_env, "")
+        if not key:
+            raise UserError(f"{m.source or 'manifest'}: api_key: env: ${m.api_key_env} is unset or empty")
+        return m.api_key_env, key
+    key, var = secrets.token_urlsafe(32), f"{API_KEY_VAR}_{next(_launches)}"
+    os.environ[var] = key
+    return var, key
+
+
+def dry_run_key(m: Manifest) -> str | None:
+    """What --dry-run shows for the key (never a key itself)."""
+    if m.api_key is None:
+        return None
+    return "<generated at launch>" if m.api_key == "generate" else f"<${m.api_key_env}>"
+
+
+def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable,
+         api_key: str | None = None) -> tuple[list[LaunchSpec], LaunchSpec | None]:
     """The processes `launch` would start (ports resolved), without starting them: used by --dry-run."""
     where = str(m.source) if m.source else "manifest"
     ports = pick_ports(m.host, m.port, m.replicas, where=where)
@@ -131,13 +164,13 @@ def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable)
         while m.router.port == 0 and router_port in ports:  # the OS may hand back a replica's port
             router_port = pick_ports(m.host, 0, 1)[0]
         ports.append(router_port)
-    specs = replica_specs(m, ports[: m.replicas], model=model, python=python)
+    specs = replica_specs(m, ports[: m.replicas], model=model, python=python, api_key=api_key)
     router = router_spec(m, specs, ports[-1], python=python) if m.router is not None else None
     return specs, router
 
 
 @contextlib.contextmanager
-def _terminate_on_sigterm() -> Iterator[None]:
+def terminate_on_sigterm() -> Iterator[None]:
     """Turn SIGTERM/SIGHUP into SystemExit (main thread only) so the `with` block tears servers down."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -169,19 +202,20 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
                      api_key_env=m.api_key_env)
         return
     if launcher == "slurm":
-        with _terminate_on_sigterm(), _launch_slurm(m, log_dir, say) as server:
+        with terminate_on_sigterm(), _launch_slurm(m, log_dir, say) as server:
             yield server
         return
     check_installed(m)
     model = None
     if m.engine == "transformers" and not m.command:
         model = resolve_cpu_model(m)
-    specs, router = plan(m, model=model)
+    key = server_api_key(m)
+    specs, router = plan(m, model=model, api_key=key[1] if key else None)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     procs = [ServerProcess(s, logs / f"{s.name}-{s.port}-{stamp}.log") for s in specs]
     all_procs = list(procs)
-    with _terminate_on_sigterm():
+    with terminate_on_sigterm():
         try:
             deadline = time.monotonic() + m.timeout_s
             for p in procs:
@@ -199,7 +233,8 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
                 base_urls = [v1(router.url)]
             yield Server(manifest=m, base_urls=base_urls, model_name=m.request_model_name,
                          log_paths=[p.log_path for p in all_procs], replica_urls=replica_urls,
-                         api_key_env=m.api_key_env, processes=all_procs, model_path=model or m.resolve_path(m.model))
+                         api_key_env=key[0] if key else m.api_key_env, processes=all_procs,
+                         model_path=model or m.resolve_path(m.model))
         finally:
             for p in reversed(all_procs):
                 p.stop(grace_s)
@@ -207,21 +242,35 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
 
 @contextlib.contextmanager
 def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Iterator[Server]:
-    from userturn.serve.slurm_launcher import slurm_job
+    from userturn.serve.slurm_launcher import StateWatch, slurm_job
 
     logs = Path(log_dir) if log_dir else Path.cwd() / "userturn-slurm"  # on the shared filesystem, not /tmp
-    with slurm_job(m, log_dir=logs.resolve(), say=say) as (job, endpoints):
+    key = server_api_key(m)  # the job reads it from a file only the user can read
+    with slurm_job(m, log_dir=logs.resolve(), say=say, api_key=key[1] if key else None) as (job, endpoints):
         urls = [v1(e.base_url) for e in endpoints]
         router = job.router_endpoint()
+        first = router or endpoints[0]
+        states = StateWatch(job)  # squeue with backoff while serving, too
 
         def watch() -> str | None:
-            ended = job.ended()
+            ended = job.ended(states.poll(), fresh=False)
             return None if ended is None else str(job.failure(f"stopped serving: {ended}"))
 
-        yield Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=endpoints[0].model,
-                     log_paths=[job.log_path(t) for t in range(job.tasks)], replica_urls=urls,
-                     api_key_env=m.api_key_env, model_path=endpoints[0].model_path, slurm_job_id=job.job_id,
-                     watch=watch)
+        server = Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=first.model,
+                        log_paths=[job.log_path(t) for t in range(job.tasks)], replica_urls=urls,
+                        api_key_env=key[0] if key else m.api_key_env, model_path=first.model_path,
+                        slurm_job_id=job.job_id, watch=watch)
+
+        def follow() -> list[str] | None:
+            now = job.base_urls()
+            if now is not None:
+                server.base_urls[:] = [v1(u) for u in now]
+                if not router:
+                    server.replica_urls[:] = server.base_urls
+            return None if now is None else list(server.base_urls)
+
+        server.follow = follow
+        yield server
 
 
-__all__ = ["Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]
+__all__ = ["ABORT", "Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]

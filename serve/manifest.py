@@ -11,12 +11,15 @@ from userturn.errors import UserError
 from userturn.files import read_yaml_mapping
 from userturn.shipped import resolve_named
 
-Engine = Literal["sglang", "transformers", "llamacpp", "external"]
-GPU_ENGINES: frozenset[str] = frozenset({"sglang", "llamacpp"})
-DEFAULT_STARTUP_TIMEOUT_S: dict[str, float] = {"sglang": 1800.0, "transformers": 600.0, "llamacpp": 900.0}
+Engine = Literal["sglang", "vllm", "transformers", "llamacpp", "external"]
+GPU_ENGINES: frozenset[str] = frozenset({"sglang", "vllm", "llamacpp"})
+PARALLEL_ENGINES: frozenset[str] = frozenset({"sglang", "vllm"})  # engines with tp/dp, memory fraction, parsers
+DEFAULT_STARTUP_TIMEOUT_S: dict[str, float] = {"sglang": 1800.0, "vllm": 1800.0, "transformers": 600.0,
+                                               "llamacpp": 900.0}
 # Readiness probes per engine, polled in order: the first must answer 200, then the next, ...
 DEFAULT_HEALTH_PATHS: dict[str, tuple[str, ...]] = {
     "sglang": ("/health_generate", "/v1/models"),
+    "vllm": ("/health", "/v1/models"),
     "transformers": ("/health", "/v1/models"),
     "llamacpp": ("/health", "/v1/models"),
     "custom": ("/v1/models",),
@@ -73,17 +76,38 @@ class SlurmConfig(_Strict):
                            description="port for --dist-init-addr on the first node; 0 picks a free one at run time")
     endpoint_dir: str | None = Field(default=None, description="shared folder the job writes its endpoint JSON to; "
                                      "default: $USERTURN_ENDPOINT_DIR, else userturn-endpoints/ in the submit dir")
+    hf_home: str | None = Field(default=None, description="HF_HOME in the job: where the hub cache is on the nodes "
+                                "(a shared or scratch folder); default: the job's own environment "
+                                "(HF_HOME, else ~/.cache/huggingface)")
+    hf_hub_offline: bool | None = Field(default=None, description="HF_HUB_OFFLINE in the job (true: weights must be "
+                                        "in the cache already); default: the job's own environment")
+    queue_timeout: float | None = Field(default=None, gt=0, description="--launcher slurm: seconds a job may wait "
+                                        "in the queue before it is cancelled; default: no limit (startup_timeout "
+                                        "counts only from when the job runs)")
 
 
 class K8sConfig(_Strict):
     """Settings for `--emit k8s`."""
 
     image: str | None = Field(default=None, description="container image; default lmsysorg/sglang for engine "
-                              "sglang, required for every other engine")
+                              "sglang, vllm/vllm-openai for engine vllm, required for every other engine")
     namespace: str | None = None
     hf_token_secret: str = Field(default="hf-token", description="Secret holding HF_TOKEN (key 'token'; optional)")
+    api_key_secret: str = Field(default="userturn-api-key", description="with api_key: the Secret holding the "
+                                "server's key (key 'key'; you create it, the pods wait for it)")
     cache_pvc: str | None = Field(default=None, description="PVC for the model cache at /root/.cache/huggingface "
-                                  "(default: an emptyDir that survives container restarts)")
+                                  "(ReadWriteMany for multi-node); default for one node: an emptyDir")
+    cache_host_path: str | None = Field(default=None, description="a folder on every node with the hub cache "
+                                        "pre-staged (hostPath, mounted at /root/.cache/huggingface); the pods run "
+                                        "offline (HF_HUB_OFFLINE=1)")
+
+    @model_validator(mode="after")
+    def _one_cache(self) -> K8sConfig:
+        if self.cache_pvc and self.cache_host_path:
+            raise ValueError("cache_pvc and cache_host_path: set one of them")
+        if self.cache_host_path is not None and not self.cache_host_path.startswith("/"):
+            raise ValueError(f"cache_host_path {self.cache_host_path!r} must be an absolute path on the nodes")
+        return self
     shm_size: str = "32Gi"
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] | None = Field(
@@ -116,7 +140,8 @@ class Manifest(_Strict):
     dist_init_addr: str | None = Field(default=None, description="host:port of node 0 for multi-node")
     gpus: int | None = Field(default=None, ge=0, description="GPUs one replica needs across its nodes")
     gpu_ids: list[int] | None = Field(default=None, description="GPUs to slice among replicas (default: 0..N-1)")
-    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
+    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1, description="GPU memory share: sglang "
+                                              "--mem-fraction-static, vllm --gpu-memory-utilization")
     context_length: int | None = Field(default=None, ge=1)
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
     seed: int | None = None
@@ -137,6 +162,9 @@ class Manifest(_Strict):
     health_paths: list[str] | None = Field(default=None, description="readiness routes polled in order")
     base_url: str | None = Field(default=None, description="engine external: the endpoint (…/v1)")
     api_key_env: str | None = Field(default=None, description="env var holding the API key")
+    api_key: Literal["generate", "env"] | None = Field(
+        default=None, description="launched servers require an API key, which the probe sends: 'generate' (a new "
+        "random key per launch) or 'env' (the key in api_key_env); a custom command takes it as {api_key}")
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     source: Path | None = Field(default=None, exclude=True, description="the YAML file (set by load_manifest)")
@@ -163,13 +191,31 @@ class Manifest(_Strict):
                 raise ValueError("base_url is only for engine 'external'")
             if not self.model and not self.command:
                 raise ValueError(f"engine '{e}' needs model (a path or hub id)")
-        if e != "sglang":
-            for field, default in (("tp_size", 1), ("dp_size", 1), ("nnodes", 1)):
-                if getattr(self, field) != default and not self.command:
-                    raise ValueError(f"{field} is only supported by engine 'sglang'")
-            for field in ("mem_fraction_static", "dist_init_addr", "reasoning_parser", "load_format"):
-                if getattr(self, field) is not None and not self.command:
-                    raise ValueError(f"{field} is only supported by engine 'sglang'")
+        if e not in PARALLEL_ENGINES and not self.command:
+            for field, default in (("tp_size", 1), ("dp_size", 1)):
+                if getattr(self, field) != default:
+                    raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
+            for field in ("mem_fraction_static", "reasoning_parser", "load_format"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
+        if e != "sglang" and not self.command:
+            if self.nnodes != 1:
+                raise ValueError("nnodes > 1 is only supported by engine 'sglang' (vllm: one node, up to its GPUs)")
+            if self.dist_init_addr is not None:
+                raise ValueError("dist_init_addr is only supported by engine 'sglang'")
+        if e == "vllm" and self.probe.send_stop_token_ids is None:
+            self.probe.send_stop_token_ids = True  # vLLM honours stop_token_ids on raw /v1/completions
+        if self.api_key is not None:
+            if e == "external":
+                raise ValueError("api_key is for launched servers: an external endpoint's key goes in api_key_env")
+            if self.api_key == "env" and not self.api_key_env:
+                raise ValueError("api_key: env needs api_key_env (the variable that holds the key)")
+            if self.command and not any("{api_key}" in a for a in self.command):
+                raise ValueError("api_key: the custom command must take the key as {api_key}")
+            if e == "transformers" and not self.command:
+                raise ValueError("api_key is not supported by engine 'transformers' (the CPU engine takes no key)")
+            if self.router is not None:
+                raise ValueError("api_key with a router is not supported yet (the router would need the key too)")
         if self.router is not None and e != "sglang":
             raise ValueError("router is only supported with engine 'sglang'")
         if self.nnodes > 1 and self.replicas > 1:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import weakref
 from collections import deque
@@ -16,6 +17,10 @@ from pathlib import Path
 from userturn.serve.commands import LaunchSpec
 
 from userturn.errors import UserError
+
+# Set to make every launch still waiting for its servers give up (`run --parallel-models`: Ctrl-C or another
+# model's failure while other models' servers start in threads).
+ABORT = threading.Event()
 
 DEFAULT_GRACE_S = 15.0
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()

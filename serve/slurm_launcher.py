@@ -1,14 +1,20 @@
 """`--launcher slurm`: sbatch a manifest's script, wait for the job's endpoint JSON, hand out its base URLs, scancel.
 
-While waiting it shows the job state and the last log line; a job that ends, or is not ready by the startup
-deadline, raises ServerStartError (exit 4) with the state and the log tail. The job is cancelled on exit, on
-errors, on Ctrl-C and on SIGTERM, and the launcher waits until SLURM reports it gone.
+While waiting it shows the job state and the last log line. Queue time is free: `startup_timeout` counts from when
+squeue shows a task RUNNING (up to one backoff step, 30 s, after it started; a requeued task starts its count
+again), so only `cluster.slurm.queue_timeout`, when set, limits the wait in the queue. With a router the job is
+ready once the router answers in front of the first ready replica (the others join it as they come); without one
+every replica must be ready. A job that ends, or a running task not ready by its deadline, raises ServerStartError
+(exit 4) with the state and the log tail. `squeue` is asked with backoff (1 s doubling to 30 s while nothing
+changes); the endpoint files, which cost nothing, every second. The job is cancelled on exit, on errors, on Ctrl-C
+and on SIGTERM, and the launcher waits until SLURM reports it gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -19,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from userturn.serve.manifest import Manifest
-from userturn.serve.process import ServerStartError
+from userturn.serve.process import ABORT, ServerStartError
 from userturn.serve.slurm_script import render_slurm, slug
 
 from userturn.errors import UserError
@@ -29,6 +35,9 @@ ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "S
                            "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED"})
 REPORT_EVERY_S = 15.0
 CANCEL_WAIT_S = 30.0
+SQUEUE_MIN_S, SQUEUE_MAX_S = 1.0, 30.0  # squeue backoff: from 1 s, doubling while nothing changes, up to 30 s
+FILE_POLL_S = 1.0  # endpoint files are read this often
+ROUTER_GRACE_S = 120.0  # after its first replica is ready, the router has this long to answer
 
 
 class Endpoint(BaseModel):
@@ -41,6 +50,49 @@ class Endpoint(BaseModel):
     host: str
     port: int
     model_path: str | None = None
+    restart_count: int = 0
+
+
+class Backoff:
+    """Delays that double from `low` to `high` while nothing changes; `reset()` when something did."""
+
+    def __init__(self, low: float = SQUEUE_MIN_S, high: float = SQUEUE_MAX_S) -> None:
+        self.low, self.high, self._next = low, high, low
+
+    def next(self) -> float:
+        delay, self._next = self._next, min(self._next * 2, self.high)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.low
+
+
+class StateWatch:
+    """`squeue` for one job, asked at most as often as the backoff allows; the last answer in between."""
+
+    def __init__(self, job: SlurmJob, clock: Callable[[], float] = time.monotonic) -> None:
+        self.job, self.clock, self.backoff = job, clock, Backoff()
+        self.states: dict[str, str] | None = None
+        self._due = 0.0
+
+    def poll(self) -> dict[str, str] | None:
+        now = self.clock()
+        if now >= self._due:
+            new = self.job.states()
+            if new != self.states:
+                self.backoff.reset()
+            self.states = new
+            self._due = now + self.backoff.next()
+        return self.states
+
+
+def task_of(key: str, job_id: str) -> int | None:
+    """`77` -> 0, `77_3` -> 3; a pending range (`77_[1-2]`) -> None."""
+    if key == job_id:
+        return 0
+    prefix = f"{job_id}_"
+    rest = key[len(prefix):] if key.startswith(prefix) else ""
+    return int(rest) if rest.isdigit() else None
 
 
 def _run(argv: list[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -89,7 +141,19 @@ class SlurmJob:
         return self._read("router") if self.router else None
 
     def ready(self) -> bool:
-        return len(self.endpoints()) == self.tasks and (not self.router or self.router_endpoint() is not None)
+        """With a router: the router answers (in front of at least one replica); else: every replica answers."""
+        if self.router:
+            return self.router_endpoint() is not None
+        return len(self.endpoints()) == self.tasks
+
+    def base_urls(self) -> list[str] | None:
+        """Where clients go now: the router's URL, else every replica's; None while not all are written (a requeued
+        job removes its endpoint when it stops and writes the new one once its server answers again)."""
+        if self.router:
+            router = self.router_endpoint()
+            return [router.base_url] if router else None
+        endpoints = self.endpoints()
+        return [e.base_url for e in endpoints] if len(endpoints) == self.tasks else None
 
     def states(self) -> dict[str, str] | None:
         """`{job or job_task: "STATE (reason)"}` from squeue (all states, so failed jobs show too); {} when the
@@ -150,9 +214,9 @@ class SlurmJob:
             return "no longer in the queue"
         return ", ".join(v if k == self.job_id else f"{k} {v}" for k, v in sorted(states.items()))
 
-    def ended(self) -> str | None:
-        """None while every task is active; else a description of the states."""
-        states = self.states()
+    def ended(self, states: dict[str, str] | None = None, *, fresh: bool = True) -> str | None:
+        """None while every task is active; else a description of the states (`fresh`: ask squeue now)."""
+        states = self.states() if fresh else states
         if states is None or (states and all(s.split()[0] in ACTIVE_STATES for s in states.values())):
             return None
         return self.describe(states)
@@ -167,8 +231,9 @@ class SlurmJob:
                 time.sleep(0.5)
 
 
-def submit(m: Manifest, run_dir: Path) -> SlurmJob:
-    """Write the script into `run_dir` and sbatch it with its log and endpoint folder there."""
+def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
+    """Write the script into `run_dir` and sbatch it with its log (appended to on requeue) and endpoint folder there;
+    `api_key` goes into `run_dir/api_key` (mode 600), which the job reads."""
     if shutil.which("sbatch") is None:
         raise UserError("--launcher slurm: sbatch not found on PATH (run on a SLURM login node)")
     script = render_slurm(m)
@@ -177,8 +242,15 @@ def submit(m: Manifest, run_dir: Path) -> SlurmJob:
     path = run_dir / "job.sbatch"
     path.write_text(script, encoding="utf-8")
     log = run_dir / ("%A_%a.log" if m.replicas > 1 else "%j.log")
-    argv = ["sbatch", "--parsable", f"--output={log}", f"--chdir={run_dir}",
-            f"--export=ALL,USERTURN_ENDPOINT_DIR={run_dir / 'endpoints'}", str(path)]
+    export = f"ALL,USERTURN_ENDPOINT_DIR={run_dir / 'endpoints'}"
+    if api_key is not None:
+        key_file = run_dir / "api_key"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(api_key)
+        export += f",USERTURN_API_KEY_FILE={key_file}"
+    argv = ["sbatch", "--parsable", f"--output={log}", "--open-mode=append", f"--chdir={run_dir}",
+            f"--export={export}", str(path)]
     proc = _run(argv)
     if proc.returncode != 0:
         raise ServerStartError(f"sbatch {path} failed: {_last_line(proc.stderr or proc.stdout)}")
@@ -188,41 +260,80 @@ def submit(m: Manifest, run_dir: Path) -> SlurmJob:
     return SlurmJob(job_id=job_id, tasks=m.replicas, run_dir=run_dir, router=m.router is not None)
 
 
-def wait_for_endpoints(job: SlurmJob, deadline: float, say: Status, *, poll_s: float = 2.0) -> list[Endpoint]:
-    """Block until every task has written its endpoint; ServerStartError if the job ends or the deadline passes."""
-    started = time.monotonic()
-    last_report = started
+def _late(job: SlurmJob, running_since: dict[int, float], now: float, timeout_s: float) -> str | None:
+    """Why the job missed its startup deadline, counted from when its tasks run, else None."""
+    if job.router:
+        # the router runs in task 0, in front of the first replica that is ready
+        if 0 not in running_since:
+            return None
+        limit = timeout_s + ROUTER_GRACE_S
+        if now - running_since[0] > limit and job.router_endpoint() is None:
+            return (f"no router after {now - running_since[0]:.0f}s running (startup_timeout {timeout_s:.0f}s for "
+                    f"the first replica + {ROUTER_GRACE_S:.0f}s for the router)")
+        return None
+    ready = {e.array_task_id for e in job.endpoints()}
+    for task, since in sorted(running_since.items()):
+        if task not in ready and now - since > timeout_s:
+            which = f"task {task} " if job.tasks > 1 else ""
+            return f"{which}not ready after {now - since:.0f}s running (startup_timeout {timeout_s:.0f}s)"
+    return None
+
+
+def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_timeout: float | None = None,
+                       clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                       file_poll_s: float = FILE_POLL_S) -> list[Endpoint]:
+    """Block until the job is ready (see `SlurmJob.ready`); ServerStartError if it ends, if a running task is not
+    ready `timeout_s` after it started running, or (with `queue_timeout`) if it is still queued after that long."""
+    watch = StateWatch(job, clock)
+    submitted = last_report = clock()
+    running_since: dict[int, float] = {}
     last_state = ""
     while True:
         if job.ready():
             return job.endpoints()
-        ended = job.ended()
+        if ABORT.is_set():
+            raise ServerStartError(f"slurm job {job.job_id}: launch cancelled")
+        states = watch.poll()
+        now = clock()
+        ended = job.ended(states, fresh=False)
         if ended is not None:
             if job.ready():  # written just before it ended?
                 return job.endpoints()
             raise job.failure(f"ended before its server was ready: {ended}")
-        now = time.monotonic()
-        if now > deadline:
-            raise job.failure(f"not ready after {now - started:.0f}s (startup_timeout; {job.describe()})")
-        state = job.describe()
+        for key, state in (states or {}).items():
+            task = task_of(key, job.job_id)
+            if task is None:
+                continue
+            if state.split()[0] == "RUNNING":
+                running_since.setdefault(task, now)
+            else:  # pending again (requeued): its count starts over when it runs
+                running_since.pop(task, None)
+        late = _late(job, running_since, now, timeout_s)
+        if late is not None:
+            raise job.failure(f"{late}; {job.describe(states)}")
+        if queue_timeout is not None and not running_since and now - submitted > queue_timeout:
+            raise job.failure(f"still queued after {now - submitted:.0f}s (cluster.slurm.queue_timeout; "
+                              f"{job.describe(states)})")
+        state = job.describe(states)
         if state != last_state or now - last_report >= REPORT_EVERY_S:
             tail = job.tail(1)
             router = "" if not job.router else " (router waiting)" if job.router_endpoint() is None else " + router"
-            say(f"slurm job {job.job_id}: {state}; {len(job.endpoints())}/{job.tasks} ready{router}"
+            clock_note = "" if running_since else "; queue time does not count against startup_timeout"
+            say(f"slurm job {job.job_id}: {state}; {len(job.endpoints())}/{job.tasks} ready{router}{clock_note}"
                 + (f"; log: {tail[0][:160]}" if tail else ""))
             last_state, last_report = state, now
-        time.sleep(poll_s)
+        sleep(file_poll_s)
 
 
 @contextlib.contextmanager
-def slurm_job(m: Manifest, *, log_dir: Path, say: Status) -> Iterator[tuple[SlurmJob, list[Endpoint]]]:
+def slurm_job(m: Manifest, *, log_dir: Path, say: Status,
+              api_key: str | None = None) -> Iterator[tuple[SlurmJob, list[Endpoint]]]:
     """Submit, wait until ready, yield (job, endpoints); scancel on the way out, whatever happened."""
     run_dir = log_dir / f"{slug(m.label)}-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}"
-    started = time.monotonic()
-    job = submit(m, run_dir)
+    job = submit(m, run_dir, api_key)
     say(f"submitted slurm job {job.job_id} ({run_dir / 'job.sbatch'}; log: {job.log_path()})")
     try:
-        endpoints = wait_for_endpoints(job, started + m.timeout_s, say)
+        endpoints = wait_for_endpoints(job, m.timeout_s, say, queue_timeout=m.cluster.slurm.queue_timeout)
         yield job, endpoints
     finally:
         say(f"cancelling slurm job {job.job_id}")

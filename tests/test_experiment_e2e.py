@@ -111,3 +111,85 @@ def test_unreachable_endpoint_is_one_line(tmp_path: Path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("userturn: error:") and "Traceback" not in proc.stderr
     assert json.loads((tmp_path / "runs" / "smoke-e2e" / "experiment.json").read_text())["experiment"]["name"]
+
+
+LOOPBACK = Path(__file__).resolve().parent / "loopback_server.py"
+
+
+def _three_model_experiment(tmp_path: Path) -> Path:
+    """Three manifest models (each a loopback server process launched for the run) on the smoke data."""
+    import yaml
+
+    shutil.copy(ROOT / "experiments" / "data" / "smoke.jsonl", tmp_path / "smoke.jsonl")
+    for i in range(3):
+        (tmp_path / f"m{i}.yaml").write_text(yaml.safe_dump({
+            "name": f"m{i}", "engine": "transformers", "served_model_name": f"m{i}",
+            "command": [sys.executable, str(LOOPBACK), "--host", "{host}", "--port", "{port}"],
+            "health_paths": ["/health"], "probe": {"tokenizer": QWEN_DIR}}))
+    path = tmp_path / "three.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "three", "models": [{"manifest": f"m{i}.yaml"} for i in range(3)],
+        "datasets": [{"spec": "smoke.jsonl"}], "temperatures": [0.0], "samples": 1, "modes": ["raw"],
+        "assistant_from": "dataset", "max_tokens": 16}))
+    return path
+
+
+def test_parallel_models_keeps_k_launches_in_flight_and_writes_what_one_at_a_time_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--parallel-models 2 over three models: never more than two servers launching or serving at once (each launch
+    first waits 1 s, like a queued job), and the same records as the one-at-a-time run."""
+    import contextlib
+    import threading
+    import time
+
+    import userturn.serve.launcher as launcher
+
+    from userturn.cli import main
+
+    real, lock = launcher.launch, threading.Lock()
+    live = {"now": 0, "max": 0}
+
+    @contextlib.contextmanager
+    def queued_launch(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        with lock:
+            live["now"] += 1
+            live["max"] = max(live["max"], live["now"])
+        try:
+            time.sleep(1.0)
+            with real(*args, **kwargs) as server:  # type: ignore[arg-type]
+                yield server
+        finally:
+            with lock:
+                live["now"] -= 1
+
+    monkeypatch.setattr(launcher, "launch", queued_launch)
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    exp = _three_model_experiment(tmp_path)
+    got = {}
+    for k in (2, 1):
+        live["max"] = 0
+        out = tmp_path / f"k{k}"
+        assert main(["run", str(exp), "--out-dir", str(out), "--parallel-models", str(k), "--no-progress"]) == 0
+        assert live["max"] == k and live["now"] == 0
+        records, _ = read_records(out / "three" / "results.jsonl")
+        got[k] = {key: (r.status, r.user_turn) for key, r in records.items()}
+    assert got[2] == got[1]
+    assert {key.split("|")[0] for key in got[2]} == {"m0", "m1", "m2"}
+    assert all(status == "ok" for status, _ in got[2].values())
+
+
+def test_parallel_models_a_model_that_fails_to_start_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    import psutil
+    import yaml
+
+    exp = _three_model_experiment(tmp_path)
+    (tmp_path / "m1.yaml").write_text(yaml.safe_dump({
+        "name": "m1", "engine": "transformers", "served_model_name": "m1",
+        "command": [sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(3)", "{port}"],
+        "health_paths": ["/health"], "probe": {"tokenizer": QWEN_DIR}}))
+    proc = run(str(exp), "--out-dir", str(tmp_path / "out"), "--parallel-models", "3", "--no-progress")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("userturn: error:")]
+    assert proc.returncode == 4 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "models.1 (m1): m1-r0: exited with code 3 during startup" in lines[0] and "no GPU here" in lines[0]
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(LOOPBACK) in " ".join(p.info["cmdline"] or [])]
+    assert not left, f"servers of the other models survived: {left}"

@@ -90,7 +90,7 @@ def test_validator_catches_a_broken_document() -> None:
 @pytest.mark.parametrize("path", sorted(MANIFESTS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_manifest_validates(path: Path) -> None:
     m = load_manifest(path)
-    if m.engine != "sglang" and not m.cluster.k8s.image:
+    if m.engine not in ("sglang", "vllm") and not m.cluster.k8s.image:
         m = m.model_copy(update={"cluster": m.cluster.model_copy(update={
             "k8s": m.cluster.k8s.model_copy(update={"image": "registry.example/userturn-cpu:1"})})})
     validate_all(render_k8s(m))
@@ -114,6 +114,61 @@ def test_gpu_deployment_starts_on_a_real_cluster() -> None:
                                                                "optional": True}}} in c["env"]
     assert svc["metadata"]["name"] == dep["metadata"]["name"] and svc["spec"]["selector"] == \
         dep["spec"]["selector"]["matchLabels"]
+
+
+def test_multinode_without_a_shared_cache_is_refused() -> None:
+    data = {**MULTI, "cluster": {"k8s": {"image": "lmsysorg/sglang:v0.5"}}}
+    with pytest.raises(UserError) as info:
+        render_k8s(parse_manifest(data))
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("manifest: cluster.k8s: nnodes 2 needs a shared model cache: add "
+                                              "cache_pvc: NAME (a ReadWriteMany PersistentVolumeClaim) or "
+                                              "cache_host_path: /DIR")
+
+
+def test_shipped_397b_keeps_its_weights_on_a_pvc() -> None:
+    lws, _svc = validate_all(render_k8s(load_manifest(MANIFESTS / "qwen3.5-397b-a17b.yaml")))
+    tpl = lws["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        volumes = {v["name"]: v for v in tpl[role]["spec"]["volumes"]}
+        assert volumes["model-cache"] == {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}
+    assert "emptyDir: {}" not in render_k8s(load_manifest(MANIFESTS / "qwen3.5-397b-a17b.yaml"))
+
+
+def test_prestaged_host_path_runs_offline() -> None:
+    data = {**MULTI, "cluster": {"k8s": {"image": "lmsysorg/sglang:v0.5", "cache_host_path": "/mnt/hf"}}}
+    lws, _svc = validate_all(render_k8s(parse_manifest(data)))
+    leader, worker = containers(lws)
+    pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert {"name": "model-cache", "hostPath": {"path": "/mnt/hf", "type": "Directory"}} in pod["volumes"]
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in leader["env"] and {"name": "HF_HUB_OFFLINE", "value": "1"} \
+        in worker["env"]
+    for bad, needle in (({"cache_pvc": "a", "cache_host_path": "/b"}, "set one of them"),
+                        ({"cache_host_path": "rel/dir"}, "must be an absolute path")):
+        with pytest.raises(UserError, match=needle):
+            parse_manifest({**MULTI, "cluster": {"k8s": bad}})
+
+
+def test_api_key_comes_from_a_secret() -> None:
+    m = parse_manifest({"engine": "vllm", "model": "x", "api_key": "generate",
+                        "cluster": {"k8s": {"api_key_secret": "my-key"}}})
+    text = render_k8s(m)
+    dep, _svc = validate_all(text)
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][c["command"].index("--api-key") + 1] == "$(USERTURN_API_KEY)"  # Kubernetes expands it
+    assert {"name": "USERTURN_API_KEY", "valueFrom": {"secretKeyRef": {"name": "my-key", "key": "key"}}} in c["env"]
+    assert "kubectl create secret generic my-key --from-literal=key=" in text.splitlines()[3]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"  # no key needed there
+
+
+def test_vllm_deployment_runs_vllm_serve_in_the_vllm_image() -> None:
+    dep, _svc = validate_all(render_k8s(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml")))
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "vllm/vllm-openai:latest"
+    assert c["command"][:3] == ["vllm", "serve", "Qwen/Qwen3.5-9B"]
+    assert c["command"][c["command"].index("--port") + 1] == "30000"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 30000}
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
 
 
 def test_multinode_leaderworkerset_service_is_named_apart() -> None:

@@ -65,14 +65,33 @@ def test_missing_model_path(tmp_path: Path) -> None:
 
 
 def test_unknown_engine_lists_choices(tmp_path: Path) -> None:
-    msg = error_of(write(tmp_path, {"engine": "vllm", "model": "x/y"}))
-    assert ": engine: " in msg and "'sglang'" in msg
+    msg = error_of(write(tmp_path, {"engine": "tgi", "model": "x/y"}))
+    assert ": engine: " in msg and "'sglang'" in msg and "'vllm'" in msg
+
+
+def test_vllm_manifest_validates_with_parallelism_and_stop_token_ids(tmp_path: Path) -> None:
+    m = load_manifest(write(tmp_path, {"engine": "vllm", "model": "Qwen/Qwen3-8B", "tp_size": 2, "dp_size": 2,
+                                       "mem_fraction_static": 0.9, "reasoning_parser": "qwen3",
+                                       "load_format": "dummy"}))
+    assert m.gpus_per_replica == 4 and m.readiness_paths == ("/health", "/v1/models") and m.timeout_s == 1800
+    assert m.probe.send_stop_token_ids is True  # vLLM honours stop_token_ids: on unless the manifest says no
+    off = load_manifest(write(tmp_path, {"engine": "vllm", "model": "x", "probe": {"send_stop_token_ids": False}}))
+    assert off.probe.send_stop_token_ids is False
 
 
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
-        ({"engine": "transformers", "model": "x", "tp_size": 2}, "tp_size is only supported by engine 'sglang'"),
+        ({"engine": "transformers", "model": "x", "tp_size": 2},
+         "tp_size is only supported by engines 'sglang' and 'vllm'"),
+        ({"engine": "vllm", "model": "x", "nnodes": 2}, "nnodes > 1 is only supported by engine 'sglang'"),
+        ({"engine": "vllm", "model": "x", "dist_init_addr": "h:1"}, "dist_init_addr is only supported by engine"),
+        ({"engine": "vllm", "model": "x", "router": {}}, "router is only supported"),
+        ({"engine": "vllm", "model": "x", "api_key": "env"}, "api_key: env needs api_key_env"),
+        ({"engine": "transformers", "model": "x", "api_key": "generate"}, "the CPU engine takes no key"),
+        ({"engine": "vllm", "command": ["srv", "--port", "{port}"], "api_key": "generate"}, "as {api_key}"),
+        ({"engine": "external", "base_url": "http://h/v1", "api_key": "generate"}, "goes in api_key_env"),
+        ({"engine": "sglang", "model": "x", "replicas": 2, "router": {}, "api_key": "generate"}, "router"),
         ({"engine": "llamacpp", "model": "x", "load_format": "dummy"}, "load_format is only supported"),
         ({"engine": "external"}, "engine 'external' needs base_url"),
         ({"engine": "sglang", "model": "x", "base_url": "http://h/v1"}, "base_url is only for engine 'external'"),
@@ -142,7 +161,7 @@ def test_shipped_manifest_is_valid(path: Path) -> None:
     assert m.label == path.stem
     assert m.probe.stop, "every shipped manifest carries probe stop strings"
     assert m.probe.tokenizer
-    if m.engine == "sglang":
+    if m.engine in ("sglang", "vllm"):
         assert m.gpus is not None and m.gpus >= m.tp_size
         text = path.read_text()
         assert "GPUs:" in text and "Memory:" in text, "state the GPU count and the memory arithmetic"

@@ -132,3 +132,36 @@ datasets: [data.jsonl]
     if "is being written" not in proc.stderr:
         pytest.fail(f"the run was not stopped by the lock: {proc.stderr}")
     assert_one_line_error(proc, 2, f"{results} is being written by another process (pid {holder.pid}")
+
+
+MOUNTS = """/dev/sda1 / ext4 rw,relatime 0 0
+server:/export /mnt/nfs nfs4 rw,vers=4.2 0 0
+10.0.0.1@tcp:/scratch /mnt/my\\040lustre lustre rw,flock 0 0
+"""
+
+
+def test_filesystem_type_is_the_longest_mount_above_the_path(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(MOUNTS)
+    kinds = [results_lock.filesystem_type(p, str(mounts)) for p in
+             ("/mnt/nfs/runs/a.jsonl", "/mnt/my lustre/r.jsonl", "/mnt/nfsother/a", "/", "/mnt/nfs")]
+    assert kinds == ["nfs4", "lustre", "ext4", "ext4", "nfs4"]
+    assert results_lock.filesystem_type("/x", str(tmp_path / "missing")) is None
+
+
+def test_a_lock_on_a_network_file_system_warns_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\nfs:/e {tmp_path} nfs rw 0 0\n")
+    monkeypatch.setattr(results_lock, "MOUNTS", str(mounts))
+    out = tmp_path / "runs" / "r.jsonl"
+    for _ in range(2):
+        with results_lock.results_lock(out):
+            pass
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"userturn: warning: {out}.lock is on nfs, where the writer lock (flock) may hold on one node "
+                   "only: run one writer per results file across nodes"]
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\ntmpfs {tmp_path} tmpfs rw 0 0\n")
+    with results_lock.results_lock(tmp_path / "local.jsonl"):
+        pass
+    assert capsys.readouterr().err == ""

@@ -77,6 +77,41 @@ def test_sglang_multinode_needs_dist_init_addr() -> None:
         sglang_argv(m, port=1)
 
 
+def test_vllm_flags_exactly() -> None:
+    m = parse_manifest({"engine": "vllm", "model": "Qwen/Qwen3-8B", "served_model_name": "q", "tp_size": 4,
+                        "dp_size": 2, "mem_fraction_static": 0.8, "context_length": 8192, "dtype": "bfloat16",
+                        "seed": 3, "reasoning_parser": "qwen3", "trust_remote_code": True, "revision": "main",
+                        "extra_args": ["--enable-prefix-caching"]})
+    assert server_argv(m, port=9000) == [
+        "vllm", "serve", "Qwen/Qwen3-8B", "--revision", "main", "--host", "127.0.0.1", "--port", "9000",
+        "--tensor-parallel-size", "4", "--data-parallel-size", "2", "--gpu-memory-utilization", "0.8",
+        "--max-model-len", "8192", "--dtype", "bfloat16", "--seed", "3", "--reasoning-parser", "qwen3",
+        "--trust-remote-code", "--generation-config", "vllm", "--served-model-name", "q",
+        "--enable-prefix-caching"]
+
+
+def test_vllm_dry_run_prints_vllm_serve(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "qwen3.5-9b-vllm", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("# qwen3.5-9b-vllm-r0: ready when /health then /v1/models answer 200 on http://127.0.0.1:")
+    argv = shlex.split(out[1])
+    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3.5-9B"]
+    assert argv[argv.index("--max-model-len") + 1] == "32768" and argv[argv.index("--served-model-name") + 1] == \
+        "qwen3.5-9b"
+
+
+def test_api_key_flags_and_dry_run_never_shows_a_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for engine in ("sglang", "vllm", "llamacpp"):
+        argv = server_argv(parse_manifest({"engine": engine, "model": "m.gguf", "api_key": "generate"}), port=1,
+                           api_key="k3y")
+        assert argv[argv.index("--api-key") + 1] == "k3y", engine
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump({"engine": "vllm", "model": "x", "api_key": "generate"}))
+    assert main(["serve", str(p), "--dry-run"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "--api-key '<generated at launch>'" in line
+
+
 def test_cpu_engine_argv(tmp_path: Path) -> None:
     m = parse_manifest({"engine": "transformers", "model": "/models/tiny", "served_model_name": "tiny", "seed": 3,
                         "context_length": 2048, "dtype": "bfloat16", "chat_template": "/t.jinja",

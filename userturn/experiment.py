@@ -352,12 +352,13 @@ def results_path(exp: Experiment, out_dir: str | None = None) -> Path:
 
 
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
-                         progress: bool = True, rejudge: bool = False,
-                         launcher: str | None = None) -> tuple[Path, list[Any]]:
-    """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries)."""
+                         progress: bool = True, rejudge: bool = False, launcher: str | None = None,
+                         parallel_models: int = 1) -> tuple[Path, list[Any]]:
+    """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries).
+    `parallel_models` > 1 keeps that many models' servers launching (queued, starting) or serving at once, and
+    probes them one at a time as they become ready (see `_models_ahead`)."""
     from userturn.client import scoring
-    from userturn.resume_index import scan_results
-    from userturn.run_builder import TargetSession, open_target
+    from userturn.run_builder import open_target
 
     results = results_path(exp, out_dir)
     run_dir = results.parent
@@ -370,38 +371,134 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         assistant_source(dataset, exp, items)  # `assistant_from: dataset` on open conversations: refused here
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
+    grid = _Grid(exp, datasets, results, progress, rejudge)
+    if parallel_models > 1:
+        await _models_ahead(exp, base, source, launcher, parallel_models, grid, summaries)
+        return results, summaries
     for index, entry in enumerate(exp.models):
         layers = [entry.layer(), exp.layer()]
         with naming_entry(source, index, entry), \
                 open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
-            panel = _panel(exp, target.model, target.base_urls[0], options, rejudge)
-            try:
-                if panel is not None:
-                    await panel.check()
-                async with TargetSession(target, options) as session:
-                    if "raw" in exp.modes:
-                        session.renderer  # noqa: B018 - load the chat template before any request
-                    await session.check()
-                    runs = []
-                    for (name, items, every), dataset in zip(datasets, exp.datasets, strict=True):
-                        probe_items = expand_assistant_samples(items, exp.assistant_samples)
-                        pool = expand_assistant_samples(every, exp.assistant_samples) if every is not None else None
-                        for mode in exp.modes:
-                            runs.append(session.probe_run(
-                                probe_items, dataset=name, mode=mode, perturbations=exp.perturbations,
-                                assistant_from=assistant_source(dataset, exp, items), out_path=str(results),
-                                judge=panel, progress=progress,
-                                progress_title=f"{exp.name}: {target.model} on {name} ({mode})", swap_pool=pool,
-                                resume_hint=RESUME_HINT))
-                    existing = scan_results(results)
-                    for run in runs:  # every run of this model is checked before any of them writes
-                        run.check_resume(existing)
-                    for run in runs:
-                        summaries.append(await run.run())
-            finally:
-                if panel is not None:
-                    await panel.aclose()
+            summaries += await grid.probe_model(target, options)
     return results, summaries
+
+
+@dataclass
+class _Grid:
+    """What every model of the grid is probed on, and where its records go."""
+
+    exp: Experiment
+    datasets: list[tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]]
+    results: Path
+    progress: bool
+    rejudge: bool
+
+    async def probe_model(self, target: Any, options: ProbeOptions) -> list[Any]:
+        """Every dataset x mode of one served model (its judge panel checked first), in order; the summaries."""
+        from userturn.resume_index import scan_results
+        from userturn.run_builder import TargetSession
+
+        exp, results = self.exp, self.results
+        summaries: list[Any] = []
+        panel = _panel(exp, target.model, target.base_urls[0], options, self.rejudge)
+        try:
+            if panel is not None:
+                await panel.check()
+            async with TargetSession(target, options) as session:
+                if "raw" in exp.modes:
+                    session.renderer  # noqa: B018 - load the chat template before any request
+                await session.check()
+                runs = []
+                for (name, items, every), dataset in zip(self.datasets, exp.datasets, strict=True):
+                    probe_items = expand_assistant_samples(items, exp.assistant_samples)
+                    pool = expand_assistant_samples(every, exp.assistant_samples) if every is not None else None
+                    for mode in exp.modes:
+                        runs.append(session.probe_run(
+                            probe_items, dataset=name, mode=mode, perturbations=exp.perturbations,
+                            assistant_from=assistant_source(dataset, exp, items), out_path=str(results),
+                            judge=panel, progress=self.progress,
+                            progress_title=f"{exp.name}: {target.model} on {name} ({mode})", swap_pool=pool,
+                            resume_hint=RESUME_HINT))
+                existing = scan_results(results)
+                for run in runs:  # every run of this model is checked before any of them writes
+                    run.check_resume(existing)
+                for run in runs:
+                    summaries.append(await run.run())
+        finally:
+            if panel is not None:
+                await panel.aclose()
+        return summaries
+
+
+async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str | None, window: int, grid: _Grid,
+                        summaries: list[Any]) -> None:
+    """Up to `window` models' targets entered at once, each in a thread of its own (a launch blocks while its job is
+    queued and its server starts); the ready ones are probed one at a time in the order they became ready, so the
+    results file keeps one writer, and each is stopped (its job cancelled) before the next model is launched. On an
+    error or Ctrl-C, launches still waiting give up (`serve.process.ABORT`) and every entered target is exited."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from userturn.run_builder import open_target
+    from userturn.serve.process import ABORT
+
+    ABORT.clear()
+    # Own threads, `window` launches + one stop: the default executor (min(32, CPUs + 4) threads) could have every
+    # thread waiting on a queued job while a finished model's stop waits for a thread.
+    pool = ThreadPoolExecutor(max_workers=window + 1, thread_name_prefix="userturn-launch")
+    loop = asyncio.get_running_loop()
+    entering: dict[asyncio.Future[Any], tuple[int, Any]] = {}  # future of __enter__ -> (model index, its context)
+    ready: list[tuple[int, Any, Any]] = []  # (model index, context, (target, options)), in the order they came
+    upcoming = iter(enumerate(exp.models))
+
+    def start(index: int, entry: ModelEntry) -> None:
+        cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
+        entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)
+
+    async def leave(cm: Any) -> None:
+        """Stop the model's servers (cancel its job) in a thread: that waits for the processes or for SLURM."""
+        await loop.run_in_executor(pool, cm.__exit__, None, None, None)
+
+    async def take_ready(wait: bool) -> None:
+        if not entering:
+            return
+        done, _ = await asyncio.wait(entering, return_when=asyncio.FIRST_COMPLETED) if wait else (
+            {f for f in entering if f.done()}, None)
+        for future in sorted(done, key=lambda f: entering[f][0]):
+            index, cm = entering.pop(future)
+            try:
+                ready.append((index, cm, future.result()))
+            except UserError as exc:
+                with naming_entry(source, index, exp.models[index]):
+                    raise exc from None
+
+    try:
+        for _ in range(window):
+            if (nxt := next(upcoming, None)) is not None:
+                start(*nxt)
+        while entering or ready:
+            await take_ready(wait=not ready)
+            index, cm, (target, options) = ready.pop(0)
+            try:
+                with naming_entry(source, index, exp.models[index]):
+                    summaries += await grid.probe_model(target, options)
+            finally:
+                await leave(cm)
+            if (nxt := next(upcoming, None)) is not None:
+                start(*nxt)
+            await take_ready(wait=False)
+    except BaseException:
+        ABORT.set()  # launches still waiting for their servers give up within a second
+        for future, (_, cm) in list(entering.items()):
+            with contextlib.suppress(BaseException):  # a launch that failed has nothing to stop
+                await asyncio.shield(future)
+                ready.append((-1, cm, None))
+        for _, cm, _ in ready:
+            await leave(cm)
+        raise
+    finally:
+        ABORT.clear()
+        pool.shutdown(wait=False)
 
 
 SHOWN_TURNS = 8  # generated turns printed under the report (all of them: `userturn show RESULTS`)

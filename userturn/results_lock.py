@@ -7,6 +7,10 @@ on a clean release; one left by a killed process holds no lock and is simply tak
 
 Locks are re-entrant within a process: `userturn run` holds its results file for the whole grid while each probe
 run inside it takes the same lock again.
+
+flock is only as good as the file system: on a network file system (NFS, Lustre, GPFS, CephFS, ...) it may hold on
+one node only, so two writers on two nodes could both get it. Taking a lock there prints one warning line (once per
+file and process); the type comes from /proc/mounts (the longest mount point above the file).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import socket
 import sys
 import time
@@ -47,6 +52,50 @@ class _Held:
 
 
 _held: dict[str, _Held] = {}
+_warned: set[str] = set()
+MOUNTS = "/proc/mounts"
+# File systems where flock may not be coherent across nodes (kernel client or FUSE type names).
+NETWORK_FS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "ceph", "fuse.ceph", "cifs", "smb3", "smbfs", "9p",
+                        "beegfs", "fuse.beegfs", "glusterfs", "fuse.glusterfs", "fuse.sshfs", "afs", "pvfs2",
+                        "orangefs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "wekafs", "panfs"})
+
+
+def _unescape(field: str) -> str:
+    """/proc/mounts writes space, tab, newline and backslash in paths as octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def filesystem_type(path: str | Path, mounts: str | None = None) -> str | None:
+    """The type of the file system holding `path` (the longest mount point above its real path), None if unknown."""
+    target = os.path.realpath(path)
+    mounts = mounts or MOUNTS
+    best, kind = -1, None
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                point = _unescape(parts[1])
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= best:
+                    best, kind = len(point), parts[2]
+    except OSError:
+        return None
+    return kind
+
+
+def warn_if_network_fs(lock_path: Path, mounts: str | None = None) -> str | None:
+    """One warning line on stderr (once per file) when `lock_path` is on a network file system; returns it."""
+    name = os.path.realpath(lock_path)
+    kind = filesystem_type(lock_path.parent, mounts)
+    if name in _warned or kind not in NETWORK_FS:
+        return None
+    _warned.add(name)
+    line = (f"userturn: warning: {lock_path} is on {kind}, where the writer lock (flock) may hold on one node only: "
+            "run one writer per results file across nodes")
+    print(line, file=sys.stderr, flush=True)
+    return line
 
 
 def lock_path_for(path: str | Path) -> Path:
@@ -89,6 +138,7 @@ def acquire(path: str | Path) -> None:
         return
     try:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
+        warn_if_network_fs(lock_path)
         while True:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
