@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from userturn.cli_probe import add_network_arguments, configure_network
 from userturn.argtypes import positive_int
+from userturn.cli_probe import add_network_arguments, configure_network
 from userturn.cli_show import add_arguments as add_show_arguments
 from userturn.cli_show import show_record, wants_record
 from userturn.errors import UserError
