@@ -102,13 +102,13 @@ def test_probe_ends_with_the_command_to_run_next() -> None:
 
 def test_sigterm_while_a_server_is_launched_still_gives_the_resume_hint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from userturn.serve.launcher import _terminate_on_sigterm
+    from userturn.serve.launcher import terminate_on_sigterm
 
     results = tmp_path / "r.jsonl"
     results.write_text("")
 
     def command(args: argparse.Namespace) -> int:
-        with _terminate_on_sigterm():  # what `launch` wraps a manifest's servers in
+        with terminate_on_sigterm():  # what `launch` wraps a manifest's servers in
             signal.raise_signal(signal.SIGTERM)
         return 0
 

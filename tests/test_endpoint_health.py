@@ -160,7 +160,8 @@ def test_a_server_killed_mid_run_stops_the_probe_with_exit_3_and_the_run_resumes
                                 env=env)
         try:
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 30):
+            # 30 records and the configuration line
+            while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 31):
                 time.sleep(0.02)
             assert server.process is not None
             server.process.kill()

@@ -124,7 +124,7 @@ def _three_model_experiment(tmp_path: Path) -> Path:
     for i in range(3):
         (tmp_path / f"m{i}.yaml").write_text(yaml.safe_dump({
             "name": f"m{i}", "engine": "transformers", "served_model_name": f"m{i}",
-            "command": [sys.executable, str(LOOPBACK), "--host", "{host}", "--port", "{port}"],
+            "command": [sys.executable, str(LOOPBACK), "--host", "{host}", "--port", "{port}", "--model", f"m{i}"],
             "health_paths": ["/health"], "probe": {"tokenizer": QWEN_DIR}}))
     path = tmp_path / "three.yaml"
     path.write_text(yaml.safe_dump({
