@@ -3,7 +3,8 @@
 Every row of a batch is one sequence (one sample of one prompt) with its own sampling settings, stops, token budget
 and `torch.Generator`, so a seeded row draws the same tokens whatever else is in the batch. Rows of different
 prompt lengths share one cache by left padding: a 2-D attention mask says which cached columns are real, each row
-keeps its own position ids. The k samples of one prompt are prefilled once and their cache rows copied.
+keeps its own position ids. Prompts are prefilled without padding (those of one length together) and then joined;
+the k samples of one prompt are prefilled once and their cache rows copied.
 Finished rows leave the batch at once (their cache rows are dropped, and leading columns that no row needs any
 more are trimmed); requests that arrive while a batch runs join it between two decode steps, up to the row cap.
 `BatchWorker` owns the model on one thread: the event loop only hands it jobs and awaits their futures.
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-PREFILL_TOKENS = 8192  # padded prompt tokens per prefill forward (bounds the attention's memory)
+PREFILL_TOKENS = 8192  # prompt tokens per prefill forward (bounds the attention's memory)
 
 
 @dataclass(frozen=True)
@@ -132,39 +133,31 @@ class DecodeBatch:
         """Prefill the jobs' distinct prompts once each, copy their cache rows per sample, sample each row's first
         token and merge the rows into the batch."""
         torch = self.torch
-        distinct: dict[tuple[int, ...], int] = {}
-        for job in jobs:
-            distinct.setdefault(tuple(job.prompt_ids), len(distinct))
-        prompts = list(distinct)
-        parts: list[tuple[Any, Any, Any]] = []  # (cache, mask, last logits) per prefill group
-        start = 0
-        while start < len(prompts):
-            end = start + 1
-            while end < len(prompts) and (end + 1 - start) * max(map(len, prompts[start:end + 1])) <= PREFILL_TOKENS:
-                end += 1
-            parts.append(self._prefill(prompts[start:end]))
-            start = end
-        cache, mask, logits = parts[0]
-        for other in parts[1:]:
-            cache, mask = self._merge(cache, mask, other[0], other[1])
-            logits = torch.cat([logits, other[2]])
+        by_length: dict[int, list[tuple[int, ...]]] = {}
+        for prompt in dict.fromkeys(tuple(job.prompt_ids) for job in jobs):
+            by_length.setdefault(len(prompt), []).append(prompt)
+        # Prompts of one length are prefilled together and never padded: a pad token costs what a real one does.
+        groups = [g[i:i + max(1, PREFILL_TOKENS // n)] for n, g in by_length.items()
+                  for i in range(0, len(g), max(1, PREFILL_TOKENS // n))]
+        parts = [self._prefill(group) for group in groups]
+        cache, mask = self._concat([(c, m) for c, m, _ in parts])
+        logits = torch.cat([lg for _, _, lg in parts])
+        where = {prompt: i for i, prompt in enumerate(p for g in groups for p in g)}
         rows: list[Row] = []
         picks: list[int] = []
         for job in jobs:
-            p = distinct[tuple(job.prompt_ids)]
             job.outputs, job.pending = [[] for _ in job.seeds], len(job.seeds)
             for sample, seed in enumerate(job.seeds):
-                gen = torch.Generator().manual_seed(seed)
-                rows.append(Row(job, sample, gen, position=len(job.prompt_ids)))
-                picks.append(p)
-        index = torch.tensor(picks)
-        if picks != list(range(len(prompts))):
+                rows.append(Row(job, sample, torch.Generator().manual_seed(seed), position=len(job.prompt_ids)))
+                picks.append(where[tuple(job.prompt_ids)])
+        if picks != list(range(len(where))):
+            index = torch.tensor(picks)
             for layer in cache.layers:
                 layer.keys, layer.values = layer.keys[index], layer.values[index]
             mask, logits = mask[index], logits[index]
         next_ids = self._sample(rows, logits)
         if self.rows:
-            self.cache, self.mask = self._merge(self.cache, self.mask, cache, mask)
+            self.cache, self.mask = self._concat([(self.cache, self.mask), (cache, mask)])
             self.next_ids = torch.cat([self.next_ids, next_ids])
         else:
             self.cache, self.mask, self.next_ids = cache, mask, next_ids
@@ -172,37 +165,35 @@ class DecodeBatch:
         self._retire()
 
     def _prefill(self, prompts: list[tuple[int, ...]]) -> tuple[Any, Any, Any]:
+        """One forward over prompts of one length: their cache, mask (all real) and last-position logits."""
         torch = self.torch
         from transformers import DynamicCache
 
-        width = max(map(len, prompts))
-        ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids = torch.tensor(prompts)
+        mask = torch.ones_like(ids)
+        positions = torch.arange(ids.shape[1]).expand(len(prompts), -1)
         cache: Any = DynamicCache(config=self.model.config)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1, **{self.cache_arg: cache})
-        if len(prompts) > 1:  # padded query positions attend to nothing: keep their (unused) states finite
-            keep = mask.bool()[:, None, :, None]
-            for layer in cache.layers:
-                layer.keys = torch.where(keep, layer.keys, 0.0)
-                layer.values = torch.where(keep, layer.values, 0.0)
         return cache, mask, out.logits[:, -1, :].float()
 
-    def _merge(self, a: Any, a_mask: Any, b: Any, b_mask: Any) -> tuple[Any, Any]:
-        """Two caches as one: the shorter left-padded with masked zero columns, rows of `a` first."""
+    def _concat(self, parts: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+        """Caches with their masks as one, rows in order: shorter ones left-padded with masked zero columns."""
         torch = self.torch
-        width = max(a_mask.shape[1], b_mask.shape[1])
+        if len(parts) == 1:
+            return parts[0]
+        width = max(m.shape[1] for _, m in parts)
 
-        def pad(t: Any, by: int) -> Any:
+        def pad(t: Any) -> Any:
+            by = width - t.shape[-2]
             return torch.nn.functional.pad(t, (0, 0, by, 0)) if by else t
 
-        for la, lb in zip(a.layers, b.layers, strict=True):
-            la.keys = torch.cat([pad(la.keys, width - la.keys.shape[-2]), pad(lb.keys, width - lb.keys.shape[-2])])
-            la.values = torch.cat([pad(la.values, width - la.values.shape[-2]),
-                                   pad(lb.values, width - lb.values.shape[-2])])
-        masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in (a_mask, b_mask)]
-        return a, torch.cat(masks)
+        first = parts[0][0]
+        for i, layer in enumerate(first.layers):
+            layer.keys = torch.cat([pad(c.layers[i].keys) for c, _ in parts])
+            layer.values = torch.cat([pad(c.layers[i].values) for c, _ in parts])
+        mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m in parts])
+        return first, mask
 
     # ----- decoding -----
 
