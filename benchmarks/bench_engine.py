@@ -14,6 +14,8 @@ compare the ratios, which come from the same minutes):
 * tokens/s of the engine at concurrency 1 (the 8 requests one after another) and 8 (all at once), and of
   transformers' `generate`, one prompt at a time and batched over the 8 (left padding; the anchor), in this
   process with the engine idle, on the same torch thread count;
+* with `--invariance N`: the first N MT-Bench reference prompts, greedy and seeded (T=1), each sent alone and then
+  in batches of 8 (all at once): how many texts differ (batched arithmetic may differ in the last bits);
 * shared prompts: 4 requests of one long prompt (k samples of an item, one seed each) against 4 prompts of the
   same length that differ in their first token, `--prefix-tokens` new tokens each: seconds to finish all 4.
 """
@@ -98,6 +100,29 @@ def engine_run(url: str, texts: list[str], concurrency: int, new_tokens: int,
     return time.monotonic() - started, tokens
 
 
+def texts_of(url: str, texts: list[str], concurrency: int, new_tokens: int, seed: int | None) -> list[str]:
+    def one(text: str) -> str:
+        body: dict[str, Any] = {"prompt": text, "max_tokens": new_tokens, "temperature": 0}
+        if seed is not None:
+            body |= {"temperature": 1.0, "seed": seed}
+        r = httpx.post(url + "/v1/completions", json=body, timeout=600, trust_env=False)
+        r.raise_for_status()
+        return str(r.json()["choices"][0]["text"])
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, texts))
+
+
+def invariance(url: str, texts: list[str], new_tokens: int) -> str:
+    """How many texts change between decoding alone and in batches of 8, greedy and seeded."""
+    parts = []
+    for label, seed in (("greedy", None), ("seeded T=1", 7)):
+        alone = texts_of(url, texts, 1, new_tokens, seed)
+        batched = [t for i in range(0, len(texts), 8) for t in texts_of(url, texts[i:i + 8], 8, new_tokens, seed)]
+        parts.append(f"{label}: {sum(a != b for a, b in zip(alone, batched, strict=True))} of {len(texts)} differ")
+    return "; ".join(parts)
+
+
 def generate_run(model: Any, tok: Any, texts: list[str], batched: bool, new_tokens: int) -> tuple[float, int]:
     import torch
 
@@ -119,14 +144,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--prefix-tokens", type=int, default=8)
+    parser.add_argument("--invariance", type=int, default=0, metavar="N",
+                        help="also compare N prompts alone and in batches of 8 (greedy and seeded)")
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from userturn.gguf_tokenizer import gguf_tokenizer_dir
     from userturn.serve.cpu_engine import default_threads
     from userturn.serve.gguf_model_cache import converted_model_dir
+
+    from userturn.gguf_tokenizer import gguf_tokenizer_dir
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)
@@ -168,6 +195,7 @@ def main() -> int:
             seconds[name].append(took)
             tokens[name] = count
         print(f"bench_engine: round {r + 1}/{args.rounds} done", flush=True)
+    same = invariance(url, every[:args.invariance], args.new_tokens) if args.invariance else ""
     stop(proc)
     rate = {k: tokens[k] / statistics.median(v) for k, v in seconds.items()}
     print(f"\nprompts: {len(texts)} MT-Bench reference user-turn prompts, {min(lengths)}-{max(lengths)} tokens "
@@ -182,6 +210,8 @@ def main() -> int:
     shared, distinct = (statistics.median(seconds[k]) for k in list(paths)[4:])
     print(f"\nshared prompt ({len(tok(longest)['input_ids'])} tokens, {args.prefix_tokens} new tokens per sample): "
           f"4 samples of one prompt {shared:.2f}s, 4 distinct prompts {distinct:.2f}s ({distinct / shared:.2f}x)")
+    if same:
+        print(f"alone vs in batches of 8, {args.invariance} prompts, {n} new tokens: {same}")
     print(f"start: cold (convert and cache) {cold:.1f}s, warm (from the cache) {warm:.1f}s (target <= 8s)")
     return 0
 
