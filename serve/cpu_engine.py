@@ -1,11 +1,13 @@
-"""The embedded CPU engine: an OpenAI-compatible server around `transformers` generate (no GPU needed).
+"""The embedded CPU engine: an OpenAI-compatible server around a `transformers` causal LM (no GPU needed).
 
 Routes: GET /health, GET /health_generate, GET /v1/models, POST /v1/completions (text prompt; stop strings and
-stop token ids, n, seed, max_tokens, temperature, top_p; returns finish_reason, matched_stop and usage, like SGLang),
-POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
-Requests run one at a time on a single inference thread; it is a laptop/CI engine, not a throughput engine.
-`--model` may be a GGUF file (a path, or `pkg:PACKAGE/file.gguf` inside an installed package): transformers
-dequantises it to float32, and the tokenizer and chat template come from its metadata (`client.gguf_tokenizer`).
+stop token ids, n, seed, max_tokens, temperature, top_p, top_k; returns finish_reason, matched_stop and usage, like
+SGLang), POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
+Requests that arrive together are decoded together (`serve.cpu_batching`: one worker thread owns the model, a
+short gathering window, up to `--max-batch` rows, per-request seeds, stops and budgets); the event loop only parses,
+renders chat templates and awaits. `--model` may be a GGUF file (a path, or `pkg:PACKAGE/file.gguf` inside an
+installed package): transformers dequantises it once and the result is cached on disk (`serve.gguf_model_cache`);
+the tokenizer and chat template come from its metadata (`client.gguf_tokenizer`).
 Run: `python -m userturn.serve.cpu_engine --model PATH_OR_HUB_ID --port 8000` (extra: `pip install 'userturn[cpu]'`).
 """
 
