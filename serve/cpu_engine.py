@@ -28,6 +28,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from userturn.serve.cpu_batching import BatchWorker, Job, SamplingParams, sample_seeds
 
+from userturn.argtypes import non_negative_float, positive_int
 from userturn.errors import UserError, first_error
 from userturn.packaged import is_gguf
 
@@ -185,7 +186,7 @@ class Generator:
         dtype = {"auto": torch.float32, "half": torch.float16, "float16": torch.float16,
                  "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
         kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
-        model_source = cfg.model
+        model_source, model_kw = cfg.model, dict(kw)
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
             from userturn.serve.gguf_model_cache import converted_model_dir, folder_size
@@ -197,7 +198,7 @@ class Generator:
                 tokenizer_source = str(gguf_tokenizer_dir(cfg.model))
             started = time.monotonic()
             folder, hit = converted_model_dir(path, dtype, str(dtype))
-            model_source, kw = str(folder), {}
+            model_source, model_kw = str(folder), {}  # a plain local checkpoint now
             size = f"{folder_size(folder) / 1e6:.0f} MB"
             self.notes.append(f"converted model from cache {folder} ({size})" if hit else
                               f"converted {path.name} in {time.monotonic() - started:.1f}s, cached at {folder} "
@@ -205,7 +206,7 @@ class Generator:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **kw)
         if cfg.chat_template:
             self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
-        self.model = AutoModelForCausalLM.from_pretrained(model_source, dtype=dtype, **kw)
+        self.model = AutoModelForCausalLM.from_pretrained(model_source, dtype=dtype, **model_kw)
         self.model.eval()
         gen_eos = self.model.generation_config.eos_token_id
         eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
@@ -387,8 +388,8 @@ def parse_args(argv: list[str] | None = None) -> EngineConfig:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--revision")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: half the usable CPUs, 1 to 8)")
-    p.add_argument("--max-batch", type=int, help=f"rows decoded together (default {DEFAULT_MAX_BATCH})")
-    p.add_argument("--batch-window-ms", type=float,
+    p.add_argument("--max-batch", type=positive_int, help=f"rows decoded together (default {DEFAULT_MAX_BATCH})")
+    p.add_argument("--batch-window-ms", type=non_negative_float,
                    help=f"an idle engine gathers requests this long (default {DEFAULT_BATCH_WINDOW_MS:g})")
     a = p.parse_args(argv)
     return EngineConfig(**{k: v for k, v in vars(a).items() if v is not None})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from userturn.serve.cpu_engine import CompletionRequest, finish_sequence
+from userturn.serve.cpu_engine import CompletionRequest, default_threads, finish_sequence, parse_args
 
 VOCAB = {1: "he", 2: "llo", 3: " wor", 4: "ld", 5: "!", 9: "<eos>", 0: "<pad>"}
 
@@ -51,6 +51,20 @@ def test_request_validation() -> None:
     nulls = CompletionRequest.model_validate({"prompt": "x", "temperature": None, "top_p": None, "n": None,
                                               "seed": None, "max_tokens": None})
     assert (nulls.temperature, nulls.top_p, nulls.n, nulls.seed, nulls.max_tokens) == (1.0, 1.0, 1, None, None)
+
+
+def test_batching_flags_and_defaults() -> None:
+    cfg = parse_args(["--model", "m", "--max-batch", "4", "--batch-window-ms", "0"])
+    assert (cfg.max_batch, cfg.batch_window_ms, cfg.threads) == (4, 0.0, None)
+    defaults = parse_args(["--model", "m"])
+    assert (defaults.max_batch, defaults.batch_window_ms) == (16, 10.0)
+    assert 1 <= default_threads() <= 8
+
+
+def test_bad_batching_flags_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--model", "m", "--max-batch", "0"])
+    assert exc.value.code == 2 and "--max-batch: must be at least 1, got 0" in capsys.readouterr().err
 
 
 # ----- against the real process -----
