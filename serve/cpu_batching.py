@@ -61,7 +61,8 @@ def growing_cache(config: Any) -> Any:
             return out[0], out[1]
 
     cache = DynamicCache(config=config)
-    cache.layers = [GrowingLayer() for _ in cache.layers]
+    if all(type(layer) is DynamicLayer for layer in cache.layers):  # sliding windows etc. keep their own layers
+        cache.layers = [GrowingLayer() for _ in cache.layers]
     return cache
 
 
