@@ -1,11 +1,13 @@
-"""The embedded CPU engine: an OpenAI-compatible server around `transformers` generate (no GPU needed).
+"""The embedded CPU engine: an OpenAI-compatible server around a `transformers` causal LM (no GPU needed).
 
 Routes: GET /health, GET /health_generate, GET /v1/models, POST /v1/completions (text prompt; stop strings and
-stop token ids, n, seed, max_tokens, temperature, top_p; returns finish_reason, matched_stop and usage, like SGLang),
-POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
-Requests run one at a time on a single inference thread; it is a laptop/CI engine, not a throughput engine.
-`--model` may be a GGUF file (a path, or `pkg:PACKAGE/file.gguf` inside an installed package): transformers
-dequantises it to float32, and the tokenizer and chat template come from its metadata (`client.gguf_tokenizer`).
+stop token ids, n, seed, max_tokens, temperature, top_p, top_k; returns finish_reason, matched_stop and usage, like
+SGLang), POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
+Requests that arrive together are decoded together (`serve.cpu_batching`: one worker thread owns the model, a
+short gathering window, up to `--max-batch` rows, per-request seeds, stops and budgets); the event loop only parses,
+renders chat templates and awaits. `--model` may be a GGUF file (a path, or `pkg:PACKAGE/file.gguf` inside an
+installed package): transformers dequantises it once and the result is cached on disk (`serve.gguf_model_cache`);
+the tokenizer and chat template come from its metadata (`client.gguf_tokenizer`).
 Run: `python -m userturn.serve.cpu_engine --model PATH_OR_HUB_ID --port 8000` (extra: `pip install 'userturn[cpu]'`).
 """
 
@@ -17,18 +19,22 @@ import os
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from userturn.serve.cpu_batching import BatchWorker, Job, SamplingParams, sample_seeds
 
+from userturn.argtypes import non_negative_float, positive_int
 from userturn.errors import UserError, first_error
 from userturn.packaged import is_gguf
 
 DEFAULT_MAX_TOKENS = 256
+DEFAULT_MAX_BATCH = 16  # rows decoded together (a request's n samples are n rows)
+DEFAULT_BATCH_WINDOW_MS = 10.0  # how long an idle engine waits for more requests after the first
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 
@@ -47,6 +53,8 @@ class EngineConfig(BaseModel):
     trust_remote_code: bool = False
     revision: str | None = None
     threads: int | None = None
+    max_batch: int = Field(default=DEFAULT_MAX_BATCH, ge=1)
+    batch_window_ms: float = Field(default=DEFAULT_BATCH_WINDOW_MS, ge=0)
 
     @property
     def name(self) -> str:
@@ -155,29 +163,46 @@ class ApiError(Exception):
         self.status, self.message, self.code = status, message, code
 
 
+def default_threads() -> int:
+    """Half the CPUs this process may use (hyperthreads share a core; OpenMP threads spinning on a busy machine
+    made decoding ~10x slower), at least 1 and at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus // 2))
+
+
 class Generator:
-    """Holds the model and tokenizer; `generate` runs on one dedicated thread."""
+    """Holds the model and tokenizer; a `BatchWorker` thread tokenizes, decodes the batches and detokenizes."""
 
     def __init__(self, cfg: EngineConfig) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        torch.set_num_threads(cfg.threads or default_threads())
         self.cfg = cfg
-        self.torch = torch
+        self.notes: list[str] = []  # what the log should say about the load
         dtype = {"auto": torch.float32, "half": torch.float16, "float16": torch.float16,
                  "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
         kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
         model_source, model_kw = cfg.model, dict(kw)
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
+            from userturn.serve.gguf_model_cache import converted_model_dir, folder_size
+
             from userturn.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
 
             path = gguf_file(cfg.model)
-            model_source, model_kw["gguf_file"] = str(path.parent), path.name
             if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike
                 tokenizer_source = str(gguf_tokenizer_dir(cfg.model))
+            started = time.monotonic()
+            folder, hit = converted_model_dir(path, dtype, str(dtype))
+            model_source, model_kw = str(folder), {}  # a plain local checkpoint now
+            size = f"{folder_size(folder) / 1e6:.0f} MB"
+            self.notes.append(f"converted model from cache {folder} ({size})" if hit else
+                              f"converted {path.name} in {time.monotonic() - started:.1f}s, cached at {folder} "
+                              f"({size})")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **kw)
         if cfg.chat_template:
             self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
@@ -191,7 +216,7 @@ class Generator:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos or [0])[0]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.context_length: int | None = cfg.context_length or limit
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+        self.worker = BatchWorker(self.model, self.pad_id, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000)
 
     def _max_tokens(self, req: SamplingRequest, prompt_len: int) -> int:
         wanted = req.max_tokens or req.max_completion_tokens
@@ -205,46 +230,51 @@ class Generator:
             return wanted or min(DEFAULT_MAX_TOKENS, room)
         return wanted or DEFAULT_MAX_TOKENS
 
-    def generate(self, prompt: str, req: SamplingRequest) -> tuple[list[Sequence], int]:
-        """Blocking: n continuations of `prompt` with the request's sampling and stops."""
-        torch = self.torch
-        enc = self.tokenizer(prompt, return_tensors="pt")
-        prompt_len = int(enc["input_ids"].shape[-1])
-        max_tokens = self._max_tokens(req, prompt_len)
-        stop_ids = set() if req.ignore_eos else set(self.eos_ids)
-        stop_ids |= set(req.stop_token_ids)
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": max_tokens,
-            "num_return_sequences": req.n,
-            "pad_token_id": self.pad_id,
-            "eos_token_id": sorted(stop_ids) or None,
-        }
-        if req.temperature > 0:
-            top_k = req.top_k if req.top_k and req.top_k > 0 else 0  # SGLang/vLLM: -1 (or unset) = no top-k
-            kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=top_k)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if req.stop:
-            kwargs.update(stop_strings=req.stop, tokenizer=self.tokenizer)
-        seed = req.seed if req.seed is not None else self.cfg.seed
-        if seed is not None:
-            torch.manual_seed(seed)
-        with torch.inference_mode():
-            out = self.model.generate(**enc, **kwargs)
-
+    def job(self, prompt: str, req: SamplingRequest, done: Callable[[list[Sequence], int], None],
+            error: Callable[[BaseException], None]) -> Job:
+        """The batch job for `prompt`: tokenized, checked and finished (stops cut, text decoded) on the worker."""
         def decode(ids: list[int]) -> str:
             return str(self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens))
 
-        seqs = [
-            finish_sequence(row[prompt_len:].tolist(), stop_token_ids=stop_ids, stop_strings=req.stop,
-                            max_tokens=max_tokens, pad_token_id=self.pad_id, decode=decode)
-            for row in out
-        ]
-        return seqs, prompt_len
+        job = Job(prompt_ids=[], params=SamplingParams(max_tokens=1), seeds=sample_seeds(
+            req.seed if req.seed is not None else self.cfg.seed, req.n), decode=decode, on_done=lambda _: None,
+            on_error=error)
+
+        def prepare() -> None:
+            job.prompt_ids = list(self.tokenizer(prompt)["input_ids"])
+            stop_ids = set() if req.ignore_eos else set(self.eos_ids)
+            stop_ids |= set(req.stop_token_ids)
+            top_k = req.top_k if req.top_k and req.top_k > 0 else 0  # SGLang/vLLM: -1 (or unset) = no top-k
+            job.params = SamplingParams(
+                max_tokens=self._max_tokens(req, len(job.prompt_ids)), temperature=req.temperature,
+                top_p=req.top_p, top_k=top_k, stop_token_ids=frozenset(stop_ids), stop_strings=tuple(req.stop))
+
+        def finish(outputs: list[list[int]]) -> None:
+            seqs = [finish_sequence(ids, stop_token_ids=set(job.params.stop_token_ids), stop_strings=req.stop,
+                                    max_tokens=job.params.max_tokens, pad_token_id=None, decode=decode)
+                    for ids in outputs]
+            done(seqs, len(job.prompt_ids))
+
+        job.prepare, job.on_done = prepare, finish
+        return job
 
     async def run(self, prompt: str, req: SamplingRequest) -> tuple[list[Sequence], int]:
+        """n continuations of `prompt` with the request's sampling and stops (decoded with whatever else runs)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self.generate, prompt, req)
+        future: asyncio.Future[tuple[list[Sequence], int]] = loop.create_future()
+
+        def settle(result: Any, exc: BaseException | None) -> None:
+            if not future.done():
+                future.set_exception(exc) if exc is not None else future.set_result(result)
+
+        def done(seqs: list[Sequence], n_prompt: int) -> None:
+            loop.call_soon_threadsafe(settle, (seqs, n_prompt), None)
+
+        def error(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(settle, None, exc)
+
+        self.worker.submit(self.job(prompt, req, done=done, error=error))
+        return await future
 
     def render_chat(self, req: ChatRequest) -> str:
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
@@ -312,8 +342,8 @@ def build_app(gen: Generator) -> web.Application:
         choices: list[dict[str, Any]] = []
         all_seqs: list[Sequence] = []
         prompt_tokens = 0
-        for p_index, prompt in enumerate(prompts):
-            seqs, n_prompt = await gen.run(prompt, req)
+        results = await asyncio.gather(*(gen.run(prompt, req) for prompt in prompts))  # decoded together
+        for p_index, (seqs, n_prompt) in enumerate(results):
             prompt_tokens += n_prompt
             all_seqs += seqs
             for j, s in enumerate(seqs):
@@ -357,7 +387,10 @@ def parse_args(argv: list[str] | None = None) -> EngineConfig:
     p.add_argument("--chat-template", help="Jinja file overriding the tokenizer's chat template")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--revision")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: half the usable CPUs, 1 to 8)")
+    p.add_argument("--max-batch", type=positive_int, help=f"rows decoded together (default {DEFAULT_MAX_BATCH})")
+    p.add_argument("--batch-window-ms", type=non_negative_float,
+                   help=f"an idle engine gathers requests this long (default {DEFAULT_BATCH_WINDOW_MS:g})")
     a = p.parse_args(argv)
     return EngineConfig(**{k: v for k, v in vars(a).items() if v is not None})
 
@@ -371,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, UserError) as exc:
         print(f"cpu_engine: error: cannot load model {cfg.model}: {exc}", file=sys.stderr, flush=True)
         return 1
-    print(f"cpu_engine: loaded in {time.monotonic() - started:.1f}s", flush=True)
+    for note in gen.notes:
+        print(f"cpu_engine: {note}", flush=True)
+    print(f"cpu_engine: loaded in {time.monotonic() - started:.1f}s ({gen.worker.batch.torch.get_num_threads()} "
+          f"threads, batches of up to {gen.worker.max_rows} rows)", flush=True)
     app = build_app(gen)
     try:
         web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, handle_signals=True, shutdown_timeout=1,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}"
           "{% if add_generation_prompt %}{{'<|im_start|>assistant\\n'}}{% endif %}")
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def write_tiny_gguf(path: Path) -> Path:
-    """Vocabulary: 3 specials (ids 0-2), a-z, 'Ġ' 'Ċ' '?' '.', and the merges 'he', 'll'. No tensors."""
+def write_tiny_gguf(path: Path, *, weights: bool = False) -> Path:
+    """Vocabulary: 3 specials (ids 0-2), a-z, 'Ġ' 'Ċ' '?' '.', and the merges 'he', 'll'. No tensors, unless
+    `weights`: then a 1-layer llama with seeded random float32 weights (hidden 8) that transformers can load."""
     import gguf
+    import numpy as np
     from gguf.constants import TokenType
 
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -32,8 +35,29 @@ def write_tiny_gguf(path: Path) -> Path:
     writer.add_pad_token_id(2)
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHATML)
+    if weights:
+        _add_llama_weights(writer, vocab=len(tokens), hidden=8, ffn=16, np=np)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _add_llama_weights(writer: Any, *, vocab: int, hidden: int, ffn: int, np: Any) -> None:
+    rng = np.random.default_rng(0)
+
+    def rand(*shape: int) -> Any:
+        return (rng.standard_normal(shape) * 0.5).astype(np.float32)
+
+    ones = np.ones(hidden, dtype=np.float32)
+    writer.add_head_count_kv(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    tensors = {"token_embd.weight": rand(vocab, hidden), "output_norm.weight": ones,
+               "output.weight": rand(vocab, hidden), "blk.0.attn_norm.weight": ones, "blk.0.ffn_norm.weight": ones,
+               "blk.0.ffn_gate.weight": rand(ffn, hidden), "blk.0.ffn_up.weight": rand(ffn, hidden),
+               "blk.0.ffn_down.weight": rand(hidden, ffn)}
+    tensors |= {f"blk.0.attn_{name}.weight": rand(hidden, hidden) for name in ("q", "k", "v", "output")}
+    for name, values in tensors.items():
+        writer.add_tensor(name, values)

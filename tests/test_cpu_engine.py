@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from userturn.serve.cpu_engine import CompletionRequest, finish_sequence
+from userturn.serve.cpu_engine import CompletionRequest, default_threads, finish_sequence, parse_args
 
 VOCAB = {1: "he", 2: "llo", 3: " wor", 4: "ld", 5: "!", 9: "<eos>", 0: "<pad>"}
 
@@ -51,6 +51,20 @@ def test_request_validation() -> None:
     nulls = CompletionRequest.model_validate({"prompt": "x", "temperature": None, "top_p": None, "n": None,
                                               "seed": None, "max_tokens": None})
     assert (nulls.temperature, nulls.top_p, nulls.n, nulls.seed, nulls.max_tokens) == (1.0, 1.0, 1, None, None)
+
+
+def test_batching_flags_and_defaults() -> None:
+    cfg = parse_args(["--model", "m", "--max-batch", "4", "--batch-window-ms", "0"])
+    assert (cfg.max_batch, cfg.batch_window_ms, cfg.threads) == (4, 0.0, None)
+    defaults = parse_args(["--model", "m"])
+    assert (defaults.max_batch, defaults.batch_window_ms) == (16, 10.0)
+    assert 1 <= default_threads() <= 8
+
+
+def test_bad_batching_flags_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--model", "m", "--max-batch", "0"])
+    assert exc.value.code == 2 and "--max-batch: must be at least 1, got 0" in capsys.readouterr().err
 
 
 # ----- against the real process -----
@@ -130,3 +144,52 @@ def test_routes_and_errors(client: httpx.Client, cpu_engine_server) -> None:
     assert client.post("/completions", content=b"{not json").status_code == 400
     bad = client.post("/completions", json={"prompt": "x", "n": 0})
     assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("n:")
+
+
+def concurrently(client: httpx.Client, bodies: list[dict]) -> list[dict]:
+    """The bodies sent at once (the engine gathers them into one batch); responses in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(lambda body: complete(client, **body), bodies))
+
+
+OTHER_PROMPTS = ["hello", "the apples cost three dollars each", "why", "<|im_start|>assistant\nsure"]
+
+
+@pytest.mark.slow
+def test_seeded_and_greedy_requests_give_the_same_text_alone_and_in_a_batch_of_8(client: httpx.Client) -> None:
+    seeded = {"prompt": USER_HEADER_PROMPT, "max_tokens": 12, "temperature": 1.0, "top_p": 0.95, "seed": 5}
+    greedy = {"prompt": USER_HEADER_PROMPT, "max_tokens": 12, "temperature": 0}
+    alone = [complete(client, **seeded)["choices"][0]["text"], complete(client, **greedy)["choices"][0]["text"]]
+    neighbours = [{"prompt": OTHER_PROMPTS[i % 4], "max_tokens": 4 + i, "temperature": 1.0, "seed": 50 + i}
+                  for i in range(6)]
+    for _ in range(2):  # other neighbours, other order
+        batch = concurrently(client, [seeded, *neighbours, greedy])
+        assert [batch[0]["choices"][0]["text"], batch[-1]["choices"][0]["text"]] == alone
+        neighbours = [{**b, "seed": b["seed"] + 100} for b in reversed(neighbours)]
+
+
+@pytest.mark.slow
+def test_stops_and_max_tokens_per_request_in_a_mixed_batch(client: httpx.Client) -> None:
+    full = complete(client, prompt=USER_HEADER_PROMPT, max_tokens=16, temperature=0)["choices"][0]["text"]
+    stop = next(full[i:i + 2] for i in range(4, len(full) - 1) if "\ufffd" not in full[i:i + 2])
+    bodies = [{"prompt": USER_HEADER_PROMPT, "max_tokens": 16, "temperature": 0, "stop": [stop]},
+              {"prompt": USER_HEADER_PROMPT, "max_tokens": 3, "temperature": 0},
+              {"prompt": USER_HEADER_PROMPT, "max_tokens": 16, "temperature": 0},
+              {"prompt": OTHER_PROMPTS[1], "max_tokens": 5, "temperature": 1.0, "seed": 1, "n": 2}]
+    cut, short, whole, other = concurrently(client, bodies)
+    assert (cut["choices"][0]["text"], cut["choices"][0]["matched_stop"]) == (full[:full.index(stop)], stop)
+    assert short["choices"][0]["finish_reason"] == "length" and short["usage"]["completion_tokens"] == 3
+    assert full.startswith(short["choices"][0]["text"])
+    assert whole["choices"][0]["text"] == full and whole["usage"]["completion_tokens"] == 16
+    assert other["usage"]["completion_tokens"] == 10 and len(other["choices"]) == 2
+
+
+@pytest.mark.slow
+def test_a_list_of_prompts_is_one_batch_with_indexed_choices(client: httpx.Client) -> None:
+    data = complete(client, prompt=[USER_HEADER_PROMPT, "hello"], max_tokens=4, temperature=1.0, seed=3, n=2)
+    assert [c["index"] for c in data["choices"]] == [0, 1, 2, 3]
+    alone = complete(client, prompt="hello", max_tokens=4, temperature=1.0, seed=3, n=2)
+    assert [c["text"] for c in data["choices"][2:]] == [c["text"] for c in alone["choices"]]
+    assert data["usage"]["completion_tokens"] == 16

@@ -1,0 +1,89 @@
+"""A GGUF model de-quantised once, then loaded from disk in seconds.
+
+transformers converts a GGUF file to torch tensors at every `from_pretrained(..., gguf_file=...)` (14-38 s for
+SmolLM2-135M on 2 cores). `converted_model_dir` does that once and keeps the result (`save_pretrained`:
+safetensors + config) under `cache_root()/gguf-models/<stem>-<key>` (`$USERTURN_CACHE_DIR`, as for the GGUF
+tokenizers), where the key hashes the file's bytes (sha256), the dtype and the torch, transformers and gguf versions,
+so a new file or a new library converts anew. Written atomically: the conversion is saved in a staging folder
+beside the target and renamed into place; when two engines convert at once, the first rename wins and the other
+drops its own copy, so a reader never sees a half-written folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from userturn.gguf_tokenizer import cache_root
+
+MARKER = "userturn_gguf_model.txt"
+LIBRARIES = ("torch", "transformers", "gguf", "safetensors")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def library_versions() -> str:
+    versions = []
+    for name in LIBRARIES:
+        try:
+            versions.append(f"{name}={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name}=none")
+    return " ".join(versions)
+
+
+def cache_key(path: Path, dtype: str) -> str:
+    """What the converted folder depends on: the file's bytes, the dtype and the library versions."""
+    text = f"{file_sha256(path)}\0{dtype}\0{library_versions()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def folder_size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def convert_gguf(path: Path, dtype: Any, out: Path) -> None:
+    """De-quantise `path` with transformers and save it as an ordinary checkpoint folder."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    # `save_pretrained` refuses a model loaded from GGUF (it counts as quantised); its tensors are plain now
+    save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(str(out))
+    model.generation_config.save_pretrained(str(out))
+
+
+def converted_model_dir(path: Path, dtype: Any, dtype_name: str,
+                        convert: Callable[[Path, Any, Path], None] = convert_gguf) -> tuple[Path, bool]:
+    """The checkpoint folder converted from the GGUF file `path`, and whether it was already cached."""
+    target = cache_root() / "gguf-models" / f"{path.stem}-{cache_key(path, dtype_name)}"
+    if (target / MARKER).is_file():
+        return target, True
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        convert(path, dtype, staging)
+        (staging / MARKER).write_text(f"{path}\n{dtype_name}\n{library_versions()}\n", encoding="utf-8")
+        try:
+            staging.rename(target)
+        except OSError:  # another engine renamed its conversion first: the same bytes, keep that one
+            if not (target / MARKER).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target, False

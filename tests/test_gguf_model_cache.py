@@ -1,0 +1,88 @@
+"""The GGUF model converted once and cached on disk: hit on a second start, keyed by the file's bytes, atomic."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gguf_fixture import write_tiny_gguf
+
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+from userturn.serve.gguf_model_cache import MARKER, cache_key, convert_gguf, converted_model_dir
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("USERTURN_CACHE_DIR", str(tmp_path / "cache"))
+    return write_tiny_gguf(tmp_path / "tiny.gguf", weights=True)
+
+
+def test_second_start_hits_and_loads_the_same_weights(tiny_gguf: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    calls: list[Path] = []
+
+    def counting(path: Path, dtype: Any, out: Path) -> None:
+        calls.append(out)
+        convert_gguf(path, dtype, out)
+
+    first, hit = converted_model_dir(tiny_gguf, torch.float32, "torch.float32", convert=counting)
+    assert not hit and len(calls) == 1
+    assert first.parent == tmp_path / "cache" / "gguf-models" and (first / MARKER).is_file()
+    again, hit = converted_model_dir(tiny_gguf, torch.float32, "torch.float32", convert=counting)
+    assert (again, hit, len(calls)) == (first, True, 1), "the second start converts nothing"
+    direct = AutoModelForCausalLM.from_pretrained(str(tiny_gguf.parent), gguf_file=tiny_gguf.name)
+    cached = AutoModelForCausalLM.from_pretrained(str(first))
+    ids = torch.tensor([[5, 6, 7, 33, 34]])
+    with torch.inference_mode():
+        assert torch.equal(direct(ids).logits, cached(ids).logits)
+    assert [p.name for p in first.parent.iterdir()] == [first.name], "no staging folder left behind"
+
+
+def test_key_follows_the_bytes_and_the_dtype(tiny_gguf: Path, tmp_path: Path) -> None:
+    key = cache_key(tiny_gguf, "torch.float32")
+    assert cache_key(tiny_gguf, "torch.bfloat16") != key
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(tiny_gguf.read_bytes())
+    assert cache_key(copy, "torch.float32") == key, "the same bytes elsewhere share the conversion"
+    copy.write_bytes(tiny_gguf.read_bytes() + b"\0")
+    assert cache_key(copy, "torch.float32") != key
+
+
+def test_two_engines_starting_at_once_share_one_folder(tiny_gguf: Path) -> None:
+    import torch
+
+    both_converting = threading.Barrier(2)
+    results: list[tuple[Path, bool]] = []
+
+    def slow(path: Path, dtype: Any, out: Path) -> None:
+        convert_gguf(path, dtype, out)
+        both_converting.wait(timeout=30)  # neither has renamed yet: both really convert
+
+    threads = [threading.Thread(target=lambda: results.append(
+        converted_model_dir(tiny_gguf, torch.float32, "torch.float32", convert=slow))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(results) == 2 and results[0][0] == results[1][0]
+    folder = results[0][0]
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name], "the loser's copy is removed"
+    assert (folder / MARKER).is_file() and (folder / "model.safetensors").is_file()
+
+
+def test_a_failed_conversion_leaves_nothing(tiny_gguf: Path, tmp_path: Path) -> None:
+    import torch
+
+    def broken(path: Path, dtype: Any, out: Path) -> None:
+        (out / "model.safetensors").write_bytes(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        converted_model_dir(tiny_gguf, torch.float32, "torch.float32", convert=broken)
+    assert list((tmp_path / "cache" / "gguf-models").iterdir()) == []
