@@ -216,8 +216,8 @@ def test_run_parallel_models_keeps_two_jobs_in_the_queue(cluster: str, tmp_path:
                / "tokenizer_files")
     for i in range(3):
         (tmp_path / f"m{i}.yaml").write_text(yaml.safe_dump({
-            **loopback_manifest(startup_timeout=60), "name": f"m{i}", "served_model_name": f"m{i}",
-            "probe": {"tokenizer": qwen}}))
+            **(base := loopback_manifest(startup_timeout=60)), "name": f"m{i}", "served_model_name": f"m{i}",
+            "command": [*base["command"], "--model", f"m{i}"], "probe": {"tokenizer": qwen}}))
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump({
         "name": "par", "models": [{"manifest": f"m{i}.yaml"} for i in range(3)], "datasets": ["data.jsonl"],
