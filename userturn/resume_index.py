@@ -5,13 +5,13 @@ again) and the configurations the file describes (its configuration lines, `reco
 in blocks of `BLOCK_BYTES`, split at its newlines with `bytes.find`. A record line starts with the fields a resume
 reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see `records.ProbeRecord`), so a
 line is first matched against `RECORD_HEAD`, one regular expression anchored at the line's start that accepts only
-those five fields of the current schema in that order, with plain strings (no backslash escape, no control
-character; JSON whitespace allowed between tokens). Every other line (a configuration line, a record of an older
-schema, a key with escapes, a hand-made line in another field order) is parsed whole, so what the scan finds never
-depends on the fast path: both read the same state from a line (tests/test_resume_index.py holds them to it). A
-final line without a newline that does not parse is a torn write (reported, not an error); any other line that
-does not parse is a UserError naming file:line. (A record line is trusted past its head, duplicate fields
-included: the writer writes whole lines only, and the judge and the report parse every line whole.)
+those five fields of the current schema, in that order, laid out as the writer writes them (compact), with plain
+strings (no backslash escape, no control character). Every other line (a configuration line, a record of an older
+schema, a key with escapes, a hand-made line with spaces or in another field order) is parsed whole, so what the
+scan finds never depends on the fast path: both read the same state from a line (tests/test_resume_index.py holds
+them to it). A final line without a newline that does not parse is a torn write (reported, not an error); any
+other line that does not parse is a UserError naming file:line. (A record line is trusted past its head, duplicate
+fields included: the writer writes whole lines only, and the judge and the report parse every line whole.)
 
 Memory is the ok keys themselves (about 120 bytes a record): 1,000,000 records in ~120 MB.
 """
@@ -33,14 +33,11 @@ from userturn.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
 
 BLOCK_BYTES = 4 << 20  # a read of the file: big enough that reading costs little per line, small beside the keys
 
-_W = rb"[ \t]*"  # JSON whitespace inside a line
 _PLAIN = rb'"([^"\\\x00-\x1f]*)"'  # a JSON string that is its own UTF-8 bytes: no escape, no control character
+# The head of a record line exactly as JsonlWriter writes it (compact: `model_dump_json`).
 RECORD_HEAD = re.compile(
-    rb"\{" + _W + rb'"schema_version"' + _W + rb":" + _W + str(SCHEMA_VERSION).encode() + _W + rb"," + _W
-    + rb'"key"' + _W + rb":" + _W + _PLAIN + _W + rb"," + _W
-    + rb'"status"' + _W + rb":" + _W + rb'"(ok|error)"' + _W + rb"," + _W
-    + rb'"judge_status"' + _W + rb":" + _W + rb'(?:null|"ok"|"error")' + _W + rb"," + _W
-    + rb'"config_fingerprint"' + _W + rb":" + _W + rb"(?:null|" + _PLAIN + rb")" + _W + rb"[,}]")
+    rb'\{"schema_version":' + str(SCHEMA_VERSION).encode() + rb',"key":' + _PLAIN + rb',"status":"(ok|error)",'
+    rb'"judge_status":(?:null|"ok"|"error"),"config_fingerprint":(?:null|' + _PLAIN + rb")[,}]")
 
 
 @dataclass
