@@ -128,6 +128,7 @@ BATTERY: dict[str, bytes] = {
     "hand-made, head only": hand_made(b'"k|1"'),
     "hand-made, escaped slash and unicode escape": hand_made(b'"k\\/\\u00e9"'),
     "hand-made, escaped fingerprint": hand_made(b'"k"', fingerprint=b'"ab\\u0063"'),
+    "hand-made, fingerprint not 16 hex digits": hand_made(b'"k"', fingerprint=b'"ABC"'),
     "hand-made, null fingerprint, more fields": hand_made(b'"k"', fingerprint=b"null", rest=b',"model":"m"}'),
     "hand-made, key not a string": hand_made(b"12"),
     "hand-made, bad status": hand_made(b'"k"', status=b'"maybe"'),
@@ -178,6 +179,15 @@ def test_the_battery_reads_as_computed_by_hand(tmp_path: Path) -> None:
     assert scan_state(path, BATTERY["writer, error"])[5] == 1
     not_utf8 = scan_state(path, BATTERY["hand-made, not UTF-8"])
     assert isinstance(not_utf8, str) and not_utf8.startswith(f"{path}:1: not a userturn record (")
+
+
+def test_every_fingerprint_of_an_ok_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    fingerprints = ["a" * 16, "a" * 16, "b" * 16, "a" * 16, "b" * 16]
+    lines = [writer_line(make_record(i), config_fingerprint=fp) for i, fp in enumerate(fingerprints)]
+    lines.append(writer_line(make_record(9, status="error"), config_fingerprint="c" * 16))
+    path.write_bytes(b"".join(lines))
+    assert scan_results(path).ok_fingerprints == {"a" * 16, "b" * 16}  # an error line names none
 
 
 @pytest.mark.parametrize("block", [1, 7, 64, 1000, 1 << 20])

@@ -34,10 +34,11 @@ from userturn.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
 BLOCK_BYTES = 4 << 20  # a read of the file: big enough that reading costs little per line, small beside the keys
 
 _PLAIN = rb'"([^"\\\x00-\x1f]*)"'  # a JSON string that is its own UTF-8 bytes: no escape, no control character
-# The head of a record line exactly as JsonlWriter writes it (compact: `model_dump_json`).
+# The head of a record line exactly as JsonlWriter writes it (compact: `model_dump_json`; a fingerprint is 16 hex
+# digits, `userturn.fingerprint`).
 RECORD_HEAD = re.compile(
     rb'\{"schema_version":' + str(SCHEMA_VERSION).encode() + rb',"key":' + _PLAIN + rb',"status":"(ok|error)",'
-    rb'"judge_status":(?:null|"ok"|"error"),"config_fingerprint":(?:null|' + _PLAIN + rb")[,}]")
+    rb'"judge_status":(?:null|"ok"|"error"),"config_fingerprint":(?:null|"([0-9a-f]{16})")[,}]')
 
 
 @dataclass
@@ -120,15 +121,15 @@ def _scan_lines(index: ResumeIndex, path: Path, buf: bytes, pos: int, end: int, 
     match, find = RECORD_HEAD.match, buf.find
     ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
     records = 0
+    last_fingerprint = None  # of the last ok line: consecutive records mostly share one
     while pos < end:
         newline = find(b"\n", pos, end)
         number += 1
         head = match(buf, pos, newline)
         if head is not None:
-            key_bytes, status, fingerprint_bytes = head.groups()
+            key_bytes, status, fingerprint = head.groups()
             try:
                 key = key_bytes.decode()
-                fingerprint = None if fingerprint_bytes is None else fingerprint_bytes.decode()
             except UnicodeDecodeError:  # not UTF-8: the careful path says so
                 head = None
         if head is None:
@@ -140,8 +141,9 @@ def _scan_lines(index: ResumeIndex, path: Path, buf: bytes, pos: int, end: int, 
             ok_keys.add(key)
             if fingerprint is None:
                 unfingerprinted.add(key)
-            else:
-                ok_fingerprints.add(fingerprint)
+            elif fingerprint != last_fingerprint:
+                last_fingerprint = fingerprint
+                ok_fingerprints.add(fingerprint.decode())
         else:
             records += 1
             ok_keys.discard(key)
