@@ -11,7 +11,7 @@ from test_jsonl import line_of, make_record
 
 from userturn import resume_index
 from userturn.errors import UserError
-from userturn.jsonl import read_records
+from userturn.jsonl import JsonlWriter, read_records
 from userturn.records import ConfigLine, ProbeRecord
 from userturn.resume_index import ResumeIndex, scan_results
 
@@ -179,6 +179,23 @@ def test_the_battery_reads_as_computed_by_hand(tmp_path: Path) -> None:
     assert scan_state(path, BATTERY["writer, error"])[5] == 1
     not_utf8 = scan_state(path, BATTERY["hand-made, not UTF-8"])
     assert isinstance(not_utf8, str) and not_utf8.startswith(f"{path}:1: not a userturn record (")
+
+
+def test_the_writers_record_lines_take_the_fast_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RECORD_HEAD follows what JsonlWriter writes: were the record's leading fields reordered or renamed, its lines
+    would take the careful path and this fails (the scan would still be right, only slow)."""
+    path = tmp_path / "out.jsonl"
+    with JsonlWriter(path) as writer:
+        writer.write_config(ConfigLine.model_validate(json.loads(config_of("a" * 16, seed=1))))
+        for i, status in enumerate(["ok", "error", "ok"]):
+            writer.write(make_record(i, status=status, config_fingerprint="a" * 16, judge_status=status))
+    careful: list[bytes] = []
+    add_whole_line = resume_index._add_whole_line
+    monkeypatch.setattr(resume_index, "_add_whole_line", lambda index, path, number, raw: (
+        careful.append(raw), add_whole_line(index, path, number, raw)))
+    index = scan_results(path)
+    assert careful == path.read_bytes().splitlines(keepends=True)[:1]  # the configuration line only
+    assert (index.ok, index.ok_fingerprints, index.lines) == ({make_record(0).key, make_record(2).key}, {"a" * 16}, 3)
 
 
 def test_every_fingerprint_of_an_ok_line_is_named(tmp_path: Path) -> None:
