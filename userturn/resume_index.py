@@ -13,7 +13,8 @@ them to it). A final line without a newline that does not parse is a torn write 
 other line that does not parse is a UserError naming file:line. (A record line is trusted past its head, duplicate
 fields included: the writer writes whole lines only, and the judge and the report parse every line whole.)
 
-Memory is the ok keys themselves (about 120 bytes a record): 1,000,000 records in ~120 MB.
+Memory is the ok keys themselves (a set of str, ~120 bytes a key of ~30 characters) and one block: a process
+that scanned 1,000,000 records peaked at 165 MB (benchmarks/bench_scale.py: docs/results-format.md).
 """
 
 from __future__ import annotations
