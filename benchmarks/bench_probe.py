@@ -26,9 +26,9 @@ concurrency, one after the other:
 
 Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
 (raw: its own timer; userturn: the rate in its final summary line), peak RSS of its process tree (VmHWM polled,
-plus the private memory of each process it forks: userturn's preparing process, pages shared with the parent once)
-and its CPU time per request (user + system from wait4, children included). The userturn results file is checked:
-N ok records.
+plus the private memory of each process it forks, pages shared with the parent counted once: today's probe forks
+none, an older build or a wrapper command may) and its CPU time per request (user + system from wait4, children
+included). The userturn results file is checked: N ok records.
 
 Bytecode: before measuring, the checkout's sources (the packages, the loopback server, this script) are compiled
 to __pycache__, as installing a wheel does. Without that, an editable install under PYTHONDONTWRITEBYTECODE=1 (set
@@ -338,7 +338,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
     """Run `cmd`; return (wall seconds, peak RSS MB of its process tree, its CPU seconds, stdout, stderr).
 
     The peak is VmHWM polled every 10 ms (exact for the child's own image), plus the peak private memory of each
-    process it forks (userturn's preparing process; polled every 50 ms), so the pages a fork shares with its parent
+    process it forks (none for today's probe; polled every 50 ms), so the pages a fork shares with its parent
     count once. `ru_maxrss` from wait4 is only a fallback: after a (v)fork + exec it also counts the parent's
     resident set, which would inflate the figure. The CPU time from wait4 includes the children it waited for.
     """

@@ -3,15 +3,19 @@
     .venv/bin/python benchmarks/bench_scale.py                      # both parts, default sizes
     .venv/bin/python benchmarks/bench_scale.py --part resume --records 1000000 --samples 100
     .venv/bin/python benchmarks/bench_scale.py --part memory --items 100000 --items 10000
+    .venv/bin/python benchmarks/bench_scale.py --part resume --baseline-cmd \
+        "env PYTHONPATH=/tmp/old $PWD/.venv/bin/python -m userturn"      # before and after, taking turns
 
 Part 1, resume: a results file of N ok records (GSM8K-sized conversations, ~1.8 kB a line; the configuration is
 one line at the top, as the probe writes it; N / samples items x `--samples` samples at one temperature) is probed
 again with one more item in the dataset, so every recorded key is skipped and the new item's samples are sent;
-then once more with another item. The file is the only state: each resume scans it whole, once (the head of each
-line: `userturn.resume_index`). Measured on the `userturn probe` process: seconds from its start to the first
+then once more with another item (`--rounds`). The file is the only state: each resume scans it whole, once
+(`userturn.resume_index`). Measured on the `userturn probe` process: seconds from its start to the first
 request the loopback server receives, and its peak RSS (VmHWM, polled every 10 ms) at that moment.
 Targets: <= 5 s and <= 300 MB for 1,000,000 records. The probe's CPU time up to that moment is printed beside
-the wall time: on a loaded machine it is what the wall time would be on an idle one.
+the wall time: on a loaded machine it is what the wall time would be on an idle one. With `--baseline-cmd`,
+another userturn build (an older commit laid out as the wheel installs it: see benchmarks/bench_probe.py) resumes
+the same file right before each resume of this checkout's: before and after measured in the same minutes.
 
 Part 2, memory: a fresh probe of each `--items` count x 1 sample against the loopback server (latency 0,
 concurrency 64); peak RSS of the whole run (the probe's process tree).
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -102,9 +107,10 @@ def completions(server: LoopbackServer) -> int:
         return int(orjson.loads(response.read()).get("completions", 0))
 
 
-def probe_cmd(server: LoopbackServer, dataset: Path, out: Path, samples: int) -> list[str]:
-    return [str(Path(sys.executable).with_name("userturn")), "probe", "--base-url", server.base_url, "--model",
-            "bench", "--dataset", str(dataset), "--out", str(out), "--tokenizer", str(tokenizer_dir()),
+def probe_cmd(server: LoopbackServer, dataset: Path, out: Path, samples: int,
+              userturn: list[str] | None = None) -> list[str]:
+    return [*(userturn or [str(Path(sys.executable).with_name("userturn"))]), "probe", "--base-url", server.base_url,
+            "--model", "bench", "--dataset", str(dataset), "--out", str(out), "--tokenizer", str(tokenizer_dir()),
             "--samples", str(samples), "--temperature", "1.0", "--concurrency", "64", "--no-progress"]
 
 
@@ -112,7 +118,8 @@ def first_request(server: LoopbackServer, cmd: list[str]) -> tuple[float, float,
     """Run a probe that resumes; (seconds from its start to the first request the server receives, its CPU seconds
     by then, its peak RSS in MB by then, requests it sent in all)."""
     base_completions = completions(server)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Started outside the checkout: a `python -m userturn` baseline must not import this checkout's package.
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tempfile.gettempdir())
     start = time.perf_counter()
     peak = 0
     first_request_s = cpu_s = None
@@ -129,11 +136,14 @@ def first_request(server: LoopbackServer, cmd: list[str]) -> tuple[float, float,
     return first_request_s, cpu_s, peak / 1024, completions(server) - base_completions
 
 
-def run_resume(work: Path, records: int, samples: int) -> bool:
-    """Two resumes of the same file, each a full scan of it."""
+def run_resume(work: Path, records: int, samples: int, rounds: int, baseline: list[str] | None) -> bool:
+    """`rounds` resumes of the same file, each a full scan of it (with a baseline: one of each build a round)."""
+    builds: list[tuple[str, list[str] | None]] = [("this checkout", None)]
+    if baseline:
+        builds.insert(0, ("baseline", baseline))
     items = records // samples
     dataset = work / "resume.jsonl"
-    write_dataset(dataset, items + 2)
+    write_dataset(dataset, items + 1 + rounds * len(builds))
     all_items = dataset.read_bytes().splitlines(keepends=True)
     out = work / "resume-results.jsonl"
     done_items = work / "done-items.jsonl"
@@ -145,16 +155,28 @@ def run_resume(work: Path, records: int, samples: int) -> bool:
         written = write_results(done_items, out, samples, seed_record(server, dataset, work))
         print(f"resume: wrote {written:,} records ({out.stat().st_size / 1e9:.2f} GB, {items:,} items x {samples} "
               f"samples) in {time.perf_counter() - started:.0f}s")
-        for label in ("first resume", "second resume"):
-            os.sync()  # what was just written is flushed first: the kernel's writeback is not the probe's resume
-            wall, cpu, peak_mb, sent = first_request(server, probe_cmd(server, dataset, out, samples))
-            ok_time, ok_rss = wall <= RESUME_TARGET_S, peak_mb <= RESUME_TARGET_MB
-            print(f"resume of {written:,} records, {label}: first request after {wall:.2f}s (CPU time of the "
-                  f"probe by then {cpu:.2f}s), peak RSS before it {peak_mb:.0f} MB; requests sent {sent} (expected "
-                  f"{samples}); targets: <= {RESUME_TARGET_S:g} s {verdict(ok_time)}, <= {RESUME_TARGET_MB:g} MB "
-                  f"{verdict(ok_rss)}")
-            ok = ok and ok_time and ok_rss and sent == samples
-            dataset.write_bytes(b"".join(all_items))  # one more pending item for the next resume
+        pending = items + 1
+        figures: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in builds}
+        for number in range(1, rounds + 1):
+            for name, userturn in builds:
+                os.sync()  # what was just written is flushed first: the kernel's writeback is not the probe's resume
+                cmd = probe_cmd(server, dataset, out, samples, userturn)
+                wall, cpu, peak_mb, sent = first_request(server, cmd)
+                ok_time, ok_rss = wall <= RESUME_TARGET_S, peak_mb <= RESUME_TARGET_MB
+                print(f"resume of {written:,} records, {name}, resume {number}: first request after {wall:.2f}s "
+                      f"(CPU time of the probe by then {cpu:.2f}s), peak RSS before it {peak_mb:.0f} MB; requests "
+                      f"sent {sent} (expected {samples}); targets: <= {RESUME_TARGET_S:g} s {verdict(ok_time)}, "
+                      f"<= {RESUME_TARGET_MB:g} MB {verdict(ok_rss)}")
+                figures[name].append((wall, cpu))
+                if userturn is None:
+                    ok = ok and ok_time and ok_rss and sent == samples
+                pending += 1
+                dataset.write_bytes(b"".join(all_items[:pending]))  # one more pending item for the next resume
+        if baseline:
+            for name, runs in figures.items():
+                walls, cpus = sorted(w for w, _ in runs), sorted(c for _, c in runs)
+                print(f"resume, {name}: first request after {walls[0]:.2f}-{walls[-1]:.2f}s wall, "
+                      f"{cpus[0]:.2f}-{cpus[-1]:.2f}s CPU ({len(runs)} resumes)")
     return ok
 
 
@@ -217,6 +239,9 @@ def main() -> None:
     parser.add_argument("--part", choices=["resume", "memory"], action="append", help="default: both")
     parser.add_argument("--records", type=int, default=1_000_000, help="records in the file to resume")
     parser.add_argument("--samples", type=int, default=100, help="samples per item in that file")
+    parser.add_argument("--rounds", type=int, default=2, help="resumes of the file (of each build)")
+    parser.add_argument("--baseline-cmd", metavar="CMD", help="another userturn build, e.g. \"env PYTHONPATH=/tmp/old "
+                        "/path/.venv/bin/python -m userturn\": its resumes take turns with this checkout's")
     parser.add_argument("--items", type=int, action="append", help="item counts of the memory part "
                         "(repeatable; default 10000 and 100000)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the files go (default: a temp dir)")
@@ -227,7 +252,8 @@ def main() -> None:
         work = Path(tmp)
         results = []
         if "resume" in parts:
-            results.append(run_resume(work, args.records, args.samples))
+            baseline = shlex.split(args.baseline_cmd) if args.baseline_cmd else None
+            results.append(run_resume(work, args.records, args.samples, args.rounds, baseline))
         if "memory" in parts:
             results.append(run_memory(work, args.items or [10_000, 100_000]))
     print("bench_scale: " + ("all targets met" if all(results) else "some targets missed"))

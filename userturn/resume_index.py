@@ -1,40 +1,45 @@
 """What a resume needs from a results file, read in one streaming pass: the file is the only state.
 
 `scan_results(path)` keeps the keys whose last line is an ok record (a later error line of a key takes it out
-again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). A record line
-starts with the fields a resume reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see
-`records.ProbeRecord`), so only a line's head is parsed (pydantic-core's partial JSON); a line whose head does not
-hold them (a configuration line, a record of an older schema, a hand-made line) is parsed whole. A final line
-without a newline that does not parse is a torn write (reported, not an error); any other line that does not parse
-is a UserError naming file:line. (A record line is trusted past its head: the writer writes whole lines only, and
-the judge and the report parse every line whole.)
+again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). The file is read
+in blocks of `BLOCK_BYTES`, split at its newlines with `bytes.find`. A record line starts with the fields a resume
+reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see `records.ProbeRecord`), so a
+line is first matched against `RECORD_HEAD`, one regular expression anchored at the line's start that accepts only
+those five fields of the current schema, in that order, laid out as the writer writes them (compact), with plain
+strings (no backslash escape, no control character). Every other line (a configuration line, a record of an older
+schema, a key with escapes, a hand-made line with spaces or in another field order) is parsed whole, so what the
+scan finds never depends on the fast path: both read the same state from a line (tests/test_resume_index.py holds
+them to it). A final line without a newline that does not parse is a torn write (reported, not an error); any
+other line that does not parse is a UserError naming file:line. (A record line is trusted past its head, duplicate
+fields included: the writer writes whole lines only, and the judge and the report parse every line whole.)
 
-Memory is the ok keys themselves (about 120 bytes a record): 1,000,000 records in ~120 MB.
+Memory is the ok keys themselves (a set of str, ~120 bytes a key of ~30 characters) and one block: a process
+that scanned 1,000,000 records peaked at 165 MB (benchmarks/bench_scale.py: docs/results-format.md).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import orjson
 from pydantic import ValidationError
-from pydantic_core import from_json
 
 from userturn.errors import UserError
 from userturn.jsonl import config_line, describe_error, legacy_config
 from userturn.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
 
-# A record line's head, parsed first: its resume fields, unless the key is long (then a longer head, then the
-# line). Partial parsing costs with the bytes parsed: a short head keeps a million lines to ~1 us each.
-HEAD_BYTES = (192, 1024)
+BLOCK_BYTES = 4 << 20  # a read of the file: big enough that reading costs little per line, small beside the keys
 
-# (schema_version, status, judge_status) of a record line whose head the scan trusts -> ok? Older schemas may carry
-# their configuration further on the line: they take the careful path.
-_HEAD_OK = {(SCHEMA_VERSION, status, judge): status == "ok" for status in ("ok", "error")
-            for judge in ("ok", "error", None)}
+_PLAIN = rb'"([^"\\\x00-\x1f]*)"'  # a JSON string that is its own UTF-8 bytes: no escape, no control character
+# The head of a record line exactly as JsonlWriter writes it (compact: `model_dump_json`; a fingerprint is 16 hex
+# digits, `userturn.fingerprint`).
+RECORD_HEAD = re.compile(
+    rb'\{"schema_version":' + str(SCHEMA_VERSION).encode() + rb',"key":' + _PLAIN + rb',"status":"(ok|error)",'
+    rb'"judge_status":(?:null|"ok"|"error"),"config_fingerprint":(?:null|"([0-9a-f]{16})")[,}]')
 
 
 @dataclass
@@ -74,37 +79,78 @@ def scan_results(path: str | Path) -> ResumeIndex:
     if not path.exists():
         return index
     try:
-        fh = path.open("rb")
+        fh = path.open("rb", buffering=0)
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
-    short, longer = HEAD_BYTES
     with fh:
-        for number, raw in enumerate(fh, start=1):
-            # The hot loop (a million lines): one partial parse and a few lookups per line; anything unexpected
-            # (a missing or odd field, a line cut short) takes the careful path below.
-            try:
-                head = from_json(raw[:short], allow_partial=True)
-                if "config_fingerprint" not in head and len(raw) > short:
-                    head = from_json(raw[:longer], allow_partial=True)
-                ok = _HEAD_OK[head["schema_version"], head["status"], head["judge_status"]]
-                key, fingerprint = head["key"], head["config_fingerprint"]
-            except (ValueError, KeyError, TypeError):
-                ok = None
-            if ok is not None and type(key) is str and raw[-1:] == b"\n" and (
-                    fingerprint is None or type(fingerprint) is str):
-                if ok:
-                    ok_keys.add(key)
-                    if fingerprint is None:
-                        unfingerprinted.add(key)
-                    else:
-                        ok_fingerprints.add(fingerprint)
-                else:
-                    ok_keys.discard(key)
-                index.lines += 1
-            elif raw.strip():
-                _add_whole_line(index, path, number, raw)
+        _scan_file(index, path, fh)
     return index
+
+
+def _scan_file(index: ResumeIndex, path: Path, fh: BinaryIO) -> None:
+    """Every line of `fh`, block by block; a line cut by a block's end is put together and scanned on its own."""
+    number = 0  # lines before the block's first (whole) line
+    cut: list[bytes] = []  # the start of a line that the last block ended inside
+    while block := fh.read(BLOCK_BYTES):
+        start = 0
+        if cut:
+            newline = block.find(b"\n")
+            if newline < 0:
+                cut.append(block)
+                continue
+            start = newline + 1
+            cut.append(block[:start])
+            number += 1
+            line = b"".join(cut)
+            cut = []
+            _scan_lines(index, path, line, 0, len(line), number - 1)
+        end = block.rfind(b"\n", start) + 1
+        if end > start:
+            number = _scan_lines(index, path, block, start, end, number)
+        else:
+            end = start
+        if end < len(block):
+            cut.append(block[end:])
+    line = b"".join(cut)
+    if line.strip():  # a last line without a newline
+        _add_whole_line(index, path, number + 1, line)
+
+
+def _scan_lines(index: ResumeIndex, path: Path, buf: bytes, pos: int, end: int, number: int) -> int:
+    """The whole lines of `buf[pos:end]` (`end` just past a newline), after `number` lines; the lines so far."""
+    # The hot loop (a million lines): a find, a match and a set operation per record line.
+    match, find = RECORD_HEAD.match, buf.find
+    ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
+    records = 0
+    last_fingerprint = None  # of the last ok line: consecutive records mostly share one
+    while pos < end:
+        newline = find(b"\n", pos, end)
+        number += 1
+        head = match(buf, pos, newline)
+        if head is not None:
+            key_bytes, status, fingerprint = head.groups()
+            try:
+                key = key_bytes.decode()
+            except UnicodeDecodeError:  # not UTF-8: the careful path says so
+                head = None
+        if head is None:
+            line = buf[pos:newline + 1]
+            if line.strip():
+                _add_whole_line(index, path, number, line)
+        elif status == b"ok":
+            records += 1
+            ok_keys.add(key)
+            if fingerprint is None:
+                unfingerprinted.add(key)
+            elif fingerprint != last_fingerprint:
+                last_fingerprint = fingerprint
+                ok_fingerprints.add(fingerprint.decode())
+        else:
+            records += 1
+            ok_keys.discard(key)
+        pos = newline + 1
+    index.lines += records
+    return number
 
 
 def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
