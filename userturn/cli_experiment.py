@@ -58,6 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "(meta.second_turn), and the label with who gave it.")
     show.add_argument("results", metavar="RESULTS.jsonl")
     show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
+                                      "value; repeat a flag for alternatives)")
+    filters.add_argument("--model", action="append", default=[], metavar="PATTERN", help="models to show")
+    filters.add_argument("--label", action="append", default=[], metavar="PATTERN",
+                         help="labels to show (`unjudged`: records without one)")
+    filters.add_argument("--perturb", action="append", default=[], metavar="PATTERN", help="perturbations to show")
+    filters.add_argument("--item", action="append", default=[], metavar="PATTERN", help="dataset item ids to show")
     add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
     show.set_defaults(func=show_command)
 
@@ -214,16 +221,23 @@ def export_command(args: argparse.Namespace) -> int:
 
 
 def show_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from userturn.client.short_keys import short_keys
+    from userturn.client.show import ShowFilter, select_records, turns_table
+    from userturn.client.terminal import console
 
-    from userturn.client.show import turns_table
-
+    rows = ShowFilter(models=args.model, labels=args.label, perturbations=args.perturb, items=args.item)
     if wants_record(args):
+        given = [flag for flag, values in (("--model", rows.models), ("--label", rows.labels),
+                                            ("--perturb", rows.perturbations), ("--item", rows.items)) if values]
+        if given:
+            raise UserError(f"{given[0]} filters the table of turns, not one KEY")
         return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(turns_table(_records(args.results), limit=args.limit, title=f"userturn show: {args.results}"))
+    records = _records(args.results)
+    keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
+    console().print(turns_table(select_records(records, rows), limit=args.limit, keys=keys,
+                                title=f"userturn show: {args.results}"))
     return 0
 
 
