@@ -276,6 +276,26 @@ def test_dry_run_with_every_endpoint_serving_its_model_passes(tmp_path: Path, ca
     assert "endpoints: 2 of 2 base_url models reachable" in capsys.readouterr().out
 
 
+def test_dry_run_checks_the_judge_endpoints(tmp_path: Path, capsys):
+    from mock_http import MockServer, models_handler
+
+    with MockServer(models_handler("mock")) as server, MockServer(models_handler("judge-a")) as judges:
+        path = _two_model_grid(tmp_path, server.base_url, server.base_url, bad_model="mock")
+        path.write_text(path.read_text() + f"""judges:
+  - model: judge-a
+    base_url: {judges.base_url}
+  - model: judge-b
+    base_url: {judges.base_url}
+  - model: self
+""")
+        assert main(["run", str(path), "--dry-run"]) == 3
+        out, err = capsys.readouterr()
+        assert [r.url.path for r in judges.requests] == ["/v1/models", "/v1/models"]
+    assert "endpoints: 2 of 2 base_url models reachable and serving their model, 1 of 2 judges" in out
+    assert err.startswith(f"userturn: {path}: judges.1 (judge-b): ") and "does not serve model 'judge-b'" in err
+    assert err.count("\n") == 1, err
+
+
 def test_keep_going_reports_the_finished_part_and_one_line_per_failed_model(tmp_path: Path, capsys):
     from mock_http import MockServer, completion_handler
 

@@ -198,13 +198,15 @@ def dry_run(exp: Any, base: Path, source: Path) -> int:
     from userturn.experiment import check_endpoints
 
     endpoints = sum(entry.base_url is not None for entry in exp.models)
-    problems = aio.run(check_endpoints(exp, base, source)) if endpoints else []
+    judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
+    problems = aio.run(check_endpoints(exp, base, source))
     launched = len(exp.models) - endpoints
-    print(f"endpoints: {endpoints - len(problems)} of {endpoints} base_url models reachable and serving their model"
+    print(f"endpoints: {endpoints - len(problems.models)} of {endpoints} base_url models reachable and serving their "
+          "model" + (f", {judges - len(problems.judges)} of {judges} judges" if judges else "")
           + (f"; {launched} manifest models validated only (launched by the real run)" if launched else ""))
-    for problem in problems:
+    for problem in problems.lines:
         print(f"userturn: {problem}", file=sys.stderr)
-    return 3 if problems else 0
+    return 3 if problems.lines else 0
 
 
 def _records(path: str) -> list:

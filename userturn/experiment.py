@@ -252,10 +252,23 @@ def check_files(exp: Experiment, source: Path) -> None:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
 
 
-async def check_endpoints(exp: Experiment, base: Path, source: Path) -> list[str]:
+@dataclass(frozen=True)
+class EndpointProblems:
+    """`check_endpoints`' findings: one line per model, and per judge, that is not usable."""
+
+    models: list[str]
+    judges: list[str]
+
+    @property
+    def lines(self) -> list[str]:
+        return self.models + self.judges
+
+
+async def check_endpoints(exp: Experiment, base: Path, source: Path) -> EndpointProblems:
     """`run --dry-run`: every model given by `base_url` is reached and asked for its model list, with the probe's
     own preflight (`TargetSession.check`: reachable, API key accepted, the model served); manifests, which would be
-    launched, are not. One line per model that fails, naming its entry; [] when all are usable."""
+    launched, are not; then every judge endpoint of `judges:`. One line per model or judge that fails, naming its
+    entry."""
     from userturn.run_builder import TargetSession, open_target
 
     problems = []
@@ -269,6 +282,25 @@ async def check_endpoints(exp: Experiment, base: Path, source: Path) -> list[str
                     await session.check()
         except UserError as exc:
             problems.append(str(exc))
+    return EndpointProblems(problems, await _check_judges(exp, source))
+
+
+async def _check_judges(exp: Experiment, source: Path) -> list[str]:
+    """The judge endpoints of `judges:` (not `self`, which is the model's own, nor `rules`): reachable and serving
+    the judge model (the judges' own preflight, `Endpoint.check`). One line per judge that fails."""
+    from userturn.client.endpoint import Endpoint, EndpointConfig
+
+    problems = []
+    for index, judge in enumerate(exp.judges):
+        if judge.model in ("self", "rules") or judge.base_url is None:
+            continue
+        config = EndpointConfig(base_url=judge.base_url, api_key_env=judge.api_key_env, max_retries=0,
+                                request_timeout=exp.request_timeout or defaults.REQUEST_TIMEOUT_S)
+        try:
+            async with Endpoint(config) as endpoint:
+                await endpoint.check(judge.model)
+        except UserError as exc:
+            problems.append(f"{source}: judges.{index} ({judge.model}): {exc}")
     return problems
 
 
