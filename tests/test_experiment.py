@@ -291,7 +291,8 @@ def test_dry_run_checks_the_judge_endpoints(tmp_path: Path, capsys):
         assert main(["run", str(path), "--dry-run"]) == 3
         out, err = capsys.readouterr()
         assert [r.url.path for r in judges.requests] == ["/v1/models", "/v1/models"]
-    assert "endpoints: 2 of 2 base_url models reachable and serving their model, 1 of 2 judges" in out
+    assert ("endpoints: 2 of 2 base_url models reachable and serving their model; 1 of 2 judges reachable and "
+            "serving theirs; 1 manifest models validated only") in out
     assert err.startswith(f"userturn: {path}: judges.1 (judge-b): ") and "does not serve model 'judge-b'" in err
     assert err.count("\n") == 1, err
 

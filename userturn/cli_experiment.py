@@ -201,9 +201,11 @@ def dry_run(exp: Any, base: Path, source: Path) -> int:
     judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
     problems = aio.run(check_endpoints(exp, base, source))
     launched = len(exp.models) - endpoints
-    print(f"endpoints: {endpoints - len(problems.models)} of {endpoints} base_url models reachable and serving their "
-          "model" + (f", {judges - len(problems.judges)} of {judges} judges" if judges else "")
-          + (f"; {launched} manifest models validated only (launched by the real run)" if launched else ""))
+    parts = [f"{endpoints - len(problems.models)} of {endpoints} base_url models reachable and serving their model"
+             ] if endpoints else []
+    parts += [f"{judges - len(problems.judges)} of {judges} judges reachable and serving theirs"] if judges else []
+    parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
+    print("endpoints: " + "; ".join(parts))
     for problem in problems.lines:
         print(f"userturn: {problem}", file=sys.stderr)
     return 3 if problems.lines else 0
