@@ -58,9 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     export.set_defaults(func=export_command)
 
     show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
-                          description="Print the generated user turns of a results file as a table: query, generated "
-                                      "turn, the human-written next turn where the dataset has one "
-                                      "(meta.second_turn), and the label with who gave it.")
+                          description="Print the generated user turns of a results file as a table: short key (what "
+                                      "`show FILE KEY` opens), model, item, temperature, sample, perturbation, "
+                                      "query, generated turn, the human-written next turn where the dataset has one "
+                                      "(meta.second_turn), and the label with who gave it. The table takes the "
+                                      "terminal's width (piped: $COLUMNS, else 100).")
     show.add_argument("results", metavar="RESULTS.jsonl")
     show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
     filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
