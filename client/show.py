@@ -1,6 +1,7 @@
 """Generated user turns as a table, each beside the human's real next turn where the dataset has one (MT-Bench).
 
-`userturn show RESULTS.jsonl` prints them; `userturn run` prints the first few under its report.
+`userturn show RESULTS.jsonl` prints them, each with its short key (`client.short_keys`), filtered by model, label,
+perturbation or item (`ShowFilter`); `userturn run` prints the first few under its report.
 `userturn show RESULTS.jsonl KEY` prints one record whole (`record_view`), with its prompt rebuilt exactly
 (`client.prompt_replay`).
 """
@@ -8,16 +9,19 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 import orjson
+from pydantic import BaseModel
 from rich.table import Table
 from userturn.client.export import human_turn
 from userturn.client.prompt_replay import ReplayedPrompt
+from userturn.client.short_keys import short_keys
 
 from userturn.records import ConfigLine, ProbeRecord
 
 CLIP = 160
+MODEL_WIDTH = 14  # model names wrap at their separators (`/`, `-`) to this width, never mid-word where avoidable
 
 
 def clip(text: str | None, limit: int = CLIP) -> str:
@@ -29,23 +33,55 @@ def last_user_query(record: ProbeRecord) -> str:
     return next((m.content for m in reversed(record.messages) if m.role == "user"), "")
 
 
+class ShowFilter(BaseModel):
+    """`userturn show`'s row filters: shell patterns (`Qwen/*`, `*-9B`) matched against the whole value; several
+    values of one filter are alternatives. A record without a label matches `unjudged`."""
+
+    models: list[str] = []
+    labels: list[str] = []
+    perturbations: list[str] = []
+    items: list[str] = []
+
+
+def label_of(record: ProbeRecord) -> str:
+    return record.label or "unjudged"
+
+
+def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
+    """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
+    from userturn.judges.report_filter import _matching
+
+    models = _matching("--model", rows.models, {r.model for r in records})
+    labels = _matching("--label", rows.labels, {label_of(r) for r in records})
+    perturbations = _matching("--perturb", rows.perturbations, {r.perturbation for r in records})
+    items = _matching("--item", rows.items, {r.item_id for r in records})
+    return [r for r in records if r.model in models and label_of(r) in labels and r.perturbation in perturbations
+            and r.item_id in items]
+
+
 def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, title: str = "generated user turns",
-                width: int = CLIP) -> Table:
-    """One row per ok record (in file order): item, T, perturbation, query, generated turn, human turn, label."""
+                width: int = CLIP, keys: Mapping[str, str] | None = None) -> Table:
+    """One row per ok record (in file order): short key (`keys`: {key: short key}, default: unique among
+    `records`), model, item, T, sample, perturbation, query, generated turn, human turn, label."""
+    from userturn.judges.report_table import wrap_name
+
+    records = list(records)
     rows = [r for r in records if r.status == "ok"]
+    keys = keys if keys is not None else short_keys(r.key for r in records)
     shown = rows[:limit] if limit is not None else rows
     with_human = any(human_turn(r) for r in shown)
     more = f" (first {len(shown)} of {len(rows)})" if len(shown) < len(rows) else ""
     table = Table(title=title + more, title_justify="left", header_style="bold", show_lines=True)
-    for name in ("item", "T", "perturb", "user query", "generated user turn", *(("human next turn",) if with_human
-                                                                               else ()), "label"):
-        table.add_column(name, overflow="fold")
+    for name in ("key", "model", "item", "T", "s", "perturb", "user query", "generated user turn",
+                 *(("human next turn",) if with_human else ()), "label"):
+        table.add_column(name, overflow="fold", no_wrap=name in ("key", "T", "s"))
     for r in shown:
         human = (clip(human_turn(r), width),) if with_human else ()
         label = f"{r.label} ({r.label_source})" if r.label else ("judge failed" if r.judge_status == "error"
                                                                  else "unjudged")
-        table.add_row(r.item_id, f"{r.temperature:g}", r.perturbation, clip(last_user_query(r), width // 2),
-                      clip(r.user_turn, width), *human, label)
+        table.add_row(keys.get(r.key, r.key), wrap_name(r.model, MODEL_WIDTH), r.item_id, f"{r.temperature:g}",
+                      str(r.sample), r.perturbation, clip(last_user_query(r), width // 2), clip(r.user_turn, width),
+                      *human, label)
     return table
 
 

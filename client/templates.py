@@ -150,8 +150,31 @@ def _local_files(folder: Path) -> TokenizerFiles:
     return _files_from_paths(str(folder), paths)
 
 
+HUB_PROBE_TIMEOUT = 3.0  # seconds the one reachability request of a hub tokenizer may take
+
+
+def hub_unreachable(repo_id: str, revision: str | None = None) -> str | None:
+    """Why the hub cannot be reached, from one HEAD request without retries (huggingface_hub's own metadata call,
+    `HUB_PROBE_TIMEOUT`), or None when it answers (even with an error such as not found: the download reports that)
+    or HF_HUB_OFFLINE is set (then the cache alone is read). `hf_hub_download` itself retries a refused connection
+    for ~24 s with a warning per try; this check lets an offline machine fail at once."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "tokenizer_config.json", revision=revision),
+                             timeout=HUB_PROBE_TIMEOUT, retry_on_errors=False)
+    except HfHubHTTPError:
+        return None
+    except Exception as exc:  # the hub client's transport errors (refused, DNS, timeout) share no base here
+        return (str(exc).splitlines() or [type(exc).__name__])[0]
+    return None
+
+
 def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
@@ -161,12 +184,20 @@ def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
         RevisionNotFoundError,
     )
 
+    unreachable = hub_unreachable(repo_id, revision)  # offline: the local cache only, no retries
     paths: dict[str, Path | None] = {}
     for name in TOKENIZER_FILES:
         try:
-            paths[name] = Path(hf_hub_download(repo_id, name, revision=revision))
+            paths[name] = Path(hf_hub_download(repo_id, name, revision=revision,
+                                               local_files_only=unreachable is not None))
         except (EntryNotFoundError, LocalEntryNotFoundError) as exc:
             if name == "tokenizer_config.json":
+                if unreachable is not None:
+                    raise UserError(
+                        f"hub id {repo_id}: the hub at {constants.ENDPOINT} is unreachable ({unreachable}) and the "
+                        "tokenizer is not in the local cache; pass a local tokenizer directory or GGUF file, or "
+                        "fetch it once online (HF_HUB_OFFLINE=1 then reads the cache without trying the hub)"
+                    ) from None
                 if isinstance(exc, LocalEntryNotFoundError):
                     raise UserError(
                         f"hub id {repo_id}: cannot download tokenizer_config.json (hub unreachable or HF_HUB_OFFLINE=1,"

@@ -154,9 +154,13 @@ def test_dry_run_prints_the_plan(tmp_path: Path, capsys):
                     '{"id": "b", "messages": [{"role": "user", "content": "q2"}]}\n')
     path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
                  + "temperatures: [0, 1]\nsamples: 2\n")
-    assert main(["run", str(path), "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    assert main(["run", str(path), "--dry-run"]) == 3  # the plan is printed; nothing listens on port 1
+    out, err = capsys.readouterr()
     assert out.startswith("t1: 1 probe runs, 8 records planned")
+    assert "endpoints: 0 of 1 base_url models reachable and serving their model" in out
+    lines = [line for line in err.splitlines() if not line.startswith("userturn: warning: ")]  # T=0 x 2 samples
+    assert len(lines) == 1 and lines[0].startswith(f"userturn: {path}: models.0 (m): cannot reach "
+                                                   "http://127.0.0.1:1/v1/models"), err
     # one prompt per model, rendered by its own template, ending at the open user header
     prompt = out.split("as it will be sent (ends at the open user header) ---\n")[1].split("\n--- end of prompt")[0]
     assert prompt.startswith("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n")
@@ -221,3 +225,96 @@ async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_res
     assert [v.source for v in restated.judges] == ["rule"]
     other = await hook.judge(rec("Why only one?"))
     assert (other.label, other.label_source, other.judge_status, other.judges) == (None, None, None, [])
+
+
+def _two_model_grid(tmp_path: Path, good_url: str, bad_url: str, *, bad_model: str = "m") -> Path:
+    (tmp_path / "data.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "q"}, '
+                                         '{"role": "assistant", "content": "a"}]}\n')
+    return write(tmp_path, f"""
+name: kg
+models:
+  - base_url: {bad_url}
+    model: {bad_model}
+  - base_url: {good_url}
+    model: mock
+  - manifest: qwen3.5-2b
+datasets: [data.jsonl]
+modes: [chat]
+temperatures: [0.5]
+samples: 1
+max_retries: 0
+request_timeout: 5
+""")
+
+
+def test_dry_run_checks_every_endpoint_and_names_each_failing_model(tmp_path: Path, capsys):
+    from mock_http import MockServer, models_handler
+
+    with MockServer(models_handler("mock")) as server:
+        path = _two_model_grid(tmp_path, server.base_url, server.base_url, bad_model="not-served")
+        text = path.read_text().replace("  - manifest: qwen3.5-2b\n", "  - base_url: http://127.0.0.1:1/v1\n"
+                                                                      "    model: gone\n  - manifest: qwen3.5-2b\n")
+        path.write_text(text)
+        assert main(["run", str(path), "--dry-run"]) == 3
+        out, err = capsys.readouterr()
+        asked = [r.url.path for r in server.requests]
+    assert asked == ["/v1/models", "/v1/models"]  # the two models it serves are asked; the manifest is not launched
+    assert ("endpoints: 1 of 3 base_url models reachable and serving their model; 1 manifest models validated only"
+            in out)
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith(f"userturn: {path}: models.0 (not-served): ") and "does not serve model" in lines[0]
+    assert lines[1].startswith(f"userturn: {path}: models.2 (gone): cannot reach http://127.0.0.1:1/v1/models")
+
+
+def test_dry_run_with_every_endpoint_serving_its_model_passes(tmp_path: Path, capsys):
+    from mock_http import MockServer, models_handler
+
+    with MockServer(models_handler("mock")) as server:
+        path = _two_model_grid(tmp_path, server.base_url, server.base_url, bad_model="mock")
+        assert main(["run", str(path), "--dry-run"]) == 0
+    assert "endpoints: 2 of 2 base_url models reachable" in capsys.readouterr().out
+
+
+def test_dry_run_checks_the_judge_endpoints(tmp_path: Path, capsys):
+    from mock_http import MockServer, models_handler
+
+    with MockServer(models_handler("mock")) as server, MockServer(models_handler("judge-a")) as judges:
+        path = _two_model_grid(tmp_path, server.base_url, server.base_url, bad_model="mock")
+        path.write_text(path.read_text() + f"""judges:
+  - model: judge-a
+    base_url: {judges.base_url}
+  - model: judge-b
+    base_url: {judges.base_url}
+  - model: self
+""")
+        assert main(["run", str(path), "--dry-run"]) == 3
+        out, err = capsys.readouterr()
+        assert [r.url.path for r in judges.requests] == ["/v1/models", "/v1/models"]
+    assert ("endpoints: 2 of 2 base_url models reachable and serving their model; 1 of 2 judges reachable and "
+            "serving theirs; 1 manifest models validated only") in out
+    assert err.startswith(f"userturn: {path}: judges.1 (judge-b): ") and "does not serve model 'judge-b'" in err
+    assert err.count("\n") == 1, err
+
+
+def test_keep_going_reports_the_finished_part_and_one_line_per_failed_model(tmp_path: Path, capsys):
+    from mock_http import MockServer, completion_handler
+
+    from userturn.jsonl import read_records
+
+    with MockServer(completion_handler(lambda body: "And then?", model="mock")) as server:
+        path = _two_model_grid(tmp_path, server.base_url, "http://127.0.0.1:1/v1")
+        path.write_text(path.read_text().replace("  - manifest: qwen3.5-2b\n", ""))
+        out_dir = tmp_path / "runs"
+        assert main(["run", str(path), "--out-dir", str(out_dir), "--no-progress", "--keep-going"]) == 3
+        out, err = capsys.readouterr()
+        records, _ = read_records(out_dir / "kg" / "results.jsonl")
+        assert {r.model for r in records.values()} == {"mock"} and all(r.status == "ok" for r in records.values())
+        assert "And then?" in out  # the report of the finished part
+        failed = [line for line in err.splitlines() if line.startswith("userturn: failed: ")]
+        assert len(failed) == 1 and failed[0].startswith(f"userturn: failed: {path}: models.0 (m): cannot reach")
+        assert "1 of 2 models failed" in err and "Traceback" not in err
+        # without --keep-going the first failure stops the grid, as before
+        assert main(["run", str(path), "--out-dir", str(tmp_path / "runs2"), "--no-progress"]) == 3
+        assert not (tmp_path / "runs2" / "kg" / "results.jsonl").exists() or \
+            not read_records(tmp_path / "runs2" / "kg" / "results.jsonl")[0]

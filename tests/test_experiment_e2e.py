@@ -193,3 +193,27 @@ def test_parallel_models_a_model_that_fails_to_start_stops_the_run_in_one_line(t
     assert "models.1 (m1): m1-r0: exited with code 3 during startup" in lines[0] and "no GPU here" in lines[0]
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(LOOPBACK) in " ".join(p.info["cmdline"] or [])]
     assert not left, f"servers of the other models survived: {left}"
+
+
+@pytest.mark.parametrize("parallel", ["1", "3"])
+def test_keep_going_past_a_model_that_fails_to_start(tmp_path: Path, parallel: str) -> None:
+    """--keep-going: m1's server exits at start-up; m0 and m2 are probed all the same, the report of their records is
+    printed, and m1 is one line at the end (exit 3)."""
+    import yaml
+
+    exp = _three_model_experiment(tmp_path)
+    (tmp_path / "m1.yaml").write_text(yaml.safe_dump({
+        "name": "m1", "engine": "transformers", "served_model_name": "m1",
+        "command": [sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(3)", "{port}"],
+        "health_paths": ["/health"], "probe": {"tokenizer": QWEN_DIR}}))
+    out = tmp_path / "out"
+    proc = run(str(exp), "--out-dir", str(out), "--parallel-models", parallel, "--no-progress", "--keep-going")
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+    failed = [ln for ln in proc.stderr.splitlines() if ln.startswith("userturn: failed:")]
+    assert len(failed) == 1 and "models.1 (m1): m1-r0: exited with code 3 during startup" in failed[0], proc.stderr
+    assert "1 of 3 models failed" in proc.stderr
+    records, _ = read_records(out / "three" / "results.jsonl")
+    assert {key.split("|")[0] for key in records} == {"m0", "m2"}
+    assert all(r.status == "ok" for r in records.values())
+    rows = [ln.split()[0] for ln in proc.stdout.splitlines() if ln.strip().startswith(("m0 ", "m1 ", "m2 "))]
+    assert rows == ["m0", "m2"] and "userturn report" in proc.stdout  # the report of the finished part

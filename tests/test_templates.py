@@ -7,10 +7,12 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from userturn.client import templates
 from userturn.client.stops import AddedToken, end_of_turn_stops, leading_special_tokens
 from userturn.client.templates import (
     PromptRenderer,
@@ -449,6 +451,50 @@ def test_hub_id_offline_is_one_line_user_error(tmp_path):
     assert "\n" not in line
 
 
+def test_hub_id_with_the_hub_unreachable_fails_fast_in_one_line(tmp_path):
+    """HF_ENDPOINT on a closed local port, an empty cache: one line naming the id and the way out, in well under the
+    ~24 s of huggingface_hub's retries, and no retry warnings."""
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin",
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    from userturn.jsonl import JsonlWriter
+    from userturn.records import ProbeRecord, record_key
+
+    results = tmp_path / "r.jsonl"
+    key = record_key("m", "d", "1", "none", 0.0, 0)
+    with JsonlWriter(results) as writer:
+        writer.write(ProbeRecord(key=key, model="m", dataset="d", item_id="1", temperature=0.0, sample=0, seed=0,
+                                 messages=[{"role": "user", "content": "hi"}], status="ok", user_turn="x"))
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "userturn", "show", str(results), key, "--tokenizer",
+                          "example-org/no-such-model"], env=env, capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).parent.parent)
+    elapsed = time.monotonic() - started
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "hub id example-org/no-such-model: the hub at http://127.0.0.1:9 is unreachable" in lines[0]
+    assert "HF_HUB_OFFLINE=1" in lines[0] and "local tokenizer directory" in lines[0]
+    assert elapsed < 5, elapsed
+
+
+def test_hub_unreachable_reads_the_cache_only(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    offline: list[bool] = []
+
+    def cached(repo_id, filename, revision=None, local_files_only=False):
+        offline.append(local_files_only)
+        if not (QWEN_DIR / filename).is_file():
+            raise LocalEntryNotFoundError(filename)
+        return str(QWEN_DIR / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", cached)
+    monkeypatch.setattr(templates, "hub_unreachable", lambda repo_id, revision=None: "Connection refused")
+    assert PromptRenderer.load("Qwen/Qwen3-8B").family == "qwen3"  # a cached copy still serves
+    assert offline and all(offline)
+
+
 def test_transformers_not_imported_at_runtime():
     code = ("import sys\nfrom userturn.client.templates import PromptRenderer\n"
             f"r = PromptRenderer.load({str(QWEN_DIR)!r})\nr.user_turn_prompt([{{'role': 'user', 'content': 'x'}}])\n"
@@ -487,13 +533,15 @@ def test_hub_id_downloads_only_small_files(monkeypatch):
 
     asked: list[tuple[str, str]] = []
 
-    def fake_download(repo_id, filename, revision=None):
+    def fake_download(repo_id, filename, revision=None, local_files_only=False):
+        assert not local_files_only
         asked.append((repo_id, filename))
         if not (QWEN_DIR / filename).is_file():
             raise EntryNotFoundError(f"{filename} not in {repo_id}")
         return str(QWEN_DIR / filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(templates, "hub_unreachable", lambda repo_id, revision=None: None)  # never the real hub
     renderer = PromptRenderer.load("Qwen/Qwen3-8B")
     assert renderer.family == "qwen3" and renderer.stop == ["<|im_end|>", "<|im_start|>"]
     assert renderer.count_tokens("hello") == 1
@@ -506,10 +554,11 @@ def test_hub_repo_without_tokenizer_config(monkeypatch):
     import huggingface_hub
     from huggingface_hub.errors import EntryNotFoundError
 
-    def fake_download(repo_id, filename, revision=None):
+    def fake_download(repo_id, filename, revision=None, local_files_only=False):
         raise EntryNotFoundError(filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(templates, "hub_unreachable", lambda repo_id, revision=None: None)  # never the real hub
     with pytest.raises(UserError, match=r"hub id org/model: no tokenizer_config\.json in the repository"):
         PromptRenderer.load("org/model")
 

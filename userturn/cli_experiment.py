@@ -28,7 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
     run.add_argument("--no-progress", action="store_true",
                    help="plain progress lines (every 10 s and one at the end) instead of the live view")
-    run.add_argument("--dry-run", action="store_true", help="validate, load datasets and print the plan only")
+    run.add_argument("--dry-run", action="store_true",
+                     help="validate, load datasets, check every base_url model's endpoint (reachable, serving the "
+                          "model; exit 3 naming each that is not) and print the plan; nothing is launched")
+    run.add_argument("--keep-going", action="store_true",
+                     help="when a model fails (unreachable, not served, its server fails to start), go on with the "
+                          "others; at the end report the finished part and one line per failed model (exit 3)")
     run.add_argument("--rejudge", action="store_true",
                      help="the results file holds labels of another judge panel (other `judges:` models or prompt): "
                           "label those records again instead of refusing")
@@ -53,11 +58,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     export.set_defaults(func=export_command)
 
     show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
-                          description="Print the generated user turns of a results file as a table: query, generated "
-                                      "turn, the human-written next turn where the dataset has one "
-                                      "(meta.second_turn), and the label with who gave it.")
+                          description="Print the generated user turns of a results file as a table: short key (what "
+                                      "`show FILE KEY` opens), model, item, temperature, sample, perturbation, "
+                                      "query, generated turn, the human-written next turn where the dataset has one "
+                                      "(meta.second_turn), and the label with who gave it. The table takes the "
+                                      "terminal's width (piped: $COLUMNS, else 100).")
     show.add_argument("results", metavar="RESULTS.jsonl")
     show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
+                                      "value; repeat a flag for alternatives)")
+    filters.add_argument("--model", action="append", default=[], metavar="PATTERN", help="models to show")
+    filters.add_argument("--label", action="append", default=[], metavar="PATTERN",
+                         help="labels to show (`unjudged`: records without one)")
+    filters.add_argument("--perturb", action="append", default=[], metavar="PATTERN", help="perturbations to show")
+    filters.add_argument("--item", action="append", default=[], metavar="PATTERN", help="dataset item ids to show")
     add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
     show.set_defaults(func=show_command)
 
@@ -90,7 +104,7 @@ def compact_command(args: argparse.Namespace) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     from userturn import aio
-    from userturn.experiment import check_files, load_experiment, results_path, run_experiment
+    from userturn.experiment import ModelFailures, check_files, load_experiment, results_path, run_experiment
     from userturn.results_lock import results_lock
     from userturn.shipped import resolve_named
 
@@ -99,19 +113,24 @@ def run_command(args: argparse.Namespace) -> int:
     exp, base = load_experiment(source)
     check_files(exp, source)
     if args.dry_run:
+        if args.keep_going:
+            raise UserError("--keep-going applies to a real run, not to --dry-run")
         return dry_run(exp, base, source)
     from userturn.serve.launcher import terminate_on_sigterm
 
+    failures = ModelFailures([]) if args.keep_going else None
     # held for the whole grid (exit 2 if another run has it); SIGTERM tears down servers launched in threads, too
     with results_lock(results_path(exp, args.out_dir)), terminate_on_sigterm():
         results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
                                                       progress=not args.no_progress, rejudge=args.rejudge,
-                                                      launcher=args.launcher, parallel_models=args.parallel_models))
+                                                      launcher=args.launcher, parallel_models=args.parallel_models,
+                                                      failures=failures))
     errors = sum(s.errors for s in summaries)
     from userturn.client.terminal import console
     from userturn.judges.run_view import print_run_report
 
-    print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
+    if results.is_file() and results.stat().st_size:
+        print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
     not_applicable = sum(s.not_applicable for s in summaries)
@@ -129,6 +148,12 @@ def run_command(args: argparse.Namespace) -> int:
 
         print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
         status = 1
+    if failures is not None and failures.lines:
+        print(f"userturn: {len(failures.lines)} of {len(exp.models)} models failed (--keep-going went on with the "
+              "others; rerun the same command to resume them):", file=sys.stderr)
+        for line in failures.lines:
+            print(f"userturn: failed: {line}", file=sys.stderr)
+        status = 3
     return status
 
 
@@ -171,7 +196,21 @@ def dry_run(exp: Any, base: Path, source: Path) -> int:
     for label, dataset, prompt in prompts:
         print(f"--- {label}: raw prompt of the first {dataset} item, as it will be sent (ends at the open user "
               f"header) ---\n{shown(prompt)}\n--- end of prompt ---")
-    return 0
+    from userturn import aio
+    from userturn.experiment import check_endpoints
+
+    endpoints = sum(entry.base_url is not None for entry in exp.models)
+    judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
+    problems = aio.run(check_endpoints(exp, base, source))
+    launched = len(exp.models) - endpoints
+    parts = [f"{endpoints - len(problems.models)} of {endpoints} base_url models reachable and serving their model"
+             ] if endpoints else []
+    parts += [f"{judges - len(problems.judges)} of {judges} judges reachable and serving theirs"] if judges else []
+    parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
+    print("endpoints: " + "; ".join(parts))
+    for problem in problems.lines:
+        print(f"userturn: {problem}", file=sys.stderr)
+    return 3 if problems.lines else 0
 
 
 def _records(path: str) -> list:
@@ -214,16 +253,23 @@ def export_command(args: argparse.Namespace) -> int:
 
 
 def show_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from userturn.client.short_keys import short_keys
+    from userturn.client.show import ShowFilter, select_records, turns_table
+    from userturn.client.terminal import console
 
-    from userturn.client.show import turns_table
-
+    rows = ShowFilter(models=args.model, labels=args.label, perturbations=args.perturb, items=args.item)
     if wants_record(args):
+        given = [flag for flag, values in (("--model", rows.models), ("--label", rows.labels),
+                                            ("--perturb", rows.perturbations), ("--item", rows.items)) if values]
+        if given:
+            raise UserError(f"{given[0]} filters the table of turns, not one KEY")
         return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(turns_table(_records(args.results), limit=args.limit, title=f"userturn show: {args.results}"))
+    records = _records(args.results)
+    keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
+    console().print(turns_table(select_records(records, rows), limit=args.limit, keys=keys,
+                                title=f"userturn show: {args.results}"))
     return 0
 
 

@@ -16,6 +16,8 @@ from userturn.errors import UserError
 
 EXAMPLES = """examples:
   userturn show runs/smoke/results.jsonl
+  userturn show runs/smoke/results.jsonl --model 'smollm2*' --label unjudged --item 107
+  userturn show runs/smoke/results.jsonl 3f9a2c1          (a short key from the table's key column)
   userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0'
   userturn show results.jsonl KEY --prompt-only > prompt.txt"""
 
@@ -27,7 +29,8 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
     if show.epilog is None:
         show.epilog, show.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     show.add_argument("key", metavar="KEY", nargs="?", default=None,
-                      help="one record's key: print it whole (prompt as sent, generated turn, human next turn, "
+                      help="one record's key, or a unique prefix of it or of its short key (the table's key column): "
+                           "print it whole (prompt as sent, generated turn, human next turn, "
                            "verdicts with rationales)")
     g = show.add_argument_group("the prompt of a raw-mode record (default: rendered again from the results file's "
                                 "configuration line; these flags replace it, for files from before those lines)")
@@ -80,6 +83,7 @@ def wants_record(args: argparse.Namespace) -> bool:
 def show_record(args: argparse.Namespace) -> int:
     """Print one record (or only its prompt). Unknown key: UserError with the closest keys (exit 2)."""
     from userturn.client.prompt_replay import find_record
+    from userturn.client.short_keys import resolve_key
     from userturn.client.show import record_view
 
     flags = [f for f, given in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template),
@@ -89,7 +93,7 @@ def show_record(args: argparse.Namespace) -> int:
         raise UserError(f"{flags[0]} needs a KEY: it applies to one record (userturn show RESULTS.jsonl KEY)")
     if args.limit is not None:
         raise UserError("--limit applies to the table of turns, not to one KEY")
-    record = find_record(args.results, args.key)
+    record = find_record(args.results, resolve_key(args.results, args.key))
     replay = replayer(args)
     try:
         prompt = replay.prompt(record)

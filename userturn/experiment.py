@@ -252,6 +252,58 @@ def check_files(exp: Experiment, source: Path) -> None:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
 
 
+@dataclass(frozen=True)
+class EndpointProblems:
+    """`check_endpoints`' findings: one line per model, and per judge, that is not usable."""
+
+    models: list[str]
+    judges: list[str]
+
+    @property
+    def lines(self) -> list[str]:
+        return self.models + self.judges
+
+
+async def check_endpoints(exp: Experiment, base: Path, source: Path) -> EndpointProblems:
+    """`run --dry-run`: every model given by `base_url` is reached and asked for its model list, with the probe's
+    own preflight (`TargetSession.check`: reachable, API key accepted, the model served); manifests, which would be
+    launched, are not; then every judge endpoint of `judges:`. One line per model or judge that fails, naming its
+    entry."""
+    from userturn.run_builder import TargetSession, open_target
+
+    problems = []
+    for index, entry in enumerate(exp.models):
+        if entry.base_url is None:
+            continue
+        try:
+            with naming_entry(source, index, entry), \
+                    open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
+                async with TargetSession(target, options) as session:
+                    await session.check()
+        except UserError as exc:
+            problems.append(str(exc))
+    return EndpointProblems(problems, await _check_judges(exp, source))
+
+
+async def _check_judges(exp: Experiment, source: Path) -> list[str]:
+    """The judge endpoints of `judges:` (not `self`, which is the model's own, nor `rules`): reachable and serving
+    the judge model (the judges' own preflight, `Endpoint.check`). One line per judge that fails."""
+    from userturn.client.endpoint import Endpoint, EndpointConfig
+
+    problems = []
+    for index, judge in enumerate(exp.judges):
+        if judge.model in ("self", "rules") or judge.base_url is None:
+            continue
+        config = EndpointConfig(base_url=judge.base_url, api_key_env=judge.api_key_env, max_retries=0,
+                                request_timeout=exp.request_timeout or defaults.REQUEST_TIMEOUT_S)
+        try:
+            async with Endpoint(config) as endpoint:
+                await endpoint.check(judge.model)
+        except UserError as exc:
+            problems.append(f"{source}: judges.{index} ({judge.model}): {exc}")
+    return problems
+
+
 @overload
 def resolve(base: Path, value: str, *, absolute: bool = False) -> str: ...
 
@@ -351,12 +403,29 @@ def results_path(exp: Experiment, out_dir: str | None = None) -> Path:
     return Path(out_dir or exp.out_dir) / exp.name / "results.jsonl"
 
 
+@dataclass
+class ModelFailures:
+    """`run --keep-going`: the models that failed (unreachable, not served, failed to start), one line each, while
+    the grid went on with the others."""
+
+    lines: list[str]
+
+    def keep(self, exc: UserError) -> None:
+        """Record a model's failure, or raise `exc` again when it is not one model's (the results file's)."""
+        from userturn.results_lock import ResultsLocked, ResultsWriteError
+
+        if isinstance(exc, ResultsWriteError | ResultsLocked):
+            raise exc
+        self.lines.append(str(exc))
+
+
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True, rejudge: bool = False, launcher: str | None = None,
-                         parallel_models: int = 1) -> tuple[Path, list[Any]]:
+                         parallel_models: int = 1, failures: ModelFailures | None = None) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries).
     `parallel_models` > 1 keeps that many models' servers launching (queued, starting) or serving at once, and
-    probes them one at a time as they become ready (see `_models_ahead`)."""
+    probes them one at a time as they become ready (see `_models_ahead`). With `failures` (`--keep-going`), a model
+    that fails (a UserError naming its entry) is recorded there and the grid goes on with the next one."""
     from userturn.client import scoring
     from userturn.run_builder import open_target
 
@@ -373,13 +442,18 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     summaries: list[Any] = []
     grid = _Grid(exp, datasets, results, progress, rejudge)
     if parallel_models > 1:
-        await _models_ahead(exp, base, source, launcher, parallel_models, grid, summaries)
+        await _models_ahead(exp, base, source, launcher, parallel_models, grid, summaries, failures)
         return results, summaries
     for index, entry in enumerate(exp.models):
         layers = [entry.layer(), exp.layer()]
-        with naming_entry(source, index, entry), \
-                open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
-            summaries += await grid.probe_model(target, options)
+        try:
+            with naming_entry(source, index, entry), \
+                    open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
+                summaries += await grid.probe_model(target, options)
+        except UserError as exc:
+            if failures is None:
+                raise
+            failures.keep(exc)
     return results, summaries
 
 
@@ -431,7 +505,7 @@ class _Grid:
 
 
 async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str | None, window: int, grid: _Grid,
-                        summaries: list[Any]) -> None:
+                        summaries: list[Any], failures: ModelFailures | None = None) -> None:
     """Up to `window` models' targets entered at once, each in a thread of its own (a launch blocks while its job is
     queued and its server starts); the ready ones are probed one at a time in the order they became ready, so the
     results file keeps one writer, and each is stopped (its job cancelled) before the next model is launched. On an
@@ -467,10 +541,17 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
         for future in sorted(done, key=lambda f: entering[f][0]):
             index, cm = entering.pop(future)
             try:
-                ready.append((index, cm, future.result()))
+                try:
+                    ready.append((index, cm, future.result()))
+                except UserError as exc:
+                    with naming_entry(source, index, exp.models[index]):
+                        raise exc from None
             except UserError as exc:
-                with naming_entry(source, index, exp.models[index]):
-                    raise exc from None
+                if failures is None:
+                    raise
+                failures.keep(exc)  # this launch failed: the others go on
+                if (nxt := next(upcoming, None)) is not None:
+                    start(*nxt)
 
     try:
         for _ in range(window):
@@ -478,10 +559,16 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
                 start(*nxt)
         while entering or ready:
             await take_ready(wait=not ready)
+            if not ready:
+                continue  # every launch that finished failed (`--keep-going`)
             index, cm, (target, options) = ready.pop(0)
             try:
                 with naming_entry(source, index, exp.models[index]):
                     summaries += await grid.probe_model(target, options)
+            except UserError as exc:
+                if failures is None:
+                    raise
+                failures.keep(exc)
             finally:
                 await leave(cm)
             if (nxt := next(upcoming, None)) is not None:

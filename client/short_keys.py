@@ -1,0 +1,62 @@
+"""Short record keys: the first hex digits of a key's sha256, as few as keep every key of a file apart (at least
+`MIN_DIGITS`), like git's short commit ids. `userturn show` prints them; `userturn show FILE SHORTKEY` opens the
+one record whose key, or whose key's sha256, starts with SHORTKEY (an ambiguous prefix is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterable
+from pathlib import Path
+
+import orjson
+
+from userturn.errors import UserError
+from userturn.jsonl import iter_lines
+
+MIN_DIGITS = 7
+
+
+def key_hash(key: str) -> str:
+    """The full hex sha256 of a record key (a short key is a prefix of it)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def short_keys(keys: Iterable[str], digits: int = MIN_DIGITS) -> dict[str, str]:
+    """{key: its shortest hash prefix (at least `digits` long) that no other of `keys` shares}."""
+    hashes = {key: key_hash(key) for key in set(keys)}
+    ordered = sorted(hashes.values())
+    needed: dict[str, int] = {}
+    for before, after in itertools.pairwise(ordered):
+        common = next((i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b), len(before))
+        for h in (before, after):
+            needed[h] = max(needed.get(h, digits), common + 1)
+    return {key: h[: needed.get(h, digits)] for key, h in hashes.items()}
+
+
+def resolve_key(path: str | Path, text: str) -> str:
+    """The full key `text` names in a results file: itself when a record has that key, else the one key that starts
+    with it or whose sha256 does. Ambiguous: a UserError with the count; none: `text`
+    unchanged (the caller's lookup reports it with the closest keys)."""
+    if not text:
+        return text
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"results file not found: {path}")
+    matches: set[str] = set()
+    lowered = text.lower()
+    for _, raw, _ in iter_lines(path):
+        try:
+            key = orjson.loads(raw).get("key")
+        except (orjson.JSONDecodeError, AttributeError):
+            continue  # the lookup that follows names a bad line
+        if key == text:
+            return text
+        if isinstance(key, str) and (key.startswith(text) or key_hash(key).startswith(lowered)):
+            matches.add(key)
+    if len(matches) > 1:
+        shown = ", ".join(sorted(short_keys(matches).values())[:3])
+        raise UserError(f"{path}: key prefix {text!r} is ambiguous: {len(matches)} records match ({shown}"
+                        f"{', …' if len(matches) > 3 else ''}); give more characters")
+    return next(iter(matches), text)
