@@ -37,8 +37,8 @@ from userturn.judges.report import GroupSummary
 from userturn.judges.report_table import fmt_temp, wrap_name
 from userturn.judges.stats import wilson_interval
 
-from userturn.errors import UserError
-from userturn.taxonomy import LABELS, SHORT
+from userturn.core.errors import UserError
+from userturn.core.taxonomy import LABELS, SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
 TITLES = {  # what each figure shows: the HTML headings and the captions

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from userturn.judges.model_size import order_models
 from userturn.judges.report import GroupSummary
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 
 class RowFilter(BaseModel):

@@ -21,9 +21,9 @@ import numpy as np
 import orjson
 from pydantic import ValidationError
 
-from userturn.errors import UserError, first_error
-from userturn.jsonl import config_line, iter_lines, legacy_config
-from userturn.taxonomy import LABELS
+from userturn.core.errors import UserError, first_error
+from userturn.core.jsonl import config_line, iter_lines, legacy_config
+from userturn.core.taxonomy import LABELS
 
 _LABELS = frozenset(LABELS)
 _LABEL_SOURCES = frozenset(("rule", "judge", "majority"))

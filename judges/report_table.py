@@ -12,7 +12,7 @@ from userturn.client.terminal import print_trimmed
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.report import GroupSummary
 
-from userturn.taxonomy import SHORT
+from userturn.core.taxonomy import SHORT
 
 
 def fmt_rate(value: float | None) -> str:

@@ -25,8 +25,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from userturn.errors import UserError, first_error
-from userturn.packaged import is_gguf
+from userturn.core.errors import UserError, first_error
+from userturn.core.packaged import is_gguf
 
 DEFAULT_MAX_TOKENS = 256
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -172,7 +172,7 @@ class Generator:
         model_source, model_kw = cfg.model, dict(kw)
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
-            from userturn.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
+            from userturn.core.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
 
             path = gguf_file(cfg.model)
             model_source, model_kw["gguf_file"] = str(path.parent), path.name

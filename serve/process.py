@@ -15,7 +15,7 @@ from pathlib import Path
 
 from userturn.serve.commands import LaunchSpec
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 DEFAULT_GRACE_S = 15.0
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()

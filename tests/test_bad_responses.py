@@ -18,7 +18,7 @@ import pytest
 from loopback_server import LoopbackServer
 from raw_http_server import RawHttpServer, http_response
 from results_lines import record_lines
-from userturn.client.endpoint import (
+from userturn.client.http.endpoint import (
     BYTES_PER_TOKEN,
     RESPONSE_OVERHEAD_BYTES,
     UNBOUNDED_RESPONSE_CAP,

@@ -14,7 +14,7 @@ from userturn.serve.emit import render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
 
 from userturn.cli import main
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 MULTI = {

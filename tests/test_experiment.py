@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.dataset import DatasetItem
+from userturn.client.data.dataset import DatasetItem
 
 from userturn.cli import main
-from userturn.errors import UserError
-from userturn.experiment import (
+from userturn.core.errors import UserError
+from userturn.orchestrate.experiment import (
     Experiment,
     assistant_source,
     check_files,
@@ -201,9 +201,9 @@ def test_a_failing_model_names_its_grid_entry(tmp_path: Path, capsys):
 async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_rest():
     from userturn.judges.rules_only import RulesOnly
 
-    from userturn.experiment import _panel
-    from userturn.records import ProbeRecord
-    from userturn.run_builder import ProbeOptions
+    from userturn.core.records import ProbeRecord
+    from userturn.orchestrate.experiment import _panel
+    from userturn.orchestrate.run_builder import ProbeOptions
 
     exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],
                                      "datasets": ["d.jsonl"], "judges": [{"model": "rules"}]})

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from userturn.cli import build_parser
-from userturn.records import JudgeVerdict, ProbeRecord
+from userturn.core.records import JudgeVerdict, ProbeRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

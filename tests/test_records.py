@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from userturn.errors import UserError
-from userturn.records import (
+from userturn.core.errors import UserError
+from userturn.core.records import (
     SCHEMA_VERSION,
     Message,
     ProbeRecord,
@@ -39,7 +39,7 @@ def test_a_record_line_reads_back_as_the_same_record():
 
 
 def test_resume_fields_come_first_on_each_line():
-    """`userturn.resume_index` reads only a line's head: the fields a resume needs lead every record line."""
+    """`userturn.core.resume_index` reads only a line's head: the fields a resume needs lead every record line."""
     line = ProbeRecord(**SHARED, **SAMPLE, status="ok", config_fingerprint="f" * 16).model_dump_json()
     assert list(orjson.loads(line))[:6] == ["schema_version", "key", "status", "judge_status", "config_fingerprint",
                                            "model"]

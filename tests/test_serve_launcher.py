@@ -19,7 +19,7 @@ from userturn.serve.launcher import ServerStartError, launch, resolve_cpu_model
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerProcess
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 FAKE_SERVER = textwrap.dedent('''
     """A stand-in OpenAI-compatible server: /health and /v1/models answer 200; it also starts a grandchild."""

@@ -11,7 +11,7 @@ from userturn.serve.launcher import launch
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerStartError
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 SBATCH = """#!/bin/bash
 echo "$@" > "$FAKE/sbatch.args"

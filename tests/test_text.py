@@ -1,12 +1,12 @@
-"""The one strip_reasoning and the one content-to-text helper every layer uses (userturn/text.py)."""
+"""The one strip_reasoning and the one content-to-text helper every layer uses (userturn/core/text.py)."""
 
 from __future__ import annotations
 
 import pytest
-from userturn.client import pipeline, scoring
+from userturn.client.probe import pipeline, scoring
 from userturn.judges import parse
 
-from userturn import text
+from userturn.core import text
 
 
 @pytest.mark.parametrize(("reply", "answer"), [

@@ -19,7 +19,7 @@ pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
 from safetensors.torch import load_file
-from userturn.client.train_progress import RichProgress
+from userturn.client.train.progress import RichProgress
 from userturn.serve.manifest import load_manifest
 
 from userturn.cli import main

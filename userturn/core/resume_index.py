@@ -1,0 +1,158 @@
+"""What a resume needs from a results file, read in one streaming pass: the file is the only state.
+
+`scan_results(path)` keeps the keys whose last line is an ok record (a later error line of a key takes it out
+again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). A record line
+starts with the fields a resume reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see
+`records.ProbeRecord`), so only a line's head is parsed (pydantic-core's partial JSON); a line whose head does not
+hold them (a configuration line, a record of an older schema, a hand-made line) is parsed whole. A final line
+without a newline that does not parse is a torn write (reported, not an error); any other line that does not parse
+is a UserError naming file:line. (A record line is trusted past its head: the writer writes whole lines only, and
+the judge and the report parse every line whole.)
+
+Memory is the ok keys themselves (about 120 bytes a record): 1,000,000 records in ~120 MB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import ValidationError
+from pydantic_core import from_json
+
+from userturn.core.errors import UserError
+from userturn.core.jsonl import config_line, describe_error, legacy_config
+from userturn.core.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
+
+# A record line's head, parsed first: its resume fields, unless the key is long (then a longer head, then the
+# line). Partial parsing costs with the bytes parsed: a short head keeps a million lines to ~1 us each.
+HEAD_BYTES = (192, 1024)
+
+# (schema_version, status, judge_status) of a record line whose head the scan trusts -> ok? Older schemas may carry
+# their configuration further on the line: they take the careful path.
+_HEAD_OK = {(SCHEMA_VERSION, status, judge): status == "ok" for status in ("ok", "error")
+            for judge in ("ok", "error", None)}
+
+
+@dataclass
+class ResumeIndex:
+    """The keys of a results file whose last line is ok, the configurations in it, and what the scan found."""
+
+    ok: set[str] = field(default_factory=set)
+    configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> its configuration (first line)
+    ok_fingerprints: set[str] = field(default_factory=set)  # the fingerprints named by ok records
+    unfingerprinted_keys: set[str] = field(default_factory=set)  # ok records without one (files from before it)
+    old_schema: tuple[int, str] | None = None  # (schema_version, key) of the first record in the pre-2 key format
+    lines: int = 0  # record lines
+    torn_tail: bool = False
+
+    @property
+    def ok_configs(self) -> dict[str, dict[str, Any]]:
+        """{fingerprint: settings} of the configurations ok records were made with."""
+        return {fp: self.configs[fp].config for fp in self.ok_fingerprints if fp in self.configs}
+
+    def is_ok(self, key: str) -> bool:
+        return key in self.ok
+
+    def pending(self, keys: list[str]) -> list[int]:
+        """Positions of the `keys` not yet ok."""
+        ok = self.ok
+        return [i for i, key in enumerate(keys) if key not in ok]
+
+    def missing_configs(self) -> Collection[str]:
+        """Fingerprints named by ok records whose configuration the file does not describe."""
+        return self.ok_fingerprints - self.configs.keys()
+
+
+def scan_results(path: str | Path) -> ResumeIndex:
+    """Stream `path` into a ResumeIndex (empty if the file does not exist)."""
+    path = Path(path)
+    index = ResumeIndex()
+    if not path.exists():
+        return index
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
+    short, longer = HEAD_BYTES
+    with fh:
+        for number, raw in enumerate(fh, start=1):
+            # The hot loop (a million lines): one partial parse and a few lookups per line; anything unexpected
+            # (a missing or odd field, a line cut short) takes the careful path below.
+            try:
+                head = from_json(raw[:short], allow_partial=True)
+                if "config_fingerprint" not in head and len(raw) > short:
+                    head = from_json(raw[:longer], allow_partial=True)
+                ok = _HEAD_OK[head["schema_version"], head["status"], head["judge_status"]]
+                key, fingerprint = head["key"], head["config_fingerprint"]
+            except (ValueError, KeyError, TypeError):
+                ok = None
+            if ok is not None and type(key) is str and raw[-1:] == b"\n" and (
+                    fingerprint is None or type(fingerprint) is str):
+                if ok:
+                    ok_keys.add(key)
+                    if fingerprint is None:
+                        unfingerprinted.add(key)
+                    else:
+                        ok_fingerprints.add(fingerprint)
+                else:
+                    ok_keys.discard(key)
+                index.lines += 1
+            elif raw.strip():
+                _add_whole_line(index, path, number, raw)
+    return index
+
+
+def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
+    """A line whose head did not give the resume fields: parsed whole (a torn final line is reported)."""
+    complete = raw.endswith(b"\n")
+    try:
+        obj = orjson.loads(raw)
+        config = config_line(obj)
+        if config is not None:
+            index.configs.setdefault(config.fingerprint, config)
+            return
+        key, status = _record_state(obj)
+    except (orjson.JSONDecodeError, ValidationError, ValueError) as exc:
+        if not complete:
+            index.torn_tail = True
+            return
+        raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
+    index.lines += 1
+    if status == "ok":
+        index.ok.add(key)
+    else:
+        index.ok.discard(key)
+    version = obj.get("schema_version", 1)
+    if index.old_schema is None and isinstance(version, int) and version < KEY_FORMAT_SINCE:
+        index.old_schema = (version, key)
+    fingerprint = obj.get("config_fingerprint")
+    old = legacy_config(obj)  # a record of schema 2 carries its configuration itself
+    if old is not None:
+        index.configs.setdefault(old.fingerprint, old)
+    if status == "ok":
+        if isinstance(fingerprint, str):
+            index.ok_fingerprints.add(fingerprint)
+        else:
+            index.unfingerprinted_keys.add(key)
+
+
+def _record_state(obj: Any) -> tuple[str, Literal["ok", "error"]]:
+    """(key, status) of a decoded record line; ValueError naming the field when it is no record."""
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if not isinstance(obj.get("key"), str):
+        raise ValueError("key: missing or not a string")
+    status, judge = obj.get("status"), obj.get("judge_status")
+    if status not in ("ok", "error"):
+        raise ValueError("status: must be 'ok' or 'error'")
+    if judge not in (None, "ok", "error"):
+        raise ValueError("judge_status: must be 'ok', 'error' or null")
+    fingerprint = obj.get("config_fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise ValueError("config_fingerprint: not a string")
+    return obj["key"], status
