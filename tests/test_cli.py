@@ -81,7 +81,7 @@ def test_posttrain_checks_its_extra_before_any_stage(tmp_path: Path, monkeypatch
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
-    monkeypatch.setattr("userturn.cli.probe.load_items", lambda *a, **k: pytest.fail("a stage started"))
+    monkeypatch.setattr("userturn.client.data.loaders.load_items", lambda *a, **k: pytest.fail("a stage started"))
     assert main(["posttrain", "posttrain", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err == "userturn: error: training needs trl: pip install 'userturn[train]'\n"

@@ -32,9 +32,6 @@ ALLOWED = {"core": {"core"}, "data": set(), "serve": {"core", "serve"}, "client"
            "top": {"core", "serve", "client", "judges", "orchestrate", "cli", "data", "top"}}
 # Modules started as a process of their own (`python -m userturn.serve.X`): each may parse its own argv.
 OWN_PROCESS = {"serve/cpu_engine.py", "serve/slurm_job.py", "serve/tiny_model.py"}
-# Left over from the move (issue 27), removed in the commit after it.
-PENDING = {("userturn.orchestrate.experiment", "cli"), ("userturn.orchestrate.posttrain", "cli"),
-           ("userturn.orchestrate.training_run", "cli"), ("argparse", "userturn/orchestrate/training_run.py")}
 
 
 def module_name(path: Path) -> str:
@@ -81,7 +78,7 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
     bad = []
     for line, target in found:
         theirs = layer(target)
-        if theirs is None or theirs in ALLOWED[own] or (module, theirs) in PENDING:
+        if theirs is None or theirs in ALLOWED[own]:
             continue
         # `from userturn.core import errors` names the package, then the module: the module decides; a name under
         # a package already reported on that line is not reported again.
@@ -117,8 +114,6 @@ def test_imports_follow_the_layers(path: Path) -> None:
 def test_argparse_only_in_the_cli(path: Path) -> None:
     source = path.read_text(encoding="utf-8")
     if relative(path).startswith("userturn/cli/"):
-        return
-    if ("argparse", relative(path)) in PENDING:
         return
     if relative(path) in OWN_PROCESS:
         assert 'if __name__ == "__main__":' in source, f"{relative(path)} is no process of its own"

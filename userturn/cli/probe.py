@@ -142,19 +142,6 @@ def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     add_judge_arguments(parser)
 
 
-def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None, whole: bool = False,
-               ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
-    """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`).
-
-    `swap` takes its partners from every item of the dataset, so --limit and --shuffle-seed never change them.
-    """
-    from userturn.client.data.loaders import load_dataset_spec, select
-
-    if not whole:
-        return (*load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed), None)
-    name, every = load_dataset_spec(spec, limit=None, shuffle_seed=None)
-    return name, select(every, limit=limit, shuffle_seed=shuffle_seed), every
-
 
 def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
     """`KEY=VALUE` pairs -> dict; VALUE parsed as JSON when possible (true, 3, "x"), else kept as text."""
@@ -222,6 +209,7 @@ def probe_command(args: argparse.Namespace) -> int:
 
 
 async def probe_main(args: argparse.Namespace) -> int:
+    from userturn.client.data.loaders import load_items
     from userturn.client.probe.perturb import validate
     from userturn.client.probe.scoring import preflight
     from userturn.core.results_lock import results_lock

@@ -7,6 +7,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from userturn.client.train.trainer import TrainSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,8 +55,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     pt.set_defaults(func=posttrain_command)
 
 
+def settings_from(args: argparse.Namespace) -> TrainSettings:
+    from pydantic import ValidationError
+
+    from userturn.client.train.trainer import TrainSettings
+    from userturn.core.errors import UserError, first_error
+
+    try:
+        return TrainSettings(method=args.method, max_steps=args.max_steps, epochs=args.epochs, lora_r=args.lora_r,
+                             learning_rate=args.learning_rate, seed=args.seed, batch_size=args.batch_size,
+                             grad_accum=args.grad_accum,
+                             max_length=args.max_length, beta=args.beta, threads=args.threads)
+    except ValidationError as exc:
+        raise UserError(f"train: --{first_error(exc).replace('_', '-')}") from None
+
+
 def train_command(args: argparse.Namespace) -> int:
-    from userturn.orchestrate.training_run import run_train, settings_from
+    from userturn.orchestrate.training_run import run_train
 
     settings = settings_from(args)
     outcome = run_train(Path(args.manifest), Path(args.data), settings, Path(args.out), eval_specs=args.eval_set,

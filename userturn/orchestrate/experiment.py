@@ -275,7 +275,7 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
                ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
     """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
     from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
-    from userturn.cli.probe import load_items as load_spec
+    from userturn.client.data.loaders import load_items as load_spec
     from userturn.client.data.loaders import parse_spec
 
     builtin, _ = parse_spec(entry.spec)

@@ -279,8 +279,7 @@ def _export(cfg: PostTrainExperiment, records: Sequence[ProbeRecord], train_ids:
 
 def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = True) -> int:
     """Run every stage of the experiment file at `path`; print and write the comparison. Exit status 0."""
-    from userturn.cli.probe import load_items
-    from userturn.client.data.loaders import parse_spec
+    from userturn.client.data.loaders import load_items, parse_spec
     from userturn.client.terminal import console as terminal_console
     from userturn.client.train.data import EvalSet
     from userturn.client.train.trainer import require_train_extra

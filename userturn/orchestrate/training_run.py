@@ -1,4 +1,4 @@
-"""What `userturn train` does (its parser is in `userturn.cli.train`): settings from the command line, the base
+"""What `userturn train` does (its parser and its settings from the command line are in `userturn.cli.train`): the base
 model's source and renderer, the held-out check, and the run that writes `DIR`.
 
 `DIR` gets the merged model (transformers checkpoint + tokenizer), `training.json` (settings, data hash, base model,
@@ -10,7 +10,6 @@ as they use any manifest.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -32,19 +31,6 @@ TRAINABLE_ENGINES = ("transformers", "sglang")  # engines that serve a transform
 TRAINING_FILE = "training.json"
 MANIFEST_FILE = "manifest.yaml"
 
-
-def settings_from(args: argparse.Namespace) -> TrainSettings:
-    from pydantic import ValidationError
-
-    from userturn.core.errors import first_error
-
-    try:
-        return TrainSettings(method=args.method, max_steps=args.max_steps, epochs=args.epochs, lora_r=args.lora_r,
-                             learning_rate=args.learning_rate, seed=args.seed, batch_size=args.batch_size,
-                             grad_accum=args.grad_accum,
-                             max_length=args.max_length, beta=args.beta, threads=args.threads)
-    except ValidationError as exc:
-        raise UserError(f"train: --{first_error(exc).replace('_', '-')}") from None
 
 
 # ----- the base model ------------------------------------------------------------------------------------------
@@ -105,7 +91,7 @@ class TrainOutcome(BaseModel):
 
 
 def load_eval_sets(specs: list[str]) -> list[EvalSet]:
-    from userturn.cli.probe import load_items
+    from userturn.client.data.loaders import load_items
 
     sets = []
     for spec in specs:

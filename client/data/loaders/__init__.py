@@ -113,5 +113,16 @@ def load_dataset_spec(spec: str, *, limit: int | None,
         return path.stem, select(items, limit=limit, shuffle_seed=shuffle_seed)
     raise UserError(f"unknown dataset {spec!r}: not a file, and not a built-in ({', '.join(BUILTINS)})")
 
+def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None, whole: bool = False,
+               ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
+    """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`).
 
-__all__ = ["BUILTINS", "load_builtin", "load_dataset_spec", "parse_spec", "select"]
+    `swap` takes its partners from every item of the dataset, so --limit and --shuffle-seed never change them.
+    """
+    if not whole:
+        return (*load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed), None)
+    name, every = load_dataset_spec(spec, limit=None, shuffle_seed=None)
+    return name, select(every, limit=limit, shuffle_seed=shuffle_seed), every
+
+
+__all__ = ["BUILTINS", "load_builtin", "load_dataset_spec", "load_items", "parse_spec", "select"]
