@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from userturn.client.probe import pipeline, scoring
+from userturn.client.probe import assistant_turns, requests, scoring
 from userturn.judges import parse
 
 from userturn.core import text
@@ -35,7 +35,9 @@ def test_strip_reasoning_is_idempotent(reply: str) -> None:
 
 
 def test_every_layer_uses_the_same_strip_reasoning() -> None:
-    assert scoring.strip_reasoning is pipeline.strip_reasoning is parse.strip_reasoning is text.strip_reasoning
+    assert scoring.strip_reasoning is assistant_turns.strip_reasoning is requests.strip_reasoning
+    assert requests.strip_reasoning is text.strip_reasoning
+    assert parse.strip_reasoning is text.strip_reasoning
 
 
 @pytest.mark.parametrize(("content", "expected"), [

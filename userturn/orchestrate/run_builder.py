@@ -25,7 +25,8 @@ from userturn.core.errors import UserError
 if TYPE_CHECKING:
     from userturn.client.data.dataset import DatasetItem
     from userturn.client.http.endpoint import Endpoint
-    from userturn.client.probe.pipeline import JudgeHook, ProbeRun, ProbeSettings
+    from userturn.client.probe.pipeline import ProbeRun
+    from userturn.client.probe.settings import JudgeHook, ProbeSettings
     from userturn.client.render.templates import PromptRenderer
     from userturn.serve.manifest import Manifest
 
