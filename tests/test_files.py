@@ -64,3 +64,13 @@ def test_every_command_runs_on_one_loop_policy() -> None:
         return type(asyncio.get_running_loop()).__module__
 
     assert aio.run(loop_name()).startswith("uvloop")
+
+
+def test_one_cache_root_for_every_derived_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from userturn.core.files import cache_root
+
+    monkeypatch.setenv("USERTURN_CACHE_DIR", "~/uc")
+    assert cache_root() == Path("~/uc").expanduser()
+    monkeypatch.delenv("USERTURN_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "userturn"

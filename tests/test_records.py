@@ -101,3 +101,13 @@ def test_key_prefixes_are_key_prefix(fields):
     prefix = key_prefixes(model, dataset, perturbation, mode)
     for item_id in ("q1", "a|b", "%7C", "", "é|%"):
         assert prefix(item_id) == key_prefix(model, dataset, item_id, perturbation, mode)
+
+
+def test_one_group_key_for_records_and_raw_lines() -> None:
+    from userturn.core.records import GroupKey, group_key, line_group_key
+
+    line = {"key": "m|d|q1|raw|swap|t=0.7|s=1", "model": "m", "dataset": "d", "item_id": "q1", "mode": "raw",
+            "perturbation": "swap", "temperature": 0.7, "sample": 1, "seed": 3, "status": "ok", "messages": []}
+    record = ProbeRecord.model_validate(line)
+    assert group_key(record) == line_group_key(line) == GroupKey("m", "d", "raw", "swap", 0.7)
+    assert line_group_key({"model": "m", "dataset": "d", "temperature": 1}) == ("m", "d", "raw", "none", 1.0)

@@ -59,3 +59,11 @@ def test_chat_reply_content_parts_are_joined_and_odd_content_is_no_reply() -> No
                           "finish_reason": "stop"}]}
     assert parse.message_text(reply) == ('{"label": "generic"}', "stop")
     assert parse.message_text({"choices": [{"message": {"content": 5}}]}) == (None, None)
+
+
+@pytest.mark.parametrize(("reply", "reasoning"), [
+    ("<think> a\nb </think>\n\nHello", "a\nb"), ("<think>one</think> x <think>two</think>", "one"),
+    ("no tags", None), ("<think>cut before the end", None),
+])
+def test_reasoning_of_is_the_first_complete_block(reply: str, reasoning: str | None) -> None:
+    assert text.reasoning_of(reply) == reasoning

@@ -20,8 +20,8 @@ from typing import Any, Literal
 import orjson
 
 from userturn.core.records import ProbeRecord
+from userturn.core.taxonomy import FOLLOWUP as GENUINE
 
-GENUINE = "genuine_followup"
 Format = Literal["sft", "preference", "sft-human"]
 HUMAN_TURN = "second_turn"  # meta key of the human-written next user turn (MT-Bench)
 

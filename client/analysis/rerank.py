@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from userturn.core.records import ProbeRecord, sha256_text
+from userturn.core.records import GroupKey, ProbeRecord, group_key, sha256_text
+from userturn.core.taxonomy import FOLLOWUP as GENUINE
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-GENUINE = "genuine_followup"
 
 
 @dataclass
@@ -74,14 +74,14 @@ def auroc(positives: list[float], negatives: list[float]) -> float | None:
     return wins / (len(positives) * len(negatives))
 
 
-def collect(records: Iterable[ProbeRecord]) -> dict[tuple, dict[str, dict[str, Response]]]:
-    """{(model, dataset, mode, perturbation, temperature): {query_id: {response_id: Response}}}."""
-    out: dict[tuple, dict[str, dict[str, Response]]] = defaultdict(lambda: defaultdict(dict))
+def collect(records: Iterable[ProbeRecord]) -> dict[GroupKey, dict[str, dict[str, Response]]]:
+    """{GroupKey (model, dataset, mode, perturbation, temperature): {query_id: {response_id: Response}}}."""
+    out: dict[GroupKey, dict[str, dict[str, Response]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:
         if r.status != "ok" or r.label is None or r.correct is None:
             continue
         query = str((r.meta or {}).get("query_id", r.item_id))
-        group = out[(r.model, r.dataset, r.mode, r.perturbation, r.temperature)][query]
+        group = out[group_key(r)][query]
         rid = response_id(r)
         response = group.setdefault(rid, Response(rid, r.correct))
         response.labeled += 1

@@ -3,7 +3,6 @@ earlier runs of the same settings), and the task score of the turn probed."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from userturn.client.probe.settings import AssistantTurn
 from userturn.core.fingerprint import ASSISTANT_SETTINGS
 from userturn.core.jsonl import config_line, iter_lines, legacy_config
 from userturn.core.records import Message, ProbeRecord
-from userturn.core.text import strip_reasoning
+from userturn.core.text import reasoning_of, strip_reasoning
 from userturn.core.workers import run_all
 
 
@@ -152,8 +151,7 @@ class AssistantTurns(Planner):
             return AssistantTurn(None, "model", error="assistant turn failed: malformed chat completion")
         reasoning = message.get("reasoning_content")
         if "<think>" in content or "</think>" in content:
-            match = re.search(r"<think>(.*?)</think>", content, re.DOTALL)
-            reasoning = reasoning or (match.group(1).strip() if match else None)
+            reasoning = reasoning or reasoning_of(content)
             content = strip_reasoning(content)
             if content.startswith("<think>") and "</think>" not in content:  # reasoning cut before any answer
                 reasoning, content = reasoning or content.removeprefix("<think>").strip(), ""

@@ -26,6 +26,7 @@ from typing import Any
 from userturn.client.render.special_tokens import SpecialTokens
 
 from userturn.core.errors import UserError
+from userturn.core.files import cache_root
 from userturn.core.records import sha256_text
 from userturn.core.text import content_text
 
@@ -36,13 +37,6 @@ REASONING_EFFORTS = ("low", "medium", "high")
 
 _encoding_lock = threading.Lock()
 _encoding: Any = None
-
-
-def cache_dir() -> Path:
-    """userturn's cache folder: $USERTURN_CACHE_DIR, else $XDG_CACHE_HOME/userturn, else ~/.cache/userturn."""
-    if os.environ.get("USERTURN_CACHE_DIR"):
-        return Path(os.environ["USERTURN_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "userturn"
 
 
 def _quicktok_vocab() -> Path | None:
@@ -77,7 +71,7 @@ def ensure_o200k_base() -> Path:
         if not (Path(configured) / O200K_FILE).is_file():
             raise UserError(f"TIKTOKEN_ENCODINGS_BASE={configured} has no {O200K_FILE} (needed to render gpt-oss)")
         return Path(configured)
-    folder = cache_dir() / "tiktoken"
+    folder = cache_root() / "tiktoken"
     target = folder / O200K_FILE
     if not target.is_file():
         vocab = _quicktok_vocab()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,11 @@ def jsonl_objects(path: str | Path, max_line_bytes: int | None = None) -> Iterat
             if not isinstance(obj, dict):
                 raise UserError(f"{p}:{number}: expected a JSON object, got {type(obj).__name__}")
             yield number, obj
+
+
+def cache_root() -> Path:
+    """Where userturn keeps derived files: `$USERTURN_CACHE_DIR`, else `$XDG_CACHE_HOME/userturn`, else
+    `~/.cache/userturn`."""
+    if root := os.environ.get("USERTURN_CACHE_DIR"):
+        return Path(root).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "userturn"

@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from userturn.core.errors import UserError
+from userturn.core.files import cache_root
 from userturn.core.packaged import resolve
 
 MARKER = "userturn_gguf_source.txt"
-
-
-def cache_root() -> Path:
-    """Where userturn keeps derived files (`$USERTURN_CACHE_DIR`, else `$XDG_CACHE_HOME/userturn`, else ~/.cache)."""
-    if root := os.environ.get("USERTURN_CACHE_DIR"):
-        return Path(root).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "userturn"
 
 
 def gguf_file(name: str) -> Path:

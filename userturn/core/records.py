@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -107,6 +107,28 @@ class ProbeRecord(BaseModel):
     special_tokens_in_content: bool | None = Field(
         default=None, description="true: the probed messages contain the tokenizer's special tokens (allowed with "
         "--allow-special-tokens); false: checked, none; null: not checked (no tokenizer, or an older record)")
+
+
+class GroupKey(NamedTuple):
+    """The condition records are counted under: one report row per key (with its configuration and judge panel),
+    one rerank group, and, with the item id, one export context."""
+
+    model: str
+    dataset: str
+    mode: str
+    perturbation: str
+    temperature: float
+
+
+def group_key(record: ProbeRecord) -> GroupKey:
+    return GroupKey(record.model, record.dataset, record.mode, record.perturbation, record.temperature)
+
+
+def line_group_key(line: dict[str, Any]) -> GroupKey:
+    """`group_key` of a results line read as a dict (the report's fast path); raises KeyError/TypeError/ValueError
+    on a line without model, dataset or temperature."""
+    return GroupKey(line["model"], line["dataset"], line.get("mode", "raw"), line.get("perturbation", "none"),
+                    float(line["temperature"]))
 
 
 class RendererInfo(BaseModel):

@@ -33,6 +33,15 @@ def strip_reasoning(text: str) -> str:
     return text.strip()
 
 
+_FIRST_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+
+
+def reasoning_of(text: str) -> str | None:
+    """The first complete `<think>…</think>` block of a reply, stripped; None without one."""
+    match = _FIRST_THINK.search(text)
+    return match.group(1).strip() if match else None
+
+
 def content_text(content: Any) -> str:
     """Message content as text: a string as is; an OpenAI-style list of parts joined (the `text` of each part
     object, or the part itself when it is a string); None as "". TypeError for anything else."""

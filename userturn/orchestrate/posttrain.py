@@ -36,10 +36,10 @@ from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
 from userturn.core.records import ProbeRecord
 from userturn.core.shipped import resolve_named
+from userturn.core.taxonomy import FOLLOWUP as GENUINE
 from userturn.orchestrate.experiment import JudgeEntry, resolve
 
 ExportFormat = Literal["sft-human", "sft", "preference"]
-GENUINE = "genuine_followup"
 
 
 class PostTrainExperiment(BaseModel):
@@ -135,7 +135,7 @@ class Metric(BaseModel):
 
 
 METRICS: dict[str, str] = {
-    "genuine_followup": "genuine follow-ups / judged records (the paper's metric; needs a judge model)",
+    GENUINE: "genuine follow-ups / judged records (the paper's metric; needs a judge model)",
     "rule_flagged": "records a deterministic rule labels degenerate (empty, restated query, role leak) / ok records",
     "ended_turn": "turns the model ended itself (end-of-turn stop within max_tokens) / ok records",
 }
@@ -146,7 +146,7 @@ def _tallies(records: Iterable[ProbeRecord], temperature: float, metric: str) ->
     for r in records:
         if r.status != "ok" or r.temperature != temperature or r.perturbation != "none":
             continue
-        if metric == "genuine_followup":  # over labelled records, as the report counts them
+        if metric == GENUINE:  # over labelled records, as the report counts them
             hit, counted = r.label == GENUINE, r.label is not None
         elif metric == "rule_flagged":
             hit, counted = r.label_source == "rule", True
@@ -172,7 +172,7 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
             rt = clustered_rate([v[0] for v in tt.values()], [v[1] for v in tt.values()])
             diff = paired_difference(ItemTallies.from_mapping(tt), ItemTallies.from_mapping(tb))
             note = None
-            if metric == "genuine_followup" and not any(r.label == GENUINE for r in [*base, *trained]) \
+            if metric == GENUINE and not any(r.label == GENUINE for r in [*base, *trained]) \
                     and all(r.label_source in (None, "rule") for r in [*base, *trained]):
                 note = "no judge model labelled these records (rules only): not measured"
             out.append(Metric(metric=metric, temperature=t, base_rate=rb.rate if rb else None,
