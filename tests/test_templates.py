@@ -411,7 +411,7 @@ def test_broken_template_is_user_error():
 def test_cached_sandbox_allows_and_refuses_what_transformers_sandbox_does(source):
     """The memoised safety checks (twice per type/name, builtin methods) decide exactly as the stock sandbox."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from userturn.client.render.templates import CachedSandbox
+    from userturn.client.render.jinja_env import CachedSandbox
 
     def outcome(env_class):
         env = env_class()

@@ -6,21 +6,17 @@ training up to the user header (no header is ever appended by hand; reasoning is
 the template drops it).
 
 Rendering is byte-identical to `transformers`' `tokenizer.apply_chat_template(..., tokenize=False)` without
-importing transformers: the tokenizer files are read here and the template is compiled once with jinja2 the way
-transformers compiles it (see `transformers/utils/chat_template_utils.py`). gpt-oss models go through harmony
+importing transformers: the tokenizer files are read by `client.render.tokenizer_files` and the template is
+compiled once with jinja2 the way transformers compiles it (`client.render.jinja_env`). gpt-oss models go through harmony
 (`client.render.harmony_render`).
 """
 
 from __future__ import annotations
 
-import json
-import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -29,8 +25,12 @@ import jinja2.ext
 import jinja2.nodes
 import jinja2.utils
 import orjson
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from pydantic import BaseModel
+from userturn.client.render.jinja_env import (
+    compile_template,
+    special_token_variables,
+    template_messages,
+    template_source,
+)
 from userturn.client.render.special_tokens import SpecialTokens
 from userturn.client.render.stops import (
     AddedToken,
@@ -39,340 +39,16 @@ from userturn.client.render.stops import (
     eos_stops,
     merge_stops,
     stop_token_ids,
-    token_text,
 )
+from userturn.client.render.tokenizer_files import CACHE_SIZE, TokenizerFiles, read_tokenizer_files
 
 from userturn.core.errors import UserError
-from userturn.core.packaged import is_gguf
 from userturn.core.records import Message, RendererInfo, sha256_text
 
 SENTINEL_PREFIX = "USERTURNSENTINEL"  # + 32 random hex digits per renderer
 _PROBE_A, _PROBE_B = "USERTURNPROBEAAA41e2", "USERTURNPROBEBBB58d0"
-TOKENIZER_FILES = (
-    "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
-    "special_tokens_map.json", "generation_config.json", "tokenizer.json",
-)
-NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-_CACHE_SIZE = 4096
 
 Family = Literal["qwen3", "glm", "gpt-oss", "chatml", "generic"]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Tokenizer files
-
-
-@dataclass
-class TokenizerFiles:
-    """The small files of a tokenizer that rendering needs (never weights)."""
-
-    source: str
-    config: dict[str, Any]
-    chat_template_file: str | None = None  # chat_template.jinja (wins over tokenizer_config, as in transformers)
-    chat_template_json: dict[str, Any] | None = None
-    special_tokens_map: dict[str, Any] | None = None
-    generation_config: dict[str, Any] | None = None
-    tokenizer_json_path: Path | None = None
-    tokenizer_json: dict[str, Any] | None = field(default=None, repr=False)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from exc
-    return _read_json_cached(path.resolve(), stat.st_size, stat.st_mtime_ns)
-
-
-@lru_cache(maxsize=16)
-def _read_json_cached(path: Path, size: int, mtime_ns: int) -> dict[str, Any]:
-    """Parsed JSON, kept per (file, size, mtime): tokenizer.json is ~10 MB and takes ~0.4 s to parse."""
-    try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise UserError(f"{path}: cannot read JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return data
-
-
-def _files_from_paths(source: str, paths: Mapping[str, Path | None]) -> TokenizerFiles:
-    config_path = paths.get("tokenizer_config.json")
-    if config_path is None:
-        raise UserError(f"{source}: no tokenizer_config.json (not a tokenizer directory)")
-    tok_json = paths.get("tokenizer.json")
-    template_path = paths.get("chat_template.jinja")
-    return TokenizerFiles(
-        source=source,
-        config=_read_json(config_path),
-        chat_template_file=template_path.read_text(encoding="utf-8") if template_path else None,
-        chat_template_json=_read_json(p) if (p := paths.get("chat_template.json")) else None,
-        special_tokens_map=_read_json(p) if (p := paths.get("special_tokens_map.json")) else None,
-        generation_config=_read_json(p) if (p := paths.get("generation_config.json")) else None,
-        tokenizer_json_path=tok_json,
-        tokenizer_json=_read_tokenizer_json_head(tok_json) if tok_json else None,
-    )
-
-
-_MODEL_KEY = b'\n  "model": '  # tokenizers writes the (large) vocabulary last, at this indentation
-
-
-def _read_tokenizer_json_head(path: Path) -> dict[str, Any]:
-    """tokenizer.json without its `model` (vocabulary/merges): added tokens and post-processor are all we need.
-
-    Parsing only the part before the vocabulary costs kilobytes instead of ~10 MB and ~60 MB of memory; any file
-    laid out differently is parsed whole.
-    """
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(4 << 20)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from exc
-    cut = head.find(_MODEL_KEY)
-    if cut > 0:
-        prefix = head[:cut].rstrip()
-        if prefix.endswith(b","):
-            try:
-                data = orjson.loads(prefix[:-1] + b"}")
-            except orjson.JSONDecodeError:
-                data = None
-            if isinstance(data, dict) and "added_tokens" in data:
-                return data
-    return _read_json(path)
-
-
-def _local_files(folder: Path) -> TokenizerFiles:
-    if not folder.is_dir():
-        raise UserError(f"tokenizer path {folder} is not a directory")
-    paths = {name: folder / name for name in TOKENIZER_FILES if (folder / name).is_file()}
-    return _files_from_paths(str(folder), paths)
-
-
-def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    paths: dict[str, Path | None] = {}
-    for name in TOKENIZER_FILES:
-        try:
-            paths[name] = Path(hf_hub_download(repo_id, name, revision=revision))
-        except (EntryNotFoundError, LocalEntryNotFoundError) as exc:
-            if name == "tokenizer_config.json":
-                if isinstance(exc, LocalEntryNotFoundError):
-                    raise UserError(
-                        f"hub id {repo_id}: cannot download tokenizer_config.json (hub unreachable or HF_HUB_OFFLINE=1,"
-                        " and not in the local cache); pass a local tokenizer directory instead") from exc
-                raise UserError(f"hub id {repo_id}: no tokenizer_config.json in the repository") from exc
-            paths[name] = None
-        except GatedRepoError as exc:
-            raise UserError(f"hub id {repo_id}: gated repository; accept its terms and set HF_TOKEN") from exc
-        except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
-            raise UserError(f"hub id {repo_id}: repository or revision not found on the hub") from exc
-        except (HfHubHTTPError, OSError) as exc:
-            raise UserError(f"hub id {repo_id}: cannot download {name}: {str(exc).splitlines()[0]}") from exc
-    return _files_from_paths(repo_id, paths)
-
-
-def read_tokenizer_files(name_or_path: str) -> TokenizerFiles:
-    """Tokenizer files from a local directory, a GGUF file's metadata, or the HF hub (small files) for a repo id."""
-    if is_gguf(name_or_path):  # a .gguf path or pkg:PACKAGE/file.gguf: tokenizer and template from its metadata
-        from userturn.core.gguf_tokenizer import gguf_tokenizer_dir
-
-        files = _local_files(gguf_tokenizer_dir(name_or_path))
-        files.source = name_or_path
-        return files
-    path = Path(name_or_path).expanduser()
-    if path.exists():
-        return _local_files(path)
-    looks_like_path = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1 or "\\" in name_or_path
-    if looks_like_path or not _REPO_ID.match(name_or_path):
-        raise UserError(f"tokenizer directory not found: {name_or_path}")
-    return _hub_files(name_or_path)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What transformers passes to the template
-
-
-def template_source(files: TokenizerFiles, override: str | None) -> str:
-    """The chat template used: the override (a file path, a template name, or literal Jinja), else the model's."""
-    config_template = files.config.get("chat_template")
-    named: dict[str, str] = {}
-    if isinstance(config_template, list):
-        named = {t["name"]: t["template"] for t in config_template if isinstance(t, Mapping) and "name" in t}
-    if override is not None:
-        override_path = Path(override).expanduser()
-        if "\n" not in override and len(override) < 4096 and override_path.is_file():
-            return override_path.read_text(encoding="utf-8")
-        if override in named:
-            return named[override]
-        if "{{" in override or "{%" in override:
-            return override
-        raise UserError(f"--chat-template: file not found: {override}")
-    if files.chat_template_file is not None:
-        return files.chat_template_file
-    if isinstance(config_template, str):
-        return config_template
-    if named:
-        if "default" not in named:
-            raise UserError(f"{files.source}: several chat templates ({', '.join(sorted(named))}) and no 'default';"
-                            " pick one with --chat-template NAME")
-        return named["default"]
-    json_template = (files.chat_template_json or {}).get("chat_template")
-    if isinstance(json_template, str):
-        return json_template
-    raise UserError(f"{files.source}: no chat template (tokenizer_config.json has none and no chat_template.jinja);"
-                    " pass --chat-template FILE")
-
-
-def special_token_variables(config: Mapping[str, Any], special_tokens_map: Mapping[str, Any] | None) -> dict[str, str]:
-    """`tokenizer.special_tokens_map` as transformers builds it: named special tokens passed to the template."""
-    merged = dict(config)
-    if "added_tokens_decoder" not in config and special_tokens_map:  # legacy: special_tokens_map.json is merged
-        merged.update({k: v for k, v in special_tokens_map.items() if k != "extra_special_tokens"})
-    out: dict[str, str] = {}
-    for key in NAMED_SPECIAL_TOKENS:
-        if (text := token_text(merged.get(key))) is not None:
-            out[key] = text
-    extra = merged.get("extra_special_tokens")
-    model_specific = dict(extra) if isinstance(extra, Mapping) else {}
-    for key, value in merged.items():
-        if key.endswith("_token") and key not in NAMED_SPECIAL_TOKENS and token_text(value) is not None:
-            model_specific.setdefault(key, value)
-    for key, value in model_specific.items():
-        if (text := token_text(value)) is not None:
-            out[key] = text
-    return out
-
-
-def template_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as transformers hands them to a template: dicts, None values dropped, reasoning aliased.
-
-    A message with reasoning (`reasoning_content`, `thinking` or `reasoning`) gets both `thinking` (read by
-    gpt-oss templates) and `reasoning_content` (read by Qwen3/GLM templates), exactly as transformers does.
-    """
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        if type(message) is Message and not message.__pydantic_extra__:  # role and content, both set: no reasoning
-            out.append(dict(message.__dict__))  # (an extra) and no None to drop
-            continue
-        if isinstance(message, BaseModel):  # fields then extras, as model_dump() orders them, without copying
-            raw = {**message.__dict__, **(message.__pydantic_extra__ or {})}
-        else:
-            raw = dict(message)
-        item = {k: v for k, v in raw.items() if v is not None}
-        reasoning = next((item[k] for k in REASONING_FIELDS if item.get(k) is not None), None)
-        if reasoning is not None:
-            item = {"thinking": reasoning, **item, "reasoning_content": reasoning}
-        out.append(item)
-    return out
-
-
-class _GenerationTag(jinja2.ext.Extension):
-    """`{% generation %}...{% endgeneration %}` (assistant-mask markers some templates use): renders its body."""
-
-    tags = {"generation"}  # noqa: RUF012  (jinja reads a class attribute)
-
-    def parse(self, parser: Any) -> jinja2.nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
-
-    def _render(self, caller: Any) -> str:
-        return caller()
-
-
-class _TemplateDict:
-    """`dict(...)` for templates, without attribute access to the real type."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> dict:
-        return dict(*args, **kwargs)
-
-    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
-        return dict.fromkeys(*args, **kwargs)
-
-
-class _TemplateNamespace(jinja2.utils.Namespace):
-    """`namespace(...)` that refuses underscore-prefixed attributes, as transformers does."""
-
-    def __init__(*args: Any, **kwargs: Any) -> None:
-        self, args = args[0], args[1:]
-        attrs = dict(*args, **kwargs)
-        for name in attrs:
-            _TemplateNamespace._check_name(name)
-        jinja2.utils.Namespace.__init__(self, attrs)
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        _TemplateNamespace._check_name(name)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    @staticmethod
-    def _check_name(name: Any) -> None:
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} starts with an underscore")
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-class CachedSandbox(ImmutableSandboxedEnvironment):
-    """transformers' sandbox with its two per-access checks memoised; what it allows and refuses is unchanged.
-
-    `is_safe_attribute` depends only on the object's type and the attribute name (name prefixes and `isinstance`
-    tests against builtin and abstract types), so its answer is cached per (type, name). `is_safe_callable` reads
-    two marker attributes that a builtin method cannot carry, so builtin methods (`.startswith`, `.split`...)
-    skip the lookups. Together they take about a third off a Qwen3 render.
-    """
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._safe_attributes: dict[tuple[type, str], bool] = {}
-
-    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        key = (type(obj), attr)
-        try:
-            return self._safe_attributes[key]
-        except KeyError:
-            safe = self._safe_attributes[key] = super().is_safe_attribute(obj, attr, value)
-            return safe
-
-    def is_safe_callable(self, obj: Any) -> bool:
-        if type(obj) is _BUILTIN_METHOD:
-            return True
-        return super().is_safe_callable(obj)
-
-
-_BUILTIN_METHOD = type("".startswith)
-
-
-def compile_template(source: str, now: datetime) -> jinja2.Template:
-    """Compile a chat template in the environment transformers uses; `strftime_now` reads the frozen `now`."""
-    env = CachedSandbox(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = now.strftime
-    env.globals["dict"] = _TemplateDict()
-    env.globals["namespace"] = _TemplateNamespace
-    try:
-        return env.from_string(source)
-    except jinja2.TemplateSyntaxError as exc:
-        raise UserError(f"chat template line {exc.lineno}: syntax error: {exc.message}") from exc
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -619,7 +295,7 @@ class PromptRenderer:
             text = text[len(self.strip_prefix):]  # the server's tokenizer adds it: one BOS only
         if cache:
             self._cache[key] = text
-            if len(self._cache) > _CACHE_SIZE:
+            if len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
         return text
 
@@ -641,7 +317,7 @@ class PromptRenderer:
         count = self._count(text)
         if count is not None and cache:
             self._counts[text] = count
-            if len(self._counts) > _CACHE_SIZE:
+            if len(self._counts) > CACHE_SIZE:
                 self._counts.popitem(last=False)
         return count
 
