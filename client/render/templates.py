@@ -7,8 +7,8 @@ the template drops it).
 
 Rendering is byte-identical to `transformers`' `tokenizer.apply_chat_template(..., tokenize=False)` without
 importing transformers: the tokenizer files are read by `client.render.tokenizer_files` and the template is
-compiled once with jinja2 the way transformers compiles it (`client.render.jinja_env`). gpt-oss models go through harmony
-(`client.render.harmony_render`).
+compiled once with jinja2 the way transformers compiles it (`client.render.jinja_env`). gpt-oss models go through
+harmony (`client.render.harmony_render`).
 """
 
 from __future__ import annotations
