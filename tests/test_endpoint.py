@@ -18,15 +18,9 @@ import httpx
 import pytest
 import respx
 from loopback_server import LoopbackServer
-from userturn.client.http.endpoint import (
-    MAX_RETRY_AFTER_S,
-    Endpoint,
-    EndpointConfig,
-    RequestFailed,
-    parse_retry_after,
-    server_message,
-)
+from userturn.client.http.endpoint import Endpoint, EndpointConfig, RequestFailed
 from userturn.client.http.http_client import HttpReply
+from userturn.client.http.replies import MAX_RETRY_AFTER_S, parse_retry_after, server_message
 
 from userturn.core.errors import EndpointError
 

@@ -26,14 +26,13 @@ kept for the caller to compare with its tokenizer (`root_mismatch`).
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import itertools
 import os
 import sys
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import httpx
@@ -43,6 +42,17 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from userturn.client.http import http_client
 from userturn.client.http.http_client import TRANSPORT_ERRORS, HttpReply, ResponseTooLarge, classify, describe, send
 from userturn.client.http.redact import redact, redact_bytes, register_secret
+from userturn.client.http.replies import (
+    UNBOUNDED_RESPONSE_CAP,
+    ReplyShape,
+    body_problem,
+    error_text,
+    one_line,
+    parse_retry_after,
+    reply_shape,
+    response_cap_for,
+    server_message,
+)
 
 from userturn.core import defaults
 from userturn.core.errors import EndpointError, RequestFailed, RetryableError, UserError
@@ -51,19 +61,11 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 
 GATEWAY_STATUS = frozenset({502, 503, 504})  # a proxy or gateway answering for a server it cannot reach
 DOWN_KINDS = frozenset({"connect", "gateway"})  # attempts that got no sign of life from the server itself
 FATAL_STATUS = frozenset({401, 403, 404})  # the whole run is wrong: abort, keep completed records
-MAX_RETRY_AFTER_S = 120.0
 
-# The response cap: what a reply of `max_tokens` tokens can take, with room to spare. 256 bytes per token is twice
-# the longest tokens of common vocabularies (~128 bytes) after JSON escaping; logprobs add an entry per alternative.
-RESPONSE_OVERHEAD_BYTES = 1 << 20  # the envelope, usage, ids and whatever extra fields a server adds
-BYTES_PER_TOKEN = 256
-LOGPROB_BYTES = 512  # one {"token", "logprob", "bytes"} entry
-UNBOUNDED_RESPONSE_CAP = 64 << 20  # a request without max_tokens
 MODELS_RESPONSE_CAP = 16 << 20  # GET /models
 SHOWN_MODELS = 8  # served ids named in the wrong-model line
 USER_AGENT = (f"userturn (Python {sys.version_info[0]}.{sys.version_info[1]}; httpx {httpx.__version__} over "
               f"aiohttp {aiohttp.__version__})")
-ReplyShape = Literal["completion", "chat"] | None
 
 
 class EndpointConfig(BaseModel):
@@ -159,113 +161,6 @@ class CallResult:
     data: dict[str, Any]
     attempts: int
     latency_s: float
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date); None when absent or invalid."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, min(float(value), MAX_RETRY_AFTER_S))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, min(when.timestamp() - time.time(), MAX_RETRY_AFTER_S))
-
-
-def response_cap(max_tokens: int | None, n: int = 1, logprobs: int = 0) -> int:
-    """The most bytes a response to a request for `n` x `max_tokens` tokens (with `logprobs` alternatives per token,
-    0 when not asked for) may take; `UNBOUNDED_RESPONSE_CAP` without max_tokens."""
-    if not max_tokens or max_tokens < 1:
-        return UNBOUNDED_RESPONSE_CAP
-    per_token = BYTES_PER_TOKEN + (LOGPROB_BYTES * (1 + logprobs) if logprobs else 0)
-    return RESPONSE_OVERHEAD_BYTES + max(1, n) * max_tokens * per_token
-
-
-def _positive_int(value: Any) -> int | None:
-    return value if type(value) is int and value > 0 else None
-
-
-def response_cap_for(payload: dict[str, Any]) -> int:
-    """`response_cap` from a request body's own `max_tokens` (or `max_completion_tokens`), `n` and logprobs fields
-    (`logprobs: k` of the completions API; `logprobs: true` + `top_logprobs: k` of the chat API)."""
-    max_tokens = _positive_int(payload.get("max_tokens")) or _positive_int(payload.get("max_completion_tokens"))
-    logprobs = payload.get("logprobs")
-    chat_style = logprobs is True
-    alternatives = (_positive_int(payload.get("top_logprobs")) or 1) if chat_style else (_positive_int(logprobs) or 0)
-    return response_cap(max_tokens, _positive_int(payload.get("n")) or 1, alternatives)
-
-
-def reply_shape(path: str) -> ReplyShape:
-    """What a 200 from `path` must contain: a text completion, a chat completion, or (None) any JSON object."""
-    path = path.rstrip("/")
-    if path.endswith("chat/completions"):
-        return "chat"
-    return "completion" if path.endswith("completions") else None
-
-
-def body_problem(data: Any, shape: ReplyShape) -> str | None:
-    """Why a 200's JSON is not a usable reply of `shape`, or None when it is."""
-    if not isinstance(data, dict):
-        return f"JSON {type(data).__name__} instead of an object"
-    if shape is None:
-        return None
-    choices = data.get("choices")
-    if not isinstance(choices, list):
-        return "no choices list" if choices is None else f"choices is a {type(choices).__name__}, not a list"
-    if not choices:
-        return "choices is empty"
-    for i, choice in enumerate(choices):
-        if not isinstance(choice, dict):
-            return f"choices[{i}] is not an object"
-        if shape == "completion":
-            if not isinstance(choice.get("text"), str):
-                return f"choices[{i}].text is {'missing' if 'text' not in choice else 'not a string'}"
-            continue
-        message = choice.get("message")
-        if not isinstance(message, dict):
-            return f"choices[{i}].message is {'missing' if message is None else 'not an object'}"
-        if "content" not in message:
-            return f"choices[{i}].message.content is missing"
-        if not isinstance(message["content"], str | list | None):
-            return f"choices[{i}].message.content is not a string"
-    return None
-
-
-def error_text(error: Any) -> str:
-    """The message of an OpenAI-style `error` value (an object with `message` or `detail`, or a string)."""
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("detail") or error)
-    return str(error)
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    return " ".join(text.split())[:limit]
-
-
-def server_message(reply: HttpReply) -> str:
-    """The server's own error message, shortened to one line, with API keys scrubbed."""
-    return redact(_server_message(reply))
-
-
-def _server_message(reply: HttpReply) -> str:
-    text = reply.content.decode("utf-8", "replace").strip()
-    try:
-        body = orjson.loads(text)
-        err = body.get("error", body) if isinstance(body, dict) else body
-        if isinstance(err, dict | str):
-            text = error_text(err)
-        elif isinstance(body, dict) and "detail" in body:
-            text = str(body["detail"])
-    except (orjson.JSONDecodeError, AttributeError):
-        pass
-    return one_line(text) or reply.reason or "no message"
 
 
 class Endpoint:

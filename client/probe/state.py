@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 from userturn.client.data.dataset import DatasetItem
-from userturn.client.http.endpoint import Endpoint, response_cap_for
+from userturn.client.http.endpoint import Endpoint
 from userturn.client.http.ratelimit import RateLimiter
+from userturn.client.http.replies import response_cap_for
 from userturn.client.probe.perturb import SwapRing
 from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.probe.settings import (
