@@ -81,7 +81,8 @@ def _print_notice(groups: list[GroupSummary], results: str) -> None:
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],
              formats: tuple[str, ...]) -> tuple[dict[str, dict[str, bytes]], dict[str, str], str]:
     """(figures drawn, {figure left out: why}, why none at all: '' when matplotlib is there)."""
-    from userturn.judges.plots import matplotlib_missing, render_figures, skipped_figures
+    from userturn.judges.plot_parts import matplotlib_missing
+    from userturn.judges.plots import render_figures, skipped_figures
 
     missing = matplotlib_missing()
     if missing:
