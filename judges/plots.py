@@ -1,8 +1,8 @@
 """Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG.
 
 Four figures, each with one series (or point, or bar) per model, and one colour per model across all of them
-(`model_colors`; what the figures share is in `judges.plot_parts`). Models come in order of size (`judges.model_size`: parsed from the name, or `--model-order`),
-in every legend, panel and colour assignment:
+(`model_colors`; what the figures share is in `judges.plot_parts`). Models come in order of size
+(`judges.model_size`: parsed from the name, or `--model-order`), in every legend, panel and colour assignment:
 
 * `followup_vs_temperature` — genuine follow-up rate against sampling temperature, one panel per dataset, the
   unperturbed rows, item-clustered 95% intervals (`judges.stats.clustered_rate`).
