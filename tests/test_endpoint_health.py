@@ -18,6 +18,7 @@ import pytest
 import respx
 from chatml_renderer import Renderer
 from loopback_server import LoopbackServer
+from results_lines import record_lines
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
@@ -177,7 +178,7 @@ def test_a_server_killed_mid_run_stops_the_probe_with_exit_3_and_the_run_resumes
     assert len(errors) == 1 and "Traceback" not in stderr, stderr
     assert f"endpoint {server.base_url} is unreachable" in errors[0]
     assert f"completed records are kept in {out}" in errors[0] and "rerun the same command" in errors[0]
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    lines = record_lines(out)
     assert 30 <= len(lines) < 400
     assert all(r["status"] == "ok" for r in lines)  # no error record for samples the dead server never answered
     assert len({r["key"] for r in lines}) == len(lines)

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import respx
 from mock_http import MockServer, completion_handler
+from results_lines import record_lines
 from userturn.client.http import http_client
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, ServedModel, root_mismatch, split_base_url
 
@@ -351,7 +352,7 @@ def test_probe_over_tls_behind_the_proxy_with_a_key_from_a_file(tmp_path: Path, 
         assert proc.returncode == 0, proc.stderr
         posts = [r for r in server.requests if r.method == "POST"]
     assert len(posts) == 3 and {r.headers["authorization"] for r in posts} == {"Bearer sk-mounted-secret-42"}
-    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    records = record_lines(tmp_path / "out.jsonl")
     assert [r["status"] for r in records] == ["ok"] * 3
     assert tinyproxy.connects() >= 1
 
@@ -392,7 +393,7 @@ def test_a_dead_server_behind_a_gateway_stops_the_probe_with_exit_3(tmp_path: Pa
     [line] = error_lines(proc.stderr)
     assert f"endpoint {server.base_url} is unreachable: nothing answered for " in line
     assert "last: HTTP 502 from" in line and "completed records are kept" in line
-    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    records = record_lines(tmp_path / "out.jsonl")
     assert [r["status"] for r in records] == ["ok", "ok"]  # no error record for the sample the gateway refused
     assert elapsed < 60
 

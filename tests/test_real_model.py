@@ -8,12 +8,12 @@ skip, except in CI (`USERTURN_REQUIRE_REAL_MODEL=1` in .ci/run), where they fail
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from results_lines import record_lines
 
 from userturn.cli import main
 from userturn.core.packaged import install_hint
@@ -69,7 +69,7 @@ def probe(server, items: Path, out: Path) -> list[ProbeRecord]:
                  "--dataset", str(items), "--temperature", "0", "--max-tokens", "32",
                  "--send-stop-token-ids", "--no-progress", "--out", str(out)])
     assert code == 0
-    return [ProbeRecord.model_validate(json.loads(line)) for line in out.read_text().splitlines()]
+    return [ProbeRecord.model_validate(line) for line in record_lines(out)]
 
 
 def test_packaged_mt_bench_is_the_whole_benchmark_offline(monkeypatch: pytest.MonkeyPatch):

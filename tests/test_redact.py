@@ -15,6 +15,7 @@ import httpx
 import pytest
 import respx
 from loopback_server import LoopbackServer
+from results_lines import record_lines
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.http.redact import redact, redact_bytes, register_secret
 
@@ -107,7 +108,7 @@ def test_echoing_server_leaks_nothing_to_stderr_or_the_results_file(tmp_path: Pa
         in refused.stderr
     assert failed.returncode == 1, failed.stderr
     assert right not in failed.stderr
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = record_lines(out)
     errors = [r["error"] for r in records if r["status"] == "error"]
     assert len(records) == 3 and len(errors) == 2
     assert all("injected fault" in e and "Bearer [redacted $UT_ECHO_KEY]" in e for e in errors)

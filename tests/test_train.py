@@ -18,6 +18,7 @@ pytest.importorskip("trl")
 pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
+from results_lines import record_lines
 from safetensors.torch import load_file
 from userturn.client.train.progress import RichProgress
 from userturn.serve.manifest import load_manifest
@@ -151,7 +152,7 @@ def test_records_probed_from_the_trained_model_carry_its_provenance(tmp_path: Pa
     results = tmp_path / "results.jsonl"
     assert main(["probe", "--manifest", str(out / "manifest.yaml"), "--dataset", str(items), "--out", str(results),
                  "--no-progress"]) == 0
-    [record] = [json.loads(line) for line in results.read_text().splitlines()]
+    [record] = record_lines(results)
     info = json.loads((out / "training.json").read_text())
     assert record["status"] == "ok" and record["model"] == info["model_name"]
     assert record["meta"]["trained"]["tag"] == info["tag"]
