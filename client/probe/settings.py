@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import Perturbed
 
+from userturn.core import defaults
 from userturn.core.errors import UserError
 from userturn.core.records import Message, ProbeRecord
 
@@ -47,20 +48,20 @@ RoleFlipFn = Callable[[list[Message]], list[Message]]
 
 
 class ProbeSettings(BaseModel):
-    """Everything that decides what is sent; part of the run's identity."""
+    """Everything that decides what is sent; part of the run's identity. Defaults: `userturn.core.defaults`."""
 
     model: str
     dataset: str
-    temperatures: list[float] = Field(default_factory=lambda: [0.0])
-    samples: int = Field(default=1, ge=1)
-    max_tokens: int = Field(default=256, ge=1)
-    seed: int = 0
+    temperatures: list[float] = Field(default_factory=lambda: list(defaults.TEMPERATURES))
+    samples: int = Field(default=defaults.SAMPLES, ge=1)
+    max_tokens: int = Field(default=defaults.MAX_TOKENS, ge=1)
+    seed: int = defaults.SEED
     top_p: float | None = None
     perturbations: list[str] = Field(default_factory=lambda: ["none"])
     mode: Literal["raw", "chat"] = "raw"
     assistant_from: Literal["dataset", "model"] = "dataset"
-    assistant_temperature: float = 0.0
-    assistant_max_tokens: int = Field(default=1024, ge=1)
+    assistant_temperature: float = defaults.ASSISTANT_TEMPERATURE
+    assistant_max_tokens: int = Field(default=defaults.ASSISTANT_MAX_TOKENS, ge=1)
     send_stop_token_ids: bool = False
     extra_stop: list[str] = Field(default_factory=list, description="stops added to the template-derived ones")
     extra_stop_token_ids: list[int] = Field(default_factory=list)
@@ -68,7 +69,7 @@ class ProbeSettings(BaseModel):
     template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                             description="the variables the renderer was loaded with (recorded)")
     record_meta: dict[str, Any] = Field(default_factory=dict, description="merged into every record's meta")
-    concurrency: int = Field(default=64, ge=1)
+    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
     rpm: float | None = None
     tpm: float | None = None
 
