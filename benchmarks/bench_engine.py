@@ -73,8 +73,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def prompts() -> list[str]:
-    from userturn.client.loaders import load_dataset_spec
-    from userturn.client.templates import PromptRenderer
+    from userturn.client.data.loaders import load_dataset_spec
+    from userturn.client.render.templates import PromptRenderer
 
     renderer = PromptRenderer.load(GGUF)
     _, items = load_dataset_spec("mt-bench:reference", limit=None, shuffle_seed=None)
@@ -155,7 +155,7 @@ def main() -> int:
     from userturn.serve.cpu_engine import default_threads
     from userturn.serve.gguf_model_cache import converted_model_dir
 
-    from userturn.gguf_tokenizer import gguf_tokenizer_dir
+    from userturn.core.gguf_tokenizer import gguf_tokenizer_dir
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)
@@ -166,7 +166,7 @@ def main() -> int:
     stop(proc)
     proc, url, warm = start_engine(cache, threads, log)
     os.environ["USERTURN_CACHE_DIR"] = str(cache)  # the bench reads the engine's cached conversions
-    from userturn.gguf_tokenizer import gguf_file
+    from userturn.core.gguf_tokenizer import gguf_file
 
     folder, hit = converted_model_dir(gguf_file(GGUF), torch.float32, str(torch.float32))
     assert hit, "the engine cached the converted model"

@@ -54,7 +54,7 @@ def write_results(path: Path, n: int) -> None:
 CHILD = r"""
 import asyncio, json, sys, time
 from pathlib import Path
-from userturn.records import JudgeVerdict
+from userturn.core.records import JudgeVerdict
 from userturn.judges.llm_judge import JudgeConfig
 from userturn.judges.panel import JudgePanel, PanelConfig
 from userturn.judges.prompt import load_prompt

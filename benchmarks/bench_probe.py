@@ -21,7 +21,7 @@ concurrency, one after the other:
   raw run: before and after measured in the same minutes, each paired with the same raw run;
 * with `--raw-aiohttp`, a loop over a bare `aiohttp.ClientSession` for reference: what the httpx API on top of
   aiohttp costs per request (not a target);
-* with `--endpoint-loop`, the same loop through `client.endpoint.Endpoint.post_json` (the probe's retry loop,
+* with `--endpoint-loop`, the same loop through `client.http.endpoint.Endpoint.post_json` (the probe's retry loop,
   deadline, body cap and reply checks): how much of the probe's gap to the raw loop is its HTTP layer.
 
 Reported per client: process wall time (start to exit, what a user waits for) and req/s from it, in-run req/s
@@ -120,7 +120,7 @@ class ScenarioResult:
     raw: list[ClientRun] = field(default_factory=list)
     userturn: list[ClientRun] = field(default_factory=list)
     raw_aiohttp: list[ClientRun] = field(default_factory=list)  # a bare aiohttp loop, for reference
-    endpoint_loop: list[ClientRun] = field(default_factory=list)  # the raw loop through client.endpoint.Endpoint
+    endpoint_loop: list[ClientRun] = field(default_factory=list)  # the raw loop through client.http.endpoint.Endpoint
     baseline: list[ClientRun] = field(default_factory=list)  # another userturn build (--baseline-cmd)
     steal_pct: float = 0.0
 
@@ -179,8 +179,8 @@ def write_dataset(path: Path, items: int) -> None:
 def write_payloads(dataset: Path, out: Path, samples: int, max_tokens: int, tokenizer: Path) -> int:
     """The raw loop's request bodies: the same prompts `userturn probe` renders, one JSON body per line."""
     import orjson
-    from userturn.client.dataset import load_jsonl
-    from userturn.client.templates import PromptRenderer
+    from userturn.client.data.dataset import load_jsonl
+    from userturn.client.render.templates import PromptRenderer
 
     renderer = PromptRenderer.load(str(tokenizer))
     count = 0
@@ -230,7 +230,7 @@ async def raw_loop(url: str, bodies: list[bytes], concurrency: int, client: str 
 
 async def endpoint_loop(url: str, bodies: list[bytes], concurrency: int) -> dict[str, Any]:
     """The loop through userturn's `Endpoint` (base URL = `url` without its last path segment)."""
-    from userturn.client.endpoint import Endpoint, EndpointConfig
+    from userturn.client.http.endpoint import Endpoint, EndpointConfig
 
     base, _, path = url.rpartition("/")
     ok = 0
@@ -405,7 +405,7 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     wall, rss, cpu, stdout, stderr = run_measured(cmd, env)
     match = SUMMARY_RATE.search(stdout + stderr)
-    from userturn.jsonl import read_records
+    from userturn.core.jsonl import read_records
 
     records, _ = read_records(out)
     good = sum(r.status == "ok" for r in records.values())
@@ -563,7 +563,7 @@ def parse_args() -> argparse.Namespace:
                         help="also run a loop over a bare aiohttp session, for reference: what the httpx API on top "
                              "of aiohttp costs per request")
     parser.add_argument("--endpoint-loop", action="store_true",
-                        help="also run the raw loop through client.endpoint.Endpoint: the probe's HTTP layer alone")
+                        help="also run the raw loop through client.http.endpoint.Endpoint (the HTTP layer alone)")
     parser.add_argument("--baseline-cmd", metavar="CMD",
                         help="another userturn build, run after userturn in each repetition (same raw run, same "
                              "minute): before/after side by side, e.g. \"env PYTHONPATH=/tmp/old "

@@ -9,9 +9,9 @@
 Part 1, resume: a results file of N ok records (GSM8K-sized conversations, ~1.8 kB a line; the configuration is
 one line at the top, as the probe writes it; N / samples items x `--samples` samples at one temperature) is probed
 again with one more item in the dataset, so every recorded key is skipped and the new item's samples are sent;
-then once more with another item (`--rounds`). The file is the only state: each resume scans it whole, once
-(`userturn.resume_index`). Measured on the `userturn probe` process: seconds from its start to the first
-request the loopback server receives, and its peak RSS (VmHWM, polled every 10 ms) at that moment.
+then once more with another item (`--rounds`). The file is the only state: each resume scans it whole, once (the
+head of each line: `userturn.core.resume_index`). Measured on the `userturn probe` process: seconds from its start
+to the first request the loopback server receives, and its peak RSS (VmHWM, polled every 10 ms) at that moment.
 Targets: <= 5 s and <= 300 MB for 1,000,000 records. The probe's CPU time up to that moment is printed beside
 the wall time: on a loaded machine it is what the wall time would be on an idle one. With `--baseline-cmd`,
 another userturn build (an older commit laid out as the wheel installs it: see benchmarks/bench_probe.py) resumes
@@ -74,9 +74,9 @@ def seed_record(server: LoopbackServer, dataset: Path, work: Path) -> tuple[byte
 def write_results(dataset: Path, out: Path, samples: int, seed: tuple[bytes, dict[str, Any]]) -> int:
     """The seed's configuration line, then ok records for every item of `dataset` x `samples`: the seed record with
     each item's id, messages, key, sample and seed (keyed exactly as the probe keys them)."""
-    from userturn.client.dataset import load_jsonl
+    from userturn.client.data.dataset import load_jsonl
 
-    from userturn.records import record_key
+    from userturn.core.records import record_key
 
     count = 0
     config, record = seed

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import orjson
 
-from userturn.errors import UserError
-from userturn.jsonl import iter_lines
+from userturn.core.errors import UserError
+from userturn.core.jsonl import iter_lines
 
 MIN_DIGITS = 7
 

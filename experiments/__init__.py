@@ -1,2 +1,2 @@
 """Experiment files shipped with userturn (data package `userturn.experiments`, with `data/`; see
-`userturn.shipped`)."""
+`userturn.core.shipped`)."""

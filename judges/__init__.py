@@ -1,9 +1,8 @@
 """Judges: label generated user turns (rules, then judge models), measure agreement, and report.
 
 Public API: `JudgePanel` (await panel.judge(record) -> labelled copy), `PanelConfig`, `JudgeConfig`,
-`JudgeCounters`, `add_judge_arguments(parser)`, `panel_config(args)` (the flags as a typed `PanelConfig`),
-`make_panel(config)`. Loaded on first use, so building the
-CLI parser stays cheap.
+`JudgeCounters`, `make_panel(config)` (the flags become a `PanelConfig` in `userturn.cli.judge_arguments`).
+Loaded on first use, so building the CLI parser stays cheap.
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ _EXPORTS = {
     "JudgePanel": "userturn.judges.panel",
     "PanelConfig": "userturn.judges.panel",
     "make_panel": "userturn.judges.panel",
-    "panel_config": "userturn.judges.arguments",
-    "add_judge_arguments": "userturn.judges.arguments",
 }
 
 __all__ = sorted(_EXPORTS)

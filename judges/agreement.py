@@ -12,7 +12,7 @@ from itertools import combinations
 
 from pydantic import BaseModel
 
-from userturn.records import ProbeRecord
+from userturn.core.records import ProbeRecord
 
 
 def majority_label(votes: Sequence[str]) -> str | None:

@@ -19,9 +19,9 @@ import orjson
 from pydantic import ValidationError
 from userturn.judges.panel import Assessment, JudgingFacts
 
-from userturn.errors import UserError, first_error
-from userturn.jsonl import is_config_line
-from userturn.records import ProbeRecord
+from userturn.core.errors import UserError, first_error
+from userturn.core.jsonl import is_config_line
+from userturn.core.records import ProbeRecord
 
 Assess = Callable[[JudgingFacts], Assessment]
 INLINE_HINT = ("label them into another file with `userturn judge RESULTS.jsonl --out OTHER.jsonl ...`, or pass "
@@ -41,7 +41,7 @@ def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
 
 def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[str, Any] | None:
     """A results line as a JSON object with a string `key`; None for a torn final line (no newline, not JSON) and
-    for a configuration line (`userturn.jsonl.is_config_line`).
+    for a configuration line (`userturn.core.jsonl.is_config_line`).
 
     A malformed complete line raises UserError naming path:line.
     """

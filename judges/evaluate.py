@@ -21,10 +21,10 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from userturn.judges.agreement import cohen_kappa
 from userturn.judges.panel import JudgePanel
 
-from userturn.errors import UserError, first_error
-from userturn.files import jsonl_objects
-from userturn.records import Message, ProbeRecord
-from userturn.taxonomy import LABELS, Label
+from userturn.core.errors import UserError, first_error
+from userturn.core.files import jsonl_objects
+from userturn.core.records import Message, ProbeRecord
+from userturn.core.taxonomy import LABELS, Label
 
 PANEL = "panel (majority)"
 ERROR = "error"

@@ -27,17 +27,17 @@ import numpy as np
 import orjson
 from markupsafe import Markup
 from pydantic import ValidationError
-from userturn.client.export import human_turn
-from userturn.client.prompt_replay import ReplayedPrompt
+from userturn.client.analysis.export import human_turn
+from userturn.client.render.prompt_replay import ReplayedPrompt
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
 from userturn.judges.report_scan import iter_checked
 from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_rate, fmt_temp
 
-from userturn.errors import UserError, first_error
-from userturn.records import ProbeRecord
-from userturn.taxonomy import DESCRIPTIONS, LABELS, SHORT
+from userturn.core.errors import UserError, first_error
+from userturn.core.records import ProbeRecord
+from userturn.core.taxonomy import DESCRIPTIONS, LABELS, SHORT
 
 SAMPLES_PER_LABEL = 5
 SAMPLE_TABLE = 50

@@ -7,14 +7,14 @@ import time
 from typing import Any
 
 from pydantic import BaseModel, Field
-from userturn.client.endpoint import Endpoint, EndpointConfig
+from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema
 from userturn.judges.prompt import JudgePrompt
 
-from userturn import defaults
-from userturn.errors import EndpointError, RequestFailed
-from userturn.records import JudgeVerdict
-from userturn.taxonomy import LABELS
+from userturn.core import defaults
+from userturn.core.errors import EndpointError, RequestFailed
+from userturn.core.records import JudgeVerdict
+from userturn.core.taxonomy import LABELS
 
 SCHEMA_REFUSED_STATUS = frozenset({400, 422, 501})
 REASK = ("Your reply could not be used ({error}). Reply with exactly one JSON object of the form "
@@ -62,7 +62,7 @@ class LLMJudge:
 
     async def check(self) -> None:
         """Preflight: the endpoint answers (EndpointError with one line if not) and lists the judge model (UserError
-        if it lists others; see client.endpoint.Endpoint.check)."""
+        if it lists others; see client.http.endpoint.Endpoint.check)."""
         await self.endpoint.check(self.config.model)
 
     def _payload(self, messages: list[dict[str, str]], schema: bool) -> dict[str, Any]:
@@ -110,7 +110,7 @@ class LLMJudge:
                     data, made = await self._post(messages)
                 except RequestFailed as exc:
                     attempts += exc.attempts
-                    if exc.endpoint_down:  # a whole retry schedule without a sign of life (client.endpoint)
+                    if exc.endpoint_down:  # a whole retry schedule without a sign of life (client.http.endpoint)
                         raise EndpointError(f"judge {self.name}: {exc.reason}") from None
                     error = f"request failed: {exc.reason}"
                     break

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 UNITS = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 # A number directly followed by a unit and then a separator or the end, not a letter (so `qwen3` is no size and

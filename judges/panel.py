@@ -20,8 +20,8 @@ from userturn.judges.llm_judge import JudgeConfig, LLMJudge
 from userturn.judges.prelabel import RESTATE_THRESHOLD, prelabel, query_and_response
 from userturn.judges.prompt import JudgePrompt, load_prompt
 
-from userturn.errors import UserError
-from userturn.records import JudgeVerdict, ProbeRecord
+from userturn.core.errors import UserError
+from userturn.core.records import JudgeVerdict, ProbeRecord
 
 if TYPE_CHECKING:
     from userturn.judges.backlog import JudgingScan

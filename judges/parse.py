@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from userturn.errors import first_error
-from userturn.taxonomy import Label, normalise_label
-from userturn.text import content_text, strip_reasoning
+from userturn.core.errors import first_error
+from userturn.core.taxonomy import Label, normalise_label
+from userturn.core.text import content_text, strip_reasoning
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _DECODER = json.JSONDecoder()

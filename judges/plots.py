@@ -1,8 +1,8 @@
 """Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG.
 
 Four figures, each with one series (or point, or bar) per model, and one colour per model across all of them
-(`model_colors`). Models come in order of size (`judges.model_size`: parsed from the name, or `--model-order`),
-in every legend, panel and colour assignment:
+(`model_colors`; what the figures share is in `judges.plot_parts`). Models come in order of size
+(`judges.model_size`: parsed from the name, or `--model-order`), in every legend, panel and colour assignment:
 
 * `followup_vs_temperature` — genuine follow-up rate against sampling temperature, one panel per dataset, the
   unperturbed rows, item-clustered 95% intervals (`judges.stats.clustered_rate`).
@@ -25,20 +25,42 @@ apart by line style and marker.
 from __future__ import annotations
 
 import io
-import itertools
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from userturn.judges.model_size import order_models
+from userturn.client.terminal import wrap_name
+from userturn.judges.plot_parts import (
+    LINESTYLES,
+    MARKERS,
+    _accuracy_rows,
+    _bar,
+    _baseline,
+    _by_model,
+    _dodges,
+    _effect_rows,
+    _empty,
+    _legend_right,
+    _mix_rows,
+    _padded,
+    _panels,
+    _pyplot,
+    _series_label,
+    _variant,
+    _variants,
+    accuracy_interval,
+    dodge_offsets,
+    judged,
+    model_colors,
+    plot_temperature,
+)
 from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import fmt_temp, wrap_name
-from userturn.judges.stats import wilson_interval
+from userturn.judges.report_table import fmt_temp
 
-from userturn.errors import UserError
-from userturn.taxonomy import LABELS, SHORT
+from userturn.core.errors import UserError
+from userturn.core.taxonomy import LABELS, SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
 TITLES = {  # what each figure shows: the HTML headings and the captions
@@ -47,89 +69,10 @@ TITLES = {  # what each figure shows: the HTML headings and the captions
     "perturbation_effects": "How much each perturbation of the assistant turn moves the follow-up rate",
     "label_mix": "What the generated user turns are: label shares per model",
 }
-MATPLOTLIB_MISSING = "matplotlib is not installed (pip install matplotlib, or pip install 'userturn[plots]')"
 FORMATS = ("png", "pdf", "svg")
 PNG_DPI = 200
-LINESTYLES = ("-", "--", ":", "-.")
-MARKERS = ("o", "s", "^", "D", "v", "P")
 # Label colours: ColorBrewer Set2, a palette apart from the models' tab10 (bars are labels, tick texts are models).
 LABEL_COLORS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#b3b3b3")
-DODGE_POINTS = 5.0  # points drawn at the same place are shifted this many typographic points apart (vertically)
-
-
-def matplotlib_missing() -> str | None:
-    """Why no figure can be drawn here (matplotlib not importable), else None."""
-    import importlib.util
-
-    return MATPLOTLIB_MISSING if importlib.util.find_spec("matplotlib") is None else None
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise UserError(f"no figures: {MATPLOTLIB_MISSING}") from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def model_colors(models: Iterable[str], order: Sequence[str] = ()) -> dict[str, str]:
-    """One colour per model (tab10, then tab20's others), in size order (`order` first): the same in every figure
-    of a report. The dict's order is the order models are drawn and listed in."""
-    plt = _pyplot()
-    from matplotlib.colors import to_hex
-
-    palette = [to_hex(c) for c in plt.get_cmap("tab10").colors]
-    palette += [c for c in (to_hex(c) for c in plt.get_cmap("tab20").colors) if c not in palette]
-    return {model: palette[i % len(palette)] for i, model in enumerate(order_models(models, order))}
-
-
-def _by_model(colors: dict[str, str]) -> dict[str, int]:
-    """Each model's place in the drawing order (the colour map's order)."""
-    return {model: i for i, model in enumerate(colors)}
-
-
-def plot_temperature(groups: Sequence[GroupSummary], temperature: float | None = None) -> float | None:
-    """The temperature of the single-temperature figures: `temperature` (UserError when no row has it), else the
-    lowest present among rows with a follow-up rate."""
-    present = sorted({g.temperature for g in groups if g.followup_rate is not None})
-    if temperature is None:
-        return present[0] if present else None
-    if not any(math.isclose(t, temperature, abs_tol=1e-9) for t in present):
-        shown = ", ".join(fmt_temp(t) for t in present) or "none"
-        raise UserError(f"--plot-temperature {fmt_temp(temperature)}: no labelled row at that temperature "
-                        f"(present: {shown})")
-    return next(t for t in present if math.isclose(t, temperature, abs_tol=1e-9))
-
-
-def _variant(g: GroupSummary) -> str:
-    """What sets a model's rows apart within one dataset panel besides temperature."""
-    return " · ".join(p for p in (g.mode, g.settings) if p)
-
-
-def judged(g: GroupSummary) -> bool:
-    """A row with at least one label from a judge model (rules alone never label a genuine follow-up)."""
-    return g.n > g.rule_labels
-
-
-def _baseline(groups: Iterable[GroupSummary]) -> list[GroupSummary]:
-    """Unperturbed rows with a follow-up rate from a judge (the rows a model is drawn from)."""
-    return [g for g in groups if g.perturbation == "none" and g.followup_rate is not None and judged(g)]
-
-
-def _accuracy_rows(groups: Sequence[GroupSummary], t: float | None) -> list[GroupSummary]:
-    return [g for g in _baseline(groups) if g.accuracy is not None and t is not None and g.temperature == t]
-
-
-def _effect_rows(groups: Sequence[GroupSummary], t: float | None) -> list[GroupSummary]:
-    return [g for g in groups if g.perturbation != "none" and g.delta_vs_none is not None and g.temperature == t
-            and judged(g)]
-
-
-def _mix_rows(groups: Sequence[GroupSummary], t: float | None) -> list[GroupSummary]:
-    return [g for g in groups if g.perturbation == "none" and g.n and g.temperature == t]
 
 
 NO_JUDGE = "no row is labelled by a judge model (the rules alone never label a genuine follow-up)"
@@ -152,42 +95,6 @@ def skipped_figures(groups: Sequence[GroupSummary], temperature: float | None = 
     if not _mix_rows(groups, t):
         out["label_mix"] = "no unperturbed row with a labelled turn"
     return out
-
-
-def _variants(rows: Iterable[GroupSummary]) -> dict[str, list[str]]:
-    out: dict[str, set[str]] = defaultdict(set)
-    for g in rows:
-        out[g.model].add(_variant(g))
-    return {m: sorted(v) for m, v in out.items()}
-
-
-def _series_label(model: str, variant: str, variants: dict[str, list[str]]) -> str:
-    return f"{model} ({variant})" if len(variants.get(model, [])) > 1 else model
-
-
-def _padded(low: float, high: float, floor: float = 0.0, ceiling: float = 100.0) -> tuple[float, float]:
-    """Axis limits around [low, high] (in %) with 8% padding, clamped to [floor, ceiling]; a little span always."""
-    span = max(high - low, 2.0)
-    return max(floor, low - 0.08 * span), min(ceiling, high + 0.08 * span)
-
-
-def _panels(plt: Any, count: int, width: float = 4.2, height: float = 3.6, sharey: bool = True) -> tuple[Any, list]:
-    fig, axes = plt.subplots(1, max(1, count), figsize=(width * max(1, count) + 1.8, height), sharey=sharey,
-                             squeeze=False)
-    return fig, list(axes[0])
-
-
-def _legend_right(fig: Any, handles: list, labels: list[str]) -> None:
-    if handles:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
-
-
-def _empty(fig: Any, ax: Any, text: str) -> Any:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    fig.tight_layout()
-    return fig
 
 
 def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, str] | None = None) -> Any:
@@ -240,52 +147,6 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
                  "at each temperature)", fontsize=11)
     fig.tight_layout()
     return fig
-
-
-DODGE_SHARE = 0.6  # of the smallest gap between two temperatures, the width the models' points spread over
-
-
-def dodge_offsets(temps: Sequence[float], count: int) -> list[float]:
-    """Horizontal offsets (in temperature units) for `count` series drawn at the same temperatures: spread evenly
-    over DODGE_SHARE of the smallest gap between temperatures (of 0.6 with one temperature), centred on it, so no
-    two series' intervals share a vertical line. The tick stays at the true temperature."""
-    if count <= 1:
-        return [0.0] * max(count, 0)
-    gaps = [b - a for a, b in itertools.pairwise(temps) if b > a]
-    width = DODGE_SHARE * (min(gaps) if gaps else 1.0)
-    step = width / (count - 1)
-    return [(i - (count - 1) / 2) * step for i in range(count)]
-
-
-def _bar(value: float, low: float, high: float) -> tuple[float, float]:
-    """Error-bar lengths below and above `value`; an estimate a rounding error outside its interval gets 0, not a
-    negative length (matplotlib refuses those)."""
-    return max(0.0, value - low), max(0.0, high - value)
-
-
-def _dodges(points: Sequence[tuple[float, float]], tolerance: float = 0.5) -> list[float]:
-    """Vertical display offsets (points) so that points at (nearly) the same place stay visible side by side:
-    the data keep their values; only their drawing is shifted (0 for a point alone)."""
-    out = [0.0] * len(points)
-    clusters: list[list[int]] = []
-    for i, (x, y) in enumerate(points):
-        home = next((c for c in clusters if abs(points[c[0]][0] - x) <= tolerance
-                     and abs(points[c[0]][1] - y) <= tolerance), None)
-        if home is None:
-            clusters.append([i])
-        else:
-            home.append(i)
-    for cluster in clusters:
-        for rank, i in enumerate(cluster):
-            out[i] = (rank - (len(cluster) - 1) / 2) * DODGE_POINTS
-    return out
-
-
-def accuracy_interval(g: GroupSummary) -> tuple[float, float] | None:
-    """95% Wilson interval of a row's task accuracy over its scored items (the unit: one assistant turn each)."""
-    if g.accuracy is None or not g.accuracy_n:
-        return None
-    return wilson_interval(g.accuracy * g.accuracy_n, g.accuracy_n)
 
 
 def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | None = None,

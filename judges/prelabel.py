@@ -11,8 +11,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from userturn.records import JudgeVerdict, ProbeRecord
-from userturn.taxonomy import Label
+from userturn.core.records import JudgeVerdict, ProbeRecord
+from userturn.core.taxonomy import Label
 
 RESTATE_THRESHOLD = 0.9
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import jinja2
 
-from userturn.errors import UserError
-from userturn.records import sha256_text
+from userturn.core.errors import UserError
+from userturn.core.records import sha256_text
 
 DEFAULT_PROMPT = "judge_v3.md"
 PACKAGED = re.compile(r"^judge_v\d+(?:\.md)?$")

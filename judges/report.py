@@ -22,10 +22,10 @@ from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
 from userturn.judges.report_scan import RowId, Scan, base_name, scan_file
 from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
 
-from userturn.errors import UserError
-from userturn.jsonl import read_records
-from userturn.records import ProbeRecord
-from userturn.taxonomy import FOLLOWUP, LABELS
+from userturn.core.errors import UserError
+from userturn.core.jsonl import read_records
+from userturn.core.records import ProbeRecord
+from userturn.core.taxonomy import FOLLOWUP, LABELS
 
 UNFINGERPRINTED = "unfingerprinted"
 

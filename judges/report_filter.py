@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from fnmatch import fnmatchcase
 
 from pydantic import BaseModel
+from userturn.client.terminal import matching
 from userturn.judges.model_size import order_models
 from userturn.judges.report import GroupSummary
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 
 class RowFilter(BaseModel):
@@ -41,19 +41,6 @@ class RowFilter(BaseModel):
         return " ".join(parts)
 
 
-def _matching(flag: str, patterns: Sequence[str], values: set[str]) -> set[str]:
-    if not patterns:
-        return values
-    out = set()
-    for pattern in patterns:
-        hits = {v for v in values if fnmatchcase(v, pattern)}
-        if not hits:
-            raise UserError(f"{flag} {pattern}: matches nothing in the results (present: "
-                            f"{', '.join(sorted(values)) or 'none'})")
-        out |= hits
-    return out
-
-
 def row_order(groups: Sequence[GroupSummary], model_order: Sequence[str] = ()) -> list[GroupSummary]:
     """The rows by model size (or `model_order`), dataset, mode, `none` first, perturbation, temperature."""
     rank = {m: i for i, m in enumerate(order_models((g.model for g in groups), model_order))}
@@ -63,9 +50,9 @@ def row_order(groups: Sequence[GroupSummary], model_order: Sequence[str] = ()) -
 
 def select_groups(groups: Sequence[GroupSummary], rows: RowFilter) -> list[GroupSummary]:
     """The rows the filters keep, in `row_order`. UserError when a filter matches nothing."""
-    models = _matching("--model", rows.models, {g.model for g in groups})
-    datasets = _matching("--dataset", rows.datasets, {g.dataset for g in groups})
-    perturbations = _matching("--perturb", rows.perturbations, {g.perturbation for g in groups})
+    models = matching("--model", rows.models, {g.model for g in groups})
+    datasets = matching("--dataset", rows.datasets, {g.dataset for g in groups})
+    perturbations = matching("--perturb", rows.perturbations, {g.perturbation for g in groups})
     temperatures = {g.temperature for g in groups}
     for t in rows.temperatures:
         if not any(math.isclose(t, have, abs_tol=1e-9) for have in temperatures):

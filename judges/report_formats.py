@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from userturn.judges.report import GroupSummary
 from userturn.judges.report_table import fmt_temp
 
-from userturn.taxonomy import LABELS
+from userturn.core.taxonomy import LABELS
 
 FORMATS = ("table", "csv", "markdown", "latex")
 

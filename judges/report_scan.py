@@ -21,16 +21,18 @@ import numpy as np
 import orjson
 from pydantic import ValidationError
 
-from userturn.errors import UserError, first_error
-from userturn.jsonl import config_line, iter_lines, legacy_config
-from userturn.taxonomy import LABELS
+from userturn.core.errors import UserError, first_error
+from userturn.core.jsonl import config_line, iter_lines, legacy_config
+from userturn.core.records import line_group_key
+from userturn.core.taxonomy import LABELS
 
 _LABELS = frozenset(LABELS)
 _LABEL_SOURCES = frozenset(("rule", "judge", "majority"))
 
 
 class RowId(NamedTuple):
-    """What keeps two records in different rows. `panel`: sorted (judge, prompt sha256) of the LLM judges asked."""
+    """What keeps two records in different rows: their `GroupKey` (core.records), configuration and panel.
+    `panel`: sorted (judge, prompt sha256) of the LLM judges asked."""
 
     model: str
     dataset: str
@@ -111,8 +113,7 @@ def row_and_outcome(d: dict) -> tuple[RowId, Outcome]:
     model_base = base_name(d["model"])
     self_judged = (label is not None and source in ("judge", "majority")
                    and any(base_name(j) == model_base for j, _ in ok_labels))
-    row = RowId(d["model"], d["dataset"], d.get("mode", "raw"), d.get("perturbation", "none"),
-                float(d["temperature"]), d.get("config_fingerprint"), panel)
+    row = RowId(*line_group_key(d), d.get("config_fingerprint"), panel)
     outcome = Outcome(d["status"] == "ok", label, label is not None and source == "rule",
                       d.get("judge_status") == "error", d.get("correct"), self_judged,
                       (tuple(sorted({v["judge"] for v in llm})), ok_labels))

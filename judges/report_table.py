@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from userturn.client.terminal import print_trimmed
+from userturn.client.terminal import NAME_WIDTH, print_trimmed, wrap_name
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.report import GroupSummary
 
-from userturn.taxonomy import SHORT
+from userturn.core.taxonomy import SHORT
 
 
 def fmt_rate(value: float | None) -> str:
@@ -72,28 +70,6 @@ def _delta_cell(group: GroupSummary) -> str:
     if group.delta_vs_none is None:
         return "n/a"
     return f"{100 * group.delta_vs_none:+.1f}\n{_interval(group.delta_ci_low, group.delta_ci_high, signed=True)}"
-
-
-NAME_WIDTH = 24  # the widest the name column gets in the compact table; longer names wrap at their separators
-BREAK_AFTER = re.compile(r"[^/\-_: ]+[/\-_: ]*|[/\-_: ]+")
-
-
-def wrap_name(name: str, width: int = NAME_WIDTH) -> str:
-    """A model or dataset name on lines of at most `width` characters, broken after a separator (`/`, `-`, `_`,
-    `:`, space), never inside a word unless one word alone is longer than `width`."""
-    lines: list[str] = []
-    line = ""
-    for part in BREAK_AFTER.findall(name):
-        if line and len(line) + len(part.rstrip()) > width:
-            lines.append(line.rstrip())
-            line = ""
-        while len(part) > width:  # one word wider than the column: cut it, the only way it fits
-            lines.append(part[:width])
-            part = part[width:]
-        line += part
-    if line or not lines:
-        lines.append(line.rstrip())
-    return "\n".join(lines)
 
 
 def _row_name(group: GroupSummary, show_mode: bool, width: int = NAME_WIDTH) -> str:

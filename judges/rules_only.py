@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from userturn.judges.prelabel import prelabel
 from userturn.judges.report import GroupSummary
 
-from userturn.records import ProbeRecord
+from userturn.core.records import ProbeRecord
 
 RULES_JUDGE = "rules"
 

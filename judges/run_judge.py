@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
-from userturn.client.progress import Progress, RunCounters, judge_endpoint_stats
+from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 
-from userturn.errors import UserError, first_error
-from userturn.jsonl import JsonlWriter, is_config_line, read_configs
-from userturn.records import ProbeRecord
-from userturn.workers import run_all
+from userturn.core.errors import UserError, first_error
+from userturn.core.jsonl import JsonlWriter, is_config_line, read_configs
+from userturn.core.records import ProbeRecord
+from userturn.core.workers import run_all
 
 OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"
 # What to do with an input key, packed with its byte offset into one int (offset << 2 | action): 100,000 keys

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from userturn.client.export import human_turn
+from userturn.client.analysis.export import human_turn
 from userturn.client.terminal import print_trimmed
 from userturn.judges.prelabel import apply_rules, query_and_response
 from userturn.judges.report import GroupSummary, load_results, summarise
@@ -26,7 +26,7 @@ from userturn.judges.report_filter import row_order
 from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
 from userturn.judges.rules_only import unjudged_notice
 
-from userturn.records import ProbeRecord
+from userturn.core.records import ProbeRecord
 
 SHOWN_ITEMS = 4  # items whose turns are printed (every turn: `userturn show RESULTS`)
 TURNS_PER_ITEM = 4

@@ -1,1 +1,1 @@
-"""Serving manifests shipped with userturn (data package `userturn.manifests`; see `userturn.shipped`)."""
+"""Serving manifests shipped with userturn (data package `userturn.manifests`; see `userturn.core.shipped`)."""

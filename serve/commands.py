@@ -10,7 +10,7 @@ from pathlib import Path
 
 from userturn.serve.manifest import GPU_ENGINES, Manifest
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 SGLANG_MODULE = "sglang.launch_server"
 ROUTER_MODULE = "sglang_router.launch_router"

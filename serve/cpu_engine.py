@@ -28,9 +28,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from userturn.serve.cpu_batching import BatchWorker, Job, SamplingParams, sample_seeds
 
-from userturn.argtypes import non_negative_float, positive_int
-from userturn.errors import UserError, first_error
-from userturn.packaged import is_gguf
+from userturn.core.errors import UserError, first_error
+from userturn.core.packaged import is_gguf
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_MAX_BATCH = 16  # rows decoded together (a request's n samples are n rows)
@@ -191,7 +190,7 @@ class Generator:
         if is_gguf(cfg.model):
             from userturn.serve.gguf_model_cache import converted_model_dir, folder_size
 
-            from userturn.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
+            from userturn.core.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
 
             path = gguf_file(cfg.model)
             if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike
@@ -388,10 +387,14 @@ def parse_args(argv: list[str] | None = None) -> EngineConfig:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--revision")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: half the usable CPUs, 1 to 8)")
-    p.add_argument("--max-batch", type=positive_int, help=f"rows decoded together (default {DEFAULT_MAX_BATCH})")
-    p.add_argument("--batch-window-ms", type=non_negative_float,
+    p.add_argument("--max-batch", type=int, help=f"rows decoded together (default {DEFAULT_MAX_BATCH})")
+    p.add_argument("--batch-window-ms", type=float,
                    help=f"an idle engine gathers requests this long (default {DEFAULT_BATCH_WINDOW_MS:g})")
     a = p.parse_args(argv)
+    if a.max_batch is not None and a.max_batch < 1:
+        p.error(f"argument --max-batch: must be at least 1, got {a.max_batch}")
+    if a.batch_window_ms is not None and not 0 <= a.batch_window_ms < float("inf"):
+        p.error(f"argument --batch-window-ms: must be a finite number >= 0, got {a.batch_window_ms}")
     return EngineConfig(**{k: v for k, v in vars(a).items() if v is not None})
 
 

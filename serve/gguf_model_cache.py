@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from userturn.gguf_tokenizer import cache_root
+from userturn.core.files import cache_root
 
 MARKER = "userturn_gguf_model.txt"
 LIBRARIES = ("torch", "transformers", "gguf", "safetensors")

@@ -16,7 +16,7 @@ from userturn.serve.commands import ROUTER_MODULE, server_argv, sglang_argv
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 CLUSTER_PORT = 30000
 DEFAULT_DIST_PORT = 50000

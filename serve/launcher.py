@@ -28,8 +28,8 @@ from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.process import ABORT, ServerProcess, ServerStartError, pick_ports
 
-from userturn.errors import UserError
-from userturn.packaged import is_gguf, resolve
+from userturn.core.errors import UserError
+from userturn.core.packaged import is_gguf, resolve
 
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]

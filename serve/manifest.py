@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from userturn.errors import UserError
-from userturn.files import read_yaml_mapping
-from userturn.shipped import resolve_named
+from userturn.core.errors import UserError
+from userturn.core.files import read_yaml_mapping
+from userturn.core.shipped import resolve_named
 
 Engine = Literal["sglang", "vllm", "transformers", "llamacpp", "external"]
 GPU_ENGINES: frozenset[str] = frozenset({"sglang", "vllm", "llamacpp"})

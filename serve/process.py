@@ -16,7 +16,7 @@ from pathlib import Path
 
 from userturn.serve.commands import LaunchSpec
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 # Set to make every launch still waiting for its servers give up (`run --parallel-models`: Ctrl-C or another
 # model's failure while other models' servers start in threads).

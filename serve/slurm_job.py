@@ -11,7 +11,7 @@ import argparse
 import shlex
 import sys
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 
 def resolve_model_exports(model: str, served: str, revision: str | None = None) -> str:

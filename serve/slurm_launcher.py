@@ -28,7 +28,7 @@ from userturn.serve.manifest import Manifest
 from userturn.serve.process import ABORT, ServerStartError
 from userturn.serve.slurm_script import render_slurm, slug
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 Status = Callable[[str], None]
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",

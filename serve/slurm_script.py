@@ -14,7 +14,7 @@ import sys
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv, sglang_argv
 from userturn.serve.manifest import Manifest
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 # Words of the server argv that the script fills in at run time (each becomes "$VAR" in the srun line).
 PLACEHOLDERS = {

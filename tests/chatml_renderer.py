@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from userturn.records import Message
+from userturn.core.records import Message
 
 
 class Renderer:

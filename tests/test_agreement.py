@@ -6,7 +6,7 @@ import pytest
 from userturn.judges.agreement import cohen_kappa, fleiss_kappa, fleiss_kappa_counts, majority_label, panel_agreements
 from userturn.judges.stats import wilson_interval
 
-from userturn.records import JudgeVerdict, ProbeRecord
+from userturn.core.records import JudgeVerdict, ProbeRecord
 
 
 def test_majority_and_tie_break() -> None:

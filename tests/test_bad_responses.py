@@ -18,13 +18,11 @@ import pytest
 from loopback_server import LoopbackServer
 from raw_http_server import RawHttpServer, http_response
 from results_lines import record_lines
-from userturn.client.endpoint import (
+from userturn.client.http.endpoint import Endpoint, EndpointConfig, RequestFailed
+from userturn.client.http.replies import (
     BYTES_PER_TOKEN,
     RESPONSE_OVERHEAD_BYTES,
     UNBOUNDED_RESPONSE_CAP,
-    Endpoint,
-    EndpointConfig,
-    RequestFailed,
     response_cap,
     response_cap_for,
 )

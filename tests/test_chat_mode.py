@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from userturn.client.chat_mode import (
+from userturn.client.render.chat_mode import (
     ASSISTANT_SETUP_HEADER,
     CHAT_MODE_PROMPT,
     CHAT_MODE_PROMPT_SHA256,
@@ -12,7 +12,7 @@ from userturn.client.chat_mode import (
     role_flip_messages,
 )
 
-from userturn.records import Message
+from userturn.core.records import Message
 
 
 def m(role: str, content: str) -> Message:

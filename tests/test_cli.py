@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from userturn import aio
 from userturn.cli import build_parser, main
+from userturn.core import aio
 
 
 def test_mistyped_subcommand_choice_and_flag_get_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
@@ -66,7 +66,7 @@ def test_sigterm_ends_a_command_like_ctrl_c(tmp_path: Path, monkeypatch: pytest.
         aio.run(long_run())
         return 0
 
-    monkeypatch.setattr("userturn.judges.report_cli.run_report", command)
+    monkeypatch.setattr("userturn.cli.report.run_report", command)
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert main(["report", str(results)]) == 143
@@ -81,16 +81,16 @@ def test_posttrain_checks_its_extra_before_any_stage(tmp_path: Path, monkeypatch
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
-    monkeypatch.setattr("userturn.cli_probe.load_items", lambda *a, **k: pytest.fail("a stage started"))
+    monkeypatch.setattr("userturn.client.data.loaders.load_items", lambda *a, **k: pytest.fail("a stage started"))
     assert main(["posttrain", "posttrain", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err == "userturn: error: training needs trl: pip install 'userturn[train]'\n"
 
 
 def test_probe_ends_with_the_command_to_run_next() -> None:
-    from userturn.client.pipeline import ProbeSummary
+    from userturn.client.probe.pipeline import ProbeSummary
 
-    from userturn.cli_probe import next_step
+    from userturn.cli.probe import next_step
 
     plain = ProbeSummary(total=4, skipped=0, ok=4, errors=0, elapsed_s=1.0)
     assert next_step(plain, "runs/x.jsonl") == (
@@ -112,7 +112,7 @@ def test_sigterm_while_a_server_is_launched_still_gives_the_resume_hint(
             signal.raise_signal(signal.SIGTERM)
         return 0
 
-    monkeypatch.setattr("userturn.judges.report_cli.run_report", command)
+    monkeypatch.setattr("userturn.cli.report.run_report", command)
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert main(["report", str(results)]) == 143

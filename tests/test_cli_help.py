@@ -6,9 +6,9 @@ import argparse
 import shlex
 
 import pytest
-from userturn.client.help_text import EXAMPLES, TOP
 
 from userturn.cli import build_parser
+from userturn.cli.help_text import EXAMPLES, TOP
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -81,6 +81,6 @@ def test_building_the_parser_imports_no_command_implementation() -> None:
             "print(' '.join(sorted(m for m in sys.modules if m.startswith(('userturn.', 'yaml', 'trl', 'peft')))))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                  .stdout.split())
-    heavy = {"userturn.training_run", "userturn.client.train", "userturn.client.train_data", "userturn.posttrain",
-             "trl", "peft"}
+    heavy = {"userturn.orchestrate.training_run", "userturn.client.train.trainer", "userturn.client.train.data",
+             "userturn.orchestrate.posttrain", "trl", "peft"}
     assert not loaded & heavy, loaded & heavy

@@ -27,10 +27,10 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
 @pytest.fixture
 def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A path or flag error must come before any command body: each one fails the test if reached."""
-    import userturn.judges.cli as judges_cli
 
-    import userturn.cli_experiment as cli_experiment
-    import userturn.cli_probe as cli_probe
+    import userturn.cli.experiment as cli_experiment
+    import userturn.cli.judges as judges_cli
+    import userturn.cli.probe as cli_probe
 
     def reached(*_: object, **__: object) -> int:
         raise AssertionError("the command ran despite a bad path")
@@ -110,14 +110,15 @@ def test_missing_parent_directories_are_created(tmp_path: Path, capsys: pytest.C
 def test_conflicting_flags_are_refused_before_anything_launches(
         flags: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import userturn.cli_probe as cli_probe
-    import userturn.run_builder as run_builder
+    import userturn.client.data.loaders as loaders
+
+    import userturn.orchestrate.run_builder as run_builder
 
     def launched(*_: object, **__: object) -> None:
         raise AssertionError("a server was launched or a dataset loaded despite conflicting flags")
 
     monkeypatch.setattr(run_builder, "open_target", launched)
-    monkeypatch.setattr(cli_probe, "load_items", launched)
+    monkeypatch.setattr(loaders, "load_items", launched)
     argv = ["probe", *flags, "--dataset", str(tmp_path / "never-read.jsonl"), "--out", str(tmp_path / "o.jsonl")]
     assert main(argv) == 2
     one_line_error(capsys, needle)
@@ -125,7 +126,7 @@ def test_conflicting_flags_are_refused_before_anything_launches(
 
 def test_assistant_from_dataset_on_open_conversations_is_exit_2_up_front(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import userturn.run_builder as run_builder
+    import userturn.orchestrate.run_builder as run_builder
 
     def launched(*_: object, **__: object) -> None:
         raise AssertionError("the target was opened")

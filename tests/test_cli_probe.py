@@ -16,7 +16,7 @@ import pytest
 from loopback_server import LoopbackServer
 from results_lines import record_lines
 
-from userturn.jsonl import read_records
+from userturn.core.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 
@@ -179,8 +179,8 @@ def test_bad_manifest_is_one_line(tmp_path):
 
 
 def test_template_kwargs_parse():
-    from userturn.cli_probe import parse_template_kwargs
-    from userturn.errors import UserError
+    from userturn.cli.probe import parse_template_kwargs
+    from userturn.core.errors import UserError
 
     assert parse_template_kwargs(["reasoning_effort=high", "n=3", "flag=true"]) == {
         "reasoning_effort": "high", "n": 3, "flag": True}

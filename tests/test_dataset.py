@@ -1,4 +1,4 @@
-"""client/dataset.py: DatasetItem coercions and load_jsonl's file:line errors."""
+"""client/data/dataset.py: DatasetItem coercions and load_jsonl's file:line errors."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from userturn.client.dataset import DatasetItem, load_jsonl
+from userturn.client.data.dataset import DatasetItem, load_jsonl
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 CONVERSATION = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}]
 
@@ -173,7 +173,7 @@ def test_nesting_at_the_bound_is_accepted(tmp_path: Path) -> None:
 
 
 def test_line_over_the_size_bound_is_refused_without_reading_it_whole(tmp_path: Path, monkeypatch) -> None:
-    from userturn.client import dataset
+    from userturn.client.data import dataset
 
     monkeypatch.setattr(dataset, "MAX_LINE_BYTES", 1 << 20)
     huge = json.dumps(item("b", meta={"blob": "x" * (2 << 20)}))

@@ -17,10 +17,10 @@ from loopback_server import LoopbackServer
 from test_cli_probe import QWEN_DIR, assert_one_line_error, probe, write_dataset
 from test_jsonl import make_record
 
-from userturn import jsonl
-from userturn.jsonl import JsonlWriter, read_records
-from userturn.records import ProbeRecord
-from userturn.results_lock import ResultsWriteError
+from userturn.core import jsonl
+from userturn.core.jsonl import JsonlWriter, read_records
+from userturn.core.records import ProbeRecord
+from userturn.core.results_lock import ResultsWriteError
 
 REAL_WRITE = os.write
 PAGE = 4096  # tmpfs hands out space in pages; the lock sidecar takes one

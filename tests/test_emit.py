@@ -21,7 +21,7 @@ from userturn.serve.manifest import load_manifest, parse_manifest
 from userturn.serve.slurm_script import FOLLOW_REPLICAS, WAIT_FOR_REPLICAS
 
 from userturn.cli import main
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 MULTI = {

@@ -1,4 +1,4 @@
-"""client/endpoint.py: retry classes, Retry-After, deadlines, fatal statuses, preflight, counters.
+"""client/http/endpoint.py: retry classes, Retry-After, deadlines, fatal statuses, preflight, counters.
 
 HTTP is mocked with respx at the httpx level (the transport is aiohttp-backed, so `using="httpx"`);
 the `slow` tests talk to a real loopback server process with injected faults.
@@ -18,17 +18,11 @@ import httpx
 import pytest
 import respx
 from loopback_server import LoopbackServer
-from userturn.client.endpoint import (
-    MAX_RETRY_AFTER_S,
-    Endpoint,
-    EndpointConfig,
-    RequestFailed,
-    parse_retry_after,
-    server_message,
-)
-from userturn.client.http_client import HttpReply
+from userturn.client.http.endpoint import Endpoint, EndpointConfig, RequestFailed
+from userturn.client.http.http_client import HttpReply
+from userturn.client.http.replies import MAX_RETRY_AFTER_S, parse_retry_after, server_message
 
-from userturn.errors import EndpointError
+from userturn.core.errors import EndpointError
 
 BASE = "http://mock.test/v1"
 OK_BODY = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}], "usage": {"prompt_tokens": 1}}

@@ -19,12 +19,12 @@ import respx
 from chatml_renderer import Renderer
 from loopback_server import LoopbackServer
 from results_lines import record_lines
-from userturn.client.dataset import DatasetItem
-from userturn.client.endpoint import Endpoint, EndpointConfig
-from userturn.client.pipeline import ProbeRun, ProbeSettings
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.http.endpoint import Endpoint, EndpointConfig
+from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
 
-from userturn.errors import EndpointError, RequestFailed
-from userturn.jsonl import read_records
+from userturn.core.errors import EndpointError, RequestFailed
+from userturn.core.jsonl import read_records
 
 BASE = "http://health.test/v1"
 OK = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}

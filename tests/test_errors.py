@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pydantic
 import pytest
-from userturn.client import endpoint
+from userturn.client.http import endpoint
 
-from userturn.errors import EndpointAttemptError, EndpointError, RequestFailed, RetryableError, UserError, first_error
+from userturn.core.errors import (
+    EndpointAttemptError,
+    EndpointError,
+    RequestFailed,
+    RetryableError,
+    UserError,
+    first_error,
+)
 
 
 def test_exit_codes_bad_input_is_2_and_a_stopped_endpoint_is_3() -> None:

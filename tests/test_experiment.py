@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.dataset import DatasetItem
+from userturn.client.data.dataset import DatasetItem
 
 from userturn.cli import main
-from userturn.errors import UserError
-from userturn.experiment import (
+from userturn.core.errors import UserError
+from userturn.orchestrate.experiment import (
     Experiment,
     assistant_source,
     check_files,
@@ -205,9 +205,9 @@ def test_a_failing_model_names_its_grid_entry(tmp_path: Path, capsys):
 async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_rest():
     from userturn.judges.rules_only import RulesOnly
 
-    from userturn.experiment import _panel
-    from userturn.records import ProbeRecord
-    from userturn.run_builder import ProbeOptions
+    from userturn.core.records import ProbeRecord
+    from userturn.orchestrate.experiment import _panel
+    from userturn.orchestrate.run_builder import ProbeOptions
 
     exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],
                                      "datasets": ["d.jsonl"], "judges": [{"model": "rules"}]})
@@ -300,7 +300,7 @@ def test_dry_run_checks_the_judge_endpoints(tmp_path: Path, capsys):
 def test_keep_going_reports_the_finished_part_and_one_line_per_failed_model(tmp_path: Path, capsys):
     from mock_http import MockServer, completion_handler
 
-    from userturn.jsonl import read_records
+    from userturn.core.jsonl import read_records
 
     with MockServer(completion_handler(lambda body: "And then?", model="mock")) as server:
         path = _two_model_grid(tmp_path, server.base_url, "http://127.0.0.1:1/v1")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from loopback_server import LoopbackServer
 
-from userturn.jsonl import read_records
+from userturn.core.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from userturn.client.export import export_rows
+from userturn.client.analysis.export import export_rows
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter
-from userturn.records import ProbeRecord, record_key
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import ProbeRecord, record_key
 
 CONVO = [{"role": "user", "content": "What is 3 + 4?"}, {"role": "assistant", "content": "7"}]
 

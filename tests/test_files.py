@@ -1,4 +1,4 @@
-"""The shared input readers (userturn/files.py), argparse types (userturn/argtypes.py), event loop (aio.py)."""
+"""The shared input readers (userturn/core/files.py), argparse types (userturn/cli/argtypes.py), event loop (aio.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from userturn import aio, argtypes
-from userturn.errors import UserError
-from userturn.files import jsonl_objects, read_yaml_mapping
+from userturn.cli import argtypes
+from userturn.core import aio
+from userturn.core.errors import UserError
+from userturn.core.files import jsonl_objects, read_yaml_mapping
 
 
 def test_yaml_errors_name_the_file_and_line(tmp_path: Path) -> None:
@@ -63,3 +64,13 @@ def test_every_command_runs_on_one_loop_policy() -> None:
         return type(asyncio.get_running_loop()).__module__
 
     assert aio.run(loop_name()).startswith("uvloop")
+
+
+def test_one_cache_root_for_every_derived_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from userturn.core.files import cache_root
+
+    monkeypatch.setenv("USERTURN_CACHE_DIR", "~/uc")
+    assert cache_root() == Path("~/uc").expanduser()
+    monkeypatch.delenv("USERTURN_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "userturn"

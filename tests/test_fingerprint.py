@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from userturn.fingerprint import (
+from userturn.core.fingerprint import (
     ConfigMismatch,
     ExistingConfigs,
     GenerationConfig,
@@ -65,7 +65,7 @@ def test_existing_configs_from_a_stream_and_records_without_a_fingerprint():
 
 
 def test_the_run_line_redacts_keys_and_url_credentials():
-    from userturn.fingerprint import redacted_command, run_info
+    from userturn.core.fingerprint import redacted_command, run_info
 
     argv = ["userturn", "probe", "--base-url", "https://alice:s3cret@api.example.com/v1?api-version=2", "--api-key",
             "sk-abcdef123456", "--judge-api-key=sk-zzz", "--api-key-env", "MY_KEY", "--tokenizer", "Qwen/Qwen3-8B",

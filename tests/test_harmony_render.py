@@ -9,11 +9,11 @@ from datetime import date, datetime
 from pathlib import Path
 
 import pytest
-from userturn.client import harmony_render
-from userturn.client.harmony_render import O200K_FILE, O200K_SHA256, HarmonyRenderer, ensure_o200k_base
-from userturn.client.templates import PromptRenderer, template_messages
+from userturn.client.render import harmony_render
+from userturn.client.render.harmony_render import O200K_FILE, O200K_SHA256, HarmonyRenderer, ensure_o200k_base
+from userturn.client.render.templates import PromptRenderer, template_messages
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 GPT_OSS_TEMPLATE = FIXTURES / "gpt-oss.jinja"

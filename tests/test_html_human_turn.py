@@ -5,7 +5,7 @@ from __future__ import annotations
 from userturn.judges.html_report import examples_of, render_html
 from userturn.judges.report import summarise
 
-from userturn.records import JudgeVerdict, ProbeRecord, record_key
+from userturn.core.records import JudgeVerdict, ProbeRecord, record_key
 
 CONVO = [{"role": "user", "content": "Area of the triangle (0,0), (-1,1), (3,3)?"},
          {"role": "assistant", "content": "The area is 3."}]

@@ -15,8 +15,8 @@ from userturn.judges.html_report import examples_of, render_html, select_example
 from userturn.judges.report import summarise
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter, read_records
-from userturn.records import JudgeVerdict, ProbeRecord, record_key
+from userturn.core.jsonl import JsonlWriter, read_records
+from userturn.core.records import JudgeVerdict, ProbeRecord, record_key
 
 JUDGE_SHA = "5f" * 32
 

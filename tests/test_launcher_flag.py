@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from userturn.cli import main
-from userturn.experiment import Experiment, ModelEntry, target_source
+from userturn.orchestrate.experiment import Experiment, ModelEntry, target_source
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 

@@ -1,4 +1,4 @@
-"""client/lazy_dataset.py: a dataset kept on disk behaves like the parsed list (same items, order, errors)."""
+"""client/data/lazy_dataset.py: a dataset kept on disk behaves like the parsed list (same items, order, errors)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import random
 from pathlib import Path
 
 import pytest
-from userturn.client.dataset import load_jsonl
-from userturn.client.lazy_dataset import JsonlItems, load_jsonl_lazy
-from userturn.client.loaders import load_dataset_spec, select
+from userturn.client.data.dataset import load_jsonl
+from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
+from userturn.client.data.loaders import load_dataset_spec, select
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 
 def write(path: Path, n: int, *, last_user: set[int] = frozenset()) -> Path:  # type: ignore[assignment]
@@ -87,7 +87,7 @@ def test_a_line_edited_in_place_under_the_run_is_an_error_even_with_its_id(tmp_p
 
 @pytest.mark.parametrize("block", [1, 64, 300, 1 << 20])
 def test_screened_raw_lines_are_the_lines_the_screen_passes(tmp_path: Path, monkeypatch, block: int) -> None:
-    from userturn.client import lazy_dataset
+    from userturn.client.data import lazy_dataset
 
     monkeypatch.setattr(lazy_dataset, "SCREEN_BLOCK", block)
     path = tmp_path / "d.jsonl"

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.loaders import BUILTINS, hub, load_dataset_spec, mt_bench
-from userturn.client.loaders.reference_number import reference_number
+from userturn.client.data.loaders import BUILTINS, hub, load_dataset_spec, mt_bench
+from userturn.client.data.loaders.reference_number import reference_number
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 FILES = {"openai/gsm8k": "gsm8k", "google/IFEval": "ifeval", "HuggingFaceH4/mt_bench_prompts": "mt_bench",

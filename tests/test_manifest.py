@@ -8,7 +8,7 @@ import pytest
 import yaml
 from userturn.serve.manifest import Manifest, load_manifest, parse_manifest
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 PAPER_MODELS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from userturn.judges.model_size import order_models, parameter_count, parse_model_order
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 
 @pytest.mark.parametrize(("name", "count"), [

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.loaders import hub, load_dataset_spec, mt_bench_offline
+from userturn.client.data.loaders import hub, load_dataset_spec, mt_bench_offline
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "datasets" / "mt_bench.jsonl"
 HUB_ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]

@@ -12,7 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from userturn.jsonl import read_records
+from userturn.core.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 

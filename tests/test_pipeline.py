@@ -9,19 +9,21 @@ import httpx
 import pytest
 from mock_http import MockServer
 from results_lines import config_lines, record_lines
-from userturn.client.dataset import DatasetItem
-from userturn.client.endpoint import Endpoint, EndpointConfig
-from userturn.client.perturb import perturb
-from userturn.client.pipeline import ProbeRun, ProbeSettings, clean_user_turn, strip_reasoning
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.http.endpoint import Endpoint, EndpointConfig
+from userturn.client.probe.perturb import perturb
+from userturn.client.probe.pipeline import ProbeRun
+from userturn.client.probe.settings import ProbeSettings, clean_user_turn
 
-from userturn.errors import EndpointError, UserError
-from userturn.jsonl import read_records
-from userturn.records import Message, ProbeRecord
-from userturn.resume_index import scan_results
+from userturn.core.errors import EndpointError, UserError
+from userturn.core.jsonl import read_records
+from userturn.core.records import Message, ProbeRecord
+from userturn.core.resume_index import scan_results
+from userturn.core.text import strip_reasoning
 
 
 class ChatMLRenderer:
-    """Test double with the pipeline's Renderer shape (the real one is client.templates.PromptRenderer)."""
+    """Test double with the pipeline's Renderer shape (the real one is client.render.templates.PromptRenderer)."""
 
     template_sha256 = "t" * 64
     def __init__(self) -> None:
@@ -156,7 +158,7 @@ async def test_rerun_resumes_without_requests_and_retries_errors(tmp_path):
 
 
 async def test_a_resume_reads_only_the_unfinished_items_of_a_dataset_on_disk(tmp_path, monkeypatch):
-    from userturn.client.lazy_dataset import JsonlItems, load_jsonl_lazy
+    from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(i.model_dump(exclude_none=True)) + "\n" for i in items(5)))

@@ -12,16 +12,17 @@ import pytest
 from mock_http import MockServer
 from results_lines import record_lines
 from test_pipeline import ChatMLRenderer, completion, endpoint
-from userturn.client.dataset import DatasetItem
-from userturn.client.perturb import GENERIC_RESPONSE, perturb
-from userturn.client.pipeline import ProbeRun, ProbeSettings
-from userturn.client.scoring import score
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.probe.perturb import GENERIC_RESPONSE, perturb
+from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
+from userturn.client.probe.scoring import score
 
-from userturn.fingerprint import ConfigMismatch
-from userturn.jsonl import read_records
+from userturn.core.fingerprint import ConfigMismatch
+from userturn.core.jsonl import read_records
 
 ALL = ["none", "wrong_answer", "truncate", "swap", "remove", "generic"]
-# (id, reference, dataset assistant turn). With seed 0 the swap ring (client.perturb.SwapRing) is q2 -> q1 -> q0 -> q2.
+# (id, reference, dataset assistant turn). With seed 0 the swap ring (client.probe.perturb.SwapRing) is
+# q2 -> q1 -> q0 -> q2.
 MATH = [
     ("q0", "7", "Tom had 3 apples and bought 4 more, so he has 7 now. The answer is 7."),
     ("q1", "12", "Each box holds 6, and two boxes hold 12 eggs in all, that is every egg. The answer is 12."),
@@ -270,7 +271,7 @@ async def test_assistant_turns_are_reused_only_from_the_same_model(tmp_path):
     ({"max_tokens": 5}, {}, "extra_body sets max_tokens, which the probe sets (and records) from its own settings"),
 ])
 async def test_extra_body_that_would_make_a_record_lie_is_refused(tmp_path, extra_body, plan, needle):
-    from userturn.errors import UserError
+    from userturn.core.errors import UserError
 
     with pytest.raises(UserError, match=re.escape(needle)):
         await mocked(tmp_path / "o.jsonl", settings(extra_body=extra_body, **plan), math_items())

@@ -12,9 +12,9 @@ from userturn.judges import plots
 from userturn.judges.report import summarise
 
 from userturn.cli import main
-from userturn.errors import UserError
-from userturn.jsonl import JsonlWriter
-from userturn.records import ProbeRecord, record_key
+from userturn.core.errors import UserError
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import ProbeRecord, record_key
 
 MODELS = ("base-model-with-a-rather-long-name", "model-b", "model-c")
 DATASETS = ("gsm8k", "mt-bench")

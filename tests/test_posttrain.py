@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 from results_lines import record_lines
-from userturn.client.dataset import DatasetItem
+from userturn.client.data.dataset import DatasetItem
 from userturn.judges.stats import ItemTallies, paired_difference
 
-from userturn.errors import UserError
-from userturn.posttrain import compare, load_posttrain, split_items
-from userturn.records import ProbeRecord, record_key
+from userturn.core.errors import UserError
+from userturn.core.records import ProbeRecord, record_key
+from userturn.orchestrate.posttrain import compare, load_posttrain, split_items
 
 
 def _item(i: int) -> DatasetItem:

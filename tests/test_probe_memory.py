@@ -7,9 +7,9 @@ from collections.abc import Iterator, Sequence
 
 from mock_http import MockServer
 from test_pipeline import completion, run, settings
-from userturn.client.dataset import DatasetItem
+from userturn.client.data.dataset import DatasetItem
 
-from userturn.jsonl import read_records
+from userturn.core.jsonl import read_records
 
 
 class OnDemandItems(Sequence[DatasetItem]):

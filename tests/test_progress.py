@@ -13,17 +13,17 @@ import httpx
 import pytest
 import respx
 from chatml_renderer import Renderer
-from userturn.client.dataset import DatasetItem
-from userturn.client.endpoint import Endpoint, EndpointConfig, EndpointStats
-from userturn.client.perturb import perturb
-from userturn.client.pipeline import ProbeRun, ProbeSettings
-from userturn.client.progress import Progress, RunCounters, fmt_duration, judge_endpoint_stats
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.http.endpoint import Endpoint, EndpointConfig, EndpointStats
+from userturn.client.probe.perturb import perturb
+from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
+from userturn.client.probe.progress import Progress, RunCounters, fmt_duration, judge_endpoint_stats
 from userturn.judges.llm_judge import JudgeConfig
 from userturn.judges.panel import JudgePanel, PanelConfig
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter
-from userturn.records import Message, ProbeRecord
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import Message, ProbeRecord
 
 
 class Tty(io.StringIO):

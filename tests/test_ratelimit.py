@@ -1,4 +1,4 @@
-"""client/ratelimit.py: token-bucket math on a fake clock, FIFO order, refunds, and a real-time check."""
+"""client/http/ratelimit.py: token-bucket math on a fake clock, FIFO order, refunds, and a real-time check."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-import userturn.client.ratelimit as ratelimit
-from userturn.client.ratelimit import RateLimiter, TokenBucket
+import userturn.client.http.ratelimit as ratelimit
+from userturn.client.http.ratelimit import RateLimiter, TokenBucket
 
 
 class FakeClock:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from userturn.cli import build_parser
-from userturn.records import JudgeVerdict, ProbeRecord
+from userturn.core.records import JudgeVerdict, ProbeRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -48,3 +48,19 @@ def test_record_fields_in_the_schema_table_exist():
     assert documented == fields, (documented - fields, fields - documented)
     verdict_row = next(line for line in section.splitlines() if line.startswith("| `judges`"))
     assert set(re.findall(r"`([a-z_0-9]+)`", verdict_row.split("|")[3])) <= set(JudgeVerdict.model_fields)
+
+
+def test_python_api_examples_import_from_the_package():
+    """The README's Python API examples import from `userturn` itself, and every name they import is there."""
+    import importlib
+
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    lines = [line for block in blocks for line in block.splitlines() if line.startswith(("from ", "import "))]
+    assert any(line.startswith("from userturn import ") for line in lines)
+    for line in lines:
+        module, _, names = line.partition(" import ")
+        module = module.removeprefix("from ").strip()
+        assert module.startswith("userturn"), line
+        imported = importlib.import_module(module)
+        for name in names.split(","):
+            assert hasattr(imported, name.strip()), line

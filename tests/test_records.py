@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from userturn.errors import UserError
-from userturn.records import (
+from userturn.core.errors import UserError
+from userturn.core.records import (
     SCHEMA_VERSION,
     Message,
     ProbeRecord,
@@ -39,7 +39,7 @@ def test_a_record_line_reads_back_as_the_same_record():
 
 
 def test_resume_fields_come_first_on_each_line():
-    """`userturn.resume_index` reads only a line's head: the fields a resume needs lead every record line."""
+    """`userturn.core.resume_index` reads only a line's head: the fields a resume needs lead every record line."""
     line = ProbeRecord(**SHARED, **SAMPLE, status="ok", config_fingerprint="f" * 16).model_dump_json()
     assert list(orjson.loads(line))[:6] == ["schema_version", "key", "status", "judge_status", "config_fingerprint",
                                            "model"]
@@ -101,3 +101,13 @@ def test_key_prefixes_are_key_prefix(fields):
     prefix = key_prefixes(model, dataset, perturbation, mode)
     for item_id in ("q1", "a|b", "%7C", "", "é|%"):
         assert prefix(item_id) == key_prefix(model, dataset, item_id, perturbation, mode)
+
+
+def test_one_group_key_for_records_and_raw_lines() -> None:
+    from userturn.core.records import GroupKey, group_key, line_group_key
+
+    line = {"key": "m|d|q1|raw|swap|t=0.7|s=1", "model": "m", "dataset": "d", "item_id": "q1", "mode": "raw",
+            "perturbation": "swap", "temperature": 0.7, "sample": 1, "seed": 3, "status": "ok", "messages": []}
+    record = ProbeRecord.model_validate(line)
+    assert group_key(record) == line_group_key(line) == GroupKey("m", "d", "raw", "swap", 0.7)
+    assert line_group_key({"model": "m", "dataset": "d", "temperature": 1}) == ("m", "d", "raw", "none", 1.0)

@@ -6,8 +6,8 @@ import pytest
 from userturn.judges.report import summarise
 from userturn.judges.report_filter import RowFilter, row_order, select_groups
 
-from userturn.errors import UserError
-from userturn.records import ProbeRecord, record_key
+from userturn.core.errors import UserError
+from userturn.core.records import ProbeRecord, record_key
 
 
 def rows() -> list:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter
-from userturn.records import ProbeRecord, record_key
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import ProbeRecord, record_key
 
 
 def record(model: str, item: int, perturbation: str, genuine: bool, t: float = 0.0) -> ProbeRecord:

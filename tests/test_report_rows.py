@@ -12,7 +12,7 @@ import pytest
 from userturn.judges.report import load_results, summarise, summarise_file
 
 from userturn.cli import main
-from userturn.records import ProbeRecord
+from userturn.core.records import ProbeRecord
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 

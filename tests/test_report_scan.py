@@ -14,8 +14,8 @@ import pytest
 from userturn.judges.report import summarise_file
 
 from userturn.cli import main
-from userturn.errors import UserError
-from userturn.jsonl import compact, read_records
+from userturn.core.errors import UserError
+from userturn.core.jsonl import compact, read_records
 
 KEYS = ("m|d|q1|raw|none|t=0.0|s=0", "m|d|q2|raw|none|t=0.0|s=0")
 A, B = "a" * 16, "b" * 16

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.rerank import auroc, rerank
+from userturn.client.analysis.rerank import auroc, rerank
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter
-from userturn.records import ProbeRecord
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import ProbeRecord
 
 
 def rec(query: str, response: int, sample: int, correct: bool, label: str | None,

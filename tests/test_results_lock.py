@@ -14,15 +14,15 @@ from loopback_server import LoopbackServer
 from results_lines import record_lines
 from test_cli_probe import QWEN_DIR, USERTURN, assert_one_line_error, probe, write_dataset
 
-from userturn import results_lock
-from userturn.jsonl import JsonlWriter
-from userturn.results_lock import ResultsLocked, lock_path_for
+from userturn.core import results_lock
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.results_lock import ResultsLocked, lock_path_for
 
 pytestmark = pytest.mark.slow
 
 HOLDER = """
 import sys, time
-from userturn.results_lock import acquire
+from userturn.core.results_lock import acquire
 acquire(sys.argv[1])
 print("LOCKED", flush=True)
 time.sleep(600)

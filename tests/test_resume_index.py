@@ -1,4 +1,4 @@
-"""userturn/resume_index.py: the streaming resume scan agrees with read_records; configuration lines."""
+"""userturn/core/resume_index.py: the streaming resume scan agrees with read_records; configuration lines."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from test_jsonl import line_of, make_record
 
-from userturn import resume_index
-from userturn.errors import UserError
-from userturn.jsonl import JsonlWriter, read_records
-from userturn.records import ConfigLine, ProbeRecord
-from userturn.resume_index import ResumeIndex, scan_results
+from userturn.core import resume_index
+from userturn.core.errors import UserError
+from userturn.core.jsonl import JsonlWriter, read_records
+from userturn.core.records import ConfigLine, ProbeRecord
+from userturn.core.resume_index import ResumeIndex, scan_results
 
 
 def with_fields(record_line: bytes, **fields: object) -> bytes:

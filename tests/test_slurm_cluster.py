@@ -27,7 +27,7 @@ from userturn.serve.process import ServerStartError
 from userturn.serve.slurm_launcher import ACTIVE_STATES
 from userturn.serve.slurm_script import render_slurm
 
-from userturn.jsonl import read_records
+from userturn.core.jsonl import read_records
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 pytestmark = pytest.mark.slow

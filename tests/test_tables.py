@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.judges.report_table import wrap_name
+from userturn.client.terminal import wrap_name
 
 from userturn.cli import main
-from userturn.jsonl import JsonlWriter
-from userturn.records import ProbeRecord
+from userturn.core.jsonl import JsonlWriter
+from userturn.core.records import ProbeRecord
 
 LONG_MODEL = "Qwen/Qwen3.5-397B-A17B-Instruct-FP8-some-very-long-checkpoint-name"
 LONG_DATASET = "mt-bench:reference-with-a-long-split-name"
@@ -153,7 +153,7 @@ def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_posttrain_comparison_fits_100_columns_with_its_notes_below() -> None:
     from userturn.client.terminal import console
 
-    from userturn.posttrain import Metric, comparison_table
+    from userturn.orchestrate.posttrain import Metric, comparison_table
 
     rows = [Metric(metric=metric, temperature=t, base_rate=0.681, base_n=72, trained_rate=0.931, trained_n=72,
                    items=12, delta=0.25, ci_low=-0.242, ci_high=0.391,

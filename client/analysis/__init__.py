@@ -1,0 +1,1 @@
+"""Looking at results: export, rerank, show."""

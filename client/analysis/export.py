@@ -1,0 +1,137 @@
+"""Judged conversations as training data (TRL conversational JSONL) for collaboration-oriented post-training.
+
+* `sft`:        {"id", "messages": [...probed conversation, {"role": "user", "content": <genuine follow-up>}]}
+* `preference`: {"id", "prompt": [...probed conversation], "chosen": [{"role": "user", ...genuine}],
+                 "rejected": [{"role": "user", ...degenerate}]} for the same context (same key minus sample):
+                 the i-th genuine sample is paired with the i-th degenerate one, so each record is used once.
+* `sft-human`:  {"id", "messages": [...probed conversation, {"role": "user", "content": <what a real user said next>}]}
+                 from datasets that carry the human's next turn in `meta.second_turn` (MT-Bench): one row per
+                 distinct conversation (samples, temperatures and models that saw the same one share it), labels
+                 not needed. Perturbed conversations are skipped: the human wrote the turn after the original answer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from userturn.core.records import ProbeRecord
+from userturn.core.taxonomy import FOLLOWUP as GENUINE
+
+Format = Literal["sft", "preference", "sft-human"]
+HUMAN_TURN = "second_turn"  # meta key of the human-written next user turn (MT-Bench)
+
+
+@dataclass
+class ExportStats:
+    """What an export used and what it skipped, and why."""
+
+    records: int = 0
+    written: int = 0
+    skipped_error: int = 0
+    skipped_unlabeled: int = 0
+    skipped_not_genuine: int = 0
+    unpaired: int = 0
+    skipped_no_human_turn: int = 0
+    skipped_perturbed: int = 0
+    duplicates: int = 0
+    by_label: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def context_key(record: ProbeRecord) -> tuple[str, str, str, str, str, float]:
+    """The record's identity without the sample index: samples sharing it saw the same conversation."""
+    return (record.model, record.dataset, record.item_id, record.mode, record.perturbation, record.temperature)
+
+
+def _conversation(record: ProbeRecord) -> list[dict[str, Any]]:
+    return [{"role": m.role, "content": m.content} for m in record.messages]
+
+
+def _usable(records: Iterable[ProbeRecord], stats: ExportStats) -> list[ProbeRecord]:
+    usable = []
+    for record in records:
+        stats.records += 1
+        if record.status != "ok" or record.user_turn is None:
+            stats.skipped_error += 1
+        elif record.label is None:
+            stats.skipped_unlabeled += 1
+        else:
+            stats.by_label[record.label] += 1
+            usable.append(record)
+    return usable
+
+
+def sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[str, Any]]:
+    rows = []
+    for record in _usable(records, stats):
+        if record.label != GENUINE:
+            stats.skipped_not_genuine += 1
+            continue
+        rows.append({"id": record.item_id,
+                     "messages": [*_conversation(record), {"role": "user", "content": record.user_turn}]})
+    return rows
+
+
+def preference_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[str, Any]]:
+    groups: dict[tuple, list[ProbeRecord]] = defaultdict(list)
+    for record in _usable(records, stats):
+        groups[context_key(record)].append(record)
+    rows = []
+    for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
+        group = sorted(groups[key], key=lambda r: r.sample)
+        genuine = [r for r in group if r.label == GENUINE]
+        degenerate = [r for r in group if r.label != GENUINE]
+        pairs = min(len(genuine), len(degenerate))
+        stats.unpaired += len(group) - 2 * pairs
+        for good, bad in zip(genuine[:pairs], degenerate[:pairs], strict=True):
+            rows.append({
+                "id": good.item_id,
+                "prompt": _conversation(good),
+                "chosen": [{"role": "user", "content": good.user_turn}],
+                "rejected": [{"role": "user", "content": bad.user_turn}],
+            })
+    return rows
+
+
+def human_turn(record: ProbeRecord) -> str | None:
+    """The human-written next user turn the dataset carries for this conversation (MT-Bench), if any."""
+    value = (record.meta or {}).get(HUMAN_TURN)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def human_sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[str, Any]]:
+    """The probed conversation followed by the human's real next turn: one row per distinct conversation."""
+    rows = []
+    seen: set[bytes] = set()
+    for record in records:
+        stats.records += 1
+        turn = human_turn(record)
+        if turn is None:
+            stats.skipped_no_human_turn += 1
+            continue
+        if record.perturbation != "none":
+            stats.skipped_perturbed += 1
+            continue
+        messages = [*_conversation(record), {"role": "user", "content": turn}]
+        key = orjson.dumps(messages)
+        if key in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(key)
+        rows.append({"id": record.item_id, "messages": messages})
+    return rows
+
+
+def export_rows(records: Iterable[ProbeRecord], fmt: Format) -> tuple[list[dict[str, Any]], ExportStats]:
+    """Training rows in `fmt` plus counts of what was skipped."""
+    stats = ExportStats()
+    if fmt == "sft-human":
+        rows = human_sft_rows(records, stats)
+    else:
+        rows = sft_rows(records, stats) if fmt == "sft" else preference_rows(records, stats)
+    stats.written = len(rows)
+    return rows, stats

@@ -1,0 +1,152 @@
+"""Generated user turns as a table, each beside the human's real next turn where the dataset has one (MT-Bench).
+
+`userturn show RESULTS.jsonl` prints them, each with its short key (`client.short_keys`), filtered by model, label,
+perturbation or item (`ShowFilter`); `userturn run` prints the first few under its report.
+`userturn show RESULTS.jsonl KEY` prints one record whole (`record_view`), with its prompt rebuilt exactly
+(`client.render.prompt_replay`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+
+import orjson
+from pydantic import BaseModel
+from rich.table import Table
+from userturn.client.analysis.export import human_turn
+from userturn.client.render.prompt_replay import ReplayedPrompt
+from userturn.client.short_keys import short_keys
+
+from userturn.core.records import ConfigLine, ProbeRecord
+
+CLIP = 160
+MODEL_WIDTH = 14  # model names wrap at their separators (`/`, `-`) to this width, never mid-word where avoidable
+
+
+def clip(text: str | None, limit: int = CLIP) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def last_user_query(record: ProbeRecord) -> str:
+    return next((m.content for m in reversed(record.messages) if m.role == "user"), "")
+
+
+class ShowFilter(BaseModel):
+    """`userturn show`'s row filters: shell patterns (`Qwen/*`, `*-9B`) matched against the whole value; several
+    values of one filter are alternatives. A record without a label matches `unjudged`."""
+
+    models: list[str] = []
+    labels: list[str] = []
+    perturbations: list[str] = []
+    items: list[str] = []
+
+
+def label_of(record: ProbeRecord) -> str:
+    return record.label or "unjudged"
+
+
+def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
+    """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
+    from userturn.client.terminal import matching
+
+    models = matching("--model", rows.models, {r.model for r in records})
+    labels = matching("--label", rows.labels, {label_of(r) for r in records})
+    perturbations = matching("--perturb", rows.perturbations, {r.perturbation for r in records})
+    items = matching("--item", rows.items, {r.item_id for r in records})
+    return [r for r in records if r.model in models and label_of(r) in labels and r.perturbation in perturbations
+            and r.item_id in items]
+
+
+def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, title: str = "generated user turns",
+                width: int = CLIP, keys: Mapping[str, str] | None = None) -> Table:
+    """One row per ok record (in file order): short key (`keys`: {key: short key}, default: unique among
+    `records`), model, item, T, sample, perturbation, query, generated turn, human turn, label."""
+    from userturn.client.terminal import wrap_name
+
+    records = list(records)
+    rows = [r for r in records if r.status == "ok"]
+    keys = keys if keys is not None else short_keys(r.key for r in records)
+    shown = rows[:limit] if limit is not None else rows
+    with_human = any(human_turn(r) for r in shown)
+    more = f" (first {len(shown)} of {len(rows)})" if len(shown) < len(rows) else ""
+    table = Table(title=title + more, title_justify="left", header_style="bold", show_lines=True)
+    for name in ("key", "model", "item", "T", "s", "perturb", "user query", "generated user turn",
+                 *(("human next turn",) if with_human else ()), "label"):
+        table.add_column(name, overflow="fold", no_wrap=name in ("key", "T", "s"))
+    for r in shown:
+        human = (clip(human_turn(r), width),) if with_human else ()
+        label = f"{r.label} ({r.label_source})" if r.label else ("judge failed" if r.judge_status == "error"
+                                                                 else "unjudged")
+        table.add_row(keys.get(r.key, r.key), wrap_name(r.model, MODEL_WIDTH), r.item_id, f"{r.temperature:g}",
+                      str(r.sample), r.perturbation, clip(last_user_query(r), width // 2), clip(r.user_turn, width),
+                      *human, label)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One record by key (`userturn show RESULTS.jsonl KEY`): plain text, the prompt byte for byte
+
+
+def _section(title: str) -> str:
+    return f"── {title} " + "─" * max(3, 76 - len(title))
+
+
+def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_problem: str | None = None,
+                config: ConfigLine | None = None) -> str:
+    """The record as a person reads it: identity, the run that wrote its configuration (`config`, the file's
+    configuration line), the exact prompt as sent (between two rules, unaltered), the generated turn, the human
+    next turn where the dataset has one, the reference answer, every verdict with its rationale. `prompt_problem`
+    says why there is no prompt (shown in its place)."""
+    lines = [f"record       {record.key}",
+             f"model        {record.model}    dataset {record.dataset}    item {record.item_id}",
+             f"mode         {record.mode}    perturbation {record.perturbation}    temperature {record.temperature!r}"
+             f"    sample {record.sample}    seed {record.seed}",
+             f"status       {record.status}" + (f" ({record.error})" if record.error else "")
+             + (f"    finish_reason {record.finish_reason}" if record.finish_reason else "")
+             + (f"    matched_stop {record.matched_stop!r}" if record.matched_stop is not None else "")]
+    if record.config_fingerprint:
+        lines.append(f"config       {record.config_fingerprint}")
+    if config is not None and config.run is not None:
+        run = config.run
+        lines.append(f"run          userturn {run.userturn_version} on {run.host}, started {run.started}: "
+                     f"{shlex.join(run.command)}")
+    if record.usage is not None and record.usage.total_tokens is not None:
+        lines.append(f"tokens       prompt {record.usage.prompt_tokens}, completion {record.usage.completion_tokens}")
+    if prompt is None:
+        lines += [_section("prompt"), f"(not shown: {prompt_problem or 'unknown'})"]
+    else:
+        where = "POST /completions `prompt`" if prompt.mode == "raw" else "POST /chat/completions `messages`"
+        if prompt.verified:
+            check = f"sha256 {prompt.sha256[:16]}… = the record's prompt_sha256"
+        elif prompt.recorded_sha256 is None:
+            check = "UNVERIFIED: the record has no prompt_sha256"
+        else:
+            check = (f"MISMATCH: sha256 {prompt.sha256[:16]}… but the record's is {prompt.recorded_sha256[:16]}…; "
+                     "this is not the prompt that was sent")
+        lines.append(_section(f"prompt as sent ({where}, {len(prompt.text)} chars; {check})"))
+        lines.append(prompt.text if prompt.mode == "raw"
+                     else orjson.dumps(prompt.messages, option=orjson.OPT_INDENT_2).decode())
+        lines.append(_section("end of prompt"))
+    lines += [_section("generated user turn"), record.user_turn if record.user_turn is not None else "(none)"]
+    human = human_turn(record)
+    if human is not None:
+        lines += [_section("human next turn (the dataset's, meta.second_turn)"), human]
+    if record.reference_answer is not None:
+        correct = {True: "correct", False: "wrong", None: "not scored"}[record.correct]
+        lines += [_section(f"reference answer (assistant turn {correct})"), record.reference_answer]
+    label = record.label or ("judge failed" if record.judge_status == "error" else "unjudged")
+    lines.append(_section(f"verdicts: {label}" + (f" ({record.label_source})" if record.label_source else "")))
+    if not record.judges:
+        lines.append("(no verdicts)")
+    for v in record.judges:
+        head = f"{v.judge} [{v.source}]: " + (v.label or "—") if v.status == "ok" else f"{v.judge}: ERROR {v.error}"
+        if v.prompt_sha256:
+            head += f"  (judge prompt sha256 {v.prompt_sha256[:12]})"
+        lines.append(head)
+        if v.rationale:
+            lines.append("    " + v.rationale.replace("\n", "\n    "))
+        if v.status == "error" and v.raw:
+            lines.append("    raw: " + v.raw.replace("\n", "\n    "))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Datasets: the item model, JSONL scanning, lazy loading, and the named loaders."""

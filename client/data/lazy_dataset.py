@@ -1,0 +1,169 @@
+"""A local JSONL dataset that stays on disk: memory flat in the number of items.
+
+`load_jsonl_lazy(path)` validates every line up front exactly as `dataset.load_jsonl` does (same file:line
+errors, duplicate ids), but keeps only each item's byte offset, id, CRC-32 and whether it ends with an assistant
+turn (about 75 bytes an item instead of a few kB of parsed messages); an item is parsed again when it is used. The
+probe reads items in order, so each is re-read once, from the page cache. A re-read line whose CRC-32 is the one
+validated holds the same bytes (a line changed since is refused), so the hostile-input checks (nesting depth,
+repeated keys) that passed on it are not run again: the re-read is a JSON parse and the item's validation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import zlib
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO, TypeVar, overload
+
+import orjson
+from pydantic import ValidationError
+from userturn.client.data.dataset import MAX_LINE_BYTES, DatasetItem
+from userturn.client.data.dataset_scan import scan_dataset
+
+from userturn.core.errors import UserError
+
+T = TypeVar("T")
+SCREEN_BLOCK = 1 << 20  # bytes of consecutive lines a screen looks at in one go (`JsonlItems.raw_lines`)
+
+
+class JsonlItems(Sequence[DatasetItem]):
+    """Validated items of a JSONL file, parsed on access. Slicing and `shuffled` give views without parsing."""
+
+    def __init__(self, path: Path, offsets: array, ids: list[str], assistant_ended: bytearray,
+                 numbers: array, checksums: array, names_scorer: bytearray, in_file_order: bool = True) -> None:
+        self.path = path
+        self._in_file_order = in_file_order  # offsets increase: a line's neighbours in the view are in the file
+        self._offsets = offsets
+        self._numbers = numbers  # line numbers, for errors that name file:line
+        self._checksums = checksums  # CRC-32 of each validated (stripped) line
+        self.ids = ids  # item ids, in order
+        self._assistant_ended = assistant_ended
+        self._names_scorer = names_scorer  # 1 where the item's meta has a `scorer` key (scoring.preflight)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> DatasetItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> JsonlItems: ...
+
+    def __getitem__(self, index: int | slice) -> DatasetItem | JsonlItems:
+        if isinstance(index, slice):
+            return JsonlItems(self.path, self._offsets[index], self.ids[index], self._assistant_ended[index],
+                              self._numbers[index], self._checksums[index], self._names_scorer[index],
+                              self._in_file_order and (index.step or 1) > 0)
+        with self.path.open("rb") as fh:
+            return self._read(fh, index)
+
+    def __iter__(self) -> Iterator[DatasetItem]:
+        for index, raw in self._lines(range(len(self._offsets))):
+            yield self._parse(index, raw)
+
+    def read_tagged(self, tagged: Iterable[tuple[int, T]]) -> Iterator[tuple[DatasetItem, T]]:
+        """(item, tag) for each (index, tag), in the order given (a resume skipping finished items), parsed from one
+        open file."""
+        pending: list[T] = []
+
+        def indices() -> Iterator[int]:
+            for index, tag in tagged:
+                pending.append(tag)
+                yield index
+
+        for index, raw in self._lines(indices()):
+            yield self._parse(index, raw), pending.pop()
+
+    def raw_lines(self, screen: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, bytes]]:
+        """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from
+        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`).
+
+        With `screen`, lines it cannot pass are left out in bulk: a run of lines (~1 MiB) whose bytes together
+        fail it is skipped, which is right for a screen that passes a text when some substring of it, never
+        spanning a newline, matches (what memchr, `in` and a regex without newlines do). The caller still
+        screens each line it is given.
+        """
+        if screen is None or not self._in_file_order:
+            return self._lines(range(len(self._offsets)))
+        return self._screened_lines(screen)
+
+    def _screened_lines(self, screen: Callable[[bytes], bool]) -> Iterator[tuple[int, bytes]]:
+        offsets, count = self._offsets, len(self._offsets)
+        with self.path.open("rb") as fh:
+            first = 0
+            while first < count:
+                start = offsets[first]
+                end = max(bisect.bisect_left(offsets, start + SCREEN_BLOCK, first + 1), first + 1)
+                fh.seek(start)  # the block: the lines of items first..end-1, and the blank lines between them
+                block = fh.read(offsets[end - 1] - start) + fh.readline(MAX_LINE_BYTES + 1)
+                if screen(block):
+                    for index in range(first, end):
+                        position = offsets[index] - start
+                        stop = block.find(b"\n", position)
+                        yield index, block[position:stop if stop >= 0 else len(block)].strip()
+                first = end
+
+    def _lines(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes]]:
+        """(index, stripped line) for each index, from one open file. A line that starts where the last one ended is
+        read without a seek (a seek drops the read buffer: every line would cost a read of its own)."""
+        with self.path.open("rb") as fh:
+            position = -1
+            for index in indices:
+                offset = self._offsets[index]
+                if offset != position:
+                    fh.seek(offset)
+                line = fh.readline(MAX_LINE_BYTES + 1)
+                position = offset + len(line)
+                yield index, line.strip()
+
+    def _read(self, fh: BinaryIO, index: int) -> DatasetItem:
+        fh.seek(self._offsets[index])
+        return self._parse(index, fh.readline(MAX_LINE_BYTES + 1).strip())
+
+    def _parse(self, index: int, raw: bytes) -> DatasetItem:
+        """The item of a line validated up front: the same bytes (CRC-32), so parsing and validating cannot fail
+        (and a collision that slips through is still validated); anything else means the file changed."""
+        item = None
+        if zlib.crc32(raw) == self._checksums[index]:
+            try:
+                item = DatasetItem.model_validate(orjson.loads(raw)).located(f"{self.path}:{self._numbers[index]}")
+            except (orjson.JSONDecodeError, ValidationError):
+                item = None
+        if item is None or item.id != self.ids[index]:
+            raise UserError(f"{self.path}: the file changed while the run was reading it (item {self.ids[index]!r})")
+        return item
+
+    def scorer_naming(self) -> list[int]:
+        """The indices of the items whose meta names a scorer (seen when they were validated)."""
+        return [index for index, names in enumerate(self._names_scorer) if names]
+
+    @property
+    def all_end_with_assistant(self) -> bool:
+        return all(self._assistant_ended)
+
+    def shuffled(self, seed: int) -> JsonlItems:
+        """The same order `random.Random(seed).shuffle` gives a list of the parsed items."""
+        order = list(range(len(self)))
+        random.Random(seed).shuffle(order)
+        return JsonlItems(self.path, array("q", (self._offsets[i] for i in order)), [self.ids[i] for i in order],
+                          bytearray(self._assistant_ended[i] for i in order),
+                          array("q", (self._numbers[i] for i in order)),
+                          array("I", (self._checksums[i] for i in order)),
+                          bytearray(self._names_scorer[i] for i in order), in_file_order=False)
+
+
+def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
+    """Validate a local JSONL dataset like `load_jsonl` (same errors, `client.data.dataset_scan`) and return it as a
+    `JsonlItems`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"dataset not found: {path}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {limit})")
+    scan = scan_dataset(path, limit)
+    if not scan.ids:
+        raise UserError(f"{path}: no items")
+    return JsonlItems(path, scan.offsets, scan.ids, scan.ended, scan.numbers, scan.checksums, scan.names_scorer)

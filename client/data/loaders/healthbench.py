@@ -1,0 +1,56 @@
+"""HealthBench (openai/healthbench): multi-turn health conversations ending with a user message.
+
+Rows (as in openai/simple-evals healthbench_eval.py): `prompt_id`, `prompt` ([{role, content}]),
+`rubrics`, `example_tags`, `ideal_completions_data` ({ideal_completion, ...} or null). Splits pick the
+hub file: `all` (5,000), `hard`, `consensus`; the model answers. `ideal` keeps the rows of `all` that have
+a physician-written ideal completion and uses it as the assistant turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.data.loaders.base import BuiltinDataset, HubSource, RowError, build_item, chat_messages, require
+
+REPO = "openai/healthbench"
+FILES = {
+    "all": "2025-05-07-06-14-12_oss_eval.jsonl",
+    "hard": "hard_2025-05-08-21-00-10.jsonl",
+    "consensus": "consensus_2025-05-09-20-00-46.jsonl",
+}
+
+
+def _item(row: dict[str, Any], with_ideal: bool) -> DatasetItem | None:
+    messages = chat_messages(require(row, "prompt"))
+    if messages[-1]["role"] != "user":
+        raise RowError("conversation does not end with a user message")
+    ideal = (row.get("ideal_completions_data") or {}).get("ideal_completion")
+    if with_ideal:
+        if not ideal:
+            return None
+        messages.append({"role": "assistant", "content": ideal})
+    return build_item(
+        id=str(require(row, "prompt_id")),
+        messages=messages,
+        meta={"example_tags": list(row.get("example_tags") or []), "rubric_count": len(row.get("rubrics") or [])},
+    )
+
+
+def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem | None:
+    return _item(row, with_ideal=split == "ideal")
+
+
+def _source(name: str) -> HubSource:
+    return HubSource(REPO, None, "train", data_files=FILES[name])
+
+
+DATASET = BuiltinDataset(
+    name="healthbench",
+    summary="HealthBench health conversations (openai/healthbench); the model answers (split `ideal`: "
+            "physician completions as the assistant turn); no automatic scorer",
+    splits={"all": _source("all"), "hard": _source("hard"), "consensus": _source("consensus"),
+            "ideal": _source("all")},
+    default_split="all",
+    map_row=map_row,
+)

@@ -1,0 +1,382 @@
+"""One OpenAI-compatible endpoint: the HTTP client, one tenacity retry policy, error classes, live counters.
+
+Every HTTP call userturn makes (probe completions, chat completions, judge calls) goes through
+`Endpoint.post_json`, so retry policy, deadlines, response checks and error messages are the same everywhere. The
+bytes move through one client (client.http.http_client: `httpx.AsyncClient` over aiohttp; tests pass an
+`httpx.MockTransport` or use respx).
+
+What `post_json` guarantees its callers:
+
+- a returned body is a JSON object; for `completions` / `chat/completions` it has a non-empty `choices` list whose
+  every choice has `text` (a string) / a `message` object with `content` (string, null or a list of parts).
+  Anything else (truncated or non-JSON body, `choices: []`, a malformed HTTP header) is retried like a 5xx;
+- a body is read no further than its cap (`response_cap`: generous bytes per token x max_tokens + 1 MiB, or
+  `EndpointConfig.max_response_bytes`); an oversized response fails the request at once (not retried);
+- every server-provided text (bodies, reason phrases, exception texts) has the API keys in use scrubbed
+  (client.http.redact) before it reaches a message, a record or the returned data;
+- a request that used up its retries while the endpoint gave no sign of life (no connection, or only 502/503/504
+  from a proxy or gateway in front of it) carries `RequestFailed.endpoint_down`, the one-line reason for the caller
+  to stop the run (see `Endpoint._give_up`).
+
+Before the first request, `Endpoint.check` reads `/models`: the model a run sends must be listed there (UserError,
+exit 2, naming the served ids; `--no-model-check` for routers and gateways), and each served model's `root` is
+kept for the caller to compare with its tokenizer (`root_mismatch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+from pydantic import BaseModel, Field
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from userturn.client.http import http_client
+from userturn.client.http.http_client import TRANSPORT_ERRORS, HttpReply, ResponseTooLarge, classify, describe, send
+from userturn.client.http.redact import redact, redact_bytes, register_secret
+from userturn.client.http.replies import (
+    UNBOUNDED_RESPONSE_CAP,
+    ReplyShape,
+    body_problem,
+    error_text,
+    one_line,
+    parse_retry_after,
+    reply_shape,
+    response_cap_for,
+    server_message,
+)
+
+from userturn.core import defaults
+from userturn.core.errors import EndpointError, RequestFailed, RetryableError, UserError
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+GATEWAY_STATUS = frozenset({502, 503, 504})  # a proxy or gateway answering for a server it cannot reach
+DOWN_KINDS = frozenset({"connect", "gateway"})  # attempts that got no sign of life from the server itself
+FATAL_STATUS = frozenset({401, 403, 404})  # the whole run is wrong: abort, keep completed records
+
+MODELS_RESPONSE_CAP = 16 << 20  # GET /models
+SHOWN_MODELS = 8  # served ids named in the wrong-model line
+USER_AGENT = (f"userturn (Python {sys.version_info[0]}.{sys.version_info[1]}; httpx {httpx.__version__} over "
+              f"aiohttp {aiohttp.__version__})")
+
+
+class EndpointConfig(BaseModel):
+    """How to reach and treat one OpenAI-compatible endpoint."""
+
+    base_url: str = Field(description="e.g. http://127.0.0.1:30000/v1")
+    api_key_env: str = defaults.API_KEY_ENV
+    request_timeout: float = Field(default=defaults.REQUEST_TIMEOUT_S, gt=0, description="per-attempt deadline, s")
+    max_retries: int = Field(default=defaults.MAX_RETRIES, ge=0)
+    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
+    backoff_initial: float = Field(default=defaults.BACKOFF_INITIAL_S, ge=0)
+    backoff_max: float = Field(default=defaults.BACKOFF_MAX_S, ge=0)
+    max_response_bytes: int | None = Field(
+        default=None, ge=1, description="cap on every response body; default: derived from each request's max_tokens")
+
+    def api_key(self) -> str | None:
+        return read_api_key(self.api_key_env)
+
+
+def read_api_key(variable: str) -> str | None:
+    """The key in $`variable`, surrounding whitespace stripped (a key read from a file ends in a newline); None when
+    unset or blank. UserError naming the variable (never the key) for a control or non-ASCII character inside it:
+    sent in a header it would end the request head early or inject headers."""
+    key = os.environ.get(variable, "").strip()
+    if not key:
+        return None
+    if not key.isascii():
+        raise UserError(f"${variable} holds an API key with a non-ASCII character in it; check how the variable is set")
+    if not key.isprintable():
+        raise UserError(f"${variable} holds an API key with a control character (e.g. a line break) inside it; only "
+                        "surrounding whitespace is stripped: check how the variable is set")
+    return key
+
+
+class ServedModel(BaseModel):
+    """One entry of `/models`: its id, and the weights it was loaded from where the server says (SGLang, vLLM)."""
+
+    id: str
+    root: str | None = None
+
+
+def split_base_url(base_url: str) -> tuple[str, str]:
+    """(scheme://host/path without a trailing slash, "?query" or ""): a path is inserted between the two, so a
+    query such as Azure's `?api-version=` stays at the end. UserError for URL credentials (never echoed)."""
+    parts = urllib.parse.urlsplit(base_url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = base_url.rpartition("@")[2]  # whatever came before an "@" may be a password
+        raise UserError(f"base URL {shown!r}: expected http(s)://HOST[:PORT]/PATH, e.g. http://127.0.0.1:30000/v1")
+    if parts.username is not None or parts.password is not None:
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        raise UserError(f"base URL {shown} carries credentials (user:password@), which userturn does not send: put "
+                        "the API key in the variable --api-key-env names (sent as a Bearer token); a proxy's "
+                        "credentials go in --proxy or HTTPS_PROXY")
+    prefix = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    return prefix, f"?{parts.query}" if parts.query else ""
+
+
+def root_mismatch(served: list[ServedModel], model: str, tokenizer: str | None) -> str | None:
+    """A one-line warning when the served `model`'s `root` names other weights than `tokenizer` (compared by their
+    last path component, case-insensitively: a hub id and a local copy of it agree); None when they agree or either
+    is unknown."""
+    root = next((m.root for m in served if m.id == model), None)
+    if not root or not tokenizer or _weights_name(root) == _weights_name(tokenizer):
+        return None
+    return (f"the server loaded {model!r} from {root}, but prompts are rendered with the tokenizer {tokenizer}: "
+            "check that the chat template is that model's")
+
+
+def _weights_name(path: str) -> str:
+    """`Qwen/Qwen3-8B`, `/models/qwen3-8b/` -> `qwen3-8b`; a GGUF file without its suffix."""
+    return path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf").lower()
+
+
+@dataclass
+class EndpointStats:
+    """Live counters for the progress view."""
+
+    requests: int = 0
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    inflight: dict[int, float] = field(default_factory=dict)
+
+    def oldest_inflight_age(self) -> float:
+        if not self.inflight:
+            return 0.0
+        return time.monotonic() - min(self.inflight.values())
+
+
+@dataclass
+class CallResult:
+    data: dict[str, Any]
+    attempts: int
+    latency_s: float
+
+
+class Endpoint:
+    """An OpenAI-compatible base URL with a pooled async client and the retry policy. `transport` replaces the
+    network (tests: `httpx.MockTransport`)."""
+
+    def __init__(self, config: EndpointConfig, stats: EndpointStats | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self._prefix, self._query = split_base_url(config.base_url)
+        self.base_url = self._prefix + self._query
+        self.stats = stats or EndpointStats()
+        headers = {"content-type": "application/json", "accept": "application/json", "user-agent": USER_AGENT}
+        key = config.api_key()
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+            register_secret(key, config.api_key_env)
+        self._client = http_client.make_client(
+            headers=headers, concurrency=config.concurrency, connect_timeout=min(10.0, config.request_timeout),
+            request_timeout=config.request_timeout, transport=transport)
+        self._ids = itertools.count()
+        self._backoff = wait_exponential_jitter(multiplier=config.backoff_initial, max=config.backoff_max,
+                                                jitter=config.backoff_initial)
+        self._retry_if = retry_if_exception_type(RetryableError)
+        self._stop = stop_after_attempt(config.max_retries + 1)
+        self._last_response = float("-inf")  # monotonic time of the last attempt the server itself answered
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> Endpoint:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def url(self, path: str) -> str:
+        return f"{self._prefix}/{path.lstrip('/')}{self._query}"
+
+    async def check(self, model: str | None = None) -> list[ServedModel]:
+        """Preflight: reach the endpoint and list its models. EndpointError (exit 3) with one line if unusable;
+        UserError (exit 2) when `model` is given, the list could be read and does not name it (unless the process
+        runs with `--no-model-check`). Returns the served models ([] when the server has no readable list)."""
+        url = self.url("models")
+        deadline = min(15.0, self.config.request_timeout)
+        try:
+            async with asyncio.timeout(deadline):
+                reply = self._scrubbed(await send(self._client, "GET", url, None,
+                                                  self.config.max_response_bytes or MODELS_RESPONSE_CAP))
+        except ResponseTooLarge:
+            return []  # a model list too long to read: the real requests will tell
+        except TimeoutError:
+            raise EndpointError(f"cannot reach {url}: no answer within {deadline:g}s") from None
+        except TRANSPORT_ERRORS as exc:
+            raise EndpointError(f"cannot reach {url}: {redact(describe(exc))}") from None
+        if reply.status in (401, 403):
+            raise EndpointError(f"{url} refused the API key (HTTP {reply.status}): "
+                                f"{server_message(reply)} (key from ${self.config.api_key_env})")
+        served = served_models(reply) if reply.status < 400 else None  # some servers have no /models
+        if served is None:
+            return []
+        if model is not None and http_client.NETWORK.check_model and model not in {m.id for m in served}:
+            ids = [m.id for m in served]
+            named = ", ".join(ids[:SHOWN_MODELS]) + (f" and {len(ids) - SHOWN_MODELS} more" if len(ids) > SHOWN_MODELS
+                                                      else "")
+            raise UserError(f"{url} does not serve model {model!r} (it serves: {named or 'none'}); fix the model "
+                            "name, or pass --no-model-check for a router or gateway whose list does not name it")
+        return served
+
+    @staticmethod
+    def _scrubbed(reply: HttpReply) -> HttpReply:
+        content, reason = redact_bytes(reply.content), redact(reply.reason)
+        return reply if content is reply.content and reason == reply.reason else reply._replace(
+            content=content, reason=reason)
+
+    async def _attempt(self, url: str, body: bytes, cap: int, shape: ReplyShape) -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(self.config.request_timeout):  # one deadline per attempt (httpx's: per phase)
+                reply = await send(self._client, "POST", url, body, cap)
+        except ResponseTooLarge as exc:
+            self._last_response = time.monotonic()
+            raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {self._cap_source(cap)}; "
+                                "--max-response-bytes raises it)") from None
+        except httpx.TooManyRedirects:
+            raise EndpointError(f"{url} redirects too many times; use the final URL as the base URL") from None
+        except TRANSPORT_ERRORS as exc:
+            raise self._transport_error(url, exc) from None
+        return self._reply_data(url, reply, shape)
+
+    def _cap_source(self, cap: int) -> str:
+        if self.config.max_response_bytes:
+            return "--max-response-bytes"
+        return "the default for requests without max_tokens" if cap == UNBOUNDED_RESPONSE_CAP else "max_tokens"
+
+    def _transport_error(self, url: str, exc: BaseException) -> RetryableError:
+        """The RetryableError of an attempt that got no usable HTTP response."""
+        kind = classify(exc)
+        if kind == "timeout":
+            return RetryableError(f"timeout after {self.config.request_timeout:g}s", kind="timeout")
+        detail = redact(describe(exc))
+        if kind == "malformed":
+            self._last_response = time.monotonic()  # the server is there, it just answered garbage
+            return RetryableError(f"malformed response from {url}: {detail}", kind="malformed")
+        return RetryableError(f"connection error: {detail}", kind=kind)
+
+    def _reply_data(self, url: str, reply: HttpReply, shape: ReplyShape) -> dict[str, Any]:
+        """The JSON body of a reply; RetryableError or RequestFailed for a status or body that is not a good one."""
+        status = reply.status
+        if status not in GATEWAY_STATUS:
+            self._last_response = time.monotonic()
+        reply = self._scrubbed(reply)
+        if 300 <= status < 400:  # a redirect without a Location to follow
+            raise RequestFailed(f"HTTP {status} from {url}: no Location to follow; use the final URL as the base URL",
+                                status=status)
+        if status >= 400:
+            message = f"HTTP {status} from {url}: {server_message(reply)}"
+            if status in RETRYABLE_STATUS or status >= 500:
+                raise RetryableError(message, parse_retry_after(reply.retry_after),
+                                     kind="gateway" if status in GATEWAY_STATUS else "http")
+            raise RequestFailed(message, status=status)
+        try:
+            data = orjson.loads(reply.content)
+        except orjson.JSONDecodeError:
+            raise RetryableError(f"malformed response from {url}: invalid JSON ({len(reply.content)} bytes)") from None
+        if isinstance(data, dict) and "error" in data and "choices" not in data:
+            raise RetryableError(f"error body from {url}: {redact(one_line(error_text(data['error']), 200))}")
+        problem = body_problem(data, shape)
+        if problem is not None:
+            raise RetryableError(f"malformed response from {url}: {problem}")
+        return data
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, RetryableError) and exc.retry_after is not None:
+            return exc.retry_after
+        return float(self._backoff(state))
+
+    async def post_json(self, path: str, payload: dict[str, Any] | bytes, *,
+                        response_cap: int | None = None) -> CallResult:
+        """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures. Raises RequestFailed
+        when it gives up.
+
+        The response body is capped at `EndpointConfig.max_response_bytes` if set, else `response_cap` if given,
+        else the cap derived from a dict payload's max_tokens (`response_cap_for`), else `UNBOUNDED_RESPONSE_CAP`.
+        Fatal statuses (401/403/404, a redirect that leads nowhere) raise EndpointError so the caller can stop the
+        run.
+        """
+        url = self.url(path)
+        if isinstance(payload, bytes):
+            body = payload
+        else:
+            body = orjson.dumps(payload)
+            response_cap = response_cap or response_cap_for(payload)
+        cap = self.config.max_response_bytes or response_cap or UNBOUNDED_RESPONSE_CAP
+        shape = reply_shape(path)
+        stats = self.stats
+        token = next(self._ids)
+        start = time.monotonic()
+        stats.inflight[token] = start
+        stats.requests += 1
+        attempts = 0
+        first: RetryableError | None = None
+        failed_at = start
+        retrying = AsyncRetrying(retry=self._retry_if, stop=self._stop, wait=self._wait, reraise=True,
+                                 before_sleep=self._count_retry)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    try:
+                        data = await self._attempt(url, body, cap, shape)
+                    except RetryableError as exc:
+                        if first is None:
+                            first, failed_at = exc, time.monotonic()
+                        raise
+                    return CallResult(data=data, attempts=attempts, latency_s=time.monotonic() - start)
+            raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises the last error
+        except RetryableError as last:
+            assert first is not None
+            reason = last.reason if attempts == 1 else f"{last.reason} (gave up after {attempts} attempts)"
+            stats.failures += 1
+            raise self._give_up(first, last, reason, attempts, failed_at) from None
+        except RequestFailed as exc:
+            exc.attempts = attempts
+            stats.failures += 1
+            if exc.status in FATAL_STATUS or (exc.status is not None and 300 <= exc.status < 400):
+                raise EndpointError(exc.reason) from None
+            raise
+        finally:
+            stats.inflight.pop(token, None)
+
+    def _give_up(self, first: RetryableError, last: RetryableError, reason: str, attempts: int,
+                 failed_at: float) -> RequestFailed:
+        """The RequestFailed for a request out of attempts. It marks the endpoint down when the first attempt got no
+        answer from the server, the last could not connect or met a gateway error (502/503/504), and the server has
+        answered nothing (no attempt of this request, no other request) since this request's first failure: a whole
+        retry schedule without a sign of life."""
+        down = None
+        answered = first.kind in ("http", "malformed")  # later answers move `_last_response` past `failed_at`
+        if last.kind in DOWN_KINDS and not answered and self._last_response < failed_at:
+            silent = time.monotonic() - failed_at
+            down = (f"endpoint {self.base_url} is unreachable: nothing answered for {silent:.1f}s "
+                    f"({attempts} attempts; last: {last.reason})")
+        return RequestFailed(reason, attempts=attempts, endpoint_down=down)
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.stats.retries += 1
+
+
+def served_models(reply: HttpReply) -> list[ServedModel] | None:
+    """The entries of a `/models` reply (`{"data": [{"id": ..., "root": ...}, ...]}`); None when it is no such list."""
+    try:
+        data = orjson.loads(reply.content).get("data")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(data, list):
+        return None
+    return [ServedModel(id=m["id"], root=m.get("root") if isinstance(m.get("root"), str) else None)
+            for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]

@@ -1,0 +1,128 @@
+"""What a reply may be: the byte cap of a response (by its max_tokens), the shape a body must have, the
+server's own message in an error reply, and the Retry-After header."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any, Literal
+
+import orjson
+from userturn.client.http.http_client import HttpReply
+from userturn.client.http.redact import redact
+
+MAX_RETRY_AFTER_S = 120.0
+# The response cap: what a reply of `max_tokens` tokens can take, with room to spare. 256 bytes per token is twice
+# the longest tokens of common vocabularies (~128 bytes) after JSON escaping; logprobs add an entry per alternative.
+RESPONSE_OVERHEAD_BYTES = 1 << 20  # the envelope, usage, ids and whatever extra fields a server adds
+BYTES_PER_TOKEN = 256
+LOGPROB_BYTES = 512  # one {"token", "logprob", "bytes"} entry
+UNBOUNDED_RESPONSE_CAP = 64 << 20  # a request without max_tokens
+ReplyShape = Literal["completion", "chat"] | None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date); None when absent or invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, min(float(value), MAX_RETRY_AFTER_S))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, min(when.timestamp() - time.time(), MAX_RETRY_AFTER_S))
+
+
+def response_cap(max_tokens: int | None, n: int = 1, logprobs: int = 0) -> int:
+    """The most bytes a response to a request for `n` x `max_tokens` tokens (with `logprobs` alternatives per token,
+    0 when not asked for) may take; `UNBOUNDED_RESPONSE_CAP` without max_tokens."""
+    if not max_tokens or max_tokens < 1:
+        return UNBOUNDED_RESPONSE_CAP
+    per_token = BYTES_PER_TOKEN + (LOGPROB_BYTES * (1 + logprobs) if logprobs else 0)
+    return RESPONSE_OVERHEAD_BYTES + max(1, n) * max_tokens * per_token
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def response_cap_for(payload: dict[str, Any]) -> int:
+    """`response_cap` from a request body's own `max_tokens` (or `max_completion_tokens`), `n` and logprobs fields
+    (`logprobs: k` of the completions API; `logprobs: true` + `top_logprobs: k` of the chat API)."""
+    max_tokens = _positive_int(payload.get("max_tokens")) or _positive_int(payload.get("max_completion_tokens"))
+    logprobs = payload.get("logprobs")
+    chat_style = logprobs is True
+    alternatives = (_positive_int(payload.get("top_logprobs")) or 1) if chat_style else (_positive_int(logprobs) or 0)
+    return response_cap(max_tokens, _positive_int(payload.get("n")) or 1, alternatives)
+
+
+def reply_shape(path: str) -> ReplyShape:
+    """What a 200 from `path` must contain: a text completion, a chat completion, or (None) any JSON object."""
+    path = path.rstrip("/")
+    if path.endswith("chat/completions"):
+        return "chat"
+    return "completion" if path.endswith("completions") else None
+
+
+def body_problem(data: Any, shape: ReplyShape) -> str | None:
+    """Why a 200's JSON is not a usable reply of `shape`, or None when it is."""
+    if not isinstance(data, dict):
+        return f"JSON {type(data).__name__} instead of an object"
+    if shape is None:
+        return None
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return "no choices list" if choices is None else f"choices is a {type(choices).__name__}, not a list"
+    if not choices:
+        return "choices is empty"
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            return f"choices[{i}] is not an object"
+        if shape == "completion":
+            if not isinstance(choice.get("text"), str):
+                return f"choices[{i}].text is {'missing' if 'text' not in choice else 'not a string'}"
+            continue
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            return f"choices[{i}].message is {'missing' if message is None else 'not an object'}"
+        if "content" not in message:
+            return f"choices[{i}].message.content is missing"
+        if not isinstance(message["content"], str | list | None):
+            return f"choices[{i}].message.content is not a string"
+    return None
+
+
+def error_text(error: Any) -> str:
+    """The message of an OpenAI-style `error` value (an object with `message` or `detail`, or a string)."""
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("detail") or error)
+    return str(error)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def server_message(reply: HttpReply) -> str:
+    """The server's own error message, shortened to one line, with API keys scrubbed."""
+    return redact(_server_message(reply))
+
+
+def _server_message(reply: HttpReply) -> str:
+    text = reply.content.decode("utf-8", "replace").strip()
+    try:
+        body = orjson.loads(text)
+        err = body.get("error", body) if isinstance(body, dict) else body
+        if isinstance(err, dict | str):
+            text = error_text(err)
+        elif isinstance(body, dict) and "detail" in body:
+            text = str(body["detail"])
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    return one_line(text) or reply.reason or "no message"

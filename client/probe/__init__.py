@@ -1,0 +1,1 @@
+"""The probe itself: the run, perturbations, scoring, seeds, progress, dry runs."""

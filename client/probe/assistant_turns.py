@@ -1,0 +1,176 @@
+"""The assistant turn each item is probed with: the dataset's own, or the model's (generated once, reused from
+earlier runs of the same settings), and the task score of the turn probed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.http.endpoint import EndpointError, RequestFailed
+from userturn.client.probe.planning import Planner
+from userturn.client.probe.seeds import sample_seed
+from userturn.client.probe.settings import AssistantTurn
+
+from userturn.core.fingerprint import ASSISTANT_SETTINGS
+from userturn.core.jsonl import config_line, iter_lines, legacy_config
+from userturn.core.records import Message, ProbeRecord
+from userturn.core.text import reasoning_of, strip_reasoning
+from userturn.core.workers import run_all
+
+
+class AssistantTurns(Planner):
+    """Assistant turns: taken, generated or reused; scored."""
+
+    # ----- the assistant turn ---------------------------------------------------------------------------------
+    async def _assistant_turns(self) -> dict[str, AssistantTurn]:
+        """The model's assistant turn of every item of the run, and the turn of every `swap` partner (which may lie
+        outside it). Dataset turns of the run's own items are taken when the item is probed (`_turn`), so a run
+        over a dataset kept on disk holds no per-item state."""
+        s = self.settings
+        turns: dict[str, AssistantTurn] = {}
+        needed: list[DatasetItem] = []
+        if self._ring is not None:
+            self._partners = {item.id: p for item in self.items if (p := self._partner(item)) is not None}
+        wanted = {item.id: item for item in self.items} if s.assistant_from == "model" else {}
+        for partner in self._partners.values():
+            wanted.setdefault(partner, self._pool[partner])
+        reuse = self._reusable_answers() if s.assistant_from == "model" else {}
+        for item in wanted.values():
+            if s.assistant_from == "dataset":
+                turns[item.id] = self._dataset_turn(item)
+            elif item.id in reuse:
+                text, finish = reuse[item.id]
+                turns[item.id] = self._with_answer(item, text, finish_reason=finish)
+            else:
+                needed.append(item)
+        if needed:
+            results = await self._fan_out(needed, self._answer)
+            for item, turn in zip(needed, results, strict=True):
+                turns[item.id] = turn
+        return turns
+
+    def _turn(self, item: DatasetItem, turns: dict[str, AssistantTurn]) -> AssistantTurn:
+        """The assistant turn `item` is probed with: generated (or looked up) earlier, or its dataset's own."""
+        return turns.get(item.id) or self._dataset_turn(item)
+
+    @staticmethod
+    def _dataset_turn(item: DatasetItem) -> AssistantTurn:
+        if item.ends_with_assistant:
+            return AssistantTurn(list(item.messages), "dataset", text=item.messages[-1].content)
+        return AssistantTurn(None, "dataset", error="conversation does not end with an assistant turn (use "
+                                                    "--assistant-from model)")
+
+    def _existing_records(self, configs: dict[str, dict[str, Any]]) -> Iterator[ProbeRecord]:
+        """The records already in the results file, one at a time; `configs` collects the file's configurations
+        as they pass (lines that are neither are skipped: the resume scan has already refused a malformed file)."""
+        path = Path(self.out_path)
+        if not path.exists():
+            return
+        for _, raw, _complete in iter_lines(path):
+            try:
+                obj = orjson.loads(raw)
+                line = config_line(obj)
+                config = line or legacy_config(obj)
+                if config is not None:
+                    configs.setdefault(config.fingerprint, config.config)
+                if line is None:
+                    yield ProbeRecord.model_validate(obj)
+            except (orjson.JSONDecodeError, ValidationError):
+                continue
+
+    def _reusable_answers(self) -> dict[str, tuple[str, str | None]]:
+        """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
+        earlier runs (its own records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run
+        probes the same turns."""
+        s = self.settings
+        mine = self.configs[s.perturbations[0]]
+        reuse: dict[str, tuple[str, str | None]] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        for record in self._existing_records(configs):
+            if record.assistant_source != "model":
+                continue
+            config = configs.get(record.config_fingerprint or "")
+            if config is not None:
+                if any(config.get(k) != mine.get(k) for k in ASSISTANT_SETTINGS):
+                    continue  # another model, dataset, seed or assistant setting wrote this turn
+            elif record.model != s.model or record.dataset != s.dataset:
+                continue
+            meta = record.meta or {}
+            text = meta.get("assistant_turn")
+            if isinstance(text, str):
+                finish = meta.get("assistant_finish_reason")
+                reuse.setdefault(record.item_id, (text, finish if isinstance(finish, str) else None))
+            partner = meta.get("swap_partner")
+            if (record.perturbation == "swap" and isinstance(partner, str) and record.messages
+                    and record.messages[-1].role == "assistant"):
+                reuse.setdefault(partner, (record.messages[-1].content, None))
+        return reuse
+
+    def _score(self, item: DatasetItem, messages: list[Message]) -> tuple[bool | None, dict[str, float] | None]:
+        """Task accuracy of the assistant turn actually probed (after perturbation): (None, None) without a scorer,
+        and without an assistant turn (`remove`)."""
+        if self.scorer is None or not messages or messages[-1].role != "assistant":
+            return None, None
+        return self.scorer(self.settings.dataset, item, strip_reasoning(messages[-1].content))
+
+    def _history(self, item: DatasetItem) -> list[Message]:
+        """The conversation the model answers: everything up to (not including) a final assistant turn."""
+        return list(item.messages[:-1]) if item.ends_with_assistant else list(item.messages)
+
+    def _with_answer(self, item: DatasetItem, text: str, reasoning: str | None = None,
+                     finish_reason: str | None = None) -> AssistantTurn:
+        extra = {"reasoning_content": reasoning} if reasoning else {}
+        messages = [*self._history(item), Message(role="assistant", content=text, **extra)]
+        return AssistantTurn(messages, "model", text=text, finish_reason=finish_reason)
+
+    async def _answer(self, item: DatasetItem) -> AssistantTurn:
+        s = self.settings
+        history = self._history(item)
+        payload = {
+            "model": s.model,
+            "messages": [m.model_dump(exclude_none=True) for m in history],
+            "temperature": s.assistant_temperature,
+            "max_tokens": s.assistant_max_tokens,
+            "seed": sample_seed(s.seed, item.id, s.assistant_temperature, 0, "assistant"),
+            **s.extra_body,
+        }
+        try:
+            result = await next(self._next_endpoint).post_json("chat/completions", payload)
+            choice = result.data["choices"][0]
+            message = choice["message"]
+            content = message.get("content") or ""
+        except RequestFailed as exc:
+            if exc.endpoint_down:
+                raise EndpointError(exc.endpoint_down) from None
+            return AssistantTurn(None, "model", error=f"assistant turn failed: {exc.reason}")
+        except (KeyError, IndexError, TypeError):
+            return AssistantTurn(None, "model", error="assistant turn failed: malformed chat completion")
+        reasoning = message.get("reasoning_content")
+        if "<think>" in content or "</think>" in content:
+            reasoning = reasoning or reasoning_of(content)
+            content = strip_reasoning(content)
+            if content.startswith("<think>") and "</think>" not in content:  # reasoning cut before any answer
+                reasoning, content = reasoning or content.removeprefix("<think>").strip(), ""
+        finish = choice.get("finish_reason")
+        finish = finish if isinstance(finish, str) else None
+        if not content.strip():
+            # Nothing to probe or score (e.g. reasoning used up --assistant-max-tokens): an error, not a wrong answer.
+            return AssistantTurn(None, "model", error=f"assistant turn failed: empty answer (finish_reason {finish}"
+                                 f"{'; raise --assistant-max-tokens' if finish == 'length' else ''})")
+        return self._with_answer(item, content, reasoning, finish)
+
+    async def _fan_out(self, inputs: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
+        """Run `work` over inputs with the concurrency limit, preserving order."""
+        results: list[Any] = [None] * len(inputs)
+        feed = iter(enumerate(inputs))
+
+        async def worker() -> None:
+            for index, value in feed:
+                results[index] = await work(value)
+
+        await run_all(worker() for _ in range(min(self.settings.concurrency, len(inputs))))
+        return results

@@ -1,0 +1,112 @@
+"""Planning: every planned key, the plan's own checks, resuming against a results file, the items still to probe,
+and the swap partner of each item."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.probe.requests import RequestBuilder
+
+from userturn.core.errors import UserError
+from userturn.core.fingerprint import ConfigMismatch, ExistingConfigs
+from userturn.core.records import check_key_format, condition_suffix, key_prefix, key_prefixes, record_key
+from userturn.core.resume_index import ResumeIndex
+
+
+class Planner(RequestBuilder):
+    """What the run will do, and what of it is already done."""
+
+    # ----- planning -------------------------------------------------------------------------------------------
+    def iter_keys(self) -> Iterator[str]:
+        """Every planned sample's key, in run order (a generator: a run may plan millions)."""
+        s = self.settings
+        suffixes = [condition_suffix(t, k) for t in s.temperatures for k in range(s.samples)]
+        for item_id in self._ids():
+            for p in s.perturbations:
+                prefix = key_prefix(s.model, s.dataset, item_id, p, s.mode)
+                yield from (prefix + suffix for suffix in suffixes)
+
+    def _ids(self) -> Sequence[str]:
+        return getattr(self.items, "ids", None) or [item.id for item in self.items]
+
+    def _check_plan(self) -> None:
+        """No sample planned twice: the keys of one item are distinct, and so are the item ids."""
+        s = self.settings
+        ids = self._ids()
+        if not ids:
+            return
+        one = [record_key(s.model, s.dataset, ids[0], p, t, k, s.mode)
+               for p in s.perturbations for t in s.temperatures for k in range(s.samples)]
+        if len(set(one)) != len(one):
+            raise UserError("the same sample is planned twice: repeated --temperature or --perturb values")
+        if len(set(ids)) != len(ids):
+            raise UserError("the same sample is planned twice: two items share an id")
+
+    def check_resume(self, existing: ResumeIndex) -> None:
+        """Refuse (ConfigMismatch, exit 2) when `existing` ok records of this model, dataset, mode and a planned
+        perturbation were made with other settings, or lack a fingerprint and share a key with this run; also
+        refuse a file whose keys are in the pre-schema-2 format (they could not be matched)."""
+        if existing.old_schema is not None:
+            check_key_format(existing.old_schema[0], self.out_path, existing.old_schema[1])
+        missing = sorted(set(existing.missing_configs()) - set(self.fingerprints.values()))
+        if missing:
+            raise ConfigMismatch(f"{self.out_path} holds records of configuration {missing[0]} but no configuration "
+                                 f"line for it, so its settings cannot be compared with this run's; "
+                                 f"{self.resume_hint}")
+        found = ExistingConfigs()
+        found.configs = existing.ok_configs
+        found.unfingerprinted = existing.unfingerprinted_keys
+        planned: Collection[str] = set(self.iter_keys()) if found.unfingerprinted else ()
+        found.check(self.configs.values(), planned, path=self.out_path, hint=self.resume_hint)
+
+    def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]]
+                          ) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
+        """(item, [(perturbation, its keys, positions of the keys not yet ok)]) in run order, less the items whose
+        every planned key is already ok (counted as skipped here), which are never read: a resume over a dataset
+        kept on disk parses only the items it still has to probe. Keys share one escaped prefix per item and
+        perturbation; the `t=T|s=K` suffixes are built once."""
+        s = self.settings
+        suffixes = [condition_suffix(t, k) for t, k in conditions]
+        planned = len(s.perturbations) * len(suffixes)
+
+        prefixes = [(p, key_prefixes(s.model, s.dataset, p, s.mode)) for p in s.perturbations]
+
+        def unfinished() -> Iterator[tuple[int, list[tuple[str, list[str], list[int]]]]]:
+            ids = self._ids()
+            for index in range(len(ids)):
+                item_id = ids[index]
+                plans = []
+                for perturbation, prefix in prefixes:
+                    start = prefix(item_id)
+                    keys = [start + suffix for suffix in suffixes]
+                    plans.append((perturbation, keys, done.pending(keys)))
+                if any(pending for _, _, pending in plans):
+                    yield index, plans
+                else:
+                    self.counters.skipped += planned
+                    self.counters.total -= planned
+
+        read = getattr(self.items, "read_tagged", None)
+        return read(unfinished()) if read is not None else ((self.items[i], plans) for i, plans in unfinished())
+
+    def _partner(self, item: DatasetItem) -> str | None:
+        """The item whose assistant turn `swap` puts in: the first after this one on the seeded ring
+        (client.probe.perturb.SwapRing) that is not a sample of the same query, is of the item's `meta.category` when it
+        has one, and, for dataset turns, ends with an assistant turn other than this one's. None when no item
+        qualifies (or `swap` is not planned)."""
+        if self._ring is None:
+            return None
+        query = (item.meta or {}).get("query_id", item.id)
+        category = (item.meta or {}).get("category")
+        own = item.messages[-1].content if item.ends_with_assistant else None
+        for other_id in self._ring.after(item.id):
+            other = self._pool[other_id]
+            if (other.meta or {}).get("query_id", other.id) == query or (
+                    category is not None and (other.meta or {}).get("category") != category):
+                continue
+            if self.settings.assistant_from == "model":
+                return other_id
+            if other.ends_with_assistant and other.messages[-1].content != own:
+                return other_id
+        return None

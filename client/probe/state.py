@@ -1,0 +1,131 @@
+"""The state of one probe run, set up once: settings, endpoints, renderer, stops, rate limiter, counters, the
+configuration (and fingerprint) of each planned perturbation, and the swap ring.
+
+`ProbeRun` (client/probe/pipeline.py) is built in layers, one module each, read in this order: `RunState` (here),
+`RequestBuilder` (requests.py), `Planner` (planning.py), `AssistantTurns` (assistant_turns.py), `ProbeRun`."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.http.endpoint import Endpoint
+from userturn.client.http.ratelimit import RateLimiter
+from userturn.client.http.replies import response_cap_for
+from userturn.client.probe.perturb import SwapRing
+from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
+from userturn.client.probe.settings import (
+    JudgeHook,
+    PerturbFn,
+    ProbeSettings,
+    Renderer,
+    RoleFlipFn,
+    ScoreFn,
+    check_extra_body,
+    no_perturbation,
+)
+from userturn.client.render.special_tokens import SpecialTokens
+
+from userturn.core.fingerprint import GenerationConfig, fingerprint
+from userturn.core.records import ConfigLine, Message, sha256_text
+
+
+class RunState:
+    """The settings and the parts of one probe run; `ProbeRun` adds the work."""
+
+    def __init__(
+        self,
+        items: Sequence[DatasetItem],
+        settings: ProbeSettings,
+        *,
+        endpoints: Sequence[Endpoint],
+        renderer: Renderer | None,
+        out_path: str,
+        judge: JudgeHook | None = None,
+        perturb: PerturbFn | None = None,
+        scorer: ScoreFn | None = None,
+        role_flip: RoleFlipFn | None = None,
+        progress: bool = True,
+        progress_title: str | None = None,
+        allow_special_tokens: bool = False,
+        swap_pool: Sequence[DatasetItem] | None = None,
+        resume_hint: str = "use another --out",
+    ) -> None:
+        """`swap_pool`: every item of the dataset (before --limit and shuffling), where `swap` partners come from;
+        default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file."""
+        if settings.mode == "raw" and renderer is None:
+            raise ValueError("raw mode needs a chat-template renderer")
+        if settings.mode == "chat" and role_flip is None:
+            raise ValueError("chat mode needs a role-flip function")
+        self.items = items if isinstance(items, Sequence) else list(items)  # may stay on disk (JsonlItems)
+        self.settings = settings
+        self.endpoints = list(endpoints)
+        self._next_endpoint = itertools.cycle(self.endpoints)
+        self.renderer = renderer
+        self.out_path = out_path
+        self.judge = judge
+        self.perturb = perturb or no_perturbation
+        self.scorer = scorer
+        self.role_flip = role_flip
+        self.limiter = RateLimiter(settings.rpm, settings.tpm)
+        self.allow_special_tokens = allow_special_tokens
+        self.special_tokens: SpecialTokens | None = getattr(renderer, "special_tokens", None) \
+            if settings.mode == "raw" else None
+        self.counters = RunCounters()
+        self.progress = Progress(
+            self.counters,
+            lambda: [e.stats for e in self.endpoints],
+            judge_stats=lambda: judge_endpoint_stats(self.judge),
+            title=progress_title or f"userturn probe {settings.model} on {settings.dataset}",
+            enabled=progress,
+        )
+        self._path = "chat/completions" if settings.mode == "chat" else "completions"
+        self._response_cap = response_cap_for({"max_tokens": settings.max_tokens, **settings.extra_body})
+        self._send_temperature = "temperature" not in settings.extra_body
+        self._send_seed = "seed" not in settings.extra_body
+        check_extra_body(settings)
+        self._stops: list[str] = []
+        self._stop_ids: list[int] = []
+        if renderer is not None and settings.mode == "raw":
+            self._stops = list(dict.fromkeys([*renderer.stop, *settings.extra_stop]))
+            self._stop_ids = list(dict.fromkeys([*renderer.stop_token_ids, *settings.extra_stop_token_ids]))
+        self.resume_hint = resume_hint
+        self.configs = {p: self._config(p) for p in settings.perturbations}
+        self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
+        self._unwritten: dict[str, ConfigLine] = {}  # configuration lines not yet written by this run (`_write`)
+        self._pool: dict[str, DatasetItem] = {}
+        self._ring: SwapRing | None = None
+        if "swap" in settings.perturbations:  # only swap needs every item at once
+            self._pool = {item.id: item for item in (swap_pool if swap_pool is not None else self.items)}
+            for item in self.items:
+                self._pool.setdefault(item.id, item)
+            self._ring = SwapRing(settings.seed, self._pool)
+        self._partners: dict[str, str] = {}
+
+    # ----- configuration --------------------------------------------------------------------------------------
+    def _config(self, perturbation: str) -> dict[str, Any]:
+        """The readable settings that shape this run's generations under `perturbation` (client.fingerprint)."""
+        s = self.settings
+        by_model = s.assistant_from == "model"
+        raw = s.mode == "raw" and self.renderer is not None
+        chat_prompt = None
+        if s.mode == "chat" and self.role_flip is not None:
+            probe = [Message(role="user", content="Q"), Message(role="assistant", content="A")]
+            chat_prompt = sha256_text(orjson.dumps([m.model_dump() for m in self.role_flip(probe)]).decode())
+        return GenerationConfig(
+            model=s.model, dataset=s.dataset, mode=s.mode, perturbation=perturbation,
+            assistant_source=s.assistant_from,
+            assistant_model=s.model if by_model else None,
+            assistant_temperature=s.assistant_temperature if by_model else None,
+            assistant_max_tokens=s.assistant_max_tokens if by_model else None,
+            template_engine=getattr(self.renderer, "engine", "jinja") if raw else None,
+            template_sha256=self.renderer.template_sha256 if raw and self.renderer else None,
+            template_kwargs=dict(s.template_kwargs) if raw else None,
+            chat_prompt_sha256=chat_prompt,
+            max_tokens=s.max_tokens, stop=self._stops,
+            stop_token_ids=self._stop_ids if (s.send_stop_token_ids and raw) else [],
+            top_p=s.top_p, extra_body=s.extra_body, seed=s.seed,
+        ).model_dump(mode="json")

@@ -1,0 +1,1 @@
+"""Prompts: chat templates, Harmony, stop strings, special tokens, chat mode, prompt replay."""

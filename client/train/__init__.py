@@ -1,0 +1,1 @@
+"""LoRA training on probe results (the `train` extra)."""

@@ -1,0 +1,181 @@
+"""`userturn` command line: one entry point, subcommands registered by each package."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import re
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from userturn.core.errors import UserError, first_error
+from userturn.core.version import __version__
+
+Registrar = Callable[[argparse._SubParsersAction], None]
+
+
+def _registrars() -> list[Registrar]:
+    from userturn.cli.experiment import register as register_experiment
+    from userturn.cli.judges import register as register_judges
+    from userturn.cli.list import register as register_list
+    from userturn.cli.probe import register as register_probe
+    from userturn.cli.serve import register as register_serve
+    from userturn.cli.train import register as register_train
+
+    return [register_probe, register_judges, register_serve, register_experiment, register_list, register_train]
+
+
+class DefaultsFormatter(argparse.HelpFormatter):
+    """argparse's help, each option's default appended where its help does not state it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or action.required or action.default in (None, False, [], argparse.SUPPRESS)
+                or "default" in text.lower() or text == argparse.SUPPRESS):
+            return action.help
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    """' (did you mean X?)' for the closest candidate (difflib), '' when none is close."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the full usage is one `--help` away) with a suggestion for a
+    mistyped subcommand, choice or flag, and every option's default in `--help`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        match = CHOICE.search(message)
+        if match:
+            choices = [c.strip().strip("'") for c in match.group(2).split(",")]
+            message += did_you_mean(match.group(1), choices)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """argparse's parse_args, an unknown flag named with the closest flag of its subcommand."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            flags = self._flags_of(getattr(parsed, "command", None))
+            named = [f"{arg}{did_you_mean(arg.split('=', 1)[0], flags) if arg.startswith('-') else ''}"
+                     for arg in extras]
+            prog = self._subcommand_prog(getattr(parsed, "command", None))
+            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(named)} (see {prog} --help)\n")
+        return parsed
+
+    def _commands(self) -> dict[str, argparse.ArgumentParser]:
+        action = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+        return dict(action.choices) if action is not None else {}
+
+    def _flags_of(self, command: str | None) -> list[str]:
+        parser = self._commands().get(command or "", self)
+        return [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+
+    def _subcommand_prog(self, command: str | None) -> str:
+        parser = self._commands().get(command or "")
+        return parser.prog if parser is not None else self.prog
+
+    def format_help(self) -> str:
+        """argparse's help with the epilog (the examples) kept as written: indented command lines, not refilled."""
+        epilog, self.epilog = self.epilog, None
+        try:
+            text = super().format_help()
+        finally:
+            self.epilog = epilog
+        return text + ("\n" + epilog.rstrip() + "\n" if epilog else "")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="userturn",
+        description="Measure interaction awareness: have a model write the next user turn, judge it, report.",
+    )
+    parser.add_argument("--version", action="version", version=f"userturn {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in _registrars():
+        register(sub)
+    from userturn.cli.help_text import epilog
+
+    parser.epilog = epilog(None)
+    for name, command in sub.choices.items():
+        command.epilog = epilog(name)
+        for action in command._actions:  # an option without help still states its default
+            if action.help is None and action.option_strings and action.default not in (None, False, []):
+                action.help = "default: %(default)s"
+    return parser
+
+
+class Terminated:
+    """SIGTERM handled as Ctrl-C: the running command is interrupted the same way (an asyncio run cancels its main
+    task, so servers stop and written records stay), then exits 143 with the resume hint."""
+
+    received = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        cls.received = True
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if callable(on_interrupt):  # asyncio.Runner's (cancels the main task) or Python's default (raises)
+            on_interrupt(signal.SIGINT, frame)
+            return
+        raise KeyboardInterrupt  # SIGINT ignored (a background job): interrupt here
+
+    @classmethod
+    def install(cls) -> None:
+        cls.received = False
+        with contextlib.suppress(ValueError):  # not the main thread (an embedding caller): leave SIGTERM alone
+            signal.signal(signal.SIGTERM, cls.handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI. Every subcommand sets `func(args) -> int`; UserError becomes one line and an exit code; Ctrl-C
+    and SIGTERM end with the resume hint (exit 130 and 143)."""
+    Terminated.install()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        from userturn.cli.paths import check_paths
+
+        check_paths(args)  # every bad path is one line and exit 2, before anything loads or launches
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"userturn: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ValidationError as exc:  # a setting that slipped past the flag checks: still one line
+        print(f"userturn: error: {first_error(exc, exc.title)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        what = "terminated (SIGTERM)" if Terminated.received else "interrupted"
+        print(f"userturn: {what}; completed records are kept, rerun the same command to resume", file=sys.stderr)
+        return 143 if Terminated.received else 130
+    except SystemExit as exc:  # a launched server's context turns SIGTERM/SIGHUP into SystemExit(128 + signal)
+        if exc.code not in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
+            raise
+        name = "SIGTERM" if exc.code == 128 + signal.SIGTERM else "SIGHUP"
+        print(f"userturn: terminated ({name}); completed records are kept, rerun the same command to resume",
+              file=sys.stderr)
+        return int(exc.code)
+
+
+def entry() -> int:
+    """The `userturn` console script."""
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

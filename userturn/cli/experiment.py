@@ -1,0 +1,295 @@
+"""`userturn run` (experiment files), `userturn export` (training data), `userturn rerank`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from userturn.cli.argtypes import positive_int
+from userturn.cli.probe import add_network_arguments, configure_network
+from userturn.cli.show import add_arguments as add_show_arguments
+from userturn.cli.show import show_record, wants_record
+from userturn.core.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `run`, `export` and `rerank` to the `userturn` parser."""
+    run = sub.add_parser("run", help="run an experiment file (models x datasets x ... grid), then report",
+                         description="Run every model x dataset x mode of an experiment YAML into one resumable "
+                                     "results file, <out_dir>/<name>/results.jsonl, and print the report. "
+                                     "Rerun the same command to resume.")
+    run.add_argument("experiment", metavar="EXPERIMENT", help="experiment YAML, or a shipped experiment by name (e.g. "
+                     "smoke; `userturn list` shows them)")
+    run.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
+    run.add_argument("--no-progress", action="store_true",
+                   help="plain progress lines (every 10 s and one at the end) instead of the live view")
+    run.add_argument("--dry-run", action="store_true",
+                     help="validate, load datasets, check every base_url model's endpoint (reachable, serving the "
+                          "model; exit 3 naming each that is not) and print the plan; nothing is launched")
+    run.add_argument("--keep-going", action="store_true",
+                     help="when a model fails (unreachable, not served, its server fails to start), go on with the "
+                          "others; at the end report the finished part and one line per failed model (exit 3)")
+    run.add_argument("--rejudge", action="store_true",
+                     help="the results file holds labels of another judge panel (other `judges:` models or prompt): "
+                          "label those records again instead of refusing")
+    run.add_argument("--launcher", choices=["local", "slurm"], default=None,
+                     help="where manifest servers run (overrides the file's `launcher`; a model's own wins)")
+    add_network_arguments(run.add_argument_group("network"))
+    run.add_argument("--parallel-models", type=positive_int, default=1, metavar="K",
+                     help="keep up to K models' servers (SLURM jobs) queued, starting or serving at once, so queue "
+                          "and start-up waits overlap; the ready ones are probed one at a time (default 1)")
+    run.set_defaults(func=run_command)
+
+    export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
+                            description="Write judged conversations as TRL conversational JSONL: `sft` rows end "
+                                        "with the genuine follow-up as the final user turn; `preference` rows pair a "
+                                        "genuine follow-up (chosen) with a degenerate one (rejected) for the same "
+                                        "context. Unlabeled and failed records are skipped and counted. `sft-human` "
+                                        "rows end with the human-written next turn the dataset carries "
+                                        "(meta.second_turn, MT-Bench), one per distinct unperturbed conversation.")
+    export.add_argument("results", metavar="RESULTS.jsonl")
+    export.add_argument("--format", choices=["sft", "preference", "sft-human"], required=True)
+    export.add_argument("--out", default=None, metavar="FILE", help="output file (default: stdout)")
+    export.set_defaults(func=export_command)
+
+    show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
+                          description="Print the generated user turns of a results file as a table: short key (what "
+                                      "`show FILE KEY` opens), model, item, temperature, sample, perturbation, "
+                                      "query, generated turn, the human-written next turn where the dataset has one "
+                                      "(meta.second_turn), and the label with who gave it. The table takes the "
+                                      "terminal's width (piped: $COLUMNS, else 100).")
+    show.add_argument("results", metavar="RESULTS.jsonl")
+    show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
+                                      "value; repeat a flag for alternatives)")
+    filters.add_argument("--model", action="append", default=[], metavar="PATTERN", help="models to show")
+    filters.add_argument("--label", action="append", default=[], metavar="PATTERN",
+                         help="labels to show (`unjudged`: records without one)")
+    filters.add_argument("--perturb", action="append", default=[], metavar="PATTERN", help="perturbations to show")
+    filters.add_argument("--item", action="append", default=[], metavar="PATTERN", help="dataset item ids to show")
+    add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
+    show.set_defaults(func=show_command)
+
+    compact = sub.add_parser("compact", help="rewrite a results file to its current lines (drop superseded ones)",
+                             description="Rewrite a results file in place, atomically, to its current lines: the "
+                                         "first configuration line of each configuration and the last line of each "
+                                         "record (key and configuration). Lines superseded by a later one (a record "
+                                         "judged again, an error retried) and a torn final line are dropped.")
+    compact.add_argument("results", metavar="RESULTS.jsonl")
+    compact.set_defaults(func=compact_command)
+
+    rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
+                            description="For queries with several sampled assistant responses, score each "
+                                        "response by the genuine follow-up rate it elicits and compare with task "
+                                        "correctness (AUROC, within-query AUROC, top-1 agreement).")
+    rerank.add_argument("results", metavar="RESULTS.jsonl")
+    rerank.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    rerank.set_defaults(func=rerank_command)
+
+
+def compact_command(args: argparse.Namespace) -> int:
+    from userturn.core.jsonl import compact
+
+    report = compact(args.results)
+    print(f"userturn compact: {args.results}: kept {report.kept} of {report.records} record lines "
+          f"({report.superseded} superseded) and {report.configs} configuration lines ({report.dropped_configs} "
+          f"repeated dropped){'; dropped a torn final line' if report.torn_tail else ''}", file=sys.stderr)
+    return 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from userturn.core import aio
+    from userturn.core.results_lock import results_lock
+    from userturn.core.shipped import resolve_named
+    from userturn.orchestrate.experiment import check_files, load_experiment, results_path
+    from userturn.orchestrate.grid import ModelFailures, run_experiment
+
+    configure_network(args)
+    source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
+    exp, base = load_experiment(source)
+    check_files(exp, source)
+    if args.dry_run:
+        if args.keep_going:
+            raise UserError("--keep-going applies to a real run, not to --dry-run")
+        return dry_run(exp, base, source)
+    from userturn.serve.launcher import terminate_on_sigterm
+
+    failures = ModelFailures([]) if args.keep_going else None
+    # held for the whole grid (exit 2 if another run has it); SIGTERM tears down servers launched in threads, too
+    with results_lock(results_path(exp, args.out_dir)), terminate_on_sigterm():
+        results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
+                                                      progress=not args.no_progress, rejudge=args.rejudge,
+                                                      launcher=args.launcher, parallel_models=args.parallel_models,
+                                                      failures=failures))
+    errors = sum(s.errors for s in summaries)
+    from userturn.client.terminal import console
+    from userturn.judges.run_view import print_run_report
+
+    if results.is_file() and results.stat().st_size:
+        print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
+    print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
+          f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
+    not_applicable = sum(s.not_applicable for s in summaries)
+    if not_applicable:
+        print(f"userturn: {not_applicable} samples skipped: their perturbation does not apply to the item "
+              "(e.g. wrong_answer without a number)", file=sys.stderr)
+    status = 0
+    if errors:
+        print(f"userturn: {errors} samples failed (see `error` in {results}); rerun the same command to retry them",
+              file=sys.stderr)
+        status = 1
+    judge_failures = sum(s.judge_failures for s in summaries)
+    if judge_failures:
+        from userturn.judges.panel import judge_failure_line
+
+        print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
+        status = 1
+    if failures is not None and failures.lines:
+        print(f"userturn: {len(failures.lines)} of {len(exp.models)} models failed (--keep-going went on with the "
+              "others; rerun the same command to resume them):", file=sys.stderr)
+        for line in failures.lines:
+            print(f"userturn: failed: {line}", file=sys.stderr)
+        status = 3
+    return status
+
+
+def dry_run(exp: Any, base: Path, source: Path) -> int:
+    """Validate the grid without launching anything: datasets load, each model's settings resolve, and in raw mode
+    each model's chat template renders one real prompt (printed) that ends at the open user header."""
+    from userturn.client.probe.dry_run import render_preview, shown
+    from userturn.orchestrate.experiment import (
+        assistant_source,
+        load_items,
+        naming_entry,
+        plan,
+        planned_records,
+        target_source,
+    )
+    from userturn.orchestrate.run_builder import ProbeTarget, load_renderer, preview
+
+    datasets = [load_items(entry, exp, base) for entry in exp.datasets]
+    sources = [assistant_source(entry, exp, items) for entry, (_, items, _) in zip(exp.datasets, datasets,
+                                                                                     strict=True)]
+    counts = [len(items) for _, items, _ in datasets]
+    options = []
+    prompts = []
+    for index, entry in enumerate(exp.models):
+        with naming_entry(source, index, entry):
+            fields, o = preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])
+            options.append(o)
+            if "raw" in exp.modes:
+                target = ProbeTarget(base_urls=[], model=str(entry.model or entry.label), **fields)
+                prompt = render_preview(load_renderer(target, o), datasets[0][1], sources[0])
+                prompts.append((entry.label, datasets[0][0], prompt))
+    grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
+    print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
+          f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
+          f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
+          "samples)")
+    for entry, o in zip(exp.models, options, strict=True):
+        print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
+              f"top_p {o.top_p}, concurrency {o.concurrency}")
+    for label, dataset, prompt in prompts:
+        print(f"--- {label}: raw prompt of the first {dataset} item, as it will be sent (ends at the open user "
+              f"header) ---\n{shown(prompt)}\n--- end of prompt ---")
+    from userturn.core import aio
+    from userturn.orchestrate.experiment import check_endpoints
+
+    endpoints = sum(entry.base_url is not None for entry in exp.models)
+    judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
+    problems = aio.run(check_endpoints(exp, base, source))
+    launched = len(exp.models) - endpoints
+    parts = [f"{endpoints - len(problems.models)} of {endpoints} base_url models reachable and serving their model"
+             ] if endpoints else []
+    parts += [f"{judges - len(problems.judges)} of {judges} judges reachable and serving theirs"] if judges else []
+    parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
+    print("endpoints: " + "; ".join(parts))
+    for problem in problems.lines:
+        print(f"userturn: {problem}", file=sys.stderr)
+    return 3 if problems.lines else 0
+
+
+def _records(path: str) -> list:
+    from userturn.core.jsonl import read_records
+
+    if not Path(path).is_file():
+        raise UserError(f"results file not found: {path}")
+    records, report = read_records(path)
+    if report.torn_tail:
+        print(f"userturn: {path}: ignored a torn final line", file=sys.stderr)
+    return list(records.values())
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from userturn.client.analysis.export import export_rows
+
+    rows, stats = export_rows(_records(args.results), args.format)
+    data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_bytes(data)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    if args.format == "sft-human":
+        skipped = (f"skipped: {stats.skipped_no_human_turn} without a human next turn, {stats.skipped_perturbed} "
+                   f"perturbed, {stats.duplicates} repeating a conversation already exported")
+    else:
+        skipped = (f"skipped: {stats.skipped_unlabeled} unlabeled, {stats.skipped_error} without a generation"
+                   + (f", {stats.skipped_not_genuine} not genuine" if args.format == "sft" else
+                      f", {stats.unpaired} without a partner"))
+    print(f"userturn: exported {stats.written} {args.format} rows from {stats.records} records"
+          f"{' to ' + args.out if args.out else ''} ({skipped})", file=sys.stderr)
+    if stats.written == 0:
+        hint = ("no record carries a human next turn (meta.second_turn: e.g. --dataset mt-bench)"
+                if args.format == "sft-human" else "judge the results first: records need labels")
+        print(f"userturn: nothing to export ({hint})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def show_command(args: argparse.Namespace) -> int:
+    from userturn.client.analysis.show import ShowFilter, select_records, turns_table
+    from userturn.client.short_keys import short_keys
+    from userturn.client.terminal import console
+
+    rows = ShowFilter(models=args.model, labels=args.label, perturbations=args.perturb, items=args.item)
+    if wants_record(args):
+        given = [flag for flag, values in (("--model", rows.models), ("--label", rows.labels),
+                                            ("--perturb", rows.perturbations), ("--item", rows.items)) if values]
+        if given:
+            raise UserError(f"{given[0]} filters the table of turns, not one KEY")
+        return show_record(args)
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {args.limit})")
+    records = _records(args.results)
+    keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
+    console().print(turns_table(select_records(records, rows), limit=args.limit, keys=keys,
+                                title=f"userturn show: {args.results}"))
+    return 0
+
+
+def rerank_command(args: argparse.Namespace) -> int:
+    from userturn.client.analysis.rerank import as_dicts, rerank, rerank_table
+
+    rows = rerank(_records(args.results))
+    if args.json:
+        print(json.dumps(as_dicts(rows), indent=2))
+        return 0
+    if not rows:
+        print("userturn: no query has labeled records with task correctness (need a scored dataset, judged "
+              "records, and several assistant samples per query)", file=sys.stderr)
+        return 1
+    from userturn.client.terminal import console as make_console
+
+    console = make_console()
+    console.print(rerank_table(rows, f"userturn rerank: {args.results}"))
+    console.print("AUROC: correct vs incorrect responses by follow-up rate (0.5 = no signal); within: same-query "
+                  "pairs only; top-1: the highest-rate response is correct (mixed queries: with correct and "
+                  "incorrect responses), vs a random pick in brackets.")
+    return 0

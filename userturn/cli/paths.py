@@ -1,0 +1,96 @@
+"""Paths named on the command line, checked before anything launches: one line and exit 2 for each bad one.
+
+Inputs must be readable files. Output files must not be directories; their missing parent directories are created
+(a parent that is a file, or one that cannot be created or written, is the error). Output directories are created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from userturn.core.errors import UserError
+
+# per command: (attribute, flag as the user typed it)
+INPUT_FILES: dict[str, list[tuple[str, str]]] = {
+    "judge": [("results", "results file")], "report": [("results", "results file")],
+    "export": [("results", "results file")], "show": [("results", "results file")],
+    "rerank": [("results", "results file")], "judge-eval": [("gold", "gold file")],
+    "compact": [("results", "results file")],
+    "probe": [("chat_template", "--chat-template")],
+}
+OUTPUT_FILES: dict[str, list[tuple[str, str]]] = {
+    "probe": [("out", "--out")], "judge": [("out", "--out")], "export": [("out", "--out")],
+    "judge-eval": [("out", "--out")], "report": [("html", "--html")], "serve": [("out", "--out")],
+}
+OUTPUT_DIRS: dict[str, list[tuple[str, str]]] = {"report": [("plots", "--plots")]}
+CHECKED_DIRS: dict[str, list[tuple[str, str]]] = {"run": [("out_dir", "--out-dir")]}  # created when the run starts
+
+
+def input_file(path: str | Path, what: str) -> Path:
+    """`path` as a readable file, else a UserError naming it and what is wrong."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{what} not found: {p}")
+    if p.is_dir():
+        raise UserError(f"{what} {p}: is a directory, not a file")
+    if not os.access(p, os.R_OK):
+        raise UserError(f"{what} {p}: cannot read it (permission denied)")
+    return p
+
+
+def _make_dir(d: Path, what: str) -> None:
+    for parent in (d, *d.parents):
+        if parent.exists() and not parent.is_dir():
+            raise UserError(f"{what}: cannot write there: {parent} is a file, not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what}: cannot create directory {d}: {exc.strerror}") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise UserError(f"{what}: cannot write in {d} (permission denied)")
+
+
+def output_file(path: str | Path, what: str) -> Path:
+    """`path` as a file that can be written (missing parents are created), else a UserError naming it."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{what} {p}: is a directory; name a file")
+    _make_dir(p.parent if str(p.parent) else Path("."), f"{what} {p}")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UserError(f"{what} {p}: cannot write it (permission denied)")
+    return p
+
+
+def output_dir(path: str | Path, what: str, *, create: bool = True) -> Path:
+    """`path` as a directory that exists (created if missing) and can be written, else a UserError. Without
+    `create`, only what is already there is checked (nothing on the way is a file)."""
+    p = Path(path)
+    if create:
+        _make_dir(p, f"{what} {p}")
+    else:
+        for parent in (p, *p.parents):
+            if parent.exists() and not parent.is_dir():
+                raise UserError(f"{what} {p}: {parent} is a file, not a directory")
+    return p
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Check every path flag of the parsed command (see the tables above) before it runs."""
+    command = str(getattr(args, "command", ""))
+    for attr, what in INPUT_FILES.get(command, []):
+        if getattr(args, attr, None) is not None:
+            input_file(getattr(args, attr), what)
+    dataset = getattr(args, "dataset", None) if command == "probe" else None
+    if isinstance(dataset, str) and Path(dataset).is_dir():  # a built-in name is no path: only a directory is wrong
+        raise UserError(f"--dataset {dataset}: is a directory; name a JSONL file or a built-in dataset")
+    for attr, what in OUTPUT_FILES.get(command, []):
+        if getattr(args, attr, None) is not None:
+            output_file(getattr(args, attr), what)
+    for attr, what in OUTPUT_DIRS.get(command, []):
+        if getattr(args, attr, None) is not None:
+            output_dir(getattr(args, attr), what)
+    for attr, what in CHECKED_DIRS.get(command, []):
+        if getattr(args, attr, None) is not None:
+            output_dir(getattr(args, attr), what, create=False)

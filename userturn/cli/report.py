@@ -1,0 +1,114 @@
+"""`userturn report RESULTS.jsonl [--json | --format F] [--html OUT.html] [--plots DIR] [filters]`: stream,
+summarise, select rows, render."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from userturn.client.terminal import console
+from userturn.core.errors import UserError
+from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
+from userturn.judges.report_filter import RowFilter, select_groups
+from userturn.judges.report_table import print_report
+
+
+def row_filter(args: argparse.Namespace) -> RowFilter:
+    """The row filters and model order the report flags set."""
+    return RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
+                     temperatures=args.temperature or [], model_order=args.model_order or [])
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """The report command: one streaming pass for the numbers, a second one only for the HTML examples. Exit 1 when
+    --plots could not draw (matplotlib missing); everything else asked for is still written."""
+    if args.json and args.format != "table":
+        raise UserError(f"--json and --format {args.format}: choose one output format")
+    if args.plot_temperature is not None and not (args.plots or args.html):
+        raise UserError("--plot-temperature needs --plots DIR or --html OUT.html")
+    report = summarise_file(args.results)
+    rows = row_filter(args)
+    groups = select_groups(report.groups, rows)
+    status = 0
+    figures: dict[str, dict[str, bytes]] | None = None
+    skipped: dict[str, str] = {}
+    why = ""
+    if args.plots or args.html:
+        figures, skipped, why = _figures(groups, args.plot_temperature, rows.model_order,
+                                         ("png", "pdf", "svg") if args.plots else ("svg",))
+        if args.plots:
+            status = _write_plots(figures, skipped, why, args.plots)
+        if args.html:
+            from userturn.judges.html_report import render_html, select_examples, write_html
+
+            examples = select_examples(args.results, report.keep)
+            html = render_html(groups, report.agreements, examples, report.records, figures, args.results, why,
+                               prompt_of=_replayer(args).prompt, skipped=skipped, filters=rows.describe())
+            print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.format != "table":
+        from userturn.judges.report_formats import RENDERERS
+
+        sys.stdout.write(RENDERERS[args.format](groups))
+    else:
+        source = args.results + (f" ({rows.describe()})" if rows.active else "")
+        if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
+            source += " (rules only: no rate below is a measurement)"
+        print_report(console(wide=args.wide), groups, report.agreements, source, wide=args.wide)
+        _print_notice(groups, args.results)
+    if report.superseded:
+        print(f"userturn report: {report.superseded} superseded lines in {args.results} not counted (a later line of "
+              "the same key and configuration replaced each, e.g. a re-judged record); `userturn compact` drops them",
+              file=sys.stderr)
+    return status
+
+
+def _print_notice(groups: list[GroupSummary], results: str) -> None:
+    from rich.markup import escape
+
+    from userturn.client.terminal import print_trimmed
+    from userturn.judges.rules_only import unjudged_notice
+
+    notice = unjudged_notice(groups, results)
+    if notice:
+        print_trimmed(console(), escape(notice))
+
+
+def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],
+             formats: tuple[str, ...]) -> tuple[dict[str, dict[str, bytes]], dict[str, str], str]:
+    """(figures drawn, {figure left out: why}, why none at all: '' when matplotlib is there)."""
+    from userturn.judges.plot_parts import matplotlib_missing
+    from userturn.judges.plots import render_figures, skipped_figures
+
+    missing = matplotlib_missing()
+    if missing:
+        return {}, {}, missing
+    return render_figures(groups, temperature, formats, order), skipped_figures(groups, temperature), ""
+
+
+def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], why: str, directory: str) -> int:
+    if why:
+        print(f"userturn report: no figures written to {directory}: {why}", file=sys.stderr)
+        return 1
+    from userturn.judges.plots import write_plots
+
+    paths = write_plots(figures, directory)
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        by_reason.setdefault(reason, []).append(name)
+    left_out = "".join(f"; not drawn (nothing to show): {', '.join(names)}: {reason}"
+                       for reason, names in by_reason.items())
+    print(f"userturn report: wrote {len(figures)} figure{'s' if len(figures) != 1 else ''} ({len(paths)} files: "
+          f"PNG, PDF, SVG) to {directory}{left_out}", file=sys.stderr)
+    return 0
+
+
+def _replayer(args: argparse.Namespace) -> Any:
+    """Rebuilds prompts for the HTML sample table (raw mode: from the file's configuration lines, or --tokenizer)."""
+    from userturn.client.render.prompt_replay import Replayer
+
+    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None), results=args.results)

@@ -1,0 +1,122 @@
+"""`userturn serve MANIFEST [--dry-run] [--emit slurm|k8s] [--out FILE]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from userturn.core.errors import UserError
+
+if TYPE_CHECKING:
+    from userturn.serve.launcher import Launcher, Server
+    from userturn.serve.manifest import Manifest
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `serve` to the `userturn` parser."""
+    p = sub.add_parser(
+        "serve",
+        help="launch a model server from a manifest (SGLang, vLLM, CPU engine, llama.cpp) or emit a cluster job",
+        description="Launch the servers a manifest describes, wait until they are ready, print their base URLs, and "
+        "stop them all on Ctrl-C/SIGTERM. --dry-run prints the exact commands; --emit writes a SLURM or Kubernetes "
+        "job instead.",
+    )
+    p.add_argument("manifest", metavar="MANIFEST", help="manifest YAML, or a shipped manifest by name (e.g. "
+                   "quickstart-cpu; `userturn list` shows them)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands (shell-quoted, with env) and exit")
+    p.add_argument("--emit", choices=["slurm", "k8s"], help="write an sbatch script or Kubernetes YAML instead")
+    p.add_argument("--out", type=Path, help="file for --emit (default: stdout)")
+    p.add_argument("--log-dir", type=Path, help="where server logs go (default: $TMPDIR/userturn-serve; with "
+                   "--launcher slurm ./userturn-slurm, which the compute nodes must see)")
+    add_launcher_argument(p)
+    p.set_defaults(func=run)
+
+
+def add_launcher_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--launcher local|slurm` (probe and run have the same flag)."""
+    parser.add_argument("--launcher", choices=["local", "slurm"], default=None,
+                        help="where a manifest's server runs: local processes (default) or a SLURM job (sbatch the "
+                        "--emit slurm script, wait for its endpoint, scancel at the end)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from userturn.serve.emit import render
+    from userturn.serve.launcher import dry_run_key, plan
+    from userturn.serve.manifest import load_manifest
+
+    m = load_manifest(args.manifest)
+    launcher: Launcher = args.launcher or "local"
+    if args.emit and args.launcher:
+        raise UserError("--emit writes the job; --launcher runs it: use one of them")
+    if args.emit:
+        text = render(m, args.emit)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text, encoding="utf-8")
+            print(f"wrote {args.out} ({args.emit})", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if args.out:
+        raise UserError("--out goes with --emit")
+    if args.dry_run and launcher == "slurm":
+        from userturn.serve.slurm_script import render_slurm
+
+        log = "%A_%a.log" if m.replicas > 1 else "%j.log"
+        print(f"# --launcher slurm would run: sbatch --parsable --output=RUN_DIR/{log} --chdir=RUN_DIR "
+              "--export=ALL,USERTURN_ENDPOINT_DIR=RUN_DIR/endpoints RUN_DIR/job.sbatch, with job.sbatch:")
+        sys.stdout.write(render_slurm(m))
+        return 0
+    if args.dry_run:
+        if m.engine == "external":
+            print(f"# engine external: nothing to launch; endpoint {m.base_url}")
+            return 0
+        specs, router = plan(m, api_key=dry_run_key(m))
+        for s in [*specs, *([router] if router else [])]:
+            print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on {s.url}")
+            print(s.shell())
+        return 0
+    try:
+        return _serve(m, args.log_dir, launcher)
+    except KeyboardInterrupt:
+        what = "the slurm job was cancelled" if launcher == "slurm" else "every server was stopped"
+        print(f"userturn: interrupted; {what}", file=sys.stderr)
+        return 130
+
+
+def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> int:
+    from userturn.serve.launcher import launch
+    from userturn.serve.process import ServerStartError
+
+    with launch(m, log_dir=log_dir, launcher=launcher) as server:
+        if m.engine == "external":
+            print(f"external endpoint {server.base_url} (nothing launched)")
+            return 0
+        for url in server.base_urls:
+            print(f"ready: {url}  model={server.model_name}", flush=True)
+        job = f" (slurm job {server.slurm_job_id})" if server.slurm_job_id else ""
+        print(f"serving{job}; Ctrl-C stops every server", file=sys.stderr, flush=True)
+        serving = list(server.base_urls)
+        while True:
+            failure = server.failure()
+            if failure:
+                raise ServerStartError(failure)
+            if server.follow is not None:
+                _follow(server, serving)
+            time.sleep(1.0)
+
+
+def _follow(server: Server, serving: list[str]) -> None:
+    """A requeued SLURM job comes back on another node or port: say so while it is gone, print its new URLs."""
+    now = server.follow() if server.follow is not None else None
+    if now is None and serving:
+        print(f"userturn: slurm job {server.slurm_job_id} stopped serving at {' '.join(serving)} (requeued?); "
+              "waiting for its new endpoint", file=sys.stderr, flush=True)
+        serving.clear()
+    elif now is not None and now != serving:
+        for url in now:
+            print(f"ready: {url}  model={server.model_name}  (slurm job {server.slurm_job_id} moved)", flush=True)
+        serving[:] = now

@@ -1,0 +1,115 @@
+"""`userturn show RESULTS.jsonl KEY`: one record whole, with the exact prompt it was generated from.
+
+The prompt is rebuilt from the results file alone (`client.render.prompt_replay`): the configuration line of the
+record's fingerprint holds the chat template text, its variables and date. `--tokenizer` (and `--chat-template`,
+`--renderer`) or `--manifest` replace it (needed only for files from before configuration lines). The rebuilt
+prompt is checked against the record's `prompt_sha256`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from userturn.core.errors import UserError
+
+EXAMPLES = """examples:
+  userturn show runs/smoke/results.jsonl
+  userturn show runs/smoke/results.jsonl --model 'smollm2*' --label unjudged --item 107
+  userturn show runs/smoke/results.jsonl 3f9a2c1          (a short key from the table's key column)
+  userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0'
+  userturn show results.jsonl KEY --prompt-only > prompt.txt"""
+
+
+def add_arguments(show: argparse.ArgumentParser) -> None:
+    """The KEY form's arguments on the `show` parser (and its examples, unless the parser has some)."""
+    show.description = (show.description or "") + (" With KEY: that one record whole, its prompt exactly as sent "
+                                                    "(rebuilt and checked against the record's prompt_sha256).")
+    if show.epilog is None:
+        show.epilog, show.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
+    show.add_argument("key", metavar="KEY", nargs="?", default=None,
+                      help="one record's key, or a unique prefix of it or of its short key (the table's key column): "
+                           "print it whole (prompt as sent, generated turn, human next turn, "
+                           "verdicts with rationales)")
+    g = show.add_argument_group("the prompt of a raw-mode record (default: rendered again from the results file's "
+                                "configuration line; these flags replace it, for files from before those lines)")
+    g.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF", help="the tokenizer the probe used")
+    g.add_argument("--chat-template", default=None, metavar="FILE", help="the --chat-template the probe used")
+    g.add_argument("--renderer", choices=["auto", "chat_template", "harmony"], default=None,
+                   help="the renderer the probe used (default: the record's template engine)")
+    g.add_argument("--manifest", default=None, metavar="FILE_OR_NAME",
+                   help="take tokenizer, template and renderer from a manifest's probe: section (flags win)")
+    g.add_argument("--date", type=_date, default=None, metavar="YYYY-MM-DD",
+                   help="the day the probe ran, for templates that print the date (with --tokenizer; default: "
+                        "today)")
+    g.add_argument("--prompt-only", action="store_true",
+                   help="print only the prompt, byte for byte as sent (raw: the prompt string; chat: the messages "
+                        "JSON); exit 1 when it does not match the record's prompt_sha256")
+
+
+def _date(text: str) -> Any:
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(text, "%Y-%m-%d").replace(hour=12)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected YYYY-MM-DD, got {text!r}") from None
+
+
+def replayer(args: argparse.Namespace) -> Any:
+    """The `Replayer` of the flags (a manifest's probe: section fills what they leave out)."""
+    from userturn.client.render.prompt_replay import Replayer
+
+    tokenizer, chat_template, renderer = args.tokenizer, args.chat_template, args.renderer
+    if args.manifest is not None:
+        from userturn.core.shipped import resolve_named
+        from userturn.orchestrate.run_builder import manifest_layer
+        from userturn.serve.manifest import load_manifest
+
+        layer = manifest_layer(load_manifest(resolve_named(args.manifest, "manifests")))
+        tokenizer = tokenizer or layer.tokenizer
+        chat_template = chat_template or layer.chat_template
+        renderer = renderer or layer.renderer
+    return Replayer(tokenizer, chat_template, renderer, now=args.date, results=args.results)
+
+
+def wants_record(args: argparse.Namespace) -> bool:
+    """A KEY, or a flag that only makes sense with one."""
+    return args.key is not None or any((args.tokenizer, args.chat_template, args.renderer, args.manifest,
+                                        args.date, args.prompt_only))
+
+
+def show_record(args: argparse.Namespace) -> int:
+    """Print one record (or only its prompt). Unknown key: UserError with the closest keys (exit 2)."""
+    from userturn.client.analysis.show import record_view
+    from userturn.client.render.prompt_replay import find_record
+    from userturn.client.short_keys import resolve_key
+
+    flags = [f for f, given in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template),
+                                ("--renderer", args.renderer), ("--manifest", args.manifest),
+                                ("--date", args.date), ("--prompt-only", args.prompt_only)) if given]
+    if args.key is None:
+        raise UserError(f"{flags[0]} needs a KEY: it applies to one record (userturn show RESULTS.jsonl KEY)")
+    if args.limit is not None:
+        raise UserError("--limit applies to the table of turns, not to one KEY")
+    record = find_record(args.results, resolve_key(args.results, args.key))
+    replay = replayer(args)
+    try:
+        prompt = replay.prompt(record)
+        problem = None
+    except UserError as exc:
+        if args.prompt_only or replay.tokenizer is not None or replay.config_of(record) is not None:
+            raise  # a renderer was asked for and does not fit: an error, not a quiet omission
+        prompt, problem = None, str(exc)
+    if args.prompt_only:
+        assert prompt is not None
+        sys.stdout.write(prompt.text)
+        sys.stdout.flush()
+        if not prompt.verified:
+            print(f"userturn show: the rebuilt prompt's sha256 {prompt.sha256[:16]} is not the record's "
+                  f"prompt_sha256 {(prompt.recorded_sha256 or 'none')[:16]}", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(record_view(record, prompt, problem, replay.config_of(record)))
+    return 0 if prompt is None or prompt.verified else 1

@@ -1,0 +1,88 @@
+"""`userturn train` and `userturn posttrain`: their parsers. The work is in `userturn.orchestrate.training_run` and
+`userturn.orchestrate.posttrain`, imported when a command runs (training pulls in pydantic models of TRL settings,
+templates and manifests: none of that belongs to the start-up of every other command)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from userturn.client.train.trainer import TrainSettings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `train` and `posttrain` to the `userturn` parser."""
+    p = sub.add_parser("train", help="LoRA-fine-tune a manifest's model on exported user turns (TRL)",
+                       description="Fine-tune the base model of a serving manifest with LoRA (TRL SFTTrainer or "
+                                   "DPOTrainer) on `userturn export` rows, every example rendered with the model's "
+                                   "own chat template and the loss on the final user turn only (SFT) or on the "
+                                   "chosen/rejected user turns (DPO). Writes the merged model, training.json and a "
+                                   "manifest.yaml that serves it under a distinct name into --out.")
+    p.add_argument("--manifest", required=True, metavar="M", help="serving manifest of the base model")
+    p.add_argument("--data", required=True, metavar="FILE.jsonl",
+                   help="`userturn export` output: sft / sft-human rows (--method sft), preference rows (dpo)")
+    p.add_argument("--method", choices=["sft", "dpo"], required=True)
+    p.add_argument("--out", required=True, metavar="DIR", help="new directory for the model and its manifest")
+    p.add_argument("--max-steps", type=int, default=None, metavar="N", help="optimizer steps (wins over --epochs)")
+    p.add_argument("--epochs", type=float, default=1.0, metavar="E")
+    p.add_argument("--lora-r", type=int, default=16, metavar="R", help="LoRA rank (alpha = 2R)")
+    p.add_argument("--learning-rate", type=float, default=None, metavar="LR", help="default 2e-4 (sft), 5e-5 (dpo)")
+    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--batch-size", type=int, default=1, metavar="B",
+                   help="examples per step (1: no padding, the fastest per example on a CPU)")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="K", help="steps accumulated per optimizer step")
+    p.add_argument("--max-length", type=int, default=384, metavar="T",
+                   help="tokens per example; a longer prompt is cut on the left (counted in training.json)")
+    p.add_argument("--beta", type=float, default=0.1, help="DPO beta")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--eval-set", action="append", default=[], metavar="FILE|NAME",
+                   help="evaluation dataset (JSONL or built-in NAME[:split]) whose items must not be in the data; "
+                        "repeatable")
+    p.add_argument("--no-progress", action="store_true", help="plain progress lines instead of the live bar")
+    p.set_defaults(func=train_command)
+
+    pt = sub.add_parser("posttrain", help="probe base -> judge -> export -> train -> probe held-out -> compare",
+                        description="Run a post-training experiment file (see experiments/posttrain.yaml): probe the "
+                                    "base model, judge, export training rows from items outside the held-out set, "
+                                    "train, probe the trained model on the held-out items, and report base vs "
+                                    "trained with the paired difference and its interval. Rerun to resume.")
+    pt.add_argument("experiment", metavar="POSTTRAIN.yaml")
+    pt.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
+    pt.add_argument("--no-progress", action="store_true", help="plain progress lines instead of live views")
+    pt.set_defaults(func=posttrain_command)
+
+
+def settings_from(args: argparse.Namespace) -> TrainSettings:
+    from pydantic import ValidationError
+
+    from userturn.client.train.trainer import TrainSettings
+    from userturn.core.errors import UserError, first_error
+
+    try:
+        return TrainSettings(method=args.method, max_steps=args.max_steps, epochs=args.epochs, lora_r=args.lora_r,
+                             learning_rate=args.learning_rate, seed=args.seed, batch_size=args.batch_size,
+                             grad_accum=args.grad_accum,
+                             max_length=args.max_length, beta=args.beta, threads=args.threads)
+    except ValidationError as exc:
+        raise UserError(f"train: --{first_error(exc).replace('_', '-')}") from None
+
+
+def train_command(args: argparse.Namespace) -> int:
+    from userturn.orchestrate.training_run import run_train
+
+    settings = settings_from(args)
+    outcome = run_train(Path(args.manifest), Path(args.data), settings, Path(args.out), eval_specs=args.eval_set,
+                        progress=not args.no_progress)
+    print(outcome.summary(), file=sys.stderr)
+    return 0
+
+
+def posttrain_command(args: argparse.Namespace) -> int:
+    from userturn.orchestrate.posttrain import posttrain_main
+
+    return posttrain_main(Path(args.experiment), out_dir=args.out_dir, progress=not args.no_progress)
+
+

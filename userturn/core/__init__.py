@@ -1,0 +1,1 @@
+"""The shared core: what every layer may import; it imports nothing else of userturn."""

@@ -1,0 +1,30 @@
+"""Default settings shared by every command: one place for retry, timeout, concurrency and token defaults.
+
+The CLI help texts, the experiment schema, the judge and endpoint configs and the run builder all read these, so
+`userturn probe`, `userturn run` and `userturn judge` cannot drift apart.
+"""
+
+from __future__ import annotations
+
+# Endpoints (client.http.endpoint.EndpointConfig; probe, run, judges)
+REQUEST_TIMEOUT_S = 300.0  # per-attempt deadline
+MAX_RETRIES = 5  # retries after the first attempt (429/5xx/timeouts/dropped connections)
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+API_KEY_ENV = "OPENAI_API_KEY"
+
+# The probe (ProbeOptions)
+CONCURRENCY = 64
+MAX_TOKENS = 256
+TEMPERATURES = (0.0,)
+SAMPLES = 1
+SEED = 0
+ASSISTANT_TEMPERATURE = 0.0
+ASSISTANT_MAX_TOKENS = 1024
+
+# Judges (judges.llm_judge.JudgeConfig, the --judge-* flags, `judges:` in experiments)
+JUDGE_MAX_TOKENS = 4096  # room for reasoning judges
+MIN_JUDGE_MAX_TOKENS = 16  # the shortest verdict, {"rationale": "", "label": "generic"}, is about 15 tokens
+JUDGE_TEMPERATURE = 0.0
+JUDGE_REASKS = 2
+JUDGE_CONCURRENCY = 16

@@ -1,0 +1,76 @@
+"""User-facing errors: one clear line, non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+
+class UserError(Exception):
+    """A fatal problem with the user's input or environment, printed as one line by the CLI."""
+
+    exit_code = 2
+
+
+class EndpointError(UserError):
+    """The run must stop: an endpoint refused the whole run (401/403/404) or is down (retries ran out unreachable).
+
+    Completed records are kept; the CLI exits 3.
+    """
+
+    exit_code = 3
+
+
+# The endpoint hierarchy: what one HTTP attempt can end in, and what the one retry policy
+# (client.http.endpoint.Endpoint, used by probe, chat mode and every judge) does with it:
+#   RetryableError  -> retried with backoff (429/408/5xx, connection refused/reset, timeout, malformed body);
+#   RequestFailed   -> this sample fails (error record, exit 1; a rerun retries it): a non-retryable 4xx, an oversized
+#                      response, or retries exhausted; with `endpoint_down` set, or a FATAL status, the caller raises
+#   EndpointError   -> the run stops (exit 3).
+AttemptKind = Literal["http", "malformed", "connect", "gateway", "dropped", "timeout"]
+
+
+class EndpointAttemptError(Exception):
+    """Base of the per-request endpoint failures; `reason` is one line with server text already redacted."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RetryableError(EndpointAttemptError):
+    """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response).
+
+    `kind` says what the attempt got: "http" (a response: a retryable status or a malformed body), "malformed" (bytes
+    that are not valid HTTP), "connect" (no connection), "gateway" (a 502/503/504: whatever answered could not reach
+    the server behind it), "dropped" (the connection broke) or "timeout".
+    """
+
+    def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+        self.kind: AttemptKind = kind
+
+
+class RequestFailed(EndpointAttemptError):
+    """A request that will not succeed: a non-retryable 4xx, an oversized response, or retries exhausted.
+
+    `endpoint_down` is set (to a one-line reason) when the retries ran out because the endpoint is unreachable: the
+    caller should stop the run rather than fail more samples (see `Endpoint._give_up`).
+    """
+
+    def __init__(self, reason: str, status: int | None = None, attempts: int = 1,
+                 endpoint_down: str | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.attempts = attempts
+        self.endpoint_down = endpoint_down
+
+
+def first_error(exc: ValidationError, whole: str = "") -> str:
+    """`field.path: message` of a validation error's first problem; `whole` names the location when the problem
+    is with the object itself."""
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}"

@@ -1,0 +1,187 @@
+"""One configuration per result: the settings that shape a generation, their fingerprint, and the resume check.
+
+Every record carries `config_fingerprint` (the first 16 hex digits of the sha256 of the readable settings below as
+canonical JSON: sorted keys, no spaces); the settings themselves are in the results file's configuration line of
+that fingerprint (`records.ConfigLine`, with how prompts were rendered and the run that wrote it: `run_info`). Two
+records with the same fingerprint were generated the same way; only their identity (item, temperature, sample)
+differs.
+
+What is in the configuration: the model name sent, the dataset name, the mode, the perturbation, where the
+assistant turn came from (and, for a model-written one, its temperature, max tokens and model), the rendered
+template's identity (engine, template sha256, template variables; the role-flip instruction in chat mode), max
+tokens, the stops and stop token ids sent, top_p, extra body fields and the run seed. Not in it: temperature and
+sample (per-record identity), concurrency, rate limits, timeouts, retries and --limit (they do not shape outputs).
+
+Resuming into a file holding ok records of the same model, dataset, mode and perturbation made with another
+configuration is refused (`check_resume`); error records do not count (they hold no result, and a rerun replaces
+those it plans again). Records without a fingerprint (files written before userturn recorded
+one) are refused only where their keys are ones this run plans (`check_unfingerprinted`): their settings cannot be
+compared, so they can neither be skipped as done nor be pooled with new ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import sys
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from userturn.core.errors import UserError
+from userturn.core.records import RunInfo
+from userturn.core.version import __version__
+
+# The settings that name a result row: records differing here are different rows, not a conflict.
+SCOPE: tuple[str, ...] = ("model", "dataset", "mode", "perturbation")
+# The settings an assistant turn written by the model depends on (reusing one across runs needs them equal).
+ASSISTANT_SETTINGS: tuple[str, ...] = (
+    "model", "dataset", "assistant_source", "assistant_model", "assistant_temperature", "assistant_max_tokens",
+    "seed", "extra_body",
+)
+
+
+class GenerationConfig(BaseModel):
+    """The settings that shape one generated user turn, besides its temperature and sample index."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    dataset: str
+    mode: Literal["raw", "chat"]
+    perturbation: str
+    assistant_source: Literal["dataset", "model"]
+    assistant_model: str | None = None
+    assistant_temperature: float | None = None
+    assistant_max_tokens: int | None = None
+    template_engine: str | None = None
+    template_sha256: str | None = None
+    template_kwargs: dict[str, Any] | None = None
+    chat_prompt_sha256: str | None = None
+    max_tokens: int
+    stop: list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    top_p: float | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    seed: int
+
+
+def fingerprint(config: Mapping[str, Any]) -> str:
+    """16 hex digits: sha256 of the configuration as canonical JSON (sorted keys)."""
+    return hashlib.sha256(orjson.dumps(dict(config), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """(setting, old value, new value) of the first setting that differs, in `new`'s order; None if equal."""
+    for key in [*new, *(k for k in old if k not in new)]:
+        if old.get(key) != new.get(key):
+            return key, old.get(key), new.get(key)
+    return None
+
+
+def _shown(key: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value[:12] if key.endswith("sha256") else value
+    return "null" if value is None else orjson.dumps(value).decode()
+
+
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+# A flag whose name ends in key, token, secret or password (`--api-key`, `--hf-token`), not `--tokenizer` or
+# `--api-key-env` (which names a variable).
+_SECRET_FLAG = re.compile(r"^(--(?:[\w-]*-)?(?:key|token|secret|password))(=.*)?$", re.IGNORECASE)
+
+
+def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> list[str]:
+    """The command line with URL credentials (`user:pass@`) and the values of key, token, secret and password flags
+    replaced by `[redacted]`; `scrub` removes what else is known to be secret (the probe passes
+    `client.http.redact`)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("[redacted]")
+            hide_next = False
+            continue
+        flag = _SECRET_FLAG.match(arg)
+        if flag:
+            if flag.group(2):
+                out.append(f"{flag.group(1)}=[redacted]")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(scrub(_URL_CREDENTIALS.sub("[redacted]@", arg)))
+    return out
+
+
+def run_info(argv: Sequence[str] | None = None, scrub: Callable[[str], str] = str) -> RunInfo:
+    """This run: userturn version, start time (UTC), host and the redacted command line (`redacted_command`)."""
+    return RunInfo(userturn_version=__version__, started=datetime.now(UTC).isoformat(timespec="seconds"),
+                   host=socket.gethostname(), command=redacted_command(sys.argv if argv is None else argv, scrub))
+
+
+class ConfigMismatch(UserError):
+    """The results file holds records of the same condition made with other settings (exit 2)."""
+
+
+def check_resume(existing: Mapping[str, Mapping[str, Any]], current: Mapping[str, Any], *, path: str,
+                 hint: str = "use another --out") -> None:
+    """Refuse to resume when `existing` ({fingerprint: config} of the records already in `path`) holds a
+    configuration of the same model, dataset, mode and perturbation as `current` that differs from it.
+
+    The message names the first differing setting, e.g. `runs/x.jsonl holds records made with max_tokens=256,
+    this run has max_tokens=64; use another --out`.
+    """
+    mine = fingerprint(current)
+    for other_print, other in existing.items():
+        if other_print == mine or any(other.get(k) != current.get(k) for k in SCOPE):
+            continue
+        difference = first_difference(other, current)
+        if difference is None:
+            continue
+        key, old, new = difference
+        raise ConfigMismatch(f"{path} holds records made with {key}={_shown(key, old)}, this run has "
+                             f"{key}={_shown(key, new)}; {hint}")
+
+
+def check_unfingerprinted(keys: Iterable[str], planned: Collection[str], *, path: str,
+                          hint: str = "use another --out") -> None:
+    """Refuse to resume when a record without a fingerprint (an older file) has a key this run plans."""
+    for key in keys:
+        if key in planned:
+            raise ConfigMismatch(f"{path} holds records without a configuration fingerprint (written by an older "
+                                 f"userturn), e.g. {key}, so their settings cannot be compared with this run's; "
+                                 f"{hint}")
+
+
+class ExistingConfigs:
+    """What the resume check needs from a results file, collected record by record (works on a streaming scan)."""
+
+    def __init__(self) -> None:
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.unfingerprinted: set[str] = set()
+
+    def add(self, key: str, config_fingerprint: str | None, config: Mapping[str, Any] | None,
+            status: str = "ok") -> None:
+        """One record of the file (the last line of its key); error records hold no result and are left out."""
+        if status != "ok":
+            return
+        if config_fingerprint is None or config is None:
+            self.unfingerprinted.add(key)
+        else:
+            self.configs.setdefault(config_fingerprint, dict(config))
+
+    def check(self, current: Iterable[Mapping[str, Any]], planned: Collection[str], *, path: str,
+              hint: str = "use another --out") -> None:
+        """`check_resume` for each current configuration, then `check_unfingerprinted` against the planned keys."""
+        for config in current:
+            check_resume(self.configs, config, path=path, hint=hint)
+        check_unfingerprinted(sorted(self.unfingerprinted), planned, path=path, hint=hint)
+
+
+__all__ = ["ASSISTANT_SETTINGS", "SCOPE", "ConfigMismatch", "ExistingConfigs", "GenerationConfig", "check_resume",
+           "check_unfingerprinted", "fingerprint", "first_difference", "redacted_command", "run_info"]

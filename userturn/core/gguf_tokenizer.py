@@ -1,0 +1,75 @@
+"""A GGUF model's tokenizer as an ordinary tokenizer directory, so the renderer needs no other flag.
+
+A `.gguf` file carries its tokenizer (vocabulary, merges, special-token ids) and chat template in its metadata.
+`gguf_tokenizer_dir(path)` has transformers convert that metadata once (`AutoTokenizer.from_pretrained(dir,
+gguf_file=name)`, the same conversion the CPU engine serves with) and saves the result (`tokenizer.json`,
+`tokenizer_config.json`, `chat_template.jinja`) in a cache directory keyed by the file's path, size and mtime.
+The renderer then reads that directory like any other: chat template, special tokens, stops and token counts all
+come from the GGUF file. Conversion takes ~5 s once; later loads read the cached files.
+Cache: `$USERTURN_CACHE_DIR/gguf-tokenizers` (default `$XDG_CACHE_HOME/userturn`, else `~/.cache/userturn`).
+Needs the `gguf` and `transformers` packages (`pip install 'userturn[cpu]'`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import shutil
+import tempfile
+from pathlib import Path
+
+from userturn.core.errors import UserError
+from userturn.core.files import cache_root
+from userturn.core.packaged import resolve
+
+MARKER = "userturn_gguf_source.txt"
+
+
+def gguf_file(name: str) -> Path:
+    """The GGUF file a name points at (a path or a `pkg:` name); a UserError if it is not there."""
+    path = Path(resolve(name)).expanduser()
+    if not path.is_file():
+        raise UserError(f"GGUF file not found: {name}")
+    return path.resolve()
+
+
+def cache_dir_for(path: Path) -> Path:
+    stat = path.stat()
+    digest = hashlib.sha256(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_root() / "gguf-tokenizers" / f"{path.stem}-{digest}"
+
+
+def _require_libraries(name: str) -> None:
+    for module in ("gguf", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            raise UserError(f"{name}: reading a GGUF tokenizer needs the {module!r} package: "
+                            "pip install 'userturn[cpu]'")
+
+
+def gguf_tokenizer_dir(name: str) -> Path:
+    """A tokenizer directory converted from the GGUF file `name` (cached; converted on first use)."""
+    path = gguf_file(name)
+    target = cache_dir_for(path)
+    if (target / MARKER).is_file():
+        return target
+    _require_libraries(name)
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as exc:  # an unreadable or unsupported file: one line naming it
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{name}: cannot read the tokenizer from the GGUF metadata: {reason}") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        tokenizer.save_pretrained(str(staging))
+        (staging / MARKER).write_text(f"{path}\n", encoding="utf-8")
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished first: its copy is the same conversion
+            if not (target / MARKER).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

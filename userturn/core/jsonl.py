@@ -1,0 +1,405 @@
+"""Results files: append-only JSONL of `ProbeRecord` lines and `ConfigLine`s, one writer at a time, safe against
+SIGKILL and full disks.
+
+Each record is written with a single `write()` of a complete line straight to the file descriptor, so a killed
+process leaves at most one torn final line; opening a file for append first cuts such a torn tail. A write that
+fails or falls short (ENOSPC, EIO) cuts the file back to its last complete line and stops the writer with
+`ResultsWriteError` (exit 5). A writer holds the file's lock (`client.results_lock`): a second one gets
+`ResultsLocked` (exit 2). Every reader tells configuration lines from records with `config_line` (and takes the
+configuration a record of schema 2 carries itself with `legacy_config`). Readers keep the last line per (key,
+configuration): `read_records` builds whole records, `userturn.core.resume_index.scan_results` streams only what a
+resume needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from userturn.core import results_lock
+from userturn.core.errors import UserError, first_error
+from userturn.core.records import ConfigLine, ProbeRecord
+from userturn.core.results_lock import ResultsLocked, ResultsWriteError
+
+
+@dataclass
+class ReadReport:
+    """What reading a results file found besides valid records."""
+
+    lines: int = 0  # record lines
+    torn_tail: bool = False
+    duplicates: int = 0  # superseded lines: a later line of the same key and configuration replaced them
+    skipped: list[str] = field(default_factory=list)
+    configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> configuration (its first line)
+
+
+def config_line(obj: Any) -> ConfigLine | None:
+    """A decoded results line as a `ConfigLine` when it is one (`"type": "config"`), else None (a record).
+    Raises ValidationError for a malformed configuration line."""
+    if isinstance(obj, dict) and obj.get("type") == "config":
+        return ConfigLine.model_validate(obj)
+    return None
+
+
+def is_config_line(raw: bytes) -> bool:
+    """Whether a raw line is a configuration line, without parsing it: userturn writes `"type"` first on them
+    (`ConfigLine`). For readers that validate records from bytes (`ProbeRecord.model_validate_json`)."""
+    return raw.lstrip().startswith(b'{"type":"config"')
+
+
+def read_configs(path: str | Path) -> dict[str, ConfigLine]:
+    """The configuration lines of a results file by fingerprint (the first of each), and the configurations its
+    records of schema 2 carry themselves; every other line is passed over unparsed."""
+    configs: dict[str, ConfigLine] = {}
+    path = Path(path)
+    if not path.is_file():
+        return configs
+    for _, raw, _complete in iter_lines(path):
+        if not is_config_line(raw) and b'"config":{' not in raw:
+            continue
+        try:
+            obj = orjson.loads(raw)
+            config = config_line(obj) or legacy_config(obj)
+        except (orjson.JSONDecodeError, ValidationError):
+            continue  # the readers of records name a malformed line
+        if config is not None:
+            configs.setdefault(config.fingerprint, config)
+    return configs
+
+
+def legacy_config(obj: Any) -> ConfigLine | None:
+    """The configuration a record of schema 2 carries itself (`config` beside `config_fingerprint`), else None."""
+    if isinstance(obj, dict) and isinstance(obj.get("config"), dict) and isinstance(obj.get("config_fingerprint"), str):
+        return ConfigLine(fingerprint=obj["config_fingerprint"], config=obj["config"])
+    return None
+
+
+def describe_error(exc: Exception) -> str:
+    """One line saying why a line is no record."""
+    if isinstance(exc, ValidationError):
+        return first_error(exc, "record")
+    return str(exc).split("\n")[0]
+
+
+@dataclass
+class CompactReport:
+    """What `compact` kept of a results file."""
+
+    records: int = 0  # record lines read
+    kept: int = 0  # record lines kept: the last of each key and configuration
+    configs: int = 0  # configuration lines kept: the first of each fingerprint
+    dropped_configs: int = 0  # later configuration lines of a fingerprint already described (earlier runs' resumes)
+    torn_tail: bool = False
+
+    @property
+    def superseded(self) -> int:
+        return self.records - self.kept
+
+
+def compact(path: str | Path) -> CompactReport:
+    """Rewrite a results file to its current lines: the first configuration line of each fingerprint and the last
+    record line of each (key, configuration), byte for byte and in file order; superseded lines (a record judged
+    again, an error retried) and a torn final line go. Holds the file's writer lock; the new file replaces the old
+    one atomically (written beside it, fsynced, renamed), so a kill leaves one or the other. A malformed line is a
+    UserError naming file:line, and nothing is rewritten. A configuration that only records of schema 2 describe
+    (each carried its own) gets a configuration line at the top, so dropping those records loses no description."""
+    path = Path(path)
+    report = CompactReport()
+    with results_lock.results_lock(path):
+        keep: set[int] = set()
+        last: dict[tuple[str, str | None], int] = {}
+        first_config: dict[str, int] = {}
+        legacy: dict[str, ConfigLine] = {}
+        for number, raw, complete in iter_lines(path):
+            try:
+                obj = orjson.loads(raw)
+                config = config_line(obj)
+                record = None if config is not None else ProbeRecord.model_validate(obj)
+            except (orjson.JSONDecodeError, ValidationError) as exc:
+                if not complete:
+                    report.torn_tail = True
+                    continue
+                raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
+            if config is not None:
+                if config.fingerprint in first_config:
+                    report.dropped_configs += 1
+                else:
+                    first_config[config.fingerprint] = number
+            elif record is not None:
+                report.records += 1
+                last[(record.key, record.config_fingerprint)] = number
+                old = legacy_config(obj)
+                if old is not None:
+                    legacy.setdefault(old.fingerprint, old)
+        keep.update(first_config.values(), last.values())
+        described = [config for fingerprint, config in legacy.items() if fingerprint not in first_config]
+        report.kept, report.configs = len(last), len(first_config) + len(described)
+        temporary = path.with_name(f".{path.name}.compact-{os.getpid()}")
+        try:
+            with temporary.open("wb") as out:
+                out.writelines(config.model_dump_json().encode() + b"\n" for config in described)
+                out.writelines(raw + b"\n" for number, raw, _ in iter_lines(path) if number in keep)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise UserError(f"cannot rewrite {path}: {exc.strerror or exc}; the file is unchanged") from None
+        with contextlib.suppress(OSError):  # the rename itself durable
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    return report
+
+
+def _cut_torn_tail(path: Path) -> bool:
+    """Make the file end at a line boundary before appending. Returns True if it cut a torn line.
+
+    A final line without a newline is a write cut by a kill: it is cut, unless it is a complete record that
+    only lacks its newline (the reader counts such a line as done), in which case the newline is added.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        return False
+    with path.open("rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return False
+        # Walk back to the previous newline.
+        pos = size
+        chunk = 65536
+        start_of_tail = 0
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            block = fh.read(pos - start)
+            idx = block.rfind(b"\n")
+            if idx >= 0:
+                start_of_tail = start + idx + 1
+                break
+            pos = start
+        fh.seek(start_of_tail)
+        if _is_record(fh.read()):
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
+            return False
+        fh.truncate(start_of_tail)
+        return True
+
+
+def _is_record(raw: bytes) -> bool:
+    """A complete record or configuration line (a final line that only lacks its newline)."""
+    try:
+        obj = orjson.loads(raw)
+        if config_line(obj) is None:
+            ProbeRecord.model_validate(obj)
+    except (orjson.JSONDecodeError, ValidationError):
+        return False
+    return True
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield (line number, raw line, complete?) for each non-empty line."""
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            complete = raw.endswith(b"\n")
+            raw = raw.strip()
+            if raw:
+                yield number, raw, complete
+
+
+def read_records(path: str | Path, *, strict: bool = True) -> tuple[dict[str, ProbeRecord], ReadReport]:
+    """Read a results file into {key: last record} and its configurations (`ReadReport.configs`). A torn final
+    line is ignored (and reported). A key with ok records of two configurations (e.g. two files concatenated) is
+    a UserError naming both: one would silently replace the other (`userturn report` shows them apart); an error
+    record is replaced by a later line of any configuration (a rerun with other settings, as resume allows).
+
+    A malformed complete line raises UserError naming file:line when `strict`, else it is skipped
+    and listed in the report.
+    """
+    path = Path(path)
+    report = ReadReport()
+    records: dict[str, ProbeRecord] = {}
+    if not path.exists():
+        return records, report
+    for number, raw, complete in iter_lines(path):
+        try:
+            obj = orjson.loads(raw)
+            config = config_line(obj)
+            if config is not None:
+                report.configs.setdefault(config.fingerprint, config)
+                continue
+            record = ProbeRecord.model_validate(obj)
+        except (orjson.JSONDecodeError, ValidationError) as exc:
+            if not complete:
+                report.torn_tail = True
+                continue
+            message = f"{path}:{number}: not a userturn record ({describe_error(exc)})"
+            if strict:
+                raise UserError(message) from None
+            report.skipped.append(message)
+            continue
+        report.lines += 1
+        old = legacy_config(obj)
+        if old is not None:
+            report.configs.setdefault(old.fingerprint, old)
+        earlier = records.get(record.key)
+        if earlier is not None:
+            if earlier.config_fingerprint != record.config_fingerprint and earlier.status == record.status == "ok":
+                raise UserError(f"{path}:{number}: record {record.key!r} was made with configuration "
+                                f"{record.config_fingerprint}, an earlier line of the same key with "
+                                f"{earlier.config_fingerprint}: the file mixes two configurations of the same "
+                                "samples; keep them in separate files (`userturn report` shows them apart)")
+            report.duplicates += 1
+        records[record.key] = record
+    return records, report
+
+
+_to_json = ProbeRecord.__pydantic_serializer__.to_json
+
+
+class JsonlWriter:
+    """Append records as complete lines to a results file this process holds the writer lock of.
+
+    Unbatched (default), each `write` reaches the kernel before it returns. With `per_tick=True` (the probe's
+    hot path, inside a running event loop) the lines of all records completed in the same loop iteration go
+    out in one `write()` at the end of that iteration: still before any further network I/O is processed, so
+    a kill loses only requests whose answers were being handled at that instant, never a completed line.
+
+    Opening takes the file's lock (`client.results_lock`: a second writer gets `ResultsLocked`, exit 2) and cuts
+    a torn final line. A failed or short write (disk full, I/O error) truncates the file back to the end of its
+    last complete line and raises `ResultsWriteError` (exit 5); every later `write` and `close` raises it again,
+    so no run can report success past a lost record, and no torn line is ever left in the middle of the file.
+    """
+
+    def __init__(self, path: str | Path, *, per_tick: bool = False, lock: bool = True) -> None:
+        self.path = Path(path)
+        self.written = 0
+        self._per_tick = per_tick
+        self._pending: list[bytes] = []
+        self._fd = -1
+        self._error: ResultsWriteError | None = None
+        self._locked = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._as_error(exc, "cannot create the folder of") from None
+        if lock:
+            results_lock.acquire(self.path)  # before the tail is cut: a live writer's line is never cut
+            self._locked = True
+        try:
+            if self.path.exists():
+                _cut_torn_tail(self.path)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._end = os.fstat(self._fd).st_size  # a line boundary: the offset every batch starts at
+        except OSError as exc:
+            self._release()
+            raise self._as_error(exc, "cannot open") from None
+
+    def write(self, record: ProbeRecord) -> None:
+        self.written += 1
+        self.write_line(_to_json(record) + b"\n")
+
+    def write_config(self, config: ConfigLine) -> None:
+        """Append a configuration line (before the first record made with it)."""
+        self.write_line(config.model_dump_json().encode() + b"\n")
+
+    def write_line(self, line: bytes) -> None:
+        """Append one complete JSON line."""
+        if self._error is not None:
+            raise self._error
+        if not self._per_tick:
+            self._write_all(line)
+            return
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        self._pending.append(line)
+
+    def _flush_soon(self) -> None:
+        """The per-tick flush, run by the event loop: a failure is kept for the next `write_line` or `close`
+        (raising here would only reach the loop's exception logger)."""
+        with contextlib.suppress(ResultsWriteError):
+            self.flush()
+
+    def flush(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._pending and self._fd >= 0:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._write_all(data)
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(data):
+                n = os.write(self._fd, view[done:])
+                if n <= 0:
+                    raise OSError(errno.EIO, "the write made no progress")
+                done += n
+        except OSError as exc:
+            self._fail(exc, keep=self._end + data.rfind(b"\n", 0, done) + 1)
+            raise self._error from None  # type: ignore[misc]
+        self._end += done
+
+    def _fail(self, exc: OSError, *, keep: int) -> None:
+        """Stop writing for good: cut the file back to its last complete line (`keep` bytes) and remember why."""
+        self._pending.clear()
+        cut = ""
+        try:
+            os.ftruncate(self._fd, keep)
+        except OSError:
+            cut = " (a partial last line is left; it is cut when the file is next opened)"
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = -1
+        self._error = self._as_error(exc, "cannot write", f"; the complete records before it are kept{cut}; "
+                                     "rerun the same command to resume once the problem is fixed")
+
+    def _as_error(self, exc: OSError, what: str, tail: str = "") -> ResultsWriteError:
+        return ResultsWriteError(f"{what} {self.path}: {exc.strerror or exc}{tail}")
+
+    def close(self) -> None:
+        """Write what is pending, make it durable (fsync) and release the lock. Raises the write error, if any."""
+        try:
+            if self._fd >= 0:
+                try:
+                    self.flush()
+                    os.fsync(self._fd)
+                except OSError as exc:  # fsync: a delayed write error (NFS, a failing disk)
+                    self._fail(exc, keep=self._end)
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
+        finally:
+            self._release()
+        if self._error is not None:
+            raise self._error
+
+    def _release(self) -> None:
+        if self._locked:
+            self._locked = False
+            results_lock.release(self.path)
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["CompactReport", "JsonlWriter", "ReadReport", "ResultsLocked", "ResultsWriteError", "compact", "config_line",
+           "is_config_line", "iter_lines", "legacy_config", "read_configs", "read_records"]

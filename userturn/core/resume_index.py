@@ -1,0 +1,204 @@
+"""What a resume needs from a results file, read in one streaming pass: the file is the only state.
+
+`scan_results(path)` keeps the keys whose last line is an ok record (a later error line of a key takes it out
+again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). The file is read
+in blocks of `BLOCK_BYTES`, split at its newlines with `bytes.find`. A record line starts with the fields a resume
+reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see `records.ProbeRecord`), so a
+line is first matched against `RECORD_HEAD`, one regular expression anchored at the line's start that accepts only
+those five fields of the current schema, in that order, laid out as the writer writes them (compact), with plain
+strings (no backslash escape, no control character). Every other line (a configuration line, a record of an older
+schema, a key with escapes, a hand-made line with spaces or in another field order) is parsed whole, so what the
+scan finds never depends on the fast path: both read the same state from a line (tests/test_resume_index.py holds
+them to it). A final line without a newline that does not parse is a torn write (reported, not an error); any
+other line that does not parse is a UserError naming file:line. (A record line is trusted past its head, duplicate
+fields included: the writer writes whole lines only, and the judge and the report parse every line whole.)
+
+Memory is the ok keys themselves (a set of str, ~120 bytes a key of ~30 characters) and one block: a process
+that scanned 1,000,000 records peaked at 165 MB (benchmarks/bench_scale.py: docs/results-format.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import orjson
+from pydantic import ValidationError
+
+from userturn.core.errors import UserError
+from userturn.core.jsonl import config_line, describe_error, legacy_config
+from userturn.core.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
+
+BLOCK_BYTES = 4 << 20  # a read of the file: big enough that reading costs little per line, small beside the keys
+
+_PLAIN = rb'"([^"\\\x00-\x1f]*)"'  # a JSON string that is its own UTF-8 bytes: no escape, no control character
+# The head of a record line exactly as JsonlWriter writes it (compact: `model_dump_json`; a fingerprint is 16 hex
+# digits, `userturn.core.fingerprint`).
+RECORD_HEAD = re.compile(
+    rb'\{"schema_version":' + str(SCHEMA_VERSION).encode() + rb',"key":' + _PLAIN + rb',"status":"(ok|error)",'
+    rb'"judge_status":(?:null|"ok"|"error"),"config_fingerprint":(?:null|"([0-9a-f]{16})")[,}]')
+
+
+@dataclass
+class ResumeIndex:
+    """The keys of a results file whose last line is ok, the configurations in it, and what the scan found."""
+
+    ok: set[str] = field(default_factory=set)
+    configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> its configuration (first line)
+    ok_fingerprints: set[str] = field(default_factory=set)  # the fingerprints named by ok records
+    unfingerprinted_keys: set[str] = field(default_factory=set)  # ok records without one (files from before it)
+    old_schema: tuple[int, str] | None = None  # (schema_version, key) of the first record in the pre-2 key format
+    lines: int = 0  # record lines
+    torn_tail: bool = False
+
+    @property
+    def ok_configs(self) -> dict[str, dict[str, Any]]:
+        """{fingerprint: settings} of the configurations ok records were made with."""
+        return {fp: self.configs[fp].config for fp in self.ok_fingerprints if fp in self.configs}
+
+    def is_ok(self, key: str) -> bool:
+        return key in self.ok
+
+    def pending(self, keys: list[str]) -> list[int]:
+        """Positions of the `keys` not yet ok."""
+        ok = self.ok
+        return [i for i, key in enumerate(keys) if key not in ok]
+
+    def missing_configs(self) -> Collection[str]:
+        """Fingerprints named by ok records whose configuration the file does not describe."""
+        return self.ok_fingerprints - self.configs.keys()
+
+
+def scan_results(path: str | Path) -> ResumeIndex:
+    """Stream `path` into a ResumeIndex (empty if the file does not exist)."""
+    path = Path(path)
+    index = ResumeIndex()
+    if not path.exists():
+        return index
+    try:
+        fh = path.open("rb", buffering=0)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with fh:
+        _scan_file(index, path, fh)
+    return index
+
+
+def _scan_file(index: ResumeIndex, path: Path, fh: BinaryIO) -> None:
+    """Every line of `fh`, block by block; a line cut by a block's end is put together and scanned on its own."""
+    number = 0  # lines before the block's first (whole) line
+    cut: list[bytes] = []  # the start of a line that the last block ended inside
+    while block := fh.read(BLOCK_BYTES):
+        start = 0
+        if cut:
+            newline = block.find(b"\n")
+            if newline < 0:
+                cut.append(block)
+                continue
+            start = newline + 1
+            cut.append(block[:start])
+            number += 1
+            line = b"".join(cut)
+            cut = []
+            _scan_lines(index, path, line, 0, len(line), number - 1)
+        end = block.rfind(b"\n", start) + 1
+        if end > start:
+            number = _scan_lines(index, path, block, start, end, number)
+        else:
+            end = start
+        if end < len(block):
+            cut.append(block[end:])
+    line = b"".join(cut)
+    if line.strip():  # a last line without a newline
+        _add_whole_line(index, path, number + 1, line)
+
+
+def _scan_lines(index: ResumeIndex, path: Path, buf: bytes, pos: int, end: int, number: int) -> int:
+    """The whole lines of `buf[pos:end]` (`end` just past a newline), after `number` lines; the lines so far."""
+    # The hot loop (a million lines): a find, a match and a set operation per record line.
+    match, find = RECORD_HEAD.match, buf.find
+    ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
+    records = 0
+    last_fingerprint = None  # of the last ok line: consecutive records mostly share one
+    while pos < end:
+        newline = find(b"\n", pos, end)
+        number += 1
+        head = match(buf, pos, newline)
+        if head is not None:
+            key_bytes, status, fingerprint = head.groups()
+            try:
+                key = key_bytes.decode()
+            except UnicodeDecodeError:  # not UTF-8: the careful path says so
+                head = None
+        if head is None:
+            line = buf[pos:newline + 1]
+            if line.strip():
+                _add_whole_line(index, path, number, line)
+        elif status == b"ok":
+            records += 1
+            ok_keys.add(key)
+            if fingerprint is None:
+                unfingerprinted.add(key)
+            elif fingerprint != last_fingerprint:
+                last_fingerprint = fingerprint
+                ok_fingerprints.add(fingerprint.decode())
+        else:
+            records += 1
+            ok_keys.discard(key)
+        pos = newline + 1
+    index.lines += records
+    return number
+
+
+def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
+    """A line whose head did not give the resume fields: parsed whole (a torn final line is reported)."""
+    complete = raw.endswith(b"\n")
+    try:
+        obj = orjson.loads(raw)
+        config = config_line(obj)
+        if config is not None:
+            index.configs.setdefault(config.fingerprint, config)
+            return
+        key, status = _record_state(obj)
+    except (orjson.JSONDecodeError, ValidationError, ValueError) as exc:
+        if not complete:
+            index.torn_tail = True
+            return
+        raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
+    index.lines += 1
+    if status == "ok":
+        index.ok.add(key)
+    else:
+        index.ok.discard(key)
+    version = obj.get("schema_version", 1)
+    if index.old_schema is None and isinstance(version, int) and version < KEY_FORMAT_SINCE:
+        index.old_schema = (version, key)
+    fingerprint = obj.get("config_fingerprint")
+    old = legacy_config(obj)  # a record of schema 2 carries its configuration itself
+    if old is not None:
+        index.configs.setdefault(old.fingerprint, old)
+    if status == "ok":
+        if isinstance(fingerprint, str):
+            index.ok_fingerprints.add(fingerprint)
+        else:
+            index.unfingerprinted_keys.add(key)
+
+
+def _record_state(obj: Any) -> tuple[str, Literal["ok", "error"]]:
+    """(key, status) of a decoded record line; ValueError naming the field when it is no record."""
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if not isinstance(obj.get("key"), str):
+        raise ValueError("key: missing or not a string")
+    status, judge = obj.get("status"), obj.get("judge_status")
+    if status not in ("ok", "error"):
+        raise ValueError("status: must be 'ok' or 'error'")
+    if judge not in (None, "ok", "error"):
+        raise ValueError("judge_status: must be 'ok', 'error' or null")
+    fingerprint = obj.get("config_fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise ValueError("config_fingerprint: not a string")
+    return obj["key"], status

@@ -1,0 +1,62 @@
+"""Text helpers every layer shares: reasoning removed from a reply, message content as text."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_TAGS = "think|thinking|reasoning"
+_BLOCK = re.compile(rf"<({_TAGS})>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
+_CLOSE = re.compile(rf"</(?:{_TAGS})>", re.IGNORECASE)
+_OPEN = re.compile(rf"<(?:{_TAGS})>", re.IGNORECASE)
+
+
+def strip_reasoning(text: str) -> str:
+    """The answer in a reply, without its reasoning, stripped of surrounding whitespace.
+
+    - complete `<think>…</think>` blocks (also `<thinking>`, `<reasoning>`, any case) are removed;
+    - a lone closing tag ends reasoning whose opening tag was in the prompt: only the text after the last one counts;
+    - an unclosed opening tag starts reasoning cut off by the token limit: it and everything after it are dropped
+      (a reply that is all cut reasoning leaves "").
+
+    Every tag starts with `<`: a text without one (one memchr) has nothing to remove.
+    """
+    if "<" not in text:
+        return text.strip()
+    text = _BLOCK.sub("", text)
+    closes = list(_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end():]
+    opened = _OPEN.search(text)
+    if opened:
+        text = text[: opened.start()]
+    return text.strip()
+
+
+_FIRST_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+
+
+def reasoning_of(text: str) -> str | None:
+    """The first complete `<think>…</think>` block of a reply, stripped; None without one."""
+    match = _FIRST_THINK.search(text)
+    return match.group(1).strip() if match else None
+
+
+def content_text(content: Any) -> str:
+    """Message content as text: a string as is; an OpenAI-style list of parts joined (the `text` of each part
+    object, or the part itself when it is a string); None as "". TypeError for anything else."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text", ""), str):
+                parts.append(part.get("text", ""))
+            else:
+                raise TypeError(f"a content part is a {type(part).__name__}, not text")
+        return "".join(parts)
+    raise TypeError(f"message content is a {type(content).__name__}, not text")

@@ -1,0 +1,1 @@
+"""Runs made of probe runs: experiments, post-training runs, target sessions (typed; no argparse)."""

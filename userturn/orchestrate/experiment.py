@@ -1,0 +1,403 @@
+"""Experiments as files: a YAML grid of models x datasets x modes (x temperatures, samples, perturbations)
+run into one resumable results file, `<out_dir>/<name>/results.jsonl`, then reported.
+
+Models are serving manifests (launched for the duration, see `serve`) or plain endpoints. Every model x dataset x mode
+is one `client.probe.pipeline.ProbeRun`, built by `userturn.orchestrate.run_builder` exactly as `userturn probe` builds
+its run, appending to the same file; rerunning skips records that are already `ok`, so an interrupted experiment resumes
+where it stopped. Settings left out here come from the model's manifest, else the defaults (`run_builder.Layer`:
+experiment model entry > experiment > manifest > default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.probe.perturb import PERTURBATIONS
+from userturn.core import defaults
+from userturn.core.errors import UserError
+from userturn.core.files import read_yaml_mapping
+from userturn.core.shipped import resolve_named
+from userturn.orchestrate.run_builder import Layer, ProbeOptions, RendererName, TargetSource
+from userturn.orchestrate.run_builder import assistant_source as auto_source
+
+Mode = Literal["raw", "chat"]
+RESUME_HINT = "use another --out-dir or experiment name"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelEntry(_Strict):
+    """A model: a serving manifest (path relative to the experiment file), or an endpoint."""
+
+    manifest: str | None = Field(default=None, description="serving manifest YAML (launched for the run)")
+    base_url: str | None = Field(default=None, description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
+    model: str | None = Field(default=None, description="model name sent in requests (endpoint models)")
+    tokenizer: str | None = Field(default=None, description="tokenizer with the chat template (raw mode)")
+    chat_template: str | None = None
+    renderer: RendererName | None = Field(default=None, description="chat_template, harmony or auto")
+    enable_thinking: bool | None = None
+    api_key_env: str | None = Field(default=None, description=f"default: the manifest's, else {defaults.API_KEY_ENV}")
+    max_tokens: int | None = Field(default=None, ge=1, description="overrides the experiment's max_tokens")
+    send_stop_token_ids: bool | None = None
+    launcher: Literal["local", "slurm"] | None = Field(default=None, description="overrides the experiment's")
+
+    def layer(self) -> Layer:
+        """What this entry sets for its model's runs (above the experiment's own settings)."""
+        return Layer(tokenizer=self.tokenizer, chat_template=self.chat_template, renderer=self.renderer,
+                     enable_thinking=self.enable_thinking, max_tokens=self.max_tokens,
+                     send_stop_token_ids=self.send_stop_token_ids)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ModelEntry:
+        if self.manifest is None and (self.base_url is None or self.model is None):
+            raise ValueError("give either `manifest`, or `base_url` and `model`")
+        if self.manifest is not None and self.base_url is not None:
+            raise ValueError("give `manifest` or `base_url`, not both")
+        return self
+
+    @property
+    def label(self) -> str:
+        return Path(self.manifest).stem if self.manifest else str(self.model)
+
+
+class DatasetEntry(_Strict):
+    """A dataset: built-in `NAME[:split]` or a JSONL path (relative to the experiment file)."""
+
+    spec: str
+    name: str | None = Field(default=None, description="name recorded in results (default: from the spec)")
+    limit: int | None = Field(default=None, ge=1)
+    shuffle_seed: int | None = None
+    assistant_from: Literal["dataset", "model", "auto"] | None = None
+
+
+class JudgeEntry(_Strict):
+    """One judge of the panel (see judges.llm_judge.JudgeConfig for all fields).
+
+    `model: self` judges with the model under test on its own endpoint (the report flags it self-judged);
+    `model: rules` alone labels with the deterministic rules only (no judge model; other records stay unjudged).
+    """
+
+    model: str
+    base_url: str | None = Field(default=None, description="judge endpoint; not needed for `model: self`")
+    api_key_env: str = defaults.API_KEY_ENV
+    temperature: float = Field(default=defaults.JUDGE_TEMPERATURE, ge=0)
+    max_tokens: int = Field(default=defaults.JUDGE_MAX_TOKENS, ge=defaults.MIN_JUDGE_MAX_TOKENS)
+    concurrency: int = Field(default=defaults.JUDGE_CONCURRENCY, ge=1)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _endpoint_known(self) -> JudgeEntry:
+        if self.model not in ("self", "rules") and not self.base_url:
+            raise ValueError("a judge needs `base_url` (or `model: self` to judge with the model under test, "
+                             "or `model: rules` for the rules alone)")
+        return self
+
+
+class Experiment(_Strict):
+    """The whole grid. Unknown keys are errors (typos must not silently change an experiment). A probe setting left
+    out (None) comes from each model's manifest, else the default (`run_builder.ProbeOptions`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
+    description: str | None = None
+    models: list[ModelEntry] = Field(min_length=1)
+    datasets: list[DatasetEntry] = Field(min_length=1)
+    temperatures: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    samples: int | None = Field(default=None, ge=1)
+    perturbations: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
+    modes: list[Mode] = Field(default_factory=lambda: ["raw"], min_length=1)  # type: ignore[arg-type]
+    assistant_from: Literal["dataset", "model", "auto"] = "auto"
+    assistant_samples: int = Field(default=1, ge=1, description=">1: N sampled assistant turns per query (rerank)")
+    assistant_temperature: float | None = Field(default=None, ge=0)
+    assistant_max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    limit: int | None = Field(default=None, ge=1, description="default per-dataset limit")
+    shuffle_seed: int | None = None
+    concurrency: int | None = Field(default=None, ge=1)
+    rpm: float | None = Field(default=None, gt=0, description="requests-per-minute limit (per model)")
+    tpm: float | None = Field(default=None, gt=0, description="tokens-per-minute limit (per model)")
+    request_timeout: float | None = Field(default=None, gt=0)
+    max_retries: int | None = Field(default=None, ge=0)
+    judges: list[JudgeEntry] = Field(default_factory=list)
+    allow_special_tokens: bool | None = Field(default=None, description="probe (and flag) items holding special "
+                                              "tokens")
+    out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
+    launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _dataset_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"spec": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("perturbations")
+    @classmethod
+    def _known_perturbations(cls, value: list[str]) -> list[str]:
+        unknown = [v for v in value if v not in PERTURBATIONS]
+        if unknown:
+            raise ValueError(f"unknown perturbation {unknown[0]!r} (choose from {', '.join(PERTURBATIONS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Experiment:
+        for field in ("temperatures", "perturbations", "modes"):
+            values = getattr(self, field) or []
+            if len(set(values)) != len(values):
+                raise ValueError(f"{field}: repeated values {values}")
+        if self.assistant_samples > 1:
+            if self.assistant_from == "dataset":
+                raise ValueError("assistant_samples > 1 needs assistant_from: model")
+            if not self.assistant_temperature:
+                raise ValueError("assistant_samples > 1 needs assistant_temperature > 0 (greedy answers are equal)")
+        return self
+
+    def layer(self) -> Layer:
+        """What the experiment sets for every model (below each model entry's own settings)."""
+        return Layer(temperatures=self.temperatures, samples=self.samples, max_tokens=self.max_tokens,
+                     top_p=self.top_p, seed=self.seed, assistant_temperature=self.assistant_temperature,
+                     assistant_max_tokens=self.assistant_max_tokens, allow_special_tokens=self.allow_special_tokens,
+                     concurrency=self.concurrency, rpm=self.rpm, tpm=self.tpm, request_timeout=self.request_timeout,
+                     max_retries=self.max_retries)
+
+
+def _describe(path: Path, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"]) or "experiment"
+        parts.append(f"{loc}: {err['msg']}")
+    more = f" (+{len(exc.errors()) - 3} more)" if len(exc.errors()) > 3 else ""
+    return f"{path}: " + "; ".join(parts) + more
+
+
+def is_posttrain_file(data: dict[str, Any]) -> bool:
+    """Whether a parsed experiment file is a post-training one (`base` + `train`, run by `userturn posttrain`)
+    rather than a probe grid."""
+    return "train" in data and "base" in data and "models" not in data
+
+
+def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
+    """Parse and validate an experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory).
+    Errors name the file and key."""
+    path = resolve_named(path, "experiments")
+    data = read_yaml_mapping(path, "experiment file", "settings")
+    if is_posttrain_file(data):
+        raise UserError(f"{path}: a post-training experiment (base + train): run it with `userturn posttrain {path}`")
+    try:
+        return Experiment.model_validate(data), path.parent
+    except ValidationError as exc:
+        raise UserError(_describe(path, exc)) from None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One `ProbeRun`: a model on a dataset in one mode."""
+
+    model_index: int
+    dataset_index: int
+    mode: Mode
+
+
+def plan(exp: Experiment) -> list[Unit]:
+    """The grid in run order: per model (one server launch), every dataset, every mode."""
+    return [Unit(m, d, mode) for m, d, mode in itertools.product(
+        range(len(exp.models)), range(len(exp.datasets)), exp.modes)]
+
+
+def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequence[ProbeOptions]) -> int:
+    """Records the grid plans, with each model's resolved options (`model_options`)."""
+    per_model = sum(len(o.temperatures) * o.samples for o in options)
+    return per_model * len(exp.modes) * len(exp.perturbations) * exp.assistant_samples * sum(items_per_dataset)
+
+
+@contextlib.contextmanager
+def naming_entry(source: Path, index: int, entry: ModelEntry) -> Iterator[None]:
+    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`."""
+    try:
+        yield
+    except UserError as exc:
+        named = UserError(f"{source}: models.{index} ({entry.label}): {exc}")
+        named.exit_code = exc.exit_code
+        raise named from None
+
+
+def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOptions:
+    """The options one model's runs will use (its manifest read, nothing launched): for `--dry-run`."""
+    from userturn.orchestrate.run_builder import preview
+
+    return preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])[1]
+
+
+def check_files(exp: Experiment, source: Path) -> None:
+    """Every manifest the experiment names exists, as a file (relative to the experiment file or the working
+    directory) or a shipped name (an error names the file and key)."""
+    for index, entry in enumerate(exp.models):
+        if entry.manifest is None or (source.parent / entry.manifest).is_file():
+            continue
+        try:
+            resolve_named(entry.manifest, "manifests")
+        except UserError:
+            raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
+
+
+@dataclass(frozen=True)
+class EndpointProblems:
+    """`check_endpoints`' findings: one line per model, and per judge, that is not usable."""
+
+    models: list[str]
+    judges: list[str]
+
+    @property
+    def lines(self) -> list[str]:
+        return self.models + self.judges
+
+
+async def check_endpoints(exp: Experiment, base: Path, source: Path) -> EndpointProblems:
+    """`run --dry-run`: every model given by `base_url` is reached and asked for its model list, with the probe's
+    own preflight (`TargetSession.check`: reachable, API key accepted, the model served); manifests, which would be
+    launched, are not; then every judge endpoint of `judges:`. One line per model or judge that fails, naming its
+    entry."""
+    from userturn.orchestrate.run_builder import TargetSession, open_target
+
+    problems = []
+    for index, entry in enumerate(exp.models):
+        if entry.base_url is None:
+            continue
+        try:
+            with naming_entry(source, index, entry), \
+                    open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
+                async with TargetSession(target, options) as session:
+                    await session.check()
+        except UserError as exc:
+            problems.append(str(exc))
+    return EndpointProblems(problems, await _check_judges(exp, source))
+
+
+async def _check_judges(exp: Experiment, source: Path) -> list[str]:
+    """The judge endpoints of `judges:` (not `self`, which is the model's own, nor `rules`): reachable and serving
+    the judge model (the judges' own preflight, `Endpoint.check`). One line per judge that fails."""
+    from userturn.client.http.endpoint import Endpoint, EndpointConfig
+
+    problems = []
+    for index, judge in enumerate(exp.judges):
+        if judge.model in ("self", "rules") or judge.base_url is None:
+            continue
+        config = EndpointConfig(base_url=judge.base_url, api_key_env=judge.api_key_env, max_retries=0,
+                                request_timeout=exp.request_timeout or defaults.REQUEST_TIMEOUT_S)
+        try:
+            async with Endpoint(config) as endpoint:
+                await endpoint.check(judge.model)
+        except UserError as exc:
+            problems.append(f"{source}: judges.{index} ({judge.model}): {exc}")
+    return problems
+
+
+@overload
+def resolve(base: Path, value: str, *, absolute: bool = False) -> str: ...
+
+
+@overload
+def resolve(base: Path, value: None, *, absolute: bool = False) -> None: ...
+
+
+def resolve(base: Path, value: str | None, *, absolute: bool = False) -> str | None:
+    """A path relative to the experiment file (absolute paths, hub ids and names are left alone); `absolute`: the
+    found file as an absolute path."""
+    if value is None:
+        return None
+    candidate = base / value
+    if Path(value).is_absolute() or not candidate.exists():
+        return value
+    return str(candidate.resolve() if absolute else candidate)
+
+
+def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
+               ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
+    """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
+    from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
+    from userturn.client.data.loaders import load_items as load_spec
+    from userturn.client.data.loaders import parse_spec
+
+    builtin, _ = parse_spec(entry.spec)
+    spec = entry.spec if builtin is not None else (resolve(base, entry.spec) or entry.spec)
+    name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
+                                   shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
+                                   else exp.shuffle_seed, whole="swap" in exp.perturbations)
+    return entry.name or name, items, every
+
+
+def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[DatasetItem]) \
+        -> Literal["dataset", "model"]:
+    if exp.assistant_samples > 1:
+        return "model"
+    return auto_source(items, entry.assistant_from or exp.assistant_from)
+
+
+def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
+    """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample) so the model answers each
+    query N times with different seeds; `userturn rerank` groups them back by query_id."""
+    if n == 1:
+        return items
+    out = []
+    for item in items:
+        for j in range(n):
+            meta = {**(item.meta or {}), "query_id": item.id, "assistant_sample": j}
+            out.append(item.model_copy(update={"id": f"{item.id}#a{j}", "meta": meta}))
+    return out
+
+
+def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
+    """Keep the resolved experiment next to its results (provenance of the run)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"source": str(source), "experiment": exp.model_dump(mode="json")}
+    (run_dir / "experiment.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> TargetSource:
+    """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the
+    experiment's)."""
+    return TargetSource(
+        manifest=resolve(base, entry.manifest), base_urls=[entry.base_url] if entry.base_url else None,
+        model=entry.model, api_key_env=entry.api_key_env,
+        launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
+    )
+
+
+def _panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:
+    """The judge panel for one served model; `model: self` entries point at that model's own endpoint. Judges use
+    the model's resolved request timeout and retries."""
+    if not exp.judges:
+        return None
+    models = [j for j in exp.judges if j.model != "rules"]  # a judge panel runs the rules first anyway
+    if not models:
+        from userturn.judges.rules_only import RulesOnly
+
+        return RulesOnly()
+    from userturn.judges.llm_judge import JudgeConfig
+    from userturn.judges.panel import JudgePanel, PanelConfig
+
+    configs = []
+    for j in models:
+        fields = j.model_dump()
+        if j.model == "self":
+            fields.update(model=model, base_url=base_url)
+        configs.append(JudgeConfig(**fields, request_timeout=options.request_timeout,
+                                   max_retries=options.max_retries))
+    return JudgePanel(PanelConfig(judges=configs, rejudge=rejudge))
+
+
+def results_path(exp: Experiment, out_dir: str | None = None) -> Path:
+    """`<out_dir>/<name>/results.jsonl`."""
+    return Path(out_dir or exp.out_dir) / exp.name / "results.jsonl"

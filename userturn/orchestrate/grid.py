@@ -1,0 +1,213 @@
+"""Running an experiment's grid: every model (launched or reached) probed on every dataset x mode into one results
+file, one model at a time or with up to K models' servers launching at once (`run --parallel-models`), and
+`run --keep-going` (a failing model is recorded, the others go on)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from userturn.client.data.dataset import DatasetItem
+from userturn.core.errors import UserError
+from userturn.orchestrate.experiment import (
+    RESUME_HINT,
+    Experiment,
+    ModelEntry,
+    _panel,
+    assistant_source,
+    expand_assistant_samples,
+    load_items,
+    naming_entry,
+    results_path,
+    target_source,
+    write_manifest,
+)
+from userturn.orchestrate.run_builder import ProbeOptions
+
+
+@dataclass
+class ModelFailures:
+    """`run --keep-going`: the models that failed (unreachable, not served, failed to start), one line each, while
+    the grid went on with the others."""
+
+    lines: list[str]
+
+    def keep(self, exc: UserError) -> None:
+        """Record a model's failure, or raise `exc` again when it is not one model's (the results file's)."""
+        from userturn.core.results_lock import ResultsLocked, ResultsWriteError
+
+        if isinstance(exc, ResultsWriteError | ResultsLocked):
+            raise exc
+        self.lines.append(str(exc))
+
+
+async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
+                         progress: bool = True, rejudge: bool = False, launcher: str | None = None,
+                         parallel_models: int = 1, failures: ModelFailures | None = None) -> tuple[Path, list[Any]]:
+    """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries).
+    `parallel_models` > 1 keeps that many models' servers launching (queued, starting) or serving at once, and
+    probes them one at a time as they become ready (see `_models_ahead`). With `failures` (`--keep-going`), a model
+    that fails (a UserError naming its entry) is recorded there and the grid goes on with the next one."""
+    from userturn.client.probe import scoring
+    from userturn.orchestrate.run_builder import open_target
+
+    results = results_path(exp, out_dir)
+    run_dir = results.parent
+    datasets = [load_items(entry, exp, base) for entry in exp.datasets]  # before any server starts
+    names = [name for name, _, _ in datasets]
+    if len(set(names)) != len(names):
+        raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
+    for (name, items, _), dataset in zip(datasets, exp.datasets, strict=True):
+        scoring.preflight(name, items)
+        assistant_source(dataset, exp, items)  # `assistant_from: dataset` on open conversations: refused here
+    write_manifest(run_dir, exp, source)
+    summaries: list[Any] = []
+    grid = _Grid(exp, datasets, results, progress, rejudge)
+    if parallel_models > 1:
+        await _models_ahead(exp, base, source, launcher, parallel_models, grid, summaries, failures)
+        return results, summaries
+    for index, entry in enumerate(exp.models):
+        layers = [entry.layer(), exp.layer()]
+        try:
+            with naming_entry(source, index, entry), \
+                    open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
+                summaries += await grid.probe_model(target, options)
+        except UserError as exc:
+            if failures is None:
+                raise
+            failures.keep(exc)
+    return results, summaries
+
+
+@dataclass
+class _Grid:
+    """What every model of the grid is probed on, and where its records go."""
+
+    exp: Experiment
+    datasets: list[tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]]
+    results: Path
+    progress: bool
+    rejudge: bool
+
+    async def probe_model(self, target: Any, options: ProbeOptions) -> list[Any]:
+        """Every dataset x mode of one served model (its judge panel checked first), in order; the summaries."""
+        from userturn.core.resume_index import scan_results
+        from userturn.orchestrate.run_builder import TargetSession
+
+        exp, results = self.exp, self.results
+        summaries: list[Any] = []
+        panel = _panel(exp, target.model, target.base_urls[0], options, self.rejudge)
+        try:
+            if panel is not None:
+                await panel.check()
+            async with TargetSession(target, options) as session:
+                if "raw" in exp.modes:
+                    session.renderer  # noqa: B018 - load the chat template before any request
+                await session.check()
+                runs = []
+                for (name, items, every), dataset in zip(self.datasets, exp.datasets, strict=True):
+                    probe_items = expand_assistant_samples(items, exp.assistant_samples)
+                    pool = expand_assistant_samples(every, exp.assistant_samples) if every is not None else None
+                    for mode in exp.modes:
+                        runs.append(session.probe_run(
+                            probe_items, dataset=name, mode=mode, perturbations=exp.perturbations,
+                            assistant_from=assistant_source(dataset, exp, items), out_path=str(results),
+                            judge=panel, progress=self.progress,
+                            progress_title=f"{exp.name}: {target.model} on {name} ({mode})", swap_pool=pool,
+                            resume_hint=RESUME_HINT))
+                existing = scan_results(results)
+                for run in runs:  # every run of this model is checked before any of them writes
+                    run.check_resume(existing)
+                for run in runs:
+                    summaries.append(await run.run())
+        finally:
+            if panel is not None:
+                await panel.aclose()
+        return summaries
+
+
+async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str | None, window: int, grid: _Grid,
+                        summaries: list[Any], failures: ModelFailures | None = None) -> None:
+    """Up to `window` models' targets entered at once, each in a thread of its own (a launch blocks while its job is
+    queued and its server starts); the ready ones are probed one at a time in the order they became ready, so the
+    results file keeps one writer, and each is stopped (its job cancelled) before the next model is launched. On an
+    error or Ctrl-C, launches still waiting give up (`serve.process.ABORT`) and every entered target is exited."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from userturn.orchestrate.run_builder import open_target
+    from userturn.serve.process import ABORT
+
+    ABORT.clear()
+    # Own threads, `window` launches + one stop: the default executor (min(32, CPUs + 4) threads) could have every
+    # thread waiting on a queued job while a finished model's stop waits for a thread.
+    pool = ThreadPoolExecutor(max_workers=window + 1, thread_name_prefix="userturn-launch")
+    loop = asyncio.get_running_loop()
+    entering: dict[asyncio.Future[Any], tuple[int, Any]] = {}  # future of __enter__ -> (model index, its context)
+    ready: list[tuple[int, Any, Any]] = []  # (model index, context, (target, options)), in the order they came
+    upcoming = iter(enumerate(exp.models))
+
+    def start(index: int, entry: ModelEntry) -> None:
+        cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
+        entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)
+
+    async def leave(cm: Any) -> None:
+        """Stop the model's servers (cancel its job) in a thread: that waits for the processes or for SLURM."""
+        await loop.run_in_executor(pool, cm.__exit__, None, None, None)
+
+    async def take_ready(wait: bool) -> None:
+        if not entering:
+            return
+        done, _ = await asyncio.wait(entering, return_when=asyncio.FIRST_COMPLETED) if wait else (
+            {f for f in entering if f.done()}, None)
+        for future in sorted(done, key=lambda f: entering[f][0]):
+            index, cm = entering.pop(future)
+            try:
+                try:
+                    ready.append((index, cm, future.result()))
+                except UserError as exc:
+                    with naming_entry(source, index, exp.models[index]):
+                        raise exc from None
+            except UserError as exc:
+                if failures is None:
+                    raise
+                failures.keep(exc)  # this launch failed: the others go on
+                if (nxt := next(upcoming, None)) is not None:
+                    start(*nxt)
+
+    try:
+        for _ in range(window):
+            if (nxt := next(upcoming, None)) is not None:
+                start(*nxt)
+        while entering or ready:
+            await take_ready(wait=not ready)
+            if not ready:
+                continue  # every launch that finished failed (`--keep-going`)
+            index, cm, (target, options) = ready.pop(0)
+            try:
+                with naming_entry(source, index, exp.models[index]):
+                    summaries += await grid.probe_model(target, options)
+            except UserError as exc:
+                if failures is None:
+                    raise
+                failures.keep(exc)
+            finally:
+                await leave(cm)
+            if (nxt := next(upcoming, None)) is not None:
+                start(*nxt)
+            await take_ready(wait=False)
+    except BaseException:
+        ABORT.set()  # launches still waiting for their servers give up within a second
+        for future, (_, cm) in list(entering.items()):
+            with contextlib.suppress(BaseException):  # a launch that failed has nothing to stop
+                await asyncio.shield(future)
+                ready.append((-1, cm, None))
+        for _, cm, _ in ready:
+            await leave(cm)
+        raise
+    finally:
+        ABORT.clear()
+        pool.shutdown(wait=False)

@@ -1,0 +1,326 @@
+"""One typed path to a probe run. `probe`, `probe --manifest` and `run` all come through here:
+
+1. every source of settings becomes a `Layer` (the CLI flags, an experiment's model entry, the experiment, a
+   manifest's `probe:` section); unset values are None;
+2. `open_target` launches the manifest's server if there is one (or takes `--base-url`/`base_url`) and resolves the
+   layers, highest first, into a `ProbeTarget` (where to send, how to render) and `ProbeOptions` (how to sample, how
+   hard to push): CLI flag > experiment model entry > experiment > manifest > default (`userturn/core/defaults.py`);
+3. a `TargetSession` holds the endpoints (the aiohttp backend, with the rate limits) and the prompt renderer of one
+   target, and `TargetSession.probe_run` builds every `ProbeRun` (its `ProbeSettings`) the same way.
+
+So the same manifest and settings send the same request bodies whichever command asked (tests/test_run_builder.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from userturn.core import defaults
+from userturn.core.errors import UserError
+
+if TYPE_CHECKING:
+    from userturn.client.data.dataset import DatasetItem
+    from userturn.client.http.endpoint import Endpoint
+    from userturn.client.probe.pipeline import ProbeRun
+    from userturn.client.probe.settings import JudgeHook, ProbeSettings
+    from userturn.client.render.templates import PromptRenderer
+    from userturn.serve.manifest import Manifest
+
+RendererName = Literal["auto", "chat_template", "harmony"]
+Launcher = Literal["local", "slurm"]
+Mode = Literal["raw", "chat"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layer:
+    """What one source says about a probe run; None means "not set here" (a lower layer or the default decides).
+    `template_kwargs` is merged key by key instead: a higher layer's key wins, the others stay.
+
+    Values are checked where they enter (argparse types, the experiment and manifest schemas), so the layers and
+    what they resolve to are plain dataclasses: building them costs a command nothing at start-up."""
+
+    # how prompts are rendered (ProbeTarget)
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    renderer: RendererName | None = None
+    # sampling and sending (ProbeOptions)
+    temperatures: list[float] | None = None
+    samples: int | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    enable_thinking: bool | None = None
+    template_kwargs: dict[str, Any] | None = None
+    send_stop_token_ids: bool | None = None
+    assistant_temperature: float | None = None
+    assistant_max_tokens: int | None = None
+    allow_special_tokens: bool | None = None
+    concurrency: int | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    request_timeout: float | None = None
+    max_retries: int | None = None
+    max_response_bytes: int | None = None
+    record_meta: dict[str, Any] | None = None  # copied into every record's meta (a trained model's provenance)
+
+
+TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeOptions:
+    """How to sample and how hard to push the endpoint, resolved (see `resolve`); unset: `userturn/core/defaults.py`."""
+
+    temperatures: list[float] = field(default_factory=lambda: list(defaults.TEMPERATURES))
+    samples: int = defaults.SAMPLES
+    max_tokens: int = defaults.MAX_TOKENS
+    top_p: float | None = None
+    seed: int = defaults.SEED
+    enable_thinking: bool | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    send_stop_token_ids: bool = False
+    assistant_temperature: float = defaults.ASSISTANT_TEMPERATURE
+    assistant_max_tokens: int = defaults.ASSISTANT_MAX_TOKENS
+    allow_special_tokens: bool = False
+    concurrency: int = defaults.CONCURRENCY
+    rpm: float | None = None
+    tpm: float | None = None
+    request_timeout: float = defaults.REQUEST_TIMEOUT_S
+    max_retries: int = defaults.MAX_RETRIES
+    max_response_bytes: int | None = None
+    record_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rendered_kwargs(self) -> dict[str, Any]:
+        """The chat-template variables the renderer gets (and records carry in `config.template_kwargs`)."""
+        merged = dict(self.template_kwargs)
+        if self.enable_thinking is not None:
+            merged["enable_thinking"] = self.enable_thinking
+        return merged
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeTarget:
+    """Where requests go and how their prompts are rendered, resolved. `stop`, `stop_token_ids` and `extra_body`
+    come from the manifest (added to the template's stops, merged into every request)."""
+
+    base_urls: list[str]
+    model: str
+    api_key_env: str = defaults.API_KEY_ENV
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    renderer: RendererName = "auto"
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    manifest: str | None = None  # the manifest the target was launched from
+    launcher: Launcher | None = None
+
+
+class TargetSource(NamedTuple):
+    """What names the target: a manifest (launched for the run), or base URLs and a model name. A manifest may
+    still be given base URLs or a model name: they win over the launched server's."""
+
+    manifest: str | None = None
+    base_urls: Sequence[str] | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    launcher: Launcher | None = None
+
+
+def resolve(layers: Sequence[Layer]) -> tuple[dict[str, Any], ProbeOptions]:
+    """(target fields, options) from `layers`, highest precedence first: the first layer that sets a field wins;
+    `template_kwargs` are merged (a higher layer's keys win)."""
+    chosen: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}
+    for layer in reversed(layers):
+        chosen.update((k, v) for k, v in vars(layer).items() if v is not None and k != "template_kwargs")
+        kwargs.update(layer.template_kwargs or {})
+    target = {name: chosen.pop(name) for name in TARGET_FIELDS if name in chosen}
+    return target, ProbeOptions(**chosen, template_kwargs=kwargs)
+
+
+def greedy_samples_warning(options: ProbeOptions) -> str | None:
+    """The warning for k > 1 samples at temperature 0 (k identical greedy generations per item), else None."""
+    if options.samples < 2 or not any(t == 0 for t in options.temperatures):
+        return None
+    k = options.samples
+    return (f"userturn: warning: {k} samples per item at temperature 0 repeat one greedy generation {k} times "
+            f"({k}x the compute, no new information); sample at a temperature > 0, or ask 1 sample at T=0")
+
+
+def warn_greedy_samples(options: ProbeOptions) -> None:
+    """Print `greedy_samples_warning` (one line on stderr) when it applies."""
+    warning = greedy_samples_warning(options)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
+
+
+def manifest_layer(manifest: Manifest) -> Layer:
+    """A manifest's `probe:` section as a layer (a GGUF model is its own tokenizer)."""
+    from userturn.core.packaged import is_gguf
+
+    probe = manifest.probe
+    tokenizer = manifest.resolve_path(probe.tokenizer) or (manifest.resolve_path(manifest.model)
+                                                         if is_gguf(manifest.model) else None)
+    return Layer(tokenizer=tokenizer, chat_template=manifest.resolve_path(probe.chat_template),
+                 renderer=probe.renderer, temperatures=probe.temperatures, max_tokens=probe.max_tokens,
+                 top_p=probe.top_p, enable_thinking=probe.enable_thinking, template_kwargs=probe.chat_template_kwargs,
+                 send_stop_token_ids=probe.send_stop_token_ids, record_meta=probe.record_meta or None)
+
+
+def preview(source: TargetSource, layers: Sequence[Layer]) -> tuple[dict[str, Any], ProbeOptions]:
+    """What `open_target` would resolve (target fields, options), with the manifest read but nothing launched."""
+    if source.manifest is None:
+        return resolve(layers)
+    from userturn.serve.manifest import load_manifest
+
+    return resolve([*layers, manifest_layer(load_manifest(source.manifest))])
+
+
+@contextlib.contextmanager
+def open_target(source: TargetSource, layers: Sequence[Layer]) -> Iterator[tuple[ProbeTarget, ProbeOptions]]:
+    """Resolve the target and options; with a manifest, its server runs (and is stopped) around the block."""
+    if source.manifest is None:
+        if source.launcher:
+            raise UserError("--launcher goes with --manifest")
+        if not source.base_urls:
+            raise UserError("--base-url or --manifest is required")
+        if not source.model:
+            raise UserError("--model is required with --base-url")
+        fields, options = resolve(layers)
+        warn_greedy_samples(options)
+        yield ProbeTarget(base_urls=list(source.base_urls), model=source.model,
+                          api_key_env=source.api_key_env or defaults.API_KEY_ENV, **fields), options
+        return
+    from userturn.serve.launcher import launch
+    from userturn.serve.manifest import load_manifest
+
+    manifest = load_manifest(source.manifest)
+    fields, options = resolve([*layers, manifest_layer(manifest)])
+    warn_greedy_samples(options)
+    launcher = source.launcher or "local"
+    with launch(manifest, launcher=launcher) as server:
+        probe = manifest.probe
+        yield ProbeTarget(
+            base_urls=list(source.base_urls or server.base_urls), model=source.model or server.model_name,
+            api_key_env=server.api_key_env or source.api_key_env or defaults.API_KEY_ENV,
+            stop=list(probe.stop), stop_token_ids=list(probe.stop_token_ids), extra_body=dict(probe.extra_body),
+            manifest=str(source.manifest), launcher=launcher, **fields), options
+
+
+def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:
+    """The prompt renderer of `target` (raw mode): its tokenizer's chat template, or harmony for gpt-oss."""
+    from userturn.client.render.templates import PromptRenderer
+
+    if not target.tokenizer:
+        raise UserError("--tokenizer is required in raw mode (the model's chat template renders the prompt)")
+    harmony = {"auto": None, "chat_template": False, "harmony": True}[target.renderer]
+    return PromptRenderer.load(target.tokenizer, chat_template=target.chat_template,
+                               enable_thinking=options.enable_thinking,
+                               template_kwargs=dict(options.template_kwargs) or None, harmony=harmony)
+
+
+def pipeline_hooks() -> dict[str, Any]:
+    """Perturbations, task scoring and the chat-mode role flip."""
+    from userturn.client.probe.perturb import perturb
+    from userturn.client.probe.scoring import score
+    from userturn.client.render.chat_mode import role_flip_messages
+
+    return {"perturb": perturb, "scorer": score, "role_flip": role_flip_messages}
+
+
+class TargetSession:
+    """The endpoints and renderer of one target, shared by every run built on it (`async with`, then
+    `probe_run`)."""
+
+    def __init__(self, target: ProbeTarget, options: ProbeOptions) -> None:
+        from userturn.client.http.endpoint import Endpoint, EndpointConfig
+
+        self.target = target
+        self.options = options
+        self.endpoints: list[Endpoint] = [
+            Endpoint(EndpointConfig(base_url=url, api_key_env=target.api_key_env,
+                                    request_timeout=options.request_timeout, max_retries=options.max_retries,
+                                    concurrency=options.concurrency,
+                                    max_response_bytes=options.max_response_bytes))
+            for url in target.base_urls]
+        self._renderer: PromptRenderer | None = None
+
+    @property
+    def renderer(self) -> PromptRenderer:
+        """Loaded on first use (chat mode needs none)."""
+        if self._renderer is None:
+            self._renderer = load_renderer(self.target, self.options)
+        return self._renderer
+
+    async def check(self) -> None:
+        """Every endpoint answers (EndpointError otherwise) and serves the model (UserError otherwise), before
+        anything is generated; a served model loaded from other weights than the tokenizer's is warned about."""
+        from userturn.client.http.endpoint import root_mismatch
+
+        for endpoint in self.endpoints:
+            warning = root_mismatch(await endpoint.check(self.target.model), self.target.model, self.target.tokenizer)
+            if warning:
+                print(f"userturn: warning: {warning}", file=sys.stderr)
+
+    async def aclose(self) -> None:
+        for endpoint in self.endpoints:
+            await endpoint.aclose()
+
+    async def __aenter__(self) -> TargetSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def settings(self, *, dataset: str, mode: Mode, perturbations: Sequence[str],
+                 assistant_from: Literal["dataset", "model"]) -> ProbeSettings:
+        """The `ProbeSettings` of one run on this target: the one place options become request settings."""
+        from userturn.client.probe.pipeline import ProbeSettings
+
+        o, t = self.options, self.target
+        return ProbeSettings(
+            model=t.model, dataset=dataset, temperatures=o.temperatures, samples=o.samples, max_tokens=o.max_tokens,
+            seed=o.seed, top_p=o.top_p, perturbations=list(perturbations), mode=mode, assistant_from=assistant_from,
+            assistant_temperature=o.assistant_temperature, assistant_max_tokens=o.assistant_max_tokens,
+            send_stop_token_ids=o.send_stop_token_ids, extra_stop=list(t.stop),
+            extra_stop_token_ids=list(t.stop_token_ids), extra_body=dict(t.extra_body), concurrency=o.concurrency,
+            rpm=o.rpm, tpm=o.tpm, template_kwargs=o.rendered_kwargs if mode == "raw" else {},
+            record_meta=dict(o.record_meta),
+        )
+
+    def probe_run(self, items: Sequence[DatasetItem], *, dataset: str, mode: Mode, perturbations: Sequence[str],
+                  assistant_from: Literal["dataset", "model"], out_path: str, judge: JudgeHook | None = None,
+                  progress: bool = True, progress_title: str | None = None,
+                  swap_pool: Sequence[DatasetItem] | None = None, resume_hint: str | None = None) -> ProbeRun:
+        """One `ProbeRun` of `items` on this target."""
+        from userturn.client.probe.pipeline import ProbeRun
+
+        extra: dict[str, Any] = {"resume_hint": resume_hint} if resume_hint else {}
+        return ProbeRun(items, self.settings(dataset=dataset, mode=mode, perturbations=perturbations,
+                                             assistant_from=assistant_from),
+                        endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
+                        out_path=out_path, judge=judge, progress=progress, progress_title=progress_title,
+                        allow_special_tokens=self.options.allow_special_tokens, swap_pool=swap_pool,
+                        **pipeline_hooks(), **extra)
+
+
+def assistant_source(items: Sequence[DatasetItem], choice: Literal["dataset", "model", "auto"] | None,
+                     ) -> Literal["dataset", "model"]:
+    """Where the assistant turn comes from: as chosen, or (auto/None) the dataset when every item ends with one."""
+    if choice == "dataset" and getattr(items, "all_end_with_assistant", None) is not True:
+        open_item = next((i for i in items if not i.ends_with_assistant), None)
+        if open_item is not None:  # no assistant turn to probe after: refused before anything launches
+            raise UserError(f"assistant turn from the dataset, but item {open_item.id!r} ends with a user turn "
+                            "(use --assistant-from model / assistant_from: model to have the model answer)")
+    if choice in ("dataset", "model"):
+        return choice
+    ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
+    if ended is None:
+        ended = all(i.ends_with_assistant for i in items)
+    return "dataset" if ended else "model"
