@@ -34,7 +34,7 @@ def test_probe_prints_the_warning_once(tmp_path: Path, capsys: pytest.CaptureFix
     with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="m")) as server:
         for temperature, expected in (("0", 1), ("0.7", 0)):
             out = tmp_path / f"t{temperature}.jsonl"
-            assert main(["probe", "--base-url", server.base_url, "--model", "mock", "--tokenizer", QWEN_DIR,
+            assert main(["probe", "--base-url", server.base_url, "--model", "m", "--tokenizer", QWEN_DIR,
                          "--dataset", str(data), "--out", str(out), "--samples", "3", "--temperature", temperature,
                          "--no-progress"]) == 0
             err = capsys.readouterr().err
