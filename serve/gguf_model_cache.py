@@ -126,11 +126,14 @@ def load_converted(folder: Path, dtype: Any) -> Any:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     state = {k: v.to(dtype) for k, v in load_file(str(folder / "model.safetensors")).items()}
-    for a, b in (getattr(model, "all_tied_weights_keys", None) or {}).items():  # the file holds one of each pair
-        if a in state and b not in state:
-            state[b] = state[a]
-        elif b in state and a not in state:
-            state[a] = state[b]
+    shared: dict[int, list[str]] = {}  # tied weights: one parameter under several names, the file holds one
+    for name, param in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(param), []).append(name)
+    for names in shared.values():
+        stored = [n for n in names if n in state]
+        for name in names:
+            if stored and name not in state:
+                state[name] = state[stored[0]]
     model.load_state_dict(state, strict=True, assign=True)
     for name, module in list(model.named_modules()):
         if type(module).__name__.endswith("RotaryEmbedding"):
