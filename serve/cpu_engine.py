@@ -186,6 +186,7 @@ class Generator:
                  "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
         kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
         model_source, model_kw = cfg.model, dict(kw)
+        converted: Path | None = None  # the GGUF's converted checkpoint folder
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
             from userturn.serve.gguf_model_cache import converted_model_dir, folder_size
@@ -197,7 +198,7 @@ class Generator:
                 tokenizer_source = str(gguf_tokenizer_dir(cfg.model))
             started = time.monotonic()
             folder, hit = converted_model_dir(path, dtype, str(dtype))
-            model_source, model_kw = str(folder), {}  # a plain local checkpoint now
+            converted = folder
             size = f"{folder_size(folder) / 1e6:.0f} MB"
             self.notes.append(f"converted model from cache {folder} ({size})" if hit else
                               f"converted {path.name} in {time.monotonic() - started:.1f}s, cached at {folder} "
@@ -205,8 +206,12 @@ class Generator:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **kw)
         if cfg.chat_template:
             self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
-        self.model = AutoModelForCausalLM.from_pretrained(model_source, dtype=dtype, **model_kw)
-        self.model.eval()
+        if converted is not None:  # a folder we wrote ourselves: loaded straight from its safetensors file
+            from userturn.serve.gguf_model_cache import load_converted
+
+            self.model = load_converted(converted, dtype)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(model_source, dtype=dtype, **model_kw).eval()
         gen_eos = self.model.generation_config.eos_token_id
         eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
         if self.tokenizer.eos_token_id is not None:

@@ -4,15 +4,19 @@ transformers converts a GGUF file to torch tensors at every `from_pretrained(...
 SmolLM2-135M on 2 cores). `converted_model_dir` does that once and keeps the result (`save_pretrained`:
 safetensors + config) under `cache_root()/gguf-models/<stem>-<key>` (`$USERTURN_CACHE_DIR`, as for the GGUF
 tokenizers), where the key hashes the file's bytes (sha256), the dtype and the torch, transformers and gguf versions,
-so a new file or a new library converts anew. Written atomically: the conversion is saved in a staging folder
-beside the target and renamed into place; when two engines convert at once, the first rename wins and the other
-drops its own copy, so a reader never sees a half-written folder.
+so a new file or a new library converts anew. The file's sha256 is remembered in `gguf-hashes/` beside it under its
+path, keyed by (size, mtime, ctime, inode): a warm start reads it instead of hashing the file again, and any
+rewrite or reinstall of the file (new ctime) hashes it anew. Written atomically: the conversion is saved in a
+staging folder beside the target and renamed into place; when two engines convert at once, the first rename wins
+and the other drops its own copy, so a reader never sees a half-written folder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -33,6 +37,27 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def remembered_sha256(path: Path) -> str:
+    """The file's sha256, hashed only when no record for its path matches its (size, mtime, ctime, inode)."""
+    st = path.stat()
+    stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    resolved = str(path.resolve())
+    record = cache_root() / "gguf-hashes" / f"{hashlib.sha256(resolved.encode()).hexdigest()[:16]}.json"
+    try:
+        known = json.loads(record.read_text(encoding="utf-8"))
+        if known["path"] == resolved and known["stat"] == stamp:
+            return str(known["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no record, or a damaged one: hash the file
+    sha = file_sha256(path)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    fd, staging = tempfile.mkstemp(prefix=f".{record.name}-", dir=record.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({"path": resolved, "stat": stamp, "sha256": sha}, fh)
+    os.replace(staging, record)  # atomic: a concurrent reader sees the old record or the new one
+    return sha
+
+
 def library_versions() -> str:
     versions = []
     for name in LIBRARIES:
@@ -45,7 +70,7 @@ def library_versions() -> str:
 
 def cache_key(path: Path, dtype: str) -> str:
     """What the converted folder depends on: the file's bytes, the dtype and the library versions."""
-    text = f"{file_sha256(path)}\0{dtype}\0{library_versions()}"
+    text = f"{remembered_sha256(path)}\0{dtype}\0{library_versions()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -87,3 +112,36 @@ def converted_model_dir(path: Path, dtype: Any, dtype_name: str,
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target, False
+
+
+def load_converted(folder: Path, dtype: Any) -> Any:
+    """The model in a folder `converted_model_dir` wrote, loaded without `from_pretrained`'s per-tensor work:
+    built on the meta device, the safetensors file assigned in place (tied weights share one tensor), the rotary
+    embeddings (buffers computed at init, not stored) built anew on the CPU. Same logits as `from_pretrained`."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    config = AutoConfig.from_pretrained(str(folder))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    state = {k: v.to(dtype) for k, v in load_file(str(folder / "model.safetensors")).items()}
+    shared: dict[int, list[str]] = {}  # tied weights: one parameter under several names, the file holds one
+    for name, param in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(param), []).append(name)
+    for names in shared.values():
+        stored = [n for n in names if n in state]
+        for name in names:
+            if stored and name not in state:
+                state[name] = state[stored[0]]
+    model.load_state_dict(state, strict=True, assign=True)
+    for name, module in list(model.named_modules()):
+        if type(module).__name__.endswith("RotaryEmbedding"):
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent), attr, type(module)(config=model.config))
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"{folder}: no value for {', '.join(left[:3])} after loading")
+    if (folder / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(str(folder))
+    return model.eval()

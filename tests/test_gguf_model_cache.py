@@ -86,3 +86,36 @@ def test_a_failed_conversion_leaves_nothing(tiny_gguf: Path, tmp_path: Path) -> 
     with pytest.raises(OSError, match="disk full"):
         converted_model_dir(tiny_gguf, torch.float32, "torch.float32", convert=broken)
     assert list((tmp_path / "cache" / "gguf-models").iterdir()) == []
+
+
+def test_load_converted_gives_from_pretrained_logits(tiny_gguf: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from userturn.serve.gguf_model_cache import load_converted
+
+    folder, _ = converted_model_dir(tiny_gguf, torch.float32, "torch.float32")
+    fast = load_converted(folder, torch.float32)
+    slow = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    assert not any(t.is_meta for t in [*fast.parameters(), *fast.buffers()])
+    ids = torch.tensor([[5, 6, 7, 33, 34, 7, 6, 5]])
+    with torch.inference_mode():
+        assert torch.equal(fast(ids).logits, slow(ids).logits)
+    assert fast.generation_config.eos_token_id == slow.generation_config.eos_token_id
+
+
+def test_the_hash_is_remembered_until_the_file_changes(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from userturn.serve import gguf_model_cache
+
+    hashed: list[Path] = []
+    real = gguf_model_cache.file_sha256
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(gguf_model_cache, "file_sha256", counting)
+    key = cache_key(tiny_gguf, "torch.float32")
+    assert cache_key(tiny_gguf, "torch.float32") == key and len(hashed) == 1, "a second start hashes nothing"
+    data = tiny_gguf.read_bytes()
+    tiny_gguf.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size, new bytes
+    assert cache_key(tiny_gguf, "torch.float32") != key and len(hashed) == 2
