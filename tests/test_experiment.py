@@ -206,12 +206,12 @@ async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_res
     from userturn.judges.rules_only import RulesOnly
 
     from userturn.core.records import ProbeRecord
-    from userturn.orchestrate.experiment import _panel
+    from userturn.orchestrate.experiment import judge_panel
     from userturn.orchestrate.run_builder import ProbeOptions
 
     exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],
                                      "datasets": ["d.jsonl"], "judges": [{"model": "rules"}]})
-    hook = _panel(exp, "m", "http://h/v1", ProbeOptions())
+    hook = judge_panel(exp, "m", "http://h/v1", ProbeOptions())
     assert isinstance(hook, RulesOnly)
     convo = [{"role": "user", "content": "How many brothers does David have?"},
              {"role": "assistant", "content": "One."}]

@@ -375,7 +375,7 @@ def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str 
     )
 
 
-def _panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:
+def judge_panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:
     """The judge panel for one served model; `model: self` entries point at that model's own endpoint. Judges use
     the model's resolved request timeout and retries."""
     if not exp.judges:

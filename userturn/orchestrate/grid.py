@@ -16,9 +16,9 @@ from userturn.orchestrate.experiment import (
     RESUME_HINT,
     Experiment,
     ModelEntry,
-    _panel,
     assistant_source,
     expand_assistant_samples,
+    judge_panel,
     load_items,
     naming_entry,
     results_path,
@@ -99,7 +99,7 @@ class _Grid:
 
         exp, results = self.exp, self.results
         summaries: list[Any] = []
-        panel = _panel(exp, target.model, target.base_urls[0], options, self.rejudge)
+        panel = judge_panel(exp, target.model, target.base_urls[0], options, self.rejudge)
         try:
             if panel is not None:
                 await panel.check()
