@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import orjson
@@ -35,28 +35,29 @@ def short_keys(keys: Iterable[str], digits: int = MIN_DIGITS) -> dict[str, str]:
     return {key: h[: needed.get(h, digits)] for key, h in hashes.items()}
 
 
-def resolve_key(path: str | Path, text: str) -> str:
-    """The full key `text` names in a results file: itself when a record has that key, else the one key that starts
-    with it or whose sha256 does. Ambiguous: a UserError with the count; none: `text`
+def resolve_key(paths: str | Path | Sequence[str | Path], text: str) -> str:
+    """The full key `text` names in a results file (or several): itself when a record has that key, else the one
+    key that starts with it or whose sha256 does. Ambiguous: a UserError with the count; none: `text`
     unchanged (the caller's lookup reports it with the closest keys)."""
     if not text:
         return text
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"results file not found: {path}")
+    files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     matches: set[str] = set()
     lowered = text.lower()
-    for _, raw, _ in iter_lines(path):
-        try:
-            key = orjson.loads(raw).get("key")
-        except (orjson.JSONDecodeError, AttributeError):
-            continue  # the lookup that follows names a bad line
-        if key == text:
-            return text
-        if isinstance(key, str) and (key.startswith(text) or key_hash(key).startswith(lowered)):
-            matches.add(key)
+    for path in files:
+        if not path.is_file():
+            raise UserError(f"results file not found: {path}")
+        for _, raw, _ in iter_lines(path):
+            try:
+                key = orjson.loads(raw).get("key")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue  # the lookup that follows names a bad line
+            if key == text:
+                return text
+            if isinstance(key, str) and (key.startswith(text) or key_hash(key).startswith(lowered)):
+                matches.add(key)
     if len(matches) > 1:
         shown = ", ".join(sorted(short_keys(matches).values())[:3])
-        raise UserError(f"{path}: key prefix {text!r} is ambiguous: {len(matches)} records match ({shown}"
-                        f"{', …' if len(matches) > 3 else ''}); give more characters")
+        raise UserError(f"{' '.join(map(str, files))}: key prefix {text!r} is ambiguous: {len(matches)} records "
+                        f"match ({shown}{', …' if len(matches) > 3 else ''}); give more characters")
     return next(iter(matches), text)

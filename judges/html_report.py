@@ -17,7 +17,7 @@ import hashlib
 import importlib.metadata
 import platform
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,7 +171,7 @@ class _AcrossItems:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.chosen: dict[bytes, tuple[bytes, int, bytes]] = {}  # item rank -> (key rank, line number, raw line)
+        self.chosen: dict[bytes, tuple[bytes, str, bytes]] = {}  # item rank -> (key rank, file:line, raw line)
         self.records = 0
         self._item_ranks = array.array("q")  # 8 bytes per record offered: a million records cost 8 MB, not a set
 
@@ -180,7 +180,7 @@ class _AcrossItems:
         """Distinct items offered (by their 64-bit rank; a collision among fewer than 10^8 items is negligible)."""
         return len(np.unique(np.frombuffer(self._item_ranks, dtype=np.int64))) if self.records else 0
 
-    def offer(self, item_id: str, key: str, number: int, raw: bytes) -> None:
+    def offer(self, item_id: str, key: str, number: str, raw: bytes) -> None:
         self.records += 1
         item, rank = _rank(item_id), _rank(key)
         self._item_ranks.append(int.from_bytes(item, "little", signed=True))
@@ -197,8 +197,8 @@ class _AcrossItems:
             del self.chosen[worst]
             self.chosen[item] = (rank, number, raw)
 
-    def parsed(self, path: Path | str) -> list[ProbeRecord]:
-        return [_parse(raw, path, number) for _, (_, number, raw) in sorted(self.chosen.items())]
+    def parsed(self) -> list[ProbeRecord]:
+        return [_parse(raw, number) for _, (_, number, raw) in sorted(self.chosen.items())]
 
 
 class _FirstByRank:
@@ -206,25 +206,25 @@ class _FirstByRank:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.held: list[tuple[bytes, int, bytes]] = []
+        self.held: list[tuple[bytes, str, bytes]] = []
         self.records = 0
 
-    def offer(self, key: str, number: int, raw: bytes) -> None:
+    def offer(self, key: str, number: str, raw: bytes) -> None:
         self.records += 1
         rank = _rank(key)
         if len(self.held) < self.size or rank < self.held[-1][0]:
             bisect.insort(self.held, (rank, number, raw))
             del self.held[self.size:]
 
-    def parsed(self, path: Path | str) -> list[ProbeRecord]:
-        return [_parse(raw, path, number) for _, number, raw in self.held]
+    def parsed(self) -> list[ProbeRecord]:
+        return [_parse(raw, number) for _, number, raw in self.held]
 
 
-def _parse(raw: bytes, path: Path | str, number: int) -> ProbeRecord:
+def _parse(raw: bytes, where: str) -> ProbeRecord:
     try:
         return ProbeRecord.model_validate_json(raw)
     except ValidationError as exc:
-        raise UserError(f"{path}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
+        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None
 
 
 @dataclass
@@ -259,7 +259,7 @@ class _Selection:
         self.failed = _FirstByRank(failures)
         self.judge_prompts: dict[str, set[str]] = defaultdict(set)
 
-    def offer(self, d: dict, number: int, raw: bytes) -> None:
+    def offer(self, d: dict, number: str, raw: bytes) -> None:
         key, item = d["key"], str(d.get("item_id"))
         if d.get("label") is not None:
             self.per_label[d["label"]].offer(item, key, number, raw)
@@ -271,26 +271,25 @@ class _Selection:
             if verdict.get("prompt_sha256"):
                 self.judge_prompts[verdict["judge"]].add(verdict["prompt_sha256"])
 
-    def examples(self, path: Path | str) -> Examples:
+    def examples(self) -> Examples:
         return Examples(
-            by_label={label: Shown(s.parsed(path), s.records, s.items)
+            by_label={label: Shown(s.parsed(), s.records, s.items)
                       for label, s in self.per_label.items() if s.records},
-            table=Shown(self.table.parsed(path), self.table.records),
-            failures=Shown(self.failed.parsed(path), self.failed.records),
+            table=Shown(self.table.parsed(), self.table.records),
+            failures=Shown(self.failed.parsed(), self.failed.records),
             judge_prompts={judge: sorted(shas) for judge, shas in sorted(self.judge_prompts.items())})
 
 
-def select_examples(path: str | Path, keep: np.ndarray, *, per_label: int = SAMPLES_PER_LABEL,
+def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray, *, per_label: int = SAMPLES_PER_LABEL,
                     table: int = SAMPLE_TABLE, failures: int = FAILURES) -> Examples:
     """Second streaming pass over the lines that count (`keep`, from the first pass): per label up to `per_label`
     records from distinct items, `table` ok records, `failures` judge-failed records (deterministic choices), in
     memory bounded by those sizes and the number of items."""
     selection = _Selection(per_label, table, failures)
-    path = Path(path)
-    for index, (number, d, raw) in enumerate(iter_checked(path)):
+    for index, (path, number, d, raw) in enumerate(iter_checked(paths)):
         if keep[index]:
-            selection.offer(d, number, raw)
-    return selection.examples(path)
+            selection.offer(d, f"{path}:{number}", raw)
+    return selection.examples()
 
 
 def examples_of(records: list[ProbeRecord], *, per_label: int = SAMPLES_PER_LABEL, table: int = SAMPLE_TABLE,
@@ -298,8 +297,8 @@ def examples_of(records: list[ProbeRecord], *, per_label: int = SAMPLES_PER_LABE
     """`select_examples` for records already loaded."""
     selection = _Selection(per_label, table, failures)
     for number, r in enumerate(records, start=1):
-        selection.offer(r.model_dump(mode="json"), number, r.model_dump_json().encode())
-    return selection.examples("<records>")
+        selection.offer(r.model_dump(mode="json"), f"<records>:{number}", r.model_dump_json().encode())
+    return selection.examples()
 
 
 def _samples(examples: Examples) -> dict[str, dict[str, Any]]:

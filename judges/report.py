@@ -10,7 +10,7 @@ the `none` row of the same configuration. The file is read in one streaming pass
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +19,12 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, Field
 from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
-from userturn.judges.report_scan import RowId, Scan, base_name, scan_file
+from userturn.judges.report_scan import RowId, Scan, base_name, scan_files
 from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
 
 from userturn.core.errors import UserError
-from userturn.core.jsonl import read_records
 from userturn.core.records import ProbeRecord
+from userturn.core.results_files import read_results
 from userturn.core.taxonomy import FOLLOWUP, LABELS
 
 UNFINGERPRINTED = "unfingerprinted"
@@ -299,9 +299,10 @@ def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[Ite
         group.delta_items, group.delta_note = diff.items, diff.reason
 
 
-def summarise_file(path: str | Path) -> Report:
-    """The report of a results file, read in one streaming pass. Missing file or malformed line -> UserError."""
-    return build_report(scan_file(path))
+def summarise_file(path: str | Path | Sequence[str | Path]) -> Report:
+    """The report of a results file, or of several read as one (their concatenation, in order), in one streaming
+    pass. Missing file or malformed line -> UserError naming file:line."""
+    return build_report(scan_files(path))
 
 
 def summarise(records: Iterable[ProbeRecord], configs: Mapping[str, dict] | None = None) -> list[GroupSummary]:
@@ -314,14 +315,16 @@ def summarise(records: Iterable[ProbeRecord], configs: Mapping[str, dict] | None
     return build_report(scan).groups
 
 
-def load_results(path: str | Path) -> list[ProbeRecord]:
-    """All records of a results file (last line per key). Missing file or malformed line -> UserError.
+def load_results(path: str | Path | Sequence[str | Path]) -> list[ProbeRecord]:
+    """All records of a results file, or of several read as one (last line per key). Missing file or malformed
+    line -> UserError.
 
     Loads every record: use `summarise_file` for large files."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"results file not found: {path}")
-    records, _ = read_records(path)
+    paths = [Path(path)] if isinstance(path, str | Path) else [Path(p) for p in path]
+    for p in paths:
+        if not p.is_file():
+            raise UserError(f"results file not found: {p}")
+    records, _ = read_results(paths)
     return list(records.values())
 
 

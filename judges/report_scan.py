@@ -1,4 +1,4 @@
-"""One streaming pass over a results file for the report: compact per-line columns, never a record object per line.
+"""One streaming pass over results files for the report: compact per-line columns, never a record object per line.
 
 Each line is parsed with orjson and checked for the few fields the report reads. What is kept per line is four
 integers (a 64-bit hash of the key, the row, a 64-bit hash of the item id, an interned outcome code: 24 bytes);
@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -252,40 +252,47 @@ class Scan:
         return keep
 
 
-def iter_checked(path: Path) -> Iterator[tuple[int, dict, bytes]]:
-    """(line number, record dict, raw line) for each record line, exactly the lines `scan_file` counts (in the same
-    order); configuration lines and a torn final line are skipped, any other malformed line is a UserError naming
-    file:line."""
+def _paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    return [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+
+
+def iter_checked(paths: str | Path | Sequence[str | Path]) -> Iterator[tuple[Path, int, dict, bytes]]:
+    """(file, line number, record dict, raw line) for each record line, exactly the lines `scan_files` counts (in
+    the same order); configuration lines and a torn final line are skipped, any other malformed line is a UserError
+    naming file:line."""
     checker = Scan()
-    for number, raw, complete in iter_lines(path):
-        try:
-            d = orjson.loads(raw)
-            taken = checker.add_config(d)
-            problem = taken if taken is not False else checker.classify(d)
-            if taken is True:
-                continue
-        except orjson.JSONDecodeError as exc:
-            problem = f"invalid JSON: {str(exc).splitlines()[0]}"
-        if not isinstance(problem, str):
-            yield number, d, raw
-        elif complete:
-            raise UserError(f"{path}:{number}: not a userturn record ({problem})")
-
-
-def scan_file(path: str | Path) -> Scan:
-    """One pass over a results file. Missing file or malformed line -> UserError."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"results file not found: {path}")
-    scan = Scan()
-    try:
+    for path in _paths(paths):
         for number, raw, complete in iter_lines(path):
             try:
-                problem = scan.add_line(orjson.loads(raw))
+                d = orjson.loads(raw)
+                taken = checker.add_config(d)
+                problem = taken if taken is not False else checker.classify(d)
+                if taken is True:
+                    continue
             except orjson.JSONDecodeError as exc:
                 problem = f"invalid JSON: {str(exc).splitlines()[0]}"
-            if problem is not None and complete:
+            if not isinstance(problem, str):
+                yield path, number, d, raw
+            elif complete:
                 raise UserError(f"{path}:{number}: not a userturn record ({problem})")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:
+    """One pass over results files, read as their concatenation in order (`userturn.core.results_files`): the
+    last line of a key and configuration counts, in whichever file it is. Missing file or malformed line ->
+    UserError naming file:line."""
+    scan = Scan()
+    for path in _paths(paths):
+        if not path.is_file():
+            raise UserError(f"results file not found: {path}")
+        try:
+            for number, raw, complete in iter_lines(path):
+                try:
+                    problem = scan.add_line(orjson.loads(raw))
+                except orjson.JSONDecodeError as exc:
+                    problem = f"invalid JSON: {str(exc).splitlines()[0]}"
+                if problem is not None and complete:
+                    raise UserError(f"{path}:{number}: not a userturn record ({problem})")
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror}") from None
     return scan

@@ -22,6 +22,7 @@ from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 from userturn.core.errors import UserError, first_error
 from userturn.core.jsonl import JsonlWriter, is_config_line, read_configs
 from userturn.core.records import ProbeRecord
+from userturn.core.results_files import judged_name
 from userturn.core.workers import run_all
 
 OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"
@@ -57,10 +58,22 @@ class InputPlan:
     skipped: int = 0
 
 
-def default_out_path(results: Path) -> Path:
-    """RESULTS.jsonl -> RESULTS.judged.jsonl beside it."""
-    stem = results.name[: -len(".jsonl")] if results.name.endswith(".jsonl") else results.name
-    return results.with_name(f"{stem}.judged.jsonl")
+def outputs(inputs: list[Path], out: Path | None, *, folder: bool) -> list[tuple[Path, Path]]:
+    """(input, output) per input file: `out` itself for one file; with several inputs (`folder`), X.judged.jsonl
+    in the folder `out`, or beside each input without `out`. Two inputs with one output, or an input that is
+    another's output: UserError."""
+    pairs = [(results, judged_name(results) if out is None else out / judged_name(results).name if folder else out)
+             for results in inputs]
+    taken: dict[Path, Path] = {}
+    inputs_at = {results.resolve() for results in inputs}
+    for results, judged in pairs:
+        other = taken.setdefault(judged.resolve(), results)
+        if other is not results:
+            raise UserError(f"{other} and {results} would both be judged into {judged}: judge them apart "
+                            "(--out to another folder)")
+        if judged.resolve() in inputs_at:
+            raise UserError(f"--out must differ from the results files ({judged} is one of them)")
+    return pairs
 
 
 def plan_input(results: Path, output: JudgingScan) -> InputPlan:
@@ -175,8 +188,9 @@ def asked_anew(before: ProbeRecord, after: ProbeRecord) -> bool:
     return any(id(v) not in carried for v in after.judges if v.source == "judge")
 
 
-def print_summary(summary: JudgeRunSummary) -> int:
-    """Print the run's summary; the exit status: 1 when a generated record was left without a label, else 0."""
+def print_summary(summary: JudgeRunSummary, *, hint: bool = True) -> int:
+    """Print the run's summary (and, with `hint`, the report command for its output); the exit status: 1 when a
+    generated record was left without a label, else 0."""
     c = summary.counters
     rate = c.followup_rate()
     rate_text = "n/a" if rate is None else f"{100 * rate:.1f}%"
@@ -192,6 +206,7 @@ def print_summary(summary: JudgeRunSummary) -> int:
     if c.judge_failures:
         print(judge_failure_line("userturn judge", c.judge_failures, str(summary.out_path), c), file=sys.stderr)
         status = 1
-    print(f"next: userturn report {summary.out_path} (add --html report.html --plots figures/ for the figures)",
-          file=sys.stderr)
+    if hint:
+        print(f"next: userturn report {summary.out_path} (add --html report.html --plots figures/ for the figures)",
+              file=sys.stderr)
     return status

@@ -27,6 +27,7 @@ from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, t
 from userturn.judges.rules_only import unjudged_notice
 
 from userturn.core.records import ProbeRecord
+from userturn.core.results_files import describe
 
 SHOWN_ITEMS = 4  # items whose turns are printed (every turn: `userturn show RESULTS`)
 TURNS_PER_ITEM = 4
@@ -142,27 +143,29 @@ def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, i
     return same, pairs
 
 
-def print_run_report(console: Console, results: Path) -> list[GroupSummary]:
-    """The whole printout of `userturn run` (see the module docstring); returns the report rows."""
+def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[GroupSummary]:
+    """The whole printout of `userturn run` (see the module docstring) for its results file, or the files of its
+    shards read as one; returns the report rows."""
     records = load_results(results)
+    source = describe(results)
     groups = row_order(summarise(records))
     width = console.width
-    for line in turns_beside_human(records, width, str(results)):
+    for line in turns_beside_human(records, width, source):
         print_trimmed(console, escape(line))
     console.print()
     for line in offline_facts(records):
         print_trimmed(console, escape(line))
     rules_only = not any(g.n > g.rule_labels for g in groups)
-    title = f"userturn report: {results}" + (" (rules only: no rate below is a measurement)" if rules_only else "")
+    title = f"userturn report: {source}" + (" (rules only: no rate below is a measurement)" if rules_only else "")
     print_trimmed(console, groups_table(groups, title, width=width))
     print_trimmed(console, SHORT_LEGEND)
     print_trimmed(console, totals_line(groups))
-    notice = unjudged_notice(groups, str(results))
+    notice = unjudged_notice(groups, source)
     if notice:
         print_trimmed(console, escape(notice + " (Or put a judge under `judges:` in the experiment file.)"))
     page = ("label shares, examples and provenance in one page" if rules_only else
             "the figures and the HTML report (examples, agreement, provenance)")
     flags = "--html report.html" if rules_only else "--html report.html --plots figures/"
-    print_trimmed(console, escape(f"Next: every turn with its key: userturn show {results}; {page}: userturn report "
-                                  f"{results} {flags}"))
+    print_trimmed(console, escape(f"Next: every turn with its key: userturn show {source}; {page}: userturn report "
+                                  f"{source} {flags}"))
     return groups

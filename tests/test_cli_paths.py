@@ -54,13 +54,16 @@ def bad_paths(tmp_path: Path) -> dict[str, list[list[str]]]:
             ["judge", data, "--out", str(adir), *JUDGE],
             ["export", data, "--format", "sft", "--out", str(adir)],
             ["judge-eval", data, "--out", str(adir), *JUDGE],
+        ],
+        "no results files": [  # a folder of results files is read as one; an empty one is the error
             ["report", str(adir)], ["show", str(adir)], ["rerank", str(adir)], ["judge", str(adir), *JUDGE],
-            ["export", str(adir), "--format", "sft"],
+            ["export", str(adir), "--format", "sft"], ["compact", str(adir)], ["report", data, str(adir)],
         ],
         "not found": [
             ["report", str(tmp_path / "missing.jsonl")], ["judge", str(tmp_path / "missing.jsonl"), *JUDGE],
             ["export", str(tmp_path / "missing.jsonl"), "--format", "sft"],
             ["show", str(tmp_path / "missing.jsonl")], ["rerank", str(tmp_path / "missing.jsonl")],
+            ["report", data, str(tmp_path / "missing.jsonl")], ["compact", str(tmp_path / "missing.jsonl")],
             ["probe", *PROBE, "--dataset", data, "--out", str(tmp_path / "o.jsonl"), "--chat-template",
              str(tmp_path / "missing.jinja")],
         ],
@@ -74,7 +77,7 @@ def bad_paths(tmp_path: Path) -> dict[str, list[list[str]]]:
     }
 
 
-@pytest.mark.parametrize("kind", ["is a directory", "not found", "is a file, not a directory"])
+@pytest.mark.parametrize("kind", ["is a directory", "not found", "is a file, not a directory", "no results files"])
 def test_every_bad_path_is_one_line_and_exit_2(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                nothing_runs: None) -> None:
     for argv in bad_paths(tmp_path)[kind]:

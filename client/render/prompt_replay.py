@@ -12,7 +12,7 @@ sha256 equals the record's.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -120,38 +120,41 @@ class Replayer:
         return replay_prompt(record, self.renderer_for(record))
 
 
-def find_record(path: str | Path, key: str, *, suggestions: int = 3) -> ProbeRecord:
-    """The last record with `key` in a results file, read line by line (a file of millions of lines is never held;
-    only its keys are, for the suggestions). Unknown key: UserError with the closest keys. A key recorded with two
-    configurations is a UserError naming both (a concatenation of two runs: split the file)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"results file not found: {path}")
-    found: tuple[int, bytes] | None = None
+def find_record(paths: str | Path | Sequence[str | Path], key: str, *, suggestions: int = 3) -> ProbeRecord:
+    """The last record with `key` in a results file, or in several read as one, read line by line (a file of
+    millions of lines is never held; only its keys are, for the suggestions). Unknown key: UserError with the
+    closest keys. A key recorded with two configurations is a UserError naming both (a concatenation of two runs:
+    read them apart)."""
+    files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    found: tuple[Path, int, bytes] | None = None
     fingerprints: set[object] = set()
     keys: set[str] = set()
-    for number, raw, complete in iter_lines(path):
-        try:
-            obj = orjson.loads(raw)
-            value = obj.get("key")
-        except (orjson.JSONDecodeError, AttributeError):
-            if not complete:
-                continue  # a torn final line, as every reader skips it
-            raise UserError(f"{path}:{number}: not a userturn record (invalid JSON)") from None
-        if value == key:
-            found = (number, raw)
-            fingerprints.add(obj.get("config_fingerprint"))
-        elif isinstance(value, str):
-            keys.add(value)
+    for path in files:
+        if not path.is_file():
+            raise UserError(f"results file not found: {path}")
+        for number, raw, complete in iter_lines(path):
+            try:
+                obj = orjson.loads(raw)
+                value = obj.get("key")
+            except (orjson.JSONDecodeError, AttributeError):
+                if not complete:
+                    continue  # a torn final line, as every reader skips it
+                raise UserError(f"{path}:{number}: not a userturn record (invalid JSON)") from None
+            if value == key:
+                found = (path, number, raw)
+                fingerprints.add(obj.get("config_fingerprint"))
+            elif isinstance(value, str):
+                keys.add(value)
+    where = " ".join(map(str, files))
     if len(fingerprints) > 1:
         shown = ", ".join(sorted(str(f) for f in fingerprints))
-        raise UserError(f"{path}: key {key!r} is recorded with {len(fingerprints)} configurations ({shown}); "
-                        "keep each configuration in its own file")
+        raise UserError(f"{where}: key {key!r} is recorded with {len(fingerprints)} configurations ({shown}); "
+                        "read each configuration's files apart")
     if found is None:
         close = difflib.get_close_matches(key, list(keys), n=suggestions, cutoff=0.5)
-        hint = f"; closest: {', '.join(close)}" if close else f" ({len(keys)} keys in the file)"
-        raise UserError(f"{path}: no record with key {key!r}{hint}")
-    number, raw = found
+        hint = f"; closest: {', '.join(close)}" if close else f" ({len(keys)} keys in the file{'s' * (len(files) > 1)})"
+        raise UserError(f"{where}: no record with key {key!r}{hint}")
+    path, number, raw = found
     try:
         return ProbeRecord.model_validate_json(raw)
     except ValidationError as exc:

@@ -12,6 +12,7 @@ import orjson
 
 from userturn.cli.argtypes import positive_int
 from userturn.cli.probe import add_network_arguments, configure_network
+from userturn.cli.results_args import add_results_argument
 from userturn.cli.show import add_arguments as add_show_arguments
 from userturn.cli.show import show_record, wants_record
 from userturn.core.errors import UserError
@@ -52,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "context. Unlabeled and failed records are skipped and counted. `sft-human` "
                                         "rows end with the human-written next turn the dataset carries "
                                         "(meta.second_turn, MT-Bench), one per distinct unperturbed conversation.")
-    export.add_argument("results", metavar="RESULTS.jsonl")
+    add_results_argument(export, "export")
     export.add_argument("--format", choices=["sft", "preference", "sft-human"], required=True)
     export.add_argument("--out", default=None, metavar="FILE", help="output file (default: stdout)")
     export.set_defaults(func=export_command)
@@ -63,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "query, generated turn, the human-written next turn where the dataset has one "
                                       "(meta.second_turn), and the label with who gave it. The table takes the "
                                       "terminal's width (piped: $COLUMNS, else 100).")
-    show.add_argument("results", metavar="RESULTS.jsonl")
+    add_results_argument(show, "show")
     show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
     filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
                                       "value; repeat a flag for alternatives)")
@@ -80,25 +81,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                                          "first configuration line of each configuration and the last line of each "
                                          "record (key and configuration). Lines superseded by a later one (a record "
                                          "judged again, an error retried) and a torn final line are dropped.")
-    compact.add_argument("results", metavar="RESULTS.jsonl")
+    add_results_argument(compact, "compact")
     compact.set_defaults(func=compact_command)
 
     rerank = sub.add_parser("rerank", help="does the follow-up rate rank sampled answers like correctness does?",
                             description="For queries with several sampled assistant responses, score each "
                                         "response by the genuine follow-up rate it elicits and compare with task "
                                         "correctness (AUROC, within-query AUROC, top-1 agreement).")
-    rerank.add_argument("results", metavar="RESULTS.jsonl")
+    add_results_argument(rerank, "rerank")
     rerank.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     rerank.set_defaults(func=rerank_command)
 
 
 def compact_command(args: argparse.Namespace) -> int:
     from userturn.core.jsonl import compact
+    from userturn.core.results_files import results_files
 
-    report = compact(args.results)
-    print(f"userturn compact: {args.results}: kept {report.kept} of {report.records} record lines "
-          f"({report.superseded} superseded) and {report.configs} configuration lines ({report.dropped_configs} "
-          f"repeated dropped){'; dropped a torn final line' if report.torn_tail else ''}", file=sys.stderr)
+    for path in results_files(args.results, "all"):
+        report = compact(path)
+        print(f"userturn compact: {path}: kept {report.kept} of {report.records} record lines "
+              f"({report.superseded} superseded) and {report.configs} configuration lines ({report.dropped_configs} "
+              f"repeated dropped){'; dropped a torn final line' if report.torn_tail else ''}", file=sys.stderr)
     return 0
 
 
@@ -214,14 +217,13 @@ def dry_run(exp: Any, base: Path, source: Path) -> int:
     return 3 if problems.lines else 0
 
 
-def _records(path: str) -> list:
-    from userturn.core.jsonl import read_records
+def _records(named: list[str]) -> list:
+    """The records of the results files and folders named, read as one (`userturn.core.results_files`)."""
+    from userturn.core.results_files import describe, read_results, results_files
 
-    if not Path(path).is_file():
-        raise UserError(f"results file not found: {path}")
-    records, report = read_records(path)
+    records, report = read_results(results_files(named))
     if report.torn_tail:
-        print(f"userturn: {path}: ignored a torn final line", file=sys.stderr)
+        print(f"userturn: {describe(named)}: ignored a torn final line", file=sys.stderr)
     return list(records.values())
 
 
@@ -270,7 +272,7 @@ def show_command(args: argparse.Namespace) -> int:
     records = _records(args.results)
     keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
     console().print(turns_table(select_records(records, rows), limit=args.limit, keys=keys,
-                                title=f"userturn show: {args.results}"))
+                                title=f"userturn show: {' '.join(args.results)}"))
     return 0
 
 
@@ -288,7 +290,7 @@ def rerank_command(args: argparse.Namespace) -> int:
     from userturn.client.terminal import console as make_console
 
     console = make_console()
-    console.print(rerank_table(rows, f"userturn rerank: {args.results}"))
+    console.print(rerank_table(rows, f"userturn rerank: {' '.join(args.results)}"))
     console.print("AUROC: correct vs incorrect responses by follow-up rate (0.5 = no signal); within: same-query "
                   "pairs only; top-1: the highest-rate response is correct (mixed queries: with correct and "
                   "incorrect responses), vs a random pick in brackets.")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from userturn.cli.argtypes import non_negative_float
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.cli.probe import add_network_arguments, configure_network
+from userturn.cli.results_args import add_results_argument, judge_out_is_folder
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,14 +31,16 @@ def model_order_type(text: str) -> list[str]:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `judge`, `report` and `judge-eval` to the `userturn` parser."""
     judge = sub.add_parser(
-        "judge", help="label the generated user turns of a results file (resumable)",
-        description="Label every generated user turn of RESULTS.jsonl with one or more judge models (rule "
-                    "pre-labels first) and write the records to --out. Rerunning resumes: keys whose output "
+        "judge", help="label the generated user turns of results files (resumable)",
+        description="Label every generated user turn of RESULTS with one or more judge models (rule "
+                    "pre-labels first) and write the records to --out (each file of several, or of a folder, to "
+                    "its own X.judged.jsonl beside it, or in the folder --out). Rerunning resumes: keys whose output "
                     "record already has an ok verdict from every judge are skipped, failed judgements are asked "
                     "again. Exit 1 when a generated record is left without a label because a judge failed.")
-    judge.add_argument("results", metavar="RESULTS.jsonl")
-    judge.add_argument("--out", default=None, metavar="OUT.jsonl",
-                       help="judged records (default: RESULTS.judged.jsonl beside the input)")
+    add_results_argument(judge, "judge")
+    judge.add_argument("--out", default=None, metavar="OUT",
+                       help="judged records: a file for one results file; a folder for several or a folder, "
+                            "holding X.judged.jsonl per input X.jsonl (default: X.judged.jsonl beside each input)")
     judge.add_argument("--force", action="store_true",
                        help="re-ask judges that already have an ok verdict in the input file")
     judge.add_argument("--keep-verdicts", action="store_true",
@@ -50,10 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     report = sub.add_parser(
         "report", help="follow-up rate per model x dataset x perturbation x temperature",
-        description="Summarise a (judged) results file: n, follow-ups, follow-up rate with a Wilson 95% interval, "
+        description="Summarise (judged) results files: n, follow-ups, follow-up rate with a Wilson 95% interval, "
                     "label mix, judge failures and task accuracy per model x dataset x mode x perturbation x "
                     "temperature.")
-    report.add_argument("results", metavar="RESULTS.jsonl")
+    add_results_argument(report, "report")
     report.add_argument("--json", action="store_true", help="print the groups as a JSON array instead of a table")
     report.add_argument("--format", choices=["table", "csv", "markdown", "latex"], default="table",
                         help="table: the terminal table; csv: every count, rates as fractions, for analysis; "
@@ -99,24 +102,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def judge_command(args: argparse.Namespace) -> int:
+    """Judge each input file into its own output, one after another, with one judge panel. Exit 1 when any left a
+    record without a label."""
     from userturn.core import aio
+    from userturn.core.results_files import results_files
     from userturn.core.results_lock import results_lock
     from userturn.judges.panel import make_panel
-    from userturn.judges.run_judge import default_out_path, judge_file, print_summary
+    from userturn.judges.run_judge import judge_file, outputs, print_summary
 
     configure_network(args)
-    results = Path(args.results)
-    out = Path(args.out) if args.out else default_out_path(results)
+    inputs = results_files(args.results, "skip_judged")
+    pairs = outputs(inputs, Path(args.out) if args.out else None, folder=judge_out_is_folder(args.results))
     config = panel_config(args)
     assert config is not None  # --judge-model is required here
     panel = make_panel(config)
 
     async def run() -> int:
+        status = 0
         async with panel:
-            with results_lock(out):  # one judge per output file: a second one stops here (exit 2)
-                summary = await judge_file(results, out, panel, workers=args.judge_concurrency,
-                                           progress=not args.no_progress)
-        return print_summary(summary)
+            for results, out in pairs:
+                with results_lock(out):  # one judge per output file: a second one stops here (exit 2)
+                    summary = await judge_file(results, out, panel, workers=args.judge_concurrency,
+                                               progress=not args.no_progress)
+                status = max(status, print_summary(summary, hint=len(pairs) == 1))
+        if len(pairs) > 1:
+            shown = args.out or " ".join(str(out) for _, out in pairs)
+            print(f"next: userturn report {shown} (add --html report.html --plots figures/ for the figures)",
+                  file=sys.stderr)
+        return status
 
     return aio.run(run())
 

@@ -10,18 +10,17 @@ import argparse
 import os
 from pathlib import Path
 
+from userturn.cli.results_args import COMMANDS as RESULTS_COMMANDS
+from userturn.cli.results_args import judge_out_is_folder
 from userturn.core.errors import UserError
+from userturn.core.results_files import results_files
 
 # per command: (attribute, flag as the user typed it)
-INPUT_FILES: dict[str, list[tuple[str, str]]] = {
-    "judge": [("results", "results file")], "report": [("results", "results file")],
-    "export": [("results", "results file")], "show": [("results", "results file")],
-    "rerank": [("results", "results file")], "judge-eval": [("gold", "gold file")],
-    "compact": [("results", "results file")],
-    "probe": [("chat_template", "--chat-template")],
+INPUT_FILES: dict[str, list[tuple[str, str]]] = {  # RESULTS (files or folders): cli.results_args
+    "judge-eval": [("gold", "gold file")], "probe": [("chat_template", "--chat-template")],
 }
-OUTPUT_FILES: dict[str, list[tuple[str, str]]] = {
-    "probe": [("out", "--out")], "judge": [("out", "--out")], "export": [("out", "--out")],
+OUTPUT_FILES: dict[str, list[tuple[str, str]]] = {  # judge's --out: a file, or a folder for several inputs
+    "probe": [("out", "--out")], "export": [("out", "--out")],
     "judge-eval": [("out", "--out")], "report": [("html", "--html")], "serve": [("out", "--out")],
 }
 OUTPUT_DIRS: dict[str, list[tuple[str, str]]] = {"report": [("plots", "--plots")]}
@@ -79,6 +78,10 @@ def output_dir(path: str | Path, what: str, *, create: bool = True) -> Path:
 def check_paths(args: argparse.Namespace) -> None:
     """Check every path flag of the parsed command (see the tables above) before it runs."""
     command = str(getattr(args, "command", ""))
+    if command in RESULTS_COMMANDS and getattr(args, "results", None) is not None:
+        results_files(args.results, RESULTS_COMMANDS[command])
+        if command == "judge" and args.out is not None:
+            (output_dir if judge_out_is_folder(args.results) else output_file)(args.out, "--out")
     for attr, what in INPUT_FILES.get(command, []):
         if getattr(args, attr, None) is not None:
             input_file(getattr(args, attr), what)

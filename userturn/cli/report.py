@@ -1,16 +1,18 @@
-"""`userturn report RESULTS.jsonl [--json | --format F] [--html OUT.html] [--plots DIR] [filters]`: stream,
-summarise, select rows, render."""
+"""`userturn report RESULTS... [--json | --format F] [--html OUT.html] [--plots DIR] [filters]`: stream the results
+files (several read as one: `userturn.core.results_files`), summarise, select rows, render."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from userturn.client.terminal import console
 from userturn.core.errors import UserError
+from userturn.core.results_files import configs_of, describe, results_files
 from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
 from userturn.judges.report_filter import RowFilter, select_groups
 from userturn.judges.report_table import print_report
@@ -29,7 +31,9 @@ def run_report(args: argparse.Namespace) -> int:
         raise UserError(f"--json and --format {args.format}: choose one output format")
     if args.plot_temperature is not None and not (args.plots or args.html):
         raise UserError("--plot-temperature needs --plots DIR or --html OUT.html")
-    report = summarise_file(args.results)
+    paths = results_files(args.results)
+    source = describe(args.results)
+    report = summarise_file(paths)
     rows = row_filter(args)
     groups = select_groups(report.groups, rows)
     status = 0
@@ -44,9 +48,9 @@ def run_report(args: argparse.Namespace) -> int:
         if args.html:
             from userturn.judges.html_report import render_html, select_examples, write_html
 
-            examples = select_examples(args.results, report.keep)
-            html = render_html(groups, report.agreements, examples, report.records, figures, args.results, why,
-                               prompt_of=_replayer(args).prompt, skipped=skipped, filters=rows.describe())
+            examples = select_examples(paths, report.keep)
+            html = render_html(groups, report.agreements, examples, report.records, figures, source, why,
+                               prompt_of=_replayer(args, paths).prompt, skipped=skipped, filters=rows.describe())
             print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -55,15 +59,16 @@ def run_report(args: argparse.Namespace) -> int:
 
         sys.stdout.write(RENDERERS[args.format](groups))
     else:
-        source = args.results + (f" ({rows.describe()})" if rows.active else "")
+        title = source + (f" ({rows.describe()})" if rows.active else "")
         if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
-            source += " (rules only: no rate below is a measurement)"
-        print_report(console(wide=args.wide), groups, report.agreements, source, wide=args.wide)
-        _print_notice(groups, args.results)
+            title += " (rules only: no rate below is a measurement)"
+        print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
+        _print_notice(groups, source)
     if report.superseded:
-        print(f"userturn report: {report.superseded} superseded lines in {args.results} not counted (a later line of "
-              "the same key and configuration replaced each, e.g. a re-judged record); `userturn compact` drops them",
-              file=sys.stderr)
+        across = " (within or across the files)" if len(paths) > 1 else ""
+        print(f"userturn report: {report.superseded} superseded lines in {source} not counted (a later line of "
+              f"the same key and configuration replaced each{across}, e.g. a re-judged record); `userturn compact` "
+              "drops them within a file", file=sys.stderr)
     return status
 
 
@@ -107,8 +112,9 @@ def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], 
     return 0
 
 
-def _replayer(args: argparse.Namespace) -> Any:
-    """Rebuilds prompts for the HTML sample table (raw mode: from the file's configuration lines, or --tokenizer)."""
+def _replayer(args: argparse.Namespace, paths: list[Path]) -> Any:
+    """Rebuilds prompts for the HTML sample table (raw mode: from the files' configuration lines, or --tokenizer)."""
     from userturn.client.render.prompt_replay import Replayer
 
-    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None), results=args.results)
+    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None),
+                    configs=configs_of(paths))

@@ -1,6 +1,6 @@
-"""`userturn show RESULTS.jsonl KEY`: one record whole, with the exact prompt it was generated from.
+"""`userturn show RESULTS... KEY`: one record whole, with the exact prompt it was generated from.
 
-The prompt is rebuilt from the results file alone (`client.render.prompt_replay`): the configuration line of the
+The prompt is rebuilt from the results files alone (`client.render.prompt_replay`): the configuration line of the
 record's fingerprint holds the chat template text, its variables and date. `--tokenizer` (and `--chat-template`,
 `--renderer`) or `--manifest` replace it (needed only for files from before configuration lines). The rebuilt
 prompt is checked against the record's `prompt_sha256`.
@@ -13,11 +13,13 @@ import sys
 from typing import Any
 
 from userturn.core.errors import UserError
+from userturn.core.results_files import configs_of, results_files
 
 EXAMPLES = """examples:
   userturn show runs/smoke/results.jsonl
   userturn show runs/smoke/results.jsonl --model 'smollm2*' --label unjudged --item 107
   userturn show runs/smoke/results.jsonl 3f9a2c1          (a short key from the table's key column)
+  userturn show runs/sharded/                              (every results file of a folder, as one)
   userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0'
   userturn show results.jsonl KEY --prompt-only > prompt.txt"""
 
@@ -28,10 +30,7 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
                                                     "(rebuilt and checked against the record's prompt_sha256).")
     if show.epilog is None:
         show.epilog, show.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
-    show.add_argument("key", metavar="KEY", nargs="?", default=None,
-                      help="one record's key, or a unique prefix of it or of its short key (the table's key column): "
-                           "print it whole (prompt as sent, generated turn, human next turn, "
-                           "verdicts with rationales)")
+    show.set_defaults(key=None)  # KEY: the last of the RESULTS arguments when it names no file (results_args)
     g = show.add_argument_group("the prompt of a raw-mode record (default: rendered again from the results file's "
                                 "configuration line; these flags replace it, for files from before those lines)")
     g.add_argument("--tokenizer", default=None, metavar="DIR_HUB_ID_OR_GGUF", help="the tokenizer the probe used")
@@ -71,7 +70,7 @@ def replayer(args: argparse.Namespace) -> Any:
         tokenizer = tokenizer or layer.tokenizer
         chat_template = chat_template or layer.chat_template
         renderer = renderer or layer.renderer
-    return Replayer(tokenizer, chat_template, renderer, now=args.date, results=args.results)
+    return Replayer(tokenizer, chat_template, renderer, now=args.date, configs=configs_of(results_files(args.results)))
 
 
 def wants_record(args: argparse.Namespace) -> bool:
@@ -90,10 +89,11 @@ def show_record(args: argparse.Namespace) -> int:
                                 ("--renderer", args.renderer), ("--manifest", args.manifest),
                                 ("--date", args.date), ("--prompt-only", args.prompt_only)) if given]
     if args.key is None:
-        raise UserError(f"{flags[0]} needs a KEY: it applies to one record (userturn show RESULTS.jsonl KEY)")
+        raise UserError(f"{flags[0]} needs a KEY: it applies to one record (userturn show RESULTS... KEY)")
     if args.limit is not None:
         raise UserError("--limit applies to the table of turns, not to one KEY")
-    record = find_record(args.results, resolve_key(args.results, args.key))
+    paths = results_files(args.results)
+    record = find_record(paths, resolve_key(paths, args.key))
     replay = replayer(args)
     try:
         prompt = replay.prompt(record)

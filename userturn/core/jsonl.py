@@ -232,8 +232,14 @@ def read_records(path: str | Path, *, strict: bool = True) -> tuple[dict[str, Pr
     path = Path(path)
     report = ReadReport()
     records: dict[str, ProbeRecord] = {}
-    if not path.exists():
-        return records, report
+    if path.exists():
+        read_records_into(path, records, report, strict=strict)
+    return records, report
+
+
+def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadReport, *, strict: bool = True) -> None:
+    """`read_records` of one more file into `records` and `report`: several files read in turn count as their
+    concatenation (`userturn.core.results_files.read_results`)."""
     for number, raw, complete in iter_lines(path):
         try:
             obj = orjson.loads(raw)
@@ -260,11 +266,10 @@ def read_records(path: str | Path, *, strict: bool = True) -> tuple[dict[str, Pr
             if earlier.config_fingerprint != record.config_fingerprint and earlier.status == record.status == "ok":
                 raise UserError(f"{path}:{number}: record {record.key!r} was made with configuration "
                                 f"{record.config_fingerprint}, an earlier line of the same key with "
-                                f"{earlier.config_fingerprint}: the file mixes two configurations of the same "
-                                "samples; keep them in separate files (`userturn report` shows them apart)")
+                                f"{earlier.config_fingerprint}: the results read mix two configurations of the "
+                                "same samples; read them apart (`userturn report` shows them apart)")
             report.duplicates += 1
         records[record.key] = record
-    return records, report
 
 
 _to_json = ProbeRecord.__pydantic_serializer__.to_json
@@ -402,4 +407,5 @@ class JsonlWriter:
 
 
 __all__ = ["CompactReport", "JsonlWriter", "ReadReport", "ResultsLocked", "ResultsWriteError", "compact", "config_line",
-           "is_config_line", "iter_lines", "legacy_config", "read_configs", "read_records"]
+           "is_config_line", "iter_lines", "legacy_config", "read_configs", "read_records",
+           "read_records_into"]
