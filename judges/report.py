@@ -125,9 +125,9 @@ def _merge_panels(scan: Scan, present: np.ndarray) -> np.ndarray:
     panels: dict[tuple, list[int]] = defaultdict(list)
     for r in present.tolist():
         if row_list[r].panel:
-            panels[row_list[r][:6]].append(r)
+            panels[row_list[r].group, row_list[r].fingerprint].append(r)
     for r in present.tolist():
-        judged = panels.get(row_list[r][:6], [])
+        judged = panels.get((row_list[r].group, row_list[r].fingerprint), [])
         if not row_list[r].panel and len(judged) == 1:
             target[r] = judged[0]
     return target
@@ -139,7 +139,7 @@ def _settings(rows: list[RowId], configs: dict[str, dict | None]) -> dict[RowId,
     out: dict[RowId, str] = {}
     buckets: dict[tuple, list[RowId]] = defaultdict(list)
     for row in rows:
-        buckets[row[:4]].append(row)
+        buckets[row.group.series].append(row)
     for members in buckets.values():
         if len({(row.fingerprint, row.panel) for row in members}) == 1:
             out.update(dict.fromkeys(members, ""))
@@ -168,7 +168,7 @@ def _pair_key(row: RowId, configs: dict[str, dict | None]) -> tuple:
     identity = None if row.fingerprint is None else (
         orjson.dumps(_without_perturbation(config), option=orjson.OPT_SORT_KEYS) if config is not None
         else row.fingerprint)
-    return (row.model, row.dataset, row.mode, row.temperature, identity, row.panel)
+    return (row.group.unperturbed(), identity, row.panel)
 
 
 def _row_tallies(rows: np.ndarray, items: np.ndarray, followup: np.ndarray, labelled: np.ndarray,
@@ -248,7 +248,7 @@ def build_report(scan: Scan) -> Report:
                               table(lambda o: o.correct is not None).astype(np.int8)[codes], present)
     del rows, items, codes
 
-    final_rows = sorted(present, key=lambda r: (row_list[r][:5], row_list[r].fingerprint or "",
+    final_rows = sorted(present, key=lambda r: (row_list[r].group, row_list[r].fingerprint or "",
                                                 _panel_names(row_list[r].panel)))
     settings = _settings([row_list[r] for r in final_rows], configs)
     groups: list[GroupSummary] = []
@@ -257,8 +257,7 @@ def build_report(scan: Scan) -> Report:
         rate = clustered_rate(tallies[r].followups, tallies[r].labelled)
         accuracy_value, accuracy_n = accuracy.get(r, (None, 0))
         groups.append(GroupSummary(
-            model=row.model, dataset=row.dataset, mode=row.mode, perturbation=row.perturbation,
-            temperature=row.temperature, records=int(counts["records"][r]), n=int(counts["n"][r]),
+            **row.group._asdict(), records=int(counts["records"][r]), n=int(counts["n"][r]),
             items=rate.items if rate else 0, followups=int(counts["followups"][r]),
             followup_rate=rate.rate if rate else None, ci_low=rate.ci_low if rate else None,
             ci_high=rate.ci_high if rate else None, design_effect=rate.design_effect if rate else None,
@@ -284,10 +283,10 @@ def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[Ite
     """delta_vs_none for every non-none row: paired against the none row of the same configuration and panel."""
     nones: dict[tuple, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        if row.perturbation == "none":
+        if row.group.perturbation == "none":
             nones[_pair_key(row, configs)].append(i)
     for i, (group, row) in enumerate(zip(groups, rows, strict=True)):
-        if row.perturbation == "none":
+        if row.group.perturbation == "none":
             continue
         partners = nones.get(_pair_key(row, configs), [])
         if len(partners) != 1:

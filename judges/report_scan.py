@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.jsonl import config_line, iter_lines, legacy_config
-from userturn.core.records import line_group_key
+from userturn.core.records import GroupKey, line_group_key, line_group_values
 from userturn.core.taxonomy import LABELS
 
 _LABELS = frozenset(LABELS)
@@ -34,11 +34,7 @@ class RowId(NamedTuple):
     """What keeps two records in different rows: their `GroupKey` (core.records), configuration and panel.
     `panel`: sorted (judge, prompt sha256) of the LLM judges asked."""
 
-    model: str
-    dataset: str
-    mode: str
-    perturbation: str
-    temperature: float
+    group: GroupKey
     fingerprint: str | None
     panel: tuple[tuple[str, str | None], ...]
 
@@ -113,7 +109,7 @@ def row_and_outcome(d: dict) -> tuple[RowId, Outcome]:
     model_base = base_name(d["model"])
     self_judged = (label is not None and source in ("judge", "majority")
                    and any(base_name(j) == model_base for j, _ in ok_labels))
-    row = RowId(*line_group_key(d), d.get("config_fingerprint"), panel)
+    row = RowId(line_group_key(d), d.get("config_fingerprint"), panel)
     outcome = Outcome(d["status"] == "ok", label, label is not None and source == "rule",
                       d.get("judge_status") == "error", d.get("correct"), self_judged,
                       (tuple(sorted({v["judge"] for v in llm})), ok_labels))
@@ -133,10 +129,9 @@ def _usage(d: dict) -> tuple[int, int]:
 def _signature(d: dict) -> tuple:
     """Everything `row_and_outcome` and `_problem` read except key, item id and config: lines with the same
     signature have the same row and outcome. Raises (KeyError, TypeError, AttributeError) on odd shapes."""
-    t, correct = d["temperature"], d.get("correct")
-    return (d["model"], d["dataset"], d.get("mode", "raw"), d.get("perturbation", "none"), t, t.__class__,
-            d.get("config_fingerprint"), d["status"], d.get("label"), d.get("label_source"), d.get("judge_status"),
-            correct, correct.__class__,
+    correct = d.get("correct")
+    return (line_group_values(d), d["temperature"].__class__, d.get("config_fingerprint"), d["status"],
+            d.get("label"), d.get("label_source"), d.get("judge_status"), correct, correct.__class__,
             tuple((v["judge"], v.get("source", "judge"), v["status"], v.get("label"), v.get("prompt_sha256"))
                   for v in d.get("judges", ())))
 

@@ -26,7 +26,7 @@ from userturn.judges.report_filter import row_order
 from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
 from userturn.judges.rules_only import unjudged_notice
 
-from userturn.core.records import ProbeRecord
+from userturn.core.records import ProbeRecord, group_key
 from userturn.core.results_files import describe
 
 SHOWN_ITEMS = 4  # items whose turns are printed (every turn: `userturn show RESULTS`)
@@ -129,13 +129,13 @@ def offline_facts(records: Sequence[ProbeRecord]) -> list[str]:
 def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, int]:
     """(pairs whose generated turn is identical, pairs): each perturbed ok record against the unperturbed record of
     the same model, dataset, mode, item, temperature and sample."""
-    base = {(r.model, r.dataset, r.mode, r.item_id, r.temperature, r.sample): r.user_turn
+    base = {(group_key(r), r.item_id, r.sample): r.user_turn
             for r in records if r.perturbation == "none" and r.status == "ok"}
     same = pairs = 0
     for r in records:
         if r.perturbation == "none" or r.status != "ok":
             continue
-        partner = base.get((r.model, r.dataset, r.mode, r.item_id, r.temperature, r.sample))
+        partner = base.get((group_key(r).unperturbed(), r.item_id, r.sample))
         if partner is None:
             continue
         pairs += 1

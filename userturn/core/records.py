@@ -111,7 +111,8 @@ class ProbeRecord(BaseModel):
 
 class GroupKey(NamedTuple):
     """The condition records are counted under: one report row per key (with its configuration and judge panel),
-    one rerank group, and, with the item id, one export context."""
+    one rerank group, and, with the item id, one export context. The one definition of it: every reader groups by
+    `group_key` (records) or `line_group_key` (results lines as dicts)."""
 
     model: str
     dataset: str
@@ -119,16 +120,32 @@ class GroupKey(NamedTuple):
     perturbation: str
     temperature: float
 
+    @property
+    def series(self) -> tuple[str, str, str, str]:
+        """The key without its temperature: the rows one configuration has at each temperature."""
+        return self.model, self.dataset, self.mode, self.perturbation
+
+    def unperturbed(self) -> GroupKey:
+        """The key of the `none` row a perturbed row is paired with (the same everything else)."""
+        return self._replace(perturbation="none")
+
 
 def group_key(record: ProbeRecord) -> GroupKey:
     return GroupKey(record.model, record.dataset, record.mode, record.perturbation, record.temperature)
 
 
+def line_group_values(line: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
+    """The values of a results line's `GroupKey` as the line holds them (defaults filled, the temperature not yet
+    a float): the report's per-line cache key. Raises KeyError on a line without model, dataset or temperature."""
+    return (line["model"], line["dataset"], line.get("mode", "raw"), line.get("perturbation", "none"),
+            line["temperature"])
+
+
 def line_group_key(line: dict[str, Any]) -> GroupKey:
     """`group_key` of a results line read as a dict (the report's fast path); raises KeyError/TypeError/ValueError
     on a line without model, dataset or temperature."""
-    return GroupKey(line["model"], line["dataset"], line.get("mode", "raw"), line.get("perturbation", "none"),
-                    float(line["temperature"]))
+    model, dataset, mode, perturbation, temperature = line_group_values(line)
+    return GroupKey(model, dataset, mode, perturbation, float(temperature))
 
 
 class RendererInfo(BaseModel):
