@@ -314,3 +314,18 @@ def test_compact_rewrites_each_file_of_a_folder(sharded: dict[str, Path], capsys
     assert capsys.readouterr().err.count("userturn compact: ") == 2
     assert summarise_file(results_files(sharded["folder"])).superseded == 0
     assert stdout(capsys, "report", str(sharded["folder"]), "--json") == before
+
+
+def test_the_html_report_and_the_run_printout_read_several_files(sharded: dict[str, Path], tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+    from userturn.judges.run_view import print_run_report
+
+    html = tmp_path / "r.html"
+    assert main(["report", str(sharded["folder"]), "--html", str(html), "--json"]) == 0
+    page = html.read_text()
+    assert str(sharded["folder"]) in page and "org/m-8B" in page and "asks about" in page  # rows and examples
+    capsys.readouterr()
+    unsharded = print_run_report(Console(width=100, record=True), sharded["unsharded"])
+    shards = print_run_report(Console(width=100, record=True), [sharded["shard1"], sharded["shard2"]])
+    assert [g.model_dump() for g in shards] == [g.model_dump() for g in unsharded] and len(shards) == 8
