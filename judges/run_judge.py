@@ -143,6 +143,7 @@ async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, worker
     plan = plan_input(results, output)
     output.done.clear()  # only the input plan needs it
     started = time.monotonic()
+    panel.counters = JudgeCounters()  # this file's counts (one panel judges several files in turn)
     await panel.check()
     writer = JsonlWriter(out_path)
     present = read_configs(out_path)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import httpx
@@ -273,10 +274,13 @@ def test_judge_a_folder_each_file_to_its_own_output(tmp_path: Path, capsys: pyte
         route = mock.post("/chat/completions").mock(side_effect=ok_judge)
         assert main(["judge", str(folder), *judge]) == 0
         asked = route.call_count
+        err = capsys.readouterr().err
+        newly = [int(n) for n in re.findall(r"newly judged (\d+) ", err)]
+        assert len(newly) == 2 and all(newly) and sum(newly) == asked  # each file's own counts
+        assert err.count("next: userturn report") == 1  # one for the command, not one per file
         assert main(["judge", str(whole), *judge]) == 0
         assert route.call_count == 2 * asked  # each generated turn judged once either way
-        err = capsys.readouterr().err
-        assert err.count("next: userturn report") == 2  # one per command, not per file
+        capsys.readouterr()
         assert sorted(p.name for p in folder.iterdir()) == [
             "results.shard-1-of-2.jsonl", "results.shard-1-of-2.judged.jsonl", "results.shard-2-of-2.jsonl",
             "results.shard-2-of-2.judged.jsonl"]
