@@ -111,3 +111,9 @@ def test_one_group_key_for_records_and_raw_lines() -> None:
     record = ProbeRecord.model_validate(line)
     assert group_key(record) == line_group_key(line) == GroupKey("m", "d", "raw", "swap", 0.7)
     assert line_group_key({"model": "m", "dataset": "d", "temperature": 1}) == ("m", "d", "raw", "none", 1.0)
+    from userturn.core.records import line_group_values
+
+    # the report's per-line cache key keeps the temperature as the line holds it (1 and 1.0 and True stay apart)
+    assert line_group_values({"model": "m", "dataset": "d", "temperature": 1}) == ("m", "d", "raw", "none", 1)
+    key = group_key(record)
+    assert key.series == ("m", "d", "raw", "swap") and key.unperturbed() == GroupKey("m", "d", "raw", "none", 0.7)
