@@ -26,7 +26,7 @@ HELP: dict[Judged, str] = {
 def add_results_argument(parser: argparse.ArgumentParser, command: str) -> None:
     """RESULTS... on `parser` (`show` takes an optional KEY after them: `ResultsAndKey`)."""
     if command == "show":
-        parser.add_argument("results", nargs="+", action=ResultsAndKey, metavar="RESULTS [KEY]",
+        parser.add_argument("results", nargs="+", action=ResultsAndKey, metavar="RESULTS",
                             help=HELP["prefer_judged"] + "; the last argument is a record's KEY when it is no file "
                             "or folder and does not end in .jsonl")
     else:
