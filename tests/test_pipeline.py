@@ -14,6 +14,7 @@ from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.perturb import perturb
 from userturn.client.probe.pipeline import ProbeRun
 from userturn.client.probe.settings import ProbeSettings, clean_user_turn
+from userturn.judges.panel import JudgeCounters
 
 from userturn.core.errors import EndpointError, UserError
 from userturn.core.jsonl import read_records
@@ -271,12 +272,20 @@ async def test_dataset_without_assistant_turn_gives_clear_errors(tmp_path):
 
 
 class CountingJudge:
+    """A judge hook that labels every other record and counts what it did, as a judge panel does (the run reports
+    the hook's counts)."""
+
     def __init__(self):
         self.n = 0
+        self.counters = JudgeCounters()
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         self.n += 1
         label = "genuine_followup" if self.n % 2 else None
+        if label:
+            self.counters.judged += 1
+        else:
+            self.counters.judge_failures += 1
         return record.model_copy(update={"label": label, "label_source": "judge",
                                          "judge_status": "ok" if label else "error"})
 
@@ -339,6 +348,8 @@ async def test_manifest_stops_are_added_to_the_template_ones(tmp_path):
 
 
 class UnreachableJudge:
+    counters = JudgeCounters()
+
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         raise EndpointError("cannot reach http://judge.test/v1")
 

@@ -29,11 +29,23 @@ class Renderer(Protocol):
     def count_tokens(self, text: str, *, cache: bool = True) -> int | None: ...
 
 
+class JudgeCounts(Protocol):
+    """What a judge hook has counted so far, in records (`userturn.judges.panel.JudgeCounters`)."""
+
+    judged: int
+    judge_failures: int
+    rule_labels: int
+
+
 class JudgeHook(Protocol):
-    """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`). A hook that also has
+    """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`), and counts what it labelled: the run
+    reports those counts (`counters`, read before and after), it does not count labels again. A hook that also has
     `pending_judgements(path, keys)` (returning a `judges.backlog.JudgingScan`: a panel decides by its identity)
     gets the ok records of the file it has not labelled yet judged again on a rerun; the pipeline itself never
     imports the judges (see the layering in README "Code map")."""
+
+    @property
+    def counters(self) -> JudgeCounts: ...
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord: ...
 
