@@ -35,7 +35,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from userturn.core.errors import UserError
-from userturn.core.options import Options
+from userturn.core.options import Options, roles
 from userturn.core.records import RunInfo
 from userturn.core.version import __version__
 
@@ -43,8 +43,8 @@ from userturn.core.version import __version__
 SCOPE: tuple[str, ...] = ("model", "dataset", "mode", "perturbation")
 # The settings an assistant turn written by the model depends on (reusing one across runs needs them equal).
 ASSISTANT_SETTINGS: tuple[str, ...] = (
-    "model", "dataset", "assistant_source", "assistant_model", "assistant_temperature", "assistant_max_tokens",
-    "seed", "extra_body",
+    "model", "dataset", "assistant_source", "assistant_model",
+    *(name for name, role in roles().items() if role.assistant), "seed", "extra_body",
 )
 
 
