@@ -158,7 +158,7 @@ def test_assistant_options_are_recorded_only_for_a_model_written_assistant_turn(
 def test_posttrain_short_turns_are_a_layer_under_the_file() -> None:
     cfg = PostTrainExperiment.model_validate({"name": "p", "base": "m.yaml", "dataset": "d", "held_out": 1,
                                               "train": {"method": "sft"}, "max_tokens": 12})
-    held = cfg.held_out_options()
+    held = cfg.probe_options()
     assert (held.max_tokens, held.samples, held.temperatures) == (12, POSTTRAIN_LAYER.samples, [1.0])
     assert cfg.temperatures_probed == [1.0]
     # under the file, above the manifest: the manifest's max_tokens does not reach a post-training probe

@@ -46,7 +46,7 @@ log = logging.getLogger("userturn")
 
 # A post-training run probes a small model on the CPU: sampled (T=1, 4 samples per held-out item), in short user turns
 # (48 tokens), two requests at a time with a patient timeout. These sit under the file's own options and above the
-# base manifest's (`held_out_options`).
+# base manifest's (`probe_options`).
 POSTTRAIN_LAYER = Options(temperatures=[1.0], samples=4, max_tokens=48, concurrency=2, request_timeout=600.0)
 
 
@@ -70,14 +70,14 @@ class PostTrainExperiment(Options):
     train: TrainSettings
     out_dir: str = "runs"
 
-    def held_out_options(self) -> Options:
+    def probe_options(self) -> Options:
         """The options both models are probed with: this file's over `POSTTRAIN_LAYER`."""
         return POSTTRAIN_LAYER.merge(self)
 
     @property
     def temperatures_probed(self) -> list[float]:
         """The temperatures of the held-out comparison."""
-        return list(self.held_out_options().temperatures or [])
+        return list(self.probe_options().temperatures or [])
 
     @model_validator(mode="after")
     def _data_fits_method(self) -> PostTrainExperiment:
@@ -224,7 +224,7 @@ def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path,
     from userturn.orchestrate.grid import run_experiment
 
     exp = Experiment.model_validate({
-        **cfg.held_out_options().set_values(), "samples": samples,
+        **cfg.probe_options().set_values(), "samples": samples,
         "name": name, "models": [{"manifest": manifest}],
         "datasets": [{"spec": str(items_file), "name": dataset_name}], "perturbations": ["none"], "modes": ["raw"],
         "assistant_from": cfg.assistant_from, "judges": [j.model_dump() for j in cfg.judges], "out_dir": str(run_dir),
@@ -306,7 +306,7 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
     outcome = stages.run("train", run_train, Path(manifest), data_file, cfg.train, run_dir / "model",
                          eval_sets=[held], progress=progress, reuse=True)
     log.info("%s", outcome.summary())
-    samples = cfg.held_out_options().samples or 1
+    samples = cfg.probe_options().samples or 1
     base_held = stages.run("probe+judge base (held-out items)", _probe, cfg, "base-held-out", manifest, held_file,
                            dataset_name, samples, run_dir, path, progress)
     trained_held = stages.run("probe+judge trained (held-out items)", _probe, cfg, "trained-held-out",
