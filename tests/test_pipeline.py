@@ -308,6 +308,17 @@ async def test_inline_judge_hook_and_perturbations_in_keys(tmp_path):
     assert len(prompts) == 6 and all(json.loads(c.request.content)["stop_token_ids"] == [7] for c in route.calls)
 
 
+async def test_each_run_reports_its_own_part_of_a_shared_judge_hooks_counts(tmp_path):
+    """A grid shares one judge panel between its runs: each run reports what the hook counted during that run."""
+    judge = CountingJudge()
+    judge.counters.judged, judge.counters.rule_labels = 5, 2  # counted by earlier runs
+    with MockServer() as mock:
+        mock.post("/completions").mock(side_effect=completion)
+        summary = await run(mock, tmp_path, settings(temperatures=[0.5], samples=1), judge=judge)
+    assert (summary.judged, summary.judge_failures) == (2, 1) and judge.counters.judged == 7
+    assert judge.counters.rule_labels == 2
+
+
 async def test_chat_mode_uses_role_flip_and_chat_endpoint(tmp_path):
     def flip(messages):
         swapped = {"user": "assistant", "assistant": "user"}

@@ -36,6 +36,8 @@ from userturn.core.workers import run_all
 class ProbeRun(AssistantTurns):
     """One probe run. Construct (arguments: `RunState.__init__`), then `await run()`."""
 
+    _judge_start: tuple[int, int, int] = (0, 0, 0)  # the judge hook's counts when the run started (`_count_judged`)
+
     def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
         """Pending work in run order, prepared lazily item by item (the workers pull from this generator); items
         whose assistant turn failed give error records in their place. An item that cannot be prepared (a chat
@@ -177,8 +179,10 @@ class ProbeRun(AssistantTurns):
 
     def _judge_totals(self) -> tuple[int, int, int]:
         """(judged, judge failures, rule labels) the judge hook has counted so far."""
-        counts = self.judge.counters if self.judge is not None else None
-        return (counts.judged, counts.judge_failures, counts.rule_labels) if counts is not None else (0, 0, 0)
+        if self.judge is None:
+            return 0, 0, 0
+        counts = self.judge.counters
+        return counts.judged, counts.judge_failures, counts.rule_labels
 
     def _count_judged(self) -> None:
         """This run's judge counts: what the judge hook counted since the run started."""

@@ -75,7 +75,6 @@ class RunState:
         self.special_tokens: SpecialTokens | None = getattr(renderer, "special_tokens", None) \
             if settings.mode == "raw" else None
         self.counters = RunCounters()
-        self._judge_start = (0, 0, 0)  # the judge hook's counts when the run started (`ProbeRun._count_judged`)
         self.progress = Progress(
             self.counters,
             lambda: [e.stats for e in self.endpoints],
