@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from userturn.judges.panel import JudgeCounters
 from userturn.judges.prelabel import prelabel
 from userturn.judges.report import GroupSummary
 
@@ -22,6 +23,9 @@ class RulesOnly:
 
     names: tuple[str, ...] = ()
 
+    def __init__(self) -> None:
+        self.counters = JudgeCounters()  # what the run reports: its rule labels
+
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         verdict = prelabel(record) if record.status == "ok" else None
         if verdict is None:
@@ -29,6 +33,7 @@ class RulesOnly:
         out = record.model_copy(deep=True)
         out.judges = [*(v for v in out.judges if v.source != "rule"), verdict]
         out.label, out.label_source, out.judge_status = verdict.label, "rule", "ok"
+        self.counters.rule_labels += 1
         return out
 
     async def check(self) -> None:

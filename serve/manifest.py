@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
+from userturn.core.options import Options
 from userturn.core.shipped import resolve_named
 
 Engine = Literal["sglang", "vllm", "transformers", "llamacpp", "external"]
@@ -30,25 +31,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class ProbeDefaults(_Strict):
-    """Probe-side settings for this model family, so `userturn probe --manifest M` needs no other flags."""
+class ProbeDefaults(Options):
+    """Probe-side settings for this model family, so `userturn probe --manifest M` needs no other flags: any option
+    (`userturn.core.options.Options`; `tokenizer` and `chat_template` relative to the manifest) below the flags and
+    the experiment's, plus what the served model needs on every request."""
 
-    tokenizer: str | None = Field(default=None, description="tokenizer (hub id or path) used to render prompts")
-    renderer: Literal["auto", "chat_template", "harmony"] | None = Field(
-        default=None, description="how prompts are rendered: the tokenizer's Jinja template, Harmony (gpt-oss), or "
-        "auto (None): Harmony for a gpt-oss tokenizer without a chat_template override")
-    chat_template: str | None = Field(default=None, description="Jinja template file overriding the tokenizer's")
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra template variables")
-    enable_thinking: bool | None = Field(default=None, description="passed to the template when not None")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
     stop: list[str] = Field(default_factory=list, description="stop strings for the raw user-turn completion")
     stop_token_ids: list[int] = Field(default_factory=list, description="stop token ids (sent when supported)")
-    send_stop_token_ids: bool | None = Field(default=None, description="also send stop_token_ids (SGLang, vLLM)")
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperatures: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=1)
-    top_p: float | None = Field(default=None, gt=0, le=1)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
-    record_meta: dict[str, Any] = Field(default_factory=dict, description="copied into every record's meta "
-                                        "(a trained model's provenance: `userturn train` writes it)")
 
 
 class RouterConfig(_Strict):

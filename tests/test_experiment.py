@@ -205,9 +205,9 @@ def test_a_failing_model_names_its_grid_entry(tmp_path: Path, capsys):
 async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_rest():
     from userturn.judges.rules_only import RulesOnly
 
+    from userturn.core.options import ProbeOptions
     from userturn.core.records import ProbeRecord
     from userturn.orchestrate.experiment import judge_panel
-    from userturn.orchestrate.run_builder import ProbeOptions
 
     exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],
                                      "datasets": ["d.jsonl"], "judges": [{"model": "rules"}]})

@@ -9,16 +9,19 @@ import pytest
 from userturn.core.fingerprint import (
     ConfigMismatch,
     ExistingConfigs,
-    GenerationConfig,
+    GenerationContext,
     check_resume,
     check_unfingerprinted,
     fingerprint,
     first_difference,
+    generation_config,
 )
+from userturn.core.options import ProbeOptions
 
-BASE = GenerationConfig(model="m", dataset="d", mode="raw", perturbation="none", assistant_source="dataset",
-                        template_engine="jinja", template_sha256="a" * 64, template_kwargs={}, max_tokens=256,
-                        stop=["<|im_end|>"], seed=0).model_dump(mode="json")
+BASE = generation_config(GenerationContext(model="m", dataset="d", mode="raw", perturbation="none",
+                                           assistant_source="dataset", template_engine="jinja",
+                                           template_sha256="a" * 64, template_kwargs={}, stop=["<|im_end|>"]),
+                         ProbeOptions())
 
 
 def test_fingerprint_is_sha256_of_canonical_json_and_ignores_key_order():

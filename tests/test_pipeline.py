@@ -14,6 +14,7 @@ from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.perturb import perturb
 from userturn.client.probe.pipeline import ProbeRun
 from userturn.client.probe.settings import ProbeSettings, clean_user_turn
+from userturn.judges.panel import JudgeCounters
 
 from userturn.core.errors import EndpointError, UserError
 from userturn.core.jsonl import read_records
@@ -271,12 +272,20 @@ async def test_dataset_without_assistant_turn_gives_clear_errors(tmp_path):
 
 
 class CountingJudge:
+    """A judge hook that labels every other record and counts what it did, as a judge panel does (the run reports
+    the hook's counts)."""
+
     def __init__(self):
         self.n = 0
+        self.counters = JudgeCounters()
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         self.n += 1
         label = "genuine_followup" if self.n % 2 else None
+        if label:
+            self.counters.judged += 1
+        else:
+            self.counters.judge_failures += 1
         return record.model_copy(update={"label": label, "label_source": "judge",
                                          "judge_status": "ok" if label else "error"})
 
@@ -297,6 +306,17 @@ async def test_inline_judge_hook_and_perturbations_in_keys(tmp_path):
     assert records["m|d|q0|raw|generic|t=0.5|s=0"].messages[-1].content == "I can't help."
     prompts = {json.loads(c.request.content)["prompt"] for c in route.calls}
     assert len(prompts) == 6 and all(json.loads(c.request.content)["stop_token_ids"] == [7] for c in route.calls)
+
+
+async def test_each_run_reports_its_own_part_of_a_shared_judge_hooks_counts(tmp_path):
+    """A grid shares one judge panel between its runs: each run reports what the hook counted during that run."""
+    judge = CountingJudge()
+    judge.counters.judged, judge.counters.rule_labels = 5, 2  # counted by earlier runs
+    with MockServer() as mock:
+        mock.post("/completions").mock(side_effect=completion)
+        summary = await run(mock, tmp_path, settings(temperatures=[0.5], samples=1), judge=judge)
+    assert (summary.judged, summary.judge_failures) == (2, 1) and judge.counters.judged == 7
+    assert judge.counters.rule_labels == 2
 
 
 async def test_chat_mode_uses_role_flip_and_chat_endpoint(tmp_path):
@@ -339,6 +359,8 @@ async def test_manifest_stops_are_added_to_the_template_ones(tmp_path):
 
 
 class UnreachableJudge:
+    counters = JudgeCounters()
+
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         raise EndpointError("cannot reach http://judge.test/v1")
 

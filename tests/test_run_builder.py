@@ -17,9 +17,8 @@ from userturn.client.render.harmony_render import ensure_o200k_base
 from userturn.cli import main
 from userturn.core.errors import UserError
 from userturn.core.jsonl import read_records
+from userturn.core.options import Options, ProbeOptions
 from userturn.orchestrate.run_builder import (
-    Layer,
-    ProbeOptions,
     ProbeTarget,
     TargetSource,
     load_renderer,
@@ -35,13 +34,13 @@ DATA = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"What is {i} +
 
 
 def test_the_first_layer_that_sets_a_value_wins_and_defaults_fill_the_rest() -> None:
-    cli = Layer(max_tokens=10, template_kwargs={"a": 1})
-    experiment = Layer(max_tokens=20, top_p=0.5, samples=2, template_kwargs={"a": 2, "b": 2})
-    manifest = Layer(max_tokens=30, top_p=0.7, temperatures=[0.3], tokenizer="tok", renderer="harmony",
-                     template_kwargs={"c": 3})
+    cli = Options(max_tokens=10, chat_template_kwargs={"a": 1})
+    experiment = Options(max_tokens=20, top_p=0.5, samples=2, chat_template_kwargs={"a": 2, "b": 2})
+    manifest = Options(max_tokens=30, top_p=0.7, temperatures=[0.3], tokenizer="tok", renderer="harmony",
+                       chat_template_kwargs={"c": 3})
     target, options = resolve([cli, experiment, manifest])
     assert (options.max_tokens, options.top_p, options.samples, options.temperatures) == (10, 0.5, 2, [0.3])
-    assert options.template_kwargs == {"a": 1, "b": 2, "c": 3}
+    assert options.chat_template_kwargs == {"a": 1, "b": 2, "c": 3}
     assert target == {"tokenizer": "tok", "renderer": "harmony"}
     assert resolve([])[1] == ProbeOptions()  # nothing set anywhere: userturn/core/defaults.py
     defaults = ProbeOptions()

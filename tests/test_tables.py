@@ -153,7 +153,8 @@ def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_posttrain_comparison_fits_100_columns_with_its_notes_below() -> None:
     from userturn.client.terminal import console
 
-    from userturn.orchestrate.posttrain import Metric, comparison_table
+    from userturn.cli.posttrain_view import comparison_table
+    from userturn.orchestrate.posttrain import Metric
 
     rows = [Metric(metric=metric, temperature=t, base_rate=0.681, base_n=72, trained_rate=0.931, trained_n=72,
                    items=12, delta=0.25, ci_low=-0.242, ci_high=0.391,

@@ -36,6 +36,8 @@ from userturn.core.workers import run_all
 class ProbeRun(AssistantTurns):
     """One probe run. Construct (arguments: `RunState.__init__`), then `await run()`."""
 
+    _judge_start: tuple[int, int, int] = (0, 0, 0)  # the judge hook's counts when the run started (`_count_judged`)
+
     def _jobs(self, done: ResumeIndex, turns: dict[str, AssistantTurn]) -> Iterator[Job | ProbeRecord]:
         """Pending work in run order, prepared lazily item by item (the workers pull from this generator); items
         whose assistant turn failed give error records in their place. An item that cannot be prepared (a chat
@@ -121,6 +123,7 @@ class ProbeRun(AssistantTurns):
         self._unwritten = {fp: ConfigLine(fingerprint=fp, config=self.configs[p], renderer=info, run=run)
                            for p, fp in self.fingerprints.items()}
         writer = JsonlWriter(self.out_path, per_tick=True)
+        self._judge_start = self._judge_totals()  # a panel shared by several runs counts on: this run's part
         started = time.monotonic()
         self.progress.start()
         try:
@@ -146,7 +149,7 @@ class ProbeRun(AssistantTurns):
         assert self.judge is not None
         for record in records:
             record = await self.judge.judge(record)
-            self._count_judged(record)
+            self._count_judged()
             self._write(writer, record)
 
     async def _worker(self, jobs: Iterator[Job | ProbeRecord], writer: JsonlWriter) -> None:
@@ -160,7 +163,7 @@ class ProbeRun(AssistantTurns):
                     self._write(writer, record)  # keep the generation; `userturn judge` can label it later
                     raise
                 record = judged
-                self._count_judged(record)
+                self._count_judged()
             self._write(writer, record)
             c.done += 1
             if record.status == "ok":
@@ -174,14 +177,18 @@ class ProbeRun(AssistantTurns):
             writer.write_config(self._unwritten.pop(record.config_fingerprint))
         writer.write(record)
 
-    def _count_judged(self, record: ProbeRecord) -> None:
+    def _judge_totals(self) -> tuple[int, int, int]:
+        """(judged, judge failures, rule labels) the judge hook has counted so far."""
+        if self.judge is None:
+            return 0, 0, 0
+        counts = self.judge.counters
+        return counts.judged, counts.judge_failures, counts.rule_labels
+
+    def _count_judged(self) -> None:
+        """This run's judge counts: what the judge hook counted since the run started."""
         c = self.counters
-        if record.label_source == "rule":
-            c.rule_labels += 1
-        elif record.judge_status == "error":
-            c.judge_failures += 1
-        elif record.label is not None:
-            c.judged += 1
+        now, start = self._judge_totals(), self._judge_start
+        c.judged, c.judge_failures, c.rule_labels = (a - b for a, b in zip(now, start, strict=True))
 
 
 async def run_probe(items: Sequence[DatasetItem], settings: ProbeSettings, **kwargs: Any) -> ProbeSummary:

@@ -42,10 +42,10 @@ class RequestBuilder(RunState):
         return self._with_extras(payload), sha256_text(prompt), estimate
 
     def _with_extras(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """`payload` with top_p and the extra body fields (the user's extra body wins; it may set temperature or
-        seed, which the samples then do not send: see `_probe`)."""
-        if self.settings.top_p is not None:
-            payload["top_p"] = self.settings.top_p
+        """`payload` with the sampling options that are set (`Options.request_fields`: top_p, ...) and the extra body
+        fields (the user's extra body wins; it may set temperature or seed, which the samples then do not send: see
+        `_probe`)."""
+        payload.update(self.settings.request_fields())
         payload.update(self.settings.extra_body)
         return payload
 

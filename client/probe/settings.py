@@ -8,12 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import Perturbed
 
-from userturn.core import defaults
 from userturn.core.errors import UserError
+from userturn.core.options import ProbeOptions, sent_names
 from userturn.core.records import Message, ProbeRecord
 
 
@@ -29,11 +29,23 @@ class Renderer(Protocol):
     def count_tokens(self, text: str, *, cache: bool = True) -> int | None: ...
 
 
+class JudgeCounts(Protocol):
+    """What a judge hook has counted so far, in records (`userturn.judges.panel.JudgeCounters`)."""
+
+    judged: int
+    judge_failures: int
+    rule_labels: int
+
+
 class JudgeHook(Protocol):
-    """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`). A hook that also has
+    """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`), and counts what it labelled: the run
+    reports those counts (`counters`, read before and after), it does not count labels again. A hook that also has
     `pending_judgements(path, keys)` (returning a `judges.backlog.JudgingScan`: a panel decides by its identity)
     gets the ok records of the file it has not labelled yet judged again on a rerun; the pipeline itself never
     imports the judges (see the layering in README "Code map")."""
+
+    @property
+    def counters(self) -> JudgeCounts: ...
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord: ...
 
@@ -47,31 +59,21 @@ ScoreFn = Callable[[str, DatasetItem, str], tuple[bool | None, dict[str, float] 
 RoleFlipFn = Callable[[list[Message]], list[Message]]
 
 
-class ProbeSettings(BaseModel):
-    """Everything that decides what is sent; part of the run's identity. Defaults: `userturn.core.defaults`."""
+class ProbeSettings(ProbeOptions):
+    """Everything that decides what is sent; part of the run's identity: the resolved options
+    (`userturn.core.options.ProbeOptions`, defaults in `userturn.core.defaults`) plus what is probed and what the target
+    adds (its stops and extra body)."""
 
     model: str
     dataset: str
-    temperatures: list[float] = Field(default_factory=lambda: list(defaults.TEMPERATURES))
-    samples: int = Field(default=defaults.SAMPLES, ge=1)
-    max_tokens: int = Field(default=defaults.MAX_TOKENS, ge=1)
-    seed: int = defaults.SEED
-    top_p: float | None = None
     perturbations: list[str] = Field(default_factory=lambda: ["none"])
     mode: Literal["raw", "chat"] = "raw"
     assistant_from: Literal["dataset", "model"] = "dataset"
-    assistant_temperature: float = defaults.ASSISTANT_TEMPERATURE
-    assistant_max_tokens: int = Field(default=defaults.ASSISTANT_MAX_TOKENS, ge=1)
-    send_stop_token_ids: bool = False
     extra_stop: list[str] = Field(default_factory=list, description="stops added to the template-derived ones")
     extra_stop_token_ids: list[int] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                             description="the variables the renderer was loaded with (recorded)")
-    record_meta: dict[str, Any] = Field(default_factory=dict, description="merged into every record's meta")
-    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
-    rpm: float | None = None
-    tpm: float | None = None
 
 
 @dataclass(slots=True)
@@ -125,7 +127,7 @@ def clean_user_turn(text: str, stops: Sequence[str]) -> str:
 
 
 # Request fields the probe sets from its own settings and records: extra_body must not replace them unseen.
-OWN_FIELDS = ("model", "prompt", "messages", "max_tokens", "stop", "stop_token_ids", "top_p")
+OWN_FIELDS = ("model", "prompt", "messages", *sent_names(), "stop", "stop_token_ids")
 
 
 def check_extra_body(settings: ProbeSettings) -> None:

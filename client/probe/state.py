@@ -29,7 +29,7 @@ from userturn.client.probe.settings import (
 )
 from userturn.client.render.special_tokens import SpecialTokens
 
-from userturn.core.fingerprint import GenerationConfig, fingerprint
+from userturn.core.fingerprint import GenerationContext, fingerprint, generation_config
 from userturn.core.records import ConfigLine, Message, sha256_text
 
 
@@ -115,17 +115,12 @@ class RunState:
         if s.mode == "chat" and self.role_flip is not None:
             probe = [Message(role="user", content="Q"), Message(role="assistant", content="A")]
             chat_prompt = sha256_text(orjson.dumps([m.model_dump() for m in self.role_flip(probe)]).decode())
-        return GenerationConfig(
+        return generation_config(GenerationContext(
             model=s.model, dataset=s.dataset, mode=s.mode, perturbation=perturbation,
-            assistant_source=s.assistant_from,
-            assistant_model=s.model if by_model else None,
-            assistant_temperature=s.assistant_temperature if by_model else None,
-            assistant_max_tokens=s.assistant_max_tokens if by_model else None,
+            assistant_source=s.assistant_from, assistant_model=s.model if by_model else None,
             template_engine=getattr(self.renderer, "engine", "jinja") if raw else None,
             template_sha256=self.renderer.template_sha256 if raw and self.renderer else None,
-            template_kwargs=dict(s.template_kwargs) if raw else None,
-            chat_prompt_sha256=chat_prompt,
-            max_tokens=s.max_tokens, stop=self._stops,
-            stop_token_ids=self._stop_ids if (s.send_stop_token_ids and raw) else [],
-            top_p=s.top_p, extra_body=s.extra_body, seed=s.seed,
-        ).model_dump(mode="json")
+            template_kwargs=dict(s.template_kwargs) if raw else None, chat_prompt_sha256=chat_prompt,
+            stop=self._stops, stop_token_ids=self._stop_ids if (s.send_stop_token_ids and raw) else [],
+            extra_body=s.extra_body,
+        ), s)

@@ -146,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI. Every subcommand sets `func(args) -> int`; UserError becomes one line and an exit code; Ctrl-C
     and SIGTERM end with the resume hint (exit 130 and 143)."""
     Terminated.install()
+    from userturn.cli.notices import install
+
+    install()  # the orchestration's warnings and stage lines, shown on stderr
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

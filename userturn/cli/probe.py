@@ -15,7 +15,8 @@ from userturn.core.errors import UserError
 if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command runs, not when the parser is built
     from userturn.client.data.dataset import DatasetItem
     from userturn.client.probe.pipeline import ProbeSummary
-    from userturn.orchestrate.run_builder import Layer, ProbeOptions, ProbeTarget, TargetSource
+    from userturn.core.options import Options, ProbeOptions
+    from userturn.orchestrate.run_builder import ProbeTarget, TargetSource
 
 NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
 
@@ -157,20 +158,16 @@ def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def flag_layer(args: argparse.Namespace) -> Layer:
-    """The settings the probe flags give (None where a flag was left out)."""
-    from userturn.orchestrate.run_builder import Layer
+def flag_layer(args: argparse.Namespace) -> Options:
+    """The settings the probe flags give (None where a flag was left out): every option whose flag has its name as
+    `dest`, plus the three flags spelled otherwise (--temperature, --enable-thinking, --template-kwarg)."""
+    from userturn.core.options import Options
 
-    return Layer(
-        tokenizer=args.tokenizer, chat_template=args.chat_template, renderer=args.renderer,
-        temperatures=args.temperature, samples=args.samples, max_tokens=args.max_tokens, top_p=args.top_p,
-        seed=args.seed, enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "true",
-        template_kwargs=parse_template_kwargs(args.template_kwarg) or None,
-        send_stop_token_ids=args.send_stop_token_ids, assistant_temperature=args.assistant_temperature,
-        assistant_max_tokens=args.assistant_max_tokens, allow_special_tokens=args.allow_special_tokens,
-        concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm, request_timeout=args.request_timeout,
-        max_retries=args.max_retries, max_response_bytes=args.max_response_bytes,
-    )
+    given = {name: value for name in Options.names() if (value := getattr(args, name, None)) is not None}
+    given.update(temperatures=args.temperature,
+                 enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "true",
+                 chat_template_kwargs=parse_template_kwargs(args.template_kwarg) or None)
+    return Options(**given)
 
 
 def target_source(args: argparse.Namespace) -> TargetSource:

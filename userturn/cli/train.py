@@ -81,8 +81,10 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def posttrain_command(args: argparse.Namespace) -> int:
+    from userturn.cli.posttrain_view import show_report
     from userturn.orchestrate.posttrain import posttrain_main
 
-    return posttrain_main(Path(args.experiment), out_dir=args.out_dir, progress=not args.no_progress)
+    show_report(posttrain_main(Path(args.experiment), out_dir=args.out_dir, progress=not args.no_progress))
+    return 0
 
 

@@ -1,7 +1,8 @@
 """Default settings shared by every command: one place for retry, timeout, concurrency and token defaults.
 
-The CLI help texts, the experiment schema, the judge and endpoint configs and the run builder all read these, so
-`userturn probe`, `userturn run` and `userturn judge` cannot drift apart.
+The CLI help texts, the judge and endpoint configs and the resolved probe options (`userturn.core.options.ProbeOptions`,
+the one place a probe option gets its default) all read these, so `userturn probe`, `userturn run` and
+`userturn judge` cannot drift apart.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
 API_KEY_ENV = "OPENAI_API_KEY"
 
-# The probe (ProbeOptions)
+# The probe (userturn.core.options.ProbeOptions: the options a probe runs with)
 CONCURRENCY = 64
 MAX_TOKENS = 256
 TEMPERATURES = (0.0,)

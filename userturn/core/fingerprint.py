@@ -6,11 +6,13 @@ that fingerprint (`records.ConfigLine`, with how prompts were rendered and the r
 records with the same fingerprint were generated the same way; only their identity (item, temperature, sample)
 differs.
 
-What is in the configuration: the model name sent, the dataset name, the mode, the perturbation, where the
-assistant turn came from (and, for a model-written one, its temperature, max tokens and model), the rendered
-template's identity (engine, template sha256, template variables; the role-flip instruction in chat mode), max
-tokens, the stops and stop token ids sent, top_p, extra body fields and the run seed. Not in it: temperature and
-sample (per-record identity), concurrency, rate limits, timeouts, retries and --limit (they do not shape outputs).
+What is in the configuration (`generation_config`): the model name sent, the dataset name, the mode, the
+perturbation, where the assistant turn came from (and for a model-written one, its model), the rendered template's
+identity (engine, template sha256, template variables; the role-flip instruction in chat mode), the stops and stop
+token ids sent, extra body fields (`GenerationContext`), and every option whose role records it
+(`userturn.core.options`: max tokens, top_p, the run seed, a model-written assistant turn's temperature and max
+tokens, and any sampling option added later, once set). Not in it: temperature and sample (per-record identity),
+concurrency, rate limits, timeouts, retries and --limit (they do not shape outputs).
 
 Resuming into a file holding ok records of the same model, dataset, mode and perturbation made with another
 configuration is refused (`check_resume`); error records do not count (they hold no result, and a rerun replaces
@@ -33,6 +35,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from userturn.core.errors import UserError
+from userturn.core.options import Options, roles
 from userturn.core.records import RunInfo
 from userturn.core.version import __version__
 
@@ -40,13 +43,14 @@ from userturn.core.version import __version__
 SCOPE: tuple[str, ...] = ("model", "dataset", "mode", "perturbation")
 # The settings an assistant turn written by the model depends on (reusing one across runs needs them equal).
 ASSISTANT_SETTINGS: tuple[str, ...] = (
-    "model", "dataset", "assistant_source", "assistant_model", "assistant_temperature", "assistant_max_tokens",
-    "seed", "extra_body",
+    "model", "dataset", "assistant_source", "assistant_model",
+    *(name for name, role in roles().items() if role.assistant), "seed", "extra_body",
 )
 
 
-class GenerationConfig(BaseModel):
-    """The settings that shape one generated user turn, besides its temperature and sample index."""
+class GenerationContext(BaseModel):
+    """What a configuration holds besides the recorded options: what is probed, where the assistant turn comes from,
+    and the identity of the prompt (template, its variables, stops, extra body fields)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -56,18 +60,20 @@ class GenerationConfig(BaseModel):
     perturbation: str
     assistant_source: Literal["dataset", "model"]
     assistant_model: str | None = None
-    assistant_temperature: float | None = None
-    assistant_max_tokens: int | None = None
     template_engine: str | None = None
     template_sha256: str | None = None
     template_kwargs: dict[str, Any] | None = None
     chat_prompt_sha256: str | None = None
-    max_tokens: int
     stop: list[str] = Field(default_factory=list)
     stop_token_ids: list[int] = Field(default_factory=list)
-    top_p: float | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    seed: int
+
+
+def generation_config(context: GenerationContext, options: Options) -> dict[str, Any]:
+    """The configuration of a run's generations: `context` plus every option its role records
+    (`userturn.core.options.Role`), as JSON values."""
+    return {**context.model_dump(mode="json"),
+            **options.recorded(assistant_by_model=context.assistant_source == "model")}
 
 
 def fingerprint(config: Mapping[str, Any]) -> str:
@@ -183,5 +189,6 @@ class ExistingConfigs:
         check_unfingerprinted(sorted(self.unfingerprinted), planned, path=path, hint=hint)
 
 
-__all__ = ["ASSISTANT_SETTINGS", "SCOPE", "ConfigMismatch", "ExistingConfigs", "GenerationConfig", "check_resume",
-           "check_unfingerprinted", "fingerprint", "first_difference", "redacted_command", "run_info"]
+__all__ = ["ASSISTANT_SETTINGS", "SCOPE", "ConfigMismatch", "ExistingConfigs", "GenerationContext", "check_resume",
+           "check_unfingerprinted", "fingerprint", "first_difference", "generation_config", "redacted_command",
+           "run_info"]

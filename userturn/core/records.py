@@ -186,7 +186,7 @@ class ConfigLine(BaseModel):
     type: Literal["config"] = "config"
     fingerprint: str
     config: dict[str, Any] = Field(description="the settings that shaped the generation "
-                                   "(userturn.core.fingerprint.GenerationConfig); `fingerprint` is their hash")
+                                   "(userturn.core.fingerprint.generation_config); `fingerprint` is their hash")
     renderer: RendererInfo | None = None
     run: RunInfo | None = None
 

@@ -4,8 +4,8 @@ run into one resumable results file, `<out_dir>/<name>/results.jsonl`, then repo
 Models are serving manifests (launched for the duration, see `serve`) or plain endpoints. Every model x dataset x mode
 is one `client.probe.pipeline.ProbeRun`, built by `userturn.orchestrate.run_builder` exactly as `userturn probe` builds
 its run, appending to the same file; rerunning skips records that are already `ok`, so an interrupted experiment resumes
-where it stopped. Settings left out here come from the model's manifest, else the defaults (`run_builder.Layer`:
-experiment model entry > experiment > manifest > default).
+where it stopped. Settings left out here come from the model's manifest, else the defaults (each is an
+`userturn.core.options.Options` layer: experiment model entry > experiment > manifest > default).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, overload
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -25,8 +25,9 @@ from userturn.client.probe.perturb import PERTURBATIONS
 from userturn.core import defaults
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
+from userturn.core.options import Options, ProbeOptions
 from userturn.core.shipped import resolve_named
-from userturn.orchestrate.run_builder import Layer, ProbeOptions, RendererName, TargetSource
+from userturn.orchestrate.run_builder import TargetSource
 from userturn.orchestrate.run_builder import assistant_source as auto_source
 
 Mode = Literal["raw", "chat"]
@@ -37,26 +38,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ModelEntry(_Strict):
-    """A model: a serving manifest (path relative to the experiment file), or an endpoint."""
+class ModelEntry(Options):
+    """A model: a serving manifest (path relative to the experiment file), or an endpoint. Any option
+    (`userturn.core.options.Options`) set here wins over the experiment's for this model's runs."""
 
     manifest: str | None = Field(default=None, description="serving manifest YAML (launched for the run)")
     base_url: str | None = Field(default=None, description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
     model: str | None = Field(default=None, description="model name sent in requests (endpoint models)")
-    tokenizer: str | None = Field(default=None, description="tokenizer with the chat template (raw mode)")
-    chat_template: str | None = None
-    renderer: RendererName | None = Field(default=None, description="chat_template, harmony or auto")
-    enable_thinking: bool | None = None
     api_key_env: str | None = Field(default=None, description=f"default: the manifest's, else {defaults.API_KEY_ENV}")
-    max_tokens: int | None = Field(default=None, ge=1, description="overrides the experiment's max_tokens")
-    send_stop_token_ids: bool | None = None
     launcher: Literal["local", "slurm"] | None = Field(default=None, description="overrides the experiment's")
-
-    def layer(self) -> Layer:
-        """What this entry sets for its model's runs (above the experiment's own settings)."""
-        return Layer(tokenizer=self.tokenizer, chat_template=self.chat_template, renderer=self.renderer,
-                     enable_thinking=self.enable_thinking, max_tokens=self.max_tokens,
-                     send_stop_token_ids=self.send_stop_token_ids)
 
     @model_validator(mode="after")
     def _one_kind(self) -> ModelEntry:
@@ -104,35 +94,22 @@ class JudgeEntry(_Strict):
         return self
 
 
-class Experiment(_Strict):
-    """The whole grid. Unknown keys are errors (typos must not silently change an experiment). A probe setting left
-    out (None) comes from each model's manifest, else the default (`run_builder.ProbeOptions`)."""
+class Experiment(Options):
+    """The whole grid. Unknown keys are errors (typos must not silently change an experiment). Its options
+    (`userturn.core.options.Options`: temperatures, samples, max_tokens, top_p, seed, concurrency, ...) apply to every
+    model below each model entry's own; one left out (None) comes from each model's manifest, else the default."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
     models: list[ModelEntry] = Field(min_length=1)
     datasets: list[DatasetEntry] = Field(min_length=1)
-    temperatures: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=1)
-    samples: int | None = Field(default=None, ge=1)
     perturbations: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
     modes: list[Mode] = Field(default_factory=lambda: ["raw"], min_length=1)  # type: ignore[arg-type]
     assistant_from: Literal["dataset", "model", "auto"] = "auto"
     assistant_samples: int = Field(default=1, ge=1, description=">1: N sampled assistant turns per query (rerank)")
-    assistant_temperature: float | None = Field(default=None, ge=0)
-    assistant_max_tokens: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = None
     limit: int | None = Field(default=None, ge=1, description="default per-dataset limit")
     shuffle_seed: int | None = None
-    concurrency: int | None = Field(default=None, ge=1)
-    rpm: float | None = Field(default=None, gt=0, description="requests-per-minute limit (per model)")
-    tpm: float | None = Field(default=None, gt=0, description="tokens-per-minute limit (per model)")
-    request_timeout: float | None = Field(default=None, gt=0)
-    max_retries: int | None = Field(default=None, ge=0)
     judges: list[JudgeEntry] = Field(default_factory=list)
-    allow_special_tokens: bool | None = Field(default=None, description="probe (and flag) items holding special "
-                                              "tokens")
     out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
     launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
 
@@ -163,14 +140,6 @@ class Experiment(_Strict):
             if not self.assistant_temperature:
                 raise ValueError("assistant_samples > 1 needs assistant_temperature > 0 (greedy answers are equal)")
         return self
-
-    def layer(self) -> Layer:
-        """What the experiment sets for every model (below each model entry's own settings)."""
-        return Layer(temperatures=self.temperatures, samples=self.samples, max_tokens=self.max_tokens,
-                     top_p=self.top_p, seed=self.seed, assistant_temperature=self.assistant_temperature,
-                     assistant_max_tokens=self.assistant_max_tokens, allow_special_tokens=self.allow_special_tokens,
-                     concurrency=self.concurrency, rpm=self.rpm, tpm=self.tpm, request_timeout=self.request_timeout,
-                     max_retries=self.max_retries)
 
 
 def _describe(path: Path, exc: ValidationError) -> str:

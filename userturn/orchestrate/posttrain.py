@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
@@ -29,23 +29,31 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from userturn.client.train.trainer import TrainSettings
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
+from userturn.core.options import Options
 from userturn.core.records import ProbeRecord
 from userturn.core.shipped import resolve_named
 from userturn.core.taxonomy import FOLLOWUP as GENUINE
 from userturn.orchestrate.experiment import JudgeEntry, resolve
 
 ExportFormat = Literal["sft-human", "sft", "preference"]
+log = logging.getLogger("userturn")
 
 
-class PostTrainExperiment(BaseModel):
-    """A post-training experiment file. Unknown keys are errors; paths are relative to the file."""
+# A post-training run probes a small model on the CPU: sampled (T=1, 4 samples per held-out item), in short user turns
+# (48 tokens), two requests at a time with a patient timeout. These sit under the file's own options and above the
+# base manifest's (`probe_options`).
+POSTTRAIN_LAYER = Options(temperatures=[1.0], samples=4, max_tokens=48, concurrency=2, request_timeout=600.0)
 
-    model_config = ConfigDict(extra="forbid")
+
+class PostTrainExperiment(Options):
+    """A post-training experiment file. Unknown keys are errors; paths are relative to the file. Its options
+    (`userturn.core.options.Options`: temperatures, samples per held-out item, max_tokens, top_p, seed, concurrency,
+    ...) sit above `POSTTRAIN_LAYER`, then the base manifest's, then the defaults."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
@@ -55,19 +63,21 @@ class PostTrainExperiment(BaseModel):
     shuffle_seed: int | None = None
     held_out: int = Field(ge=1, description="items held out for evaluation (never trained on)")
     split_seed: int = 0
-    temperatures: list[float] = Field(default_factory=lambda: [1.0], min_length=1)
-    samples: int = Field(default=4, ge=1, description="samples per held-out item and temperature")
     train_samples: int = Field(default=1, ge=1, description="samples per training item (judged for sft/preference)")
-    max_tokens: int = Field(default=48, ge=1)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int = 0
     assistant_from: Literal["dataset", "model", "auto"] = "auto"
-    concurrency: int = Field(default=2, ge=1)
-    request_timeout: float = Field(default=600.0, gt=0)
     judges: list[JudgeEntry] = Field(default_factory=lambda: [JudgeEntry(model="rules")])
     train_data: list[ExportFormat] = Field(default_factory=lambda: list[ExportFormat](["sft-human"]), min_length=1)
     train: TrainSettings
     out_dir: str = "runs"
+
+    def probe_options(self) -> Options:
+        """The options both models are probed with: this file's over `POSTTRAIN_LAYER`."""
+        return POSTTRAIN_LAYER.merge(self)
+
+    @property
+    def temperatures_probed(self) -> list[float]:
+        """The temperatures of the held-out comparison."""
+        return list(self.probe_options().temperatures or [])
 
     @model_validator(mode="after")
     def _data_fits_method(self) -> PostTrainExperiment:
@@ -182,33 +192,6 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
     return out
 
 
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f}%"
-
-
-def _pp(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:+.1f}"
-
-
-def comparison_table(rows: Sequence[Metric], title: str) -> tuple[Any, list[str]]:
-    """The base-vs-trained table (fits 100 columns) and its notes, numbered: a row's note column names its note."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    for column in ("metric", "T", "base", "n", "trained", "n ", "items", "Δ (pp)", "95% CI (pp)", "note"):
-        table.add_column(column, justify="left" if column in ("metric", "note") else "right",
-                         no_wrap=column != "metric")
-    notes: list[str] = []
-    for m in rows:
-        ci = "—" if m.ci_low is None else f"[{_pp(m.ci_low)}, {_pp(m.ci_high)}]"
-        if m.note and m.note not in notes:
-            notes.append(m.note)
-        table.add_row(m.metric, f"{m.temperature:g}", _pct(m.base_rate), str(m.base_n), _pct(m.trained_rate),
-                      str(m.trained_n), str(m.items), _pp(m.delta), ci,
-                      f"[{notes.index(m.note) + 1}]" if m.note else "")
-    return table, [f"[{n}] {note}" for n, note in enumerate(notes, 1)]
-
-
 # ----- the run ---------------------------------------------------------------------------------------------------
 
 
@@ -222,10 +205,10 @@ class Stages:
 
     def run(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.monotonic()
-        print(f"posttrain: {name} ...", file=sys.stderr, flush=True)
+        log.info("posttrain: %s ...", name)
         result = fn(*args, **kwargs)
         self.seconds[name] = round(time.monotonic() - started, 1)
-        print(f"posttrain: {name} done in {self.seconds[name]:.1f}s", file=sys.stderr, flush=True)
+        log.info("posttrain: %s done in %.1fs", name, self.seconds[name])
         self.path.write_text(json.dumps({"seconds": self.seconds, "notes": self.notes}, indent=2) + "\n",
                              encoding="utf-8")
         return result
@@ -241,12 +224,10 @@ def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path,
     from userturn.orchestrate.grid import run_experiment
 
     exp = Experiment.model_validate({
+        **cfg.probe_options().set_values(), "samples": samples,
         "name": name, "models": [{"manifest": manifest}],
-        "datasets": [{"spec": str(items_file), "name": dataset_name}], "temperatures": cfg.temperatures,
-        "samples": samples, "perturbations": ["none"], "modes": ["raw"], "assistant_from": cfg.assistant_from,
-        "max_tokens": cfg.max_tokens, "top_p": cfg.top_p, "seed": cfg.seed, "concurrency": cfg.concurrency,
-        "request_timeout": cfg.request_timeout, "judges": [j.model_dump() for j in cfg.judges],
-        "out_dir": str(run_dir),
+        "datasets": [{"spec": str(items_file), "name": dataset_name}], "perturbations": ["none"], "modes": ["raw"],
+        "assistant_from": cfg.assistant_from, "judges": [j.model_dump() for j in cfg.judges], "out_dir": str(run_dir),
     })
     with results_lock(results_path(exp, str(run_dir))):
         results, summaries = run_async(run_experiment(exp, run_dir, source, out_dir=str(run_dir), progress=progress))
@@ -274,14 +255,23 @@ def _export(cfg: PostTrainExperiment, records: Sequence[ProbeRecord], train_ids:
     data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
     if not out.is_file() or out.read_bytes() != data:
         out.write_bytes(data)
-    print(f"posttrain: exported {len(rows)} rows ({', '.join(notes)}) to {out}", file=sys.stderr)
+    log.info("posttrain: exported %d rows (%s) to %s", len(rows), ", ".join(notes), out)
     return len(rows)
 
 
-def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = True) -> int:
-    """Run every stage of the experiment file at `path`; print and write the comparison. Exit status 0."""
+class PostTrainReport(BaseModel):
+    """What a post-training run found (also in `report.json`), for the command line to show."""
+
+    title: str
+    rows: list[Metric]
+    stage_seconds: dict[str, float]
+    run_dir: Path
+
+
+def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = True) -> PostTrainReport:
+    """Run every stage of the experiment file at `path`; write the comparison (`report.json`) and return it. Stages
+    are logged (`userturn` logger) as they start and end."""
     from userturn.client.data.loaders import load_items, parse_spec
-    from userturn.client.terminal import console as terminal_console
     from userturn.client.train.data import EvalSet
     from userturn.client.train.trainer import require_train_extra
     from userturn.orchestrate.training_run import run_train
@@ -305,8 +295,8 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
         "dataset": dataset_name, "split_seed": cfg.split_seed, "held_out": [i.id for i in held_out],
         "train": [i.id for i in train_items]}, indent=2) + "\n", encoding="utf-8")
     stages = Stages(run_dir / "stages.json")
-    print(f"posttrain: {dataset_name}: {len(train_items)} training items, {len(held_out)} held out "
-          f"({run_dir / 'split.json'})", file=sys.stderr)
+    log.info("posttrain: %s: %d training items, %d held out (%s)", dataset_name, len(train_items), len(held_out),
+             run_dir / "split.json")
 
     base_train = stages.run("probe+judge base (training items)", _probe, cfg, "base-train", manifest, train_file,
                             dataset_name, cfg.train_samples, run_dir, path, progress)
@@ -315,13 +305,14 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
     held = EvalSet.from_items(f"{dataset_name} held-out ({held_file})", held_out)
     outcome = stages.run("train", run_train, Path(manifest), data_file, cfg.train, run_dir / "model",
                          eval_sets=[held], progress=progress, reuse=True)
-    print(outcome.summary(), file=sys.stderr)
+    log.info("%s", outcome.summary())
+    samples = cfg.probe_options().samples or 1
     base_held = stages.run("probe+judge base (held-out items)", _probe, cfg, "base-held-out", manifest, held_file,
-                           dataset_name, cfg.samples, run_dir, path, progress)
+                           dataset_name, samples, run_dir, path, progress)
     trained_held = stages.run("probe+judge trained (held-out items)", _probe, cfg, "trained-held-out",
-                              str(outcome.out / "manifest.yaml"), held_file, dataset_name, cfg.samples, run_dir,
+                              str(outcome.out / "manifest.yaml"), held_file, dataset_name, samples, run_dir,
                               path, progress)
-    rows = stages.run("report", compare, base_held, trained_held, cfg.temperatures)
+    rows = stages.run("report", compare, base_held, trained_held, cfg.temperatures_probed)
     training = json.loads((outcome.out / "training.json").read_text(encoding="utf-8"))
     report = {
         "experiment": str(path), "dataset": dataset_name, "held_out_items": len(held_out),
@@ -331,14 +322,6 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
         "metric_definitions": METRICS,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    console = terminal_console()
-    table, notes = comparison_table(rows, f"posttrain {cfg.name}: {outcome.model_name} vs base on "
-                                          f"{len(held_out)} held-out {dataset_name} items (Δ = trained − base)")
-    console.print(table)
-    for note in notes:
-        console.print(f"  {note}", soft_wrap=True)
-    for name, text in METRICS.items():
-        console.print(f"  {name}: {text}", soft_wrap=True)
-    console.print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in stages.seconds.items()), soft_wrap=True)
-    console.print(f"(report: {run_dir / 'report.json'}; records: {run_dir}/*/results.jsonl)")
-    return 0
+    return PostTrainReport(title=f"posttrain {cfg.name}: {outcome.model_name} vs base on {len(held_out)} held-out "
+                                 f"{dataset_name} items (Δ = trained − base)",
+                           rows=rows, stage_seconds=dict(stages.seconds), run_dir=run_dir)

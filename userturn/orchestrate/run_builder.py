@@ -1,10 +1,11 @@
 """One typed path to a probe run. `probe`, `probe --manifest` and `run` all come through here:
 
-1. every source of settings becomes a `Layer` (the CLI flags, an experiment's model entry, the experiment, a
-   manifest's `probe:` section); unset values are None;
+1. every source of settings is an `Options` layer (`userturn/core/options.py`: the CLI flags, an experiment's model
+   entry, the experiment, a post-training file, a manifest's `probe:` section); unset values are None;
 2. `open_target` launches the manifest's server if there is one (or takes `--base-url`/`base_url`) and resolves the
    layers, highest first, into a `ProbeTarget` (where to send, how to render) and `ProbeOptions` (how to sample, how
    hard to push): CLI flag > experiment model entry > experiment > manifest > default (`userturn/core/defaults.py`);
+   warnings (k greedy samples, a tokenizer of other weights) go to the `userturn` logger, which the CLI prints;
 3. a `TargetSession` holds the endpoints (the aiohttp backend, with the rate limits) and the prompt renderer of one
    target, and `TargetSession.probe_run` builds every `ProbeRun` (its `ProbeSettings`) the same way.
 
@@ -14,13 +15,15 @@ So the same manifest and settings send the same request bodies whichever command
 from __future__ import annotations
 
 import contextlib
-import sys
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from userturn.core import defaults
 from userturn.core.errors import UserError
+from userturn.core.options import Options, ProbeOptions, RendererName
+from userturn.core.options import resolve as resolve_options
 
 if TYPE_CHECKING:
     from userturn.client.data.dataset import DatasetItem
@@ -30,77 +33,12 @@ if TYPE_CHECKING:
     from userturn.client.render.templates import PromptRenderer
     from userturn.serve.manifest import Manifest
 
-RendererName = Literal["auto", "chat_template", "harmony"]
 Launcher = Literal["local", "slurm"]
 Mode = Literal["raw", "chat"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Layer:
-    """What one source says about a probe run; None means "not set here" (a lower layer or the default decides).
-    `template_kwargs` is merged key by key instead: a higher layer's key wins, the others stay.
-
-    Values are checked where they enter (argparse types, the experiment and manifest schemas), so the layers and
-    what they resolve to are plain dataclasses: building them costs a command nothing at start-up."""
-
-    # how prompts are rendered (ProbeTarget)
-    tokenizer: str | None = None
-    chat_template: str | None = None
-    renderer: RendererName | None = None
-    # sampling and sending (ProbeOptions)
-    temperatures: list[float] | None = None
-    samples: int | None = None
-    max_tokens: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    enable_thinking: bool | None = None
-    template_kwargs: dict[str, Any] | None = None
-    send_stop_token_ids: bool | None = None
-    assistant_temperature: float | None = None
-    assistant_max_tokens: int | None = None
-    allow_special_tokens: bool | None = None
-    concurrency: int | None = None
-    rpm: float | None = None
-    tpm: float | None = None
-    request_timeout: float | None = None
-    max_retries: int | None = None
-    max_response_bytes: int | None = None
-    record_meta: dict[str, Any] | None = None  # copied into every record's meta (a trained model's provenance)
+log = logging.getLogger("userturn")
 
 
 TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeOptions:
-    """How to sample and how hard to push the endpoint, resolved (see `resolve`); unset: `userturn/core/defaults.py`."""
-
-    temperatures: list[float] = field(default_factory=lambda: list(defaults.TEMPERATURES))
-    samples: int = defaults.SAMPLES
-    max_tokens: int = defaults.MAX_TOKENS
-    top_p: float | None = None
-    seed: int = defaults.SEED
-    enable_thinking: bool | None = None
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
-    send_stop_token_ids: bool = False
-    assistant_temperature: float = defaults.ASSISTANT_TEMPERATURE
-    assistant_max_tokens: int = defaults.ASSISTANT_MAX_TOKENS
-    allow_special_tokens: bool = False
-    concurrency: int = defaults.CONCURRENCY
-    rpm: float | None = None
-    tpm: float | None = None
-    request_timeout: float = defaults.REQUEST_TIMEOUT_S
-    max_retries: int = defaults.MAX_RETRIES
-    max_response_bytes: int | None = None
-    record_meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rendered_kwargs(self) -> dict[str, Any]:
-        """The chat-template variables the renderer gets (and records carry in `config.template_kwargs`)."""
-        merged = dict(self.template_kwargs)
-        if self.enable_thinking is not None:
-            merged["enable_thinking"] = self.enable_thinking
-        return merged
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,16 +70,11 @@ class TargetSource(NamedTuple):
     launcher: Launcher | None = None
 
 
-def resolve(layers: Sequence[Layer]) -> tuple[dict[str, Any], ProbeOptions]:
-    """(target fields, options) from `layers`, highest precedence first: the first layer that sets a field wins;
-    `template_kwargs` are merged (a higher layer's keys win)."""
-    chosen: dict[str, Any] = {}
-    kwargs: dict[str, Any] = {}
-    for layer in reversed(layers):
-        chosen.update((k, v) for k, v in vars(layer).items() if v is not None and k != "template_kwargs")
-        kwargs.update(layer.template_kwargs or {})
-    target = {name: chosen.pop(name) for name in TARGET_FIELDS if name in chosen}
-    return target, ProbeOptions(**chosen, template_kwargs=kwargs)
+def resolve(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
+    """(target fields, options) from `layers`, highest precedence first (`userturn.core.options.resolve`); the target
+    fields are the rendering options that are set."""
+    options = resolve_options(layers)
+    return {name: getattr(options, name) for name in TARGET_FIELDS if name in options.model_fields_set}, options
 
 
 def greedy_samples_warning(options: ProbeOptions) -> str | None:
@@ -154,26 +87,25 @@ def greedy_samples_warning(options: ProbeOptions) -> str | None:
 
 
 def warn_greedy_samples(options: ProbeOptions) -> None:
-    """Print `greedy_samples_warning` (one line on stderr) when it applies."""
+    """Log `greedy_samples_warning` when it applies."""
     warning = greedy_samples_warning(options)
     if warning is not None:
-        print(warning, file=sys.stderr, flush=True)
+        log.warning(warning)
 
 
-def manifest_layer(manifest: Manifest) -> Layer:
-    """A manifest's `probe:` section as a layer (a GGUF model is its own tokenizer)."""
+def manifest_layer(manifest: Manifest) -> Options:
+    """A manifest's `probe:` section as a layer: its paths relative to the manifest (a GGUF model is its own
+    tokenizer)."""
     from userturn.core.packaged import is_gguf
 
     probe = manifest.probe
     tokenizer = manifest.resolve_path(probe.tokenizer) or (manifest.resolve_path(manifest.model)
                                                          if is_gguf(manifest.model) else None)
-    return Layer(tokenizer=tokenizer, chat_template=manifest.resolve_path(probe.chat_template),
-                 renderer=probe.renderer, temperatures=probe.temperatures, max_tokens=probe.max_tokens,
-                 top_p=probe.top_p, enable_thinking=probe.enable_thinking, template_kwargs=probe.chat_template_kwargs,
-                 send_stop_token_ids=probe.send_stop_token_ids, record_meta=probe.record_meta or None)
+    return probe.layer().model_copy(update={"tokenizer": tokenizer,
+                                            "chat_template": manifest.resolve_path(probe.chat_template)})
 
 
-def preview(source: TargetSource, layers: Sequence[Layer]) -> tuple[dict[str, Any], ProbeOptions]:
+def preview(source: TargetSource, layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
     """What `open_target` would resolve (target fields, options), with the manifest read but nothing launched."""
     if source.manifest is None:
         return resolve(layers)
@@ -183,7 +115,7 @@ def preview(source: TargetSource, layers: Sequence[Layer]) -> tuple[dict[str, An
 
 
 @contextlib.contextmanager
-def open_target(source: TargetSource, layers: Sequence[Layer]) -> Iterator[tuple[ProbeTarget, ProbeOptions]]:
+def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tuple[ProbeTarget, ProbeOptions]]:
     """Resolve the target and options; with a manifest, its server runs (and is stopped) around the block."""
     if source.manifest is None:
         if source.launcher:
@@ -222,7 +154,7 @@ def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:
     harmony = {"auto": None, "chat_template": False, "harmony": True}[target.renderer]
     return PromptRenderer.load(target.tokenizer, chat_template=target.chat_template,
                                enable_thinking=options.enable_thinking,
-                               template_kwargs=dict(options.template_kwargs) or None, harmony=harmony)
+                               template_kwargs=dict(options.chat_template_kwargs) or None, harmony=harmony)
 
 
 def pipeline_hooks() -> dict[str, Any]:
@@ -266,7 +198,7 @@ class TargetSession:
         for endpoint in self.endpoints:
             warning = root_mismatch(await endpoint.check(self.target.model), self.target.model, self.target.tokenizer)
             if warning:
-                print(f"userturn: warning: {warning}", file=sys.stderr)
+                log.warning("userturn: warning: %s", warning)
 
     async def aclose(self) -> None:
         for endpoint in self.endpoints:
@@ -285,14 +217,10 @@ class TargetSession:
 
         o, t = self.options, self.target
         return ProbeSettings(
-            model=t.model, dataset=dataset, temperatures=o.temperatures, samples=o.samples, max_tokens=o.max_tokens,
-            seed=o.seed, top_p=o.top_p, perturbations=list(perturbations), mode=mode, assistant_from=assistant_from,
-            assistant_temperature=o.assistant_temperature, assistant_max_tokens=o.assistant_max_tokens,
-            send_stop_token_ids=o.send_stop_token_ids, extra_stop=list(t.stop),
-            extra_stop_token_ids=list(t.stop_token_ids), extra_body=dict(t.extra_body), concurrency=o.concurrency,
-            rpm=o.rpm, tpm=o.tpm, template_kwargs=o.rendered_kwargs if mode == "raw" else {},
-            record_meta=dict(o.record_meta),
-        )
+            **{name: getattr(o, name) for name in o.model_fields_set}, model=t.model, dataset=dataset,
+            perturbations=list(perturbations), mode=mode, assistant_from=assistant_from, extra_stop=list(t.stop),
+            extra_stop_token_ids=list(t.stop_token_ids), extra_body=dict(t.extra_body),
+            template_kwargs=o.rendered_kwargs if mode == "raw" else {})
 
     def probe_run(self, items: Sequence[DatasetItem], *, dataset: str, mode: Mode, perturbations: Sequence[str],
                   assistant_from: Literal["dataset", "model"], out_path: str, judge: JudgeHook | None = None,

@@ -1,0 +1,194 @@
+"""The one options model of a probe run: how prompts are rendered, how user turns are sampled, how hard the endpoint
+is pushed. Declared once, here; every source of settings is an `Options` and the probe runs with `ProbeOptions`.
+
+- `Options`: every field optional, None = "not set here". The CLI flags, an experiment's model entry, the experiment,
+  a post-training file and a manifest's `probe:` section each give one (the experiment, model entry, post-training
+  and manifest schemas extend this class, so they take its keys without declaring them again).
+- `merge(other)`: the later layer's set fields win; `chat_template_kwargs` merge key by key (inspect_ai's
+  `GenerateConfig.merge`).
+- `resolve(layers)`: the layers merged in precedence order, then the defaults filled in: `ProbeOptions`, whose only
+  declarations are the default values (`userturn/core/defaults.py`).
+
+Each field says in its annotation what it shapes (`Role`): a `SENT` option goes as is, under its own name, into every
+user-turn request body when set (`Options.request_fields`) and is recorded in the run's configuration
+(`Options.recorded`, hashed into the fingerprint); a new sampling setting (min_p, top_k, ...) is one `SENT` field
+here plus its flag. An option recorded before it could be unset (top_p) stays in the configuration as null when unset;
+a newer one enters it only when set, so the fingerprints of existing results files do not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from userturn.core import defaults
+
+RendererName = Literal["auto", "chat_template", "harmony"]
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Probability = Annotated[float, Field(gt=0, le=1)]
+
+
+@dataclass(frozen=True)
+class Role:
+    """What an option shapes, kept in its annotation. `sent`: sent as is in every user-turn request body when set.
+    `recorded`: part of the run's configuration (and fingerprint). `null_recorded`: recorded as null when unset (the
+    options the configuration has always named). `assistant`: recorded only when the model writes the assistant turn
+    (null otherwise)."""
+
+    sent: bool = False
+    recorded: bool = False
+    null_recorded: bool = False
+    assistant: bool = False
+
+
+SENT = Role(sent=True, recorded=True)  # a sampling setting of the user-turn request
+RECORDED = Role(recorded=True)  # shapes the generations without being sent as is (the run seed)
+ASSISTANT = Role(recorded=True, null_recorded=True, assistant=True)  # samples a model-written assistant turn
+OTHER = Role()  # renders prompts (recorded through the template's identity), picks samples or pushes the endpoint
+
+
+class Options(BaseModel):
+    """What one source says about a probe run; None means "not set here" (a lower layer or the default decides)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # how prompts are rendered (the target's tokenizer and template; recorded as the template's identity)
+    tokenizer: Annotated[str | None, OTHER] = Field(
+        default=None, description="tokenizer with the chat template (local dir, hub id or GGUF file)")
+    chat_template: Annotated[str | None, OTHER] = Field(default=None, description="overrides the tokenizer's template")
+    renderer: Annotated[RendererName | None, OTHER] = Field(
+        default=None, description="chat_template, harmony (gpt-oss) or auto: harmony for a gpt-oss tokenizer")
+    enable_thinking: Annotated[bool | None, OTHER] = Field(default=None, description="passed to the chat template")
+    chat_template_kwargs: Annotated[dict[str, Any] | None, OTHER] = Field(
+        default=None, description="extra chat-template variables (merged key by key across layers)")
+    # which samples are drawn (each record's identity, not its configuration)
+    temperatures: Annotated[list[NonNegativeFloat] | None, OTHER] = Field(default=None, min_length=1)
+    samples: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="samples per item and temperature")
+    # how each user turn is sampled
+    max_tokens: Annotated[PositiveInt | None, SENT] = Field(default=None, description="max tokens of the user turn")
+    top_p: Annotated[Probability | None, Role(sent=True, recorded=True, null_recorded=True)] = Field(
+        default=None, description="nucleus sampling, in (0, 1]")
+    seed: Annotated[int | None, RECORDED] = Field(default=None, description="run seed; each sample's derives from it")
+    send_stop_token_ids: Annotated[bool | None, OTHER] = Field(
+        default=None, description="also send stop_token_ids (SGLang, vLLM; recorded as the ids sent)")
+    # how a model-written assistant turn is sampled
+    assistant_temperature: Annotated[NonNegativeFloat | None, ASSISTANT] = None
+    assistant_max_tokens: Annotated[PositiveInt | None, ASSISTANT] = None
+    # what the run accepts and adds
+    allow_special_tokens: Annotated[bool | None, OTHER] = Field(
+        default=None, description="probe (and flag) items holding the tokenizer's special tokens")
+    record_meta: Annotated[dict[str, Any] | None, OTHER] = Field(
+        default=None, description="copied into every record's meta (a trained model's provenance)")
+    # how hard the endpoint is pushed
+    concurrency: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="requests in flight")
+    rpm: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="requests-per-minute limit")
+    tpm: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="tokens-per-minute limit")
+    request_timeout: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="seconds per attempt")
+    max_retries: Annotated[NonNegativeInt | None, OTHER] = None
+    max_response_bytes: Annotated[PositiveInt | None, OTHER] = None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, in declaration order (a subclass's own fields are not options)."""
+        return tuple(Options.model_fields)
+
+    def layer(self) -> Options:
+        """The options alone, without a subclass's other fields (an experiment's models, a manifest's stops)."""
+        return Options.model_construct(**{name: getattr(self, name) for name in Options.names()})
+
+    def set_values(self) -> dict[str, Any]:
+        """{name: value} of the options this layer sets."""
+        return {name: value for name in Options.names() if (value := getattr(self, name)) is not None}
+
+    def merge(self, other: Options) -> Options:
+        """This layer under `other`: `other`'s set options win; `chat_template_kwargs` merge key by key."""
+        mine, theirs = self.set_values(), other.set_values()
+        merged = {**mine, **theirs}
+        if "chat_template_kwargs" in mine and "chat_template_kwargs" in theirs:
+            merged["chat_template_kwargs"] = {**mine["chat_template_kwargs"], **theirs["chat_template_kwargs"]}
+        return Options.model_construct(**merged)
+
+    def request_fields(self) -> dict[str, Any]:
+        """The `SENT` options that are set, as sent in every user-turn request body."""
+        return {name: value for name in sent_names() if (value := getattr(self, name)) is not None}
+
+    def recorded(self, *, assistant_by_model: bool) -> dict[str, Any]:
+        """The recorded options (JSON values) as the run's configuration holds them (`core.fingerprint`)."""
+        out = {}
+        for name, role in roles().items():
+            value = getattr(self, name) if role.recorded and (assistant_by_model or not role.assistant) else None
+            if role.recorded and (value is not None or role.null_recorded):
+                out[name] = value
+        return out
+
+
+def _role(name: str) -> Role:
+    found = [m for m in Options.model_fields[name].metadata if isinstance(m, Role)]
+    if len(found) != 1:
+        raise TypeError(f"Options.{name} must declare exactly one Role in its annotation")
+    return found[0]
+
+
+@cache
+def roles() -> dict[str, Role]:
+    """{option: its role}, in declaration order."""
+    return {name: _role(name) for name in Options.names()}
+
+
+@cache
+def sent_names() -> tuple[str, ...]:
+    """The options sent as is in every user-turn request body (when set)."""
+    return tuple(name for name, role in roles().items() if role.sent)
+
+
+class ProbeOptions(Options):
+    """The options a probe runs with: every layer merged, then the defaults (`userturn/core/defaults.py`) filled in.
+    Only the options with a default are declared again, with it; the others stay None when no layer sets them."""
+
+    renderer: RendererName = "auto"
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    temperatures: list[NonNegativeFloat] = Field(default_factory=lambda: list(defaults.TEMPERATURES), min_length=1)
+    samples: PositiveInt = defaults.SAMPLES
+    max_tokens: PositiveInt = defaults.MAX_TOKENS
+    seed: int = defaults.SEED
+    send_stop_token_ids: bool = False
+    assistant_temperature: NonNegativeFloat = defaults.ASSISTANT_TEMPERATURE
+    assistant_max_tokens: PositiveInt = defaults.ASSISTANT_MAX_TOKENS
+    allow_special_tokens: bool = False
+    record_meta: dict[str, Any] = Field(default_factory=dict)
+    concurrency: PositiveInt = defaults.CONCURRENCY
+    request_timeout: PositiveFloat = defaults.REQUEST_TIMEOUT_S
+    max_retries: NonNegativeInt = defaults.MAX_RETRIES
+
+    @property
+    def rendered_kwargs(self) -> dict[str, Any]:
+        """The chat-template variables the renderer gets (and records carry in `config.template_kwargs`)."""
+        merged = dict(self.chat_template_kwargs)
+        if self.enable_thinking is not None:
+            merged["enable_thinking"] = self.enable_thinking
+        return merged
+
+
+def merged(layers: Iterable[Options]) -> Options:
+    """`layers`, lowest precedence first, merged into one."""
+    out = Options()
+    for layer in layers:
+        out = out.merge(layer)
+    return out
+
+
+def resolve(layers: Sequence[Options]) -> ProbeOptions:
+    """The options a probe runs with, from `layers` highest precedence first (the first layer that sets an option
+    wins; `chat_template_kwargs` merge key by key), then the defaults."""
+    return ProbeOptions(**merged(reversed(layers)).set_values())
+
+
+__all__ = ["ASSISTANT", "OTHER", "RECORDED", "SENT", "Options", "ProbeOptions", "RendererName", "Role", "merged",
+           "resolve", "roles", "sent_names"]
