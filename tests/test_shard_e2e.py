@@ -246,3 +246,37 @@ def test_a_failing_shard_leaves_the_others_records_and_sets_the_exit_code(server
     resumed = userturn("run", str(path), "--out-dir", str(tmp_path / "runs"), "--workers", "2")
     assert resumed.returncode == 0, resumed.stderr
     assert f"[shard 1/2] userturn: results in {run_dir / 'results.shard-1-of-2.jsonl'} (0 new ok" in resumed.stderr
+
+
+def test_sigterm_stops_every_shard_and_the_same_command_resumes(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import psutil
+
+    write_dataset(tmp_path / "data.jsonl", n=12)
+    with LoopbackServer("--latency-ms", "400") as server:
+        path = tmp_path / "exp.yaml"
+        path.write_text(f"name: slow\nmodels: [{{base_url: {server.base_url}, model: loopback, tokenizer: {QWEN_DIR}}}]"
+                        "\ndatasets: [data.jsonl]\ntemperatures: [1.0]\nsamples: 3\nconcurrency: 1\n")
+        argv = [*USERTURN, "run", str(path), "--out-dir", str(tmp_path / "runs"), "--workers", "2"]
+        parent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "OPENAI_API_KEY": ""})
+        shards = [tmp_path / "runs" / "slow" / f"results.shard-{i}-of-2.jsonl" for i in (1, 2)]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(p.exists() and record_lines(p) for p in shards):
+            time.sleep(0.1)
+        workers = psutil.Process(parent.pid).children()
+        assert len(workers) == 2
+        parent.send_signal(signal.SIGTERM)
+        _, err = parent.communicate(timeout=60)
+        assert parent.returncode == 128 + signal.SIGTERM, err
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive  # no shard outlives the run
+        partial = sum(len(record_lines(p)) for p in shards)
+        assert 0 < partial < 36
+        resumed = subprocess.run(argv, capture_output=True, text=True, timeout=240,
+                                 env={**os.environ, "OPENAI_API_KEY": ""})
+        assert resumed.returncode == 0, resumed.stderr
+    records = comparable(*shards)  # no key twice
+    assert len(records) == 36 and all(r["status"] == "ok" for r in records.values())
