@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="run shard I of N only (items split by a hash of their id, after limit and "
                              "shuffle_seed) into <out_dir>/<name>/results.shard-I-of-N.jsonl; resume with the same N")
     shards.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                        help="run the N shards at once as local processes (`run --shard I/N` each), wait for all, "
-                             "exit with the worst exit code")
+                        help="run the N shards at once as local processes (`run --shard I/N` each; with --launcher "
+                             "slurm: as one SLURM job array), wait for all, exit with the worst exit code")
     run.set_defaults(func=run_command)
 
     export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",

@@ -7,6 +7,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from userturn.core.errors import UserError
 from userturn.core.shards import Shard
@@ -25,9 +26,9 @@ def check_flags(args: argparse.Namespace) -> None:
         raise UserError("--dry-run checks the whole run; drop --workers (or give --shard I/N to plan one shard)")
 
 
-def worker_argv(args: argparse.Namespace, source: Path, shard: Shard) -> list[str]:
-    """The command line of the process running `shard` of the run `args` describes: `run SOURCE --shard I/N
-    --no-progress` and the flags of FORWARDED."""
+def worker_argv(args: argparse.Namespace, source: Path, shard: Shard | str) -> list[str]:
+    """The command line of the process running `shard` (or the word a SLURM array task fills in) of the run `args`
+    describes: `run SOURCE --shard I/N --no-progress` and the flags of FORWARDED."""
     argv = [sys.executable, "-m", "userturn", "run", str(source), "--shard", str(shard), "--no-progress"]
     for dest in FORWARDED:
         value = getattr(args, dest)
@@ -39,35 +40,60 @@ def worker_argv(args: argparse.Namespace, source: Path, shard: Shard) -> list[st
     return argv
 
 
-def workers_command(args: argparse.Namespace, exp: object, source: Path) -> int:
-    """Run the N shards as local processes, wait for all; the worst exit code."""
-    from userturn.core import aio
+def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
+    """Run the N shards as local processes (with `--launcher slurm`: as one SLURM job array), wait for all; the
+    worst exit code."""
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split
     from userturn.orchestrate.experiment import RESUME_HINT, results_path
-    from userturn.orchestrate.shard_workers import Worker, run_workers, worst
     from userturn.serve.launcher import terminate_on_sigterm
 
-    unsharded = results_path(exp, args.out_dir)  # type: ignore[arg-type]
+    unsharded = results_path(exp, args.out_dir)
     count = args.workers
     check_split(unsharded, Shard(1, count), hint=RESUME_HINT)  # refused before any process starts
-    workers = [Worker(shard, worker_argv(args, source, shard), shard.path(unsharded))
-               for shard in (Shard(i, count) for i in range(1, count + 1))]
-    for worker in workers:
-        print(f"userturn: shard {worker.shard} writes {worker.results}", file=sys.stderr)
+    shards = [Shard(i, count) for i in range(1, count + 1)]
+    files = [shard.path(unsharded) for shard in shards]
+    for shard, path in zip(shards, files, strict=True):
+        print(f"userturn: shard {shard} writes {path}", file=sys.stderr)
     # the unsharded file's lock: no second `--workers` run, and no unsharded run, while the shards write
     with results_lock(unsharded), terminate_on_sigterm():
-        exits = aio.run(run_workers(workers))
-    for done in exits:
-        if done.returncode:
-            print(f"userturn: shard {done.worker.shard} exited {done.returncode} (its completed records are kept in "
-                  f"{done.worker.results}; rerun the same command to resume it): "
-                  f"{shlex.join(done.worker.argv[1:])}", file=sys.stderr)
-    finished = sum(not done.returncode for done in exits)
-    print(f"userturn: {finished} of {count} shards finished; results in {', '.join(str(w.results) for w in workers)}",
-          file=sys.stderr)
-    print(next_step([w.results for w in workers]), file=sys.stderr)
-    return worst(exits)
+        if args.launcher == "slurm":
+            codes, commands = _slurm_array(args, exp, source, unsharded.parent / "slurm-shards")
+        else:
+            codes, commands = _local_processes(args, source, shards, files)
+    for shard, path, code, command in zip(shards, files, codes, commands, strict=True):
+        if code:
+            print(f"userturn: shard {shard} exited {code} (its completed records are kept in {path}; rerun the same "
+                  f"command to resume it): {command}", file=sys.stderr)
+    print(f"userturn: {sum(not code for code in codes)} of {count} shards finished; results in "
+          f"{', '.join(str(f) for f in files)}", file=sys.stderr)
+    print(next_step(files), file=sys.stderr)
+    return max(codes)
+
+
+def _local_processes(args: argparse.Namespace, source: Path, shards: list[Shard], files: list[Path]
+                     ) -> tuple[list[int], list[str]]:
+    """Each shard as a local process; (exit codes, command lines)."""
+    from userturn.core import aio
+    from userturn.orchestrate.shard_workers import Worker, run_workers
+
+    workers = [Worker(shard, worker_argv(args, source, shard), path)
+               for shard, path in zip(shards, files, strict=True)]
+    exits = aio.run(run_workers(workers))
+    return [e.returncode for e in exits], [shlex.join(w.argv[1:]) for w in workers]
+
+
+def _slurm_array(args: argparse.Namespace, exp: Any, source: Path, run_dir: Path) -> tuple[list[int], list[str]]:
+    """The shards as one SLURM job array (serve.slurm_shards); (exit codes, where each task's log is)."""
+    from userturn.serve.slurm_shards import SHARD, submit_shards, wait_for_shards
+
+    command = worker_argv(args, source.resolve(), SHARD)
+    array = submit_shards(command, args.workers, run_dir, name=exp.name, workdir=Path.cwd())
+    where = array.job.run_dir
+    print(f"userturn: submitted slurm job array {array.job.job_id} ({args.workers} shards; script "
+          f"{where / 'shards.sbatch'}; logs {where}/{array.job.job_id}_I.log)", file=sys.stderr)
+    codes = wait_for_shards(array, lambda line: print(f"userturn: {line}", file=sys.stderr, flush=True))
+    return codes, [f"log {array.log(task)}" for task in range(1, args.workers + 1)]
 
 
 def next_step(files: list[Path]) -> str:
