@@ -90,15 +90,13 @@ while read -r i pid; do kill -0 "$pid" 2>/dev/null && echo "77_$i|RUNNING|None";
 exit 0
 """
 SCANCEL = r"""#!/bin/bash
+echo "$@" >> "$FAKE/scancel.args"
 while read -r i pid; do pkill -TERM -P "$pid"; done < "$FAKE/pids"
 """
 
 
-@pytest.mark.slow
-def test_run_workers_on_slurm_submits_one_array_and_writes_the_unsharded_records(tmp_path: Path) -> None:
-    from loopback_server import LoopbackServer
-    from test_shard_e2e import QWEN_DIR, USERTURN, comparable, write_dataset
-
+def fake_slurm(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """(the stand-ins' folder, the environment that puts them first on PATH)."""
     fake, bin_dir = tmp_path / "fake", tmp_path / "bin"
     fake.mkdir()
     bin_dir.mkdir()
@@ -106,7 +104,15 @@ def test_run_workers_on_slurm_submits_one_array_and_writes_the_unsharded_records
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     (fake / "pids").touch()
-    env = {**os.environ, "OPENAI_API_KEY": "", "FAKE": str(fake), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return fake, {**os.environ, "OPENAI_API_KEY": "", "FAKE": str(fake), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.slow
+def test_run_workers_on_slurm_submits_one_array_and_writes_the_unsharded_records(tmp_path: Path) -> None:
+    from loopback_server import LoopbackServer
+    from test_shard_e2e import QWEN_DIR, USERTURN, comparable, write_dataset
+
+    fake, env = fake_slurm(tmp_path)
     write_dataset(tmp_path / "data.jsonl", n=10)
     with LoopbackServer() as server:
         path = tmp_path / "exp.yaml"
@@ -149,3 +155,34 @@ def test_an_array_task_that_left_no_status_counts_as_failed(tmp_path: Path) -> N
     assert wait_for_shards(array, said.append, sleep=lambda _s: None) == [0, NO_STATUS, 5]
     assert said == ["slurm job array 77: 2/3 shards done; 77_2 RUNNING, 77_3 PENDING (Priority)",
                     "slurm job array 77: 2/3 shards done; 77_2 RUNNING"]
+
+
+@pytest.mark.slow
+def test_sigterm_cancels_the_array_and_every_shard_stops(tmp_path: Path) -> None:
+    import psutil
+    from loopback_server import LoopbackServer
+    from results_lines import record_lines
+    from test_shard_e2e import QWEN_DIR, USERTURN, write_dataset
+
+    fake, env = fake_slurm(tmp_path)
+    write_dataset(tmp_path / "data.jsonl", n=12)
+    with LoopbackServer("--latency-ms", "400") as server:
+        (tmp_path / "exp.yaml").write_text(
+            f"name: arr\nmodels: [{{base_url: {server.base_url}, model: loopback, tokenizer: {QWEN_DIR}}}]\n"
+            "datasets: [data.jsonl]\ntemperatures: [1.0]\nsamples: 3\nconcurrency: 1\n")
+        parent = subprocess.Popen([*USERTURN, "run", "exp.yaml", "--workers", "2", "--launcher", "slurm"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        shards = [tmp_path / "runs" / "arr" / f"results.shard-{i}-of-2.jsonl" for i in (1, 2)]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(p.exists() and record_lines(p) for p in shards):
+            time.sleep(0.1)
+        tasks = [psutil.Process(int(line.split()[1])) for line in (fake / "pids").read_text().splitlines()]
+        parent.send_signal(signal.SIGTERM)
+        _, err = parent.communicate(timeout=60)
+    assert parent.returncode == 128 + signal.SIGTERM, err
+    assert "userturn: cancelling slurm job array 77" in err and (fake / "scancel.args").read_text() == "77\n"
+    _, alive = psutil.wait_procs(tasks, timeout=30)
+    assert not alive
+    statuses = [(tmp_path / "runs" / "arr" / "slurm-shards" / "exit" / str(t)).read_text() for t in (1, 2)]
+    assert statuses == [f"{128 + signal.SIGTERM}\n"] * 2  # each shard was stopped, keeping its records
+    assert 0 < sum(len(record_lines(p)) for p in shards) < 36

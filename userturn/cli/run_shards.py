@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from userturn.core.errors import UserError
-from userturn.core.shards import Shard
+from userturn.core.shards import MAX_SHARDS, Shard
 
 # `run` flags a worker is given as the parent got them (a test checks that every flag of `run` is in one of the two)
 FORWARDED = ("out_dir", "keep_going", "rejudge", "launcher", "proxy", "ca_bundle", "no_model_check",
@@ -22,6 +22,8 @@ def check_flags(args: argparse.Namespace) -> None:
     """Refuse flags that do not go with --shard / --workers."""
     if args.workers is not None and args.shard is not None:
         raise UserError("--workers runs every shard itself: give --workers N, or --shard I/N for one shard")
+    if args.workers is not None and args.workers > MAX_SHARDS:
+        raise UserError(f"--workers {args.workers}: at most {MAX_SHARDS} shards")
     if args.workers is not None and args.dry_run:
         raise UserError("--dry-run checks the whole run; drop --workers (or give --shard I/N to plan one shard)")
 
