@@ -210,3 +210,42 @@ def test_cancelling_the_workers_stops_their_processes(tmp_path: Path) -> None:
 class _Item:
     def __init__(self, item_id: str) -> None:
         self.id = item_id
+
+
+class _Renderer:
+    """The pipeline's Renderer shape (client.probe.settings.Renderer), enough to plan a run."""
+
+    template_sha256 = "t" * 64
+
+    def __init__(self) -> None:
+        self.stop = ["<|im_end|>"]
+        self.stop_token_ids: list[int] = []
+
+    def user_turn_prompt(self, messages: list, *, cache: bool = True) -> str:
+        return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
+
+    def count_tokens(self, text: str, *, cache: bool = True) -> int | None:
+        return None
+
+
+@pytest.mark.parametrize("own_first", [True, False])
+def test_a_reused_model_turn_comes_from_the_items_own_record_whatever_the_file_order(tmp_path: Path,
+                                                                                      own_first: bool) -> None:
+    """A shard writes records in another order than the unsharded run: an item's model-written turn, reused on
+    resume, is taken from its own record (with its finish reason), not from a swap record that borrowed it."""
+    from userturn.client.data.dataset import DatasetItem
+    from userturn.client.probe.pipeline import ProbeRun
+    from userturn.client.probe.settings import ProbeSettings
+
+    base = {"status": "ok", "model": "m", "dataset": "d", "temperature": 0.0, "sample": 0, "seed": 1,
+            "assistant_source": "model"}
+    own = {**base, "key": "own", "item_id": "q0", "meta": {"assistant_turn": "A0", "assistant_finish_reason": "length"}}
+    borrowed = {**base, "key": "swap", "item_id": "q1", "perturbation": "swap", "meta": {"swap_partner": "q0"},
+                "messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A0"}]}
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in ([own, borrowed] if own_first else [borrowed, own])))
+    items = [DatasetItem.model_validate({"id": f"q{i}", "messages": [{"role": "user", "content": f"Q{i}"}]})
+             for i in range(2)]
+    run = ProbeRun(items, ProbeSettings(model="m", dataset="d", assistant_from="model"), endpoints=[],
+                   renderer=_Renderer(), out_path=str(out), progress=False)
+    assert run._reusable_answers() == {"q0": ("A0", "length")}
