@@ -28,8 +28,8 @@ USERTURN = [sys.executable, "-m", "userturn"]
 TIMING = ("latency_s", "attempts")
 
 
-def userturn(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*USERTURN, *args], capture_output=True, text=True, timeout=240,
+def userturn(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*USERTURN, *args], capture_output=True, text=True, timeout=240, cwd=cwd,
                           env={**os.environ, "OPENAI_API_KEY": ""})
 
 
@@ -87,9 +87,9 @@ def report_json(path: Path) -> list[dict]:
 
 
 def report_table(path: Path) -> str:
-    proc = userturn("report", str(path))
+    proc = userturn("report", path.name, cwd=path.parent)  # a short name: never cut by a line break
     assert proc.returncode == 0, proc.stderr
-    return " ".join(proc.stdout.replace(str(path), "RESULTS").split())  # the path's length may move a line break
+    return " ".join(proc.stdout.replace(path.name, "RESULTS").split())  # the name's length may move a line break
 
 
 def same_report(merged: Path, whole: Path) -> None:

@@ -186,3 +186,58 @@ def test_sigterm_cancels_the_array_and_every_shard_stops(tmp_path: Path) -> None
     statuses = [(tmp_path / "runs" / "arr" / "slurm-shards" / "exit" / str(t)).read_text() for t in (1, 2)]
     assert statuses == [f"{128 + signal.SIGTERM}\n"] * 2  # each shard was stopped, keeping its records
     assert 0 < sum(len(record_lines(p)) for p in shards) < 36
+
+
+@pytest.fixture
+def cluster() -> str:
+    """A real SLURM cluster's node states (`../shared/tools/slurm-localhost.sh start`), else a skip (a failure under
+    USERTURN_REQUIRE_SLURM=1, as in tests/test_slurm_cluster.py)."""
+    import re
+    import shutil
+
+    proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20, check=False) \
+        if shutil.which("sinfo") else None
+    states = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    if not re.search(r"idle|mix|alloc", states):
+        why = f"no SLURM cluster answers (sinfo: {states!r}); start one with ../shared/tools/slurm-localhost.sh"
+        if os.environ.get("USERTURN_REQUIRE_SLURM") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return states
+
+
+@pytest.mark.slow
+def test_on_a_real_cluster_the_array_shards_report_as_the_unsharded_run(cluster: str, tmp_path: Path) -> None:
+    """`run --workers 2 --launcher slurm` on a real SLURM: one array job, its two tasks write the records and the
+    report of the unsharded run, and leave nothing queued."""
+    from loopback_server import LoopbackServer
+    from test_shard_e2e import QWEN_DIR, USERTURN, comparable, same_report, write_dataset
+    from userturn.serve.slurm_launcher import ACTIVE_STATES
+
+    write_dataset(tmp_path / "data.jsonl", n=10)
+    env = {**os.environ, "OPENAI_API_KEY": ""}
+    with LoopbackServer() as server:
+        (tmp_path / "exp.yaml").write_text(
+            f"name: arr\nmodels: [{{base_url: {server.base_url}, model: loopback, tokenizer: {QWEN_DIR}}}]\n"
+            "datasets: [data.jsonl]\nperturbations: [none, swap, wrong_answer]\ntemperatures: [0.5]\n")
+
+        def run(*flags: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*USERTURN, "run", "exp.yaml", *flags], capture_output=True, text=True,
+                                  timeout=400, env=env, cwd=tmp_path)
+
+        whole = run("--out-dir", "whole", "--no-progress")
+        assert whole.returncode == 0, whole.stderr
+        split = run("--out-dir", "split", "--workers", "2", "--launcher", "slurm")
+    assert split.returncode == 0, split.stderr[-3000:]
+    job = split.stderr.split("submitted slurm job array ", 1)[1].split()[0]
+    queued = subprocess.run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"], capture_output=True, text=True,
+                            timeout=20, check=False).stdout.split()
+    assert not set(queued) & ACTIVE_STATES
+    run_dir = tmp_path / "split" / "arr"
+    assert [(run_dir / "slurm-shards" / "exit" / str(t)).read_text() for t in (1, 2)] == ["0\n", "0\n"]
+    shards = [run_dir / f"results.shard-{i}-of-2.jsonl" for i in (1, 2)]
+    whole_file = tmp_path / "whole" / "arr" / "results.jsonl"
+    assert comparable(*shards) == comparable(whole_file)
+    merged = tmp_path / "merged.jsonl"
+    merged.write_bytes(b"".join(p.read_bytes() for p in shards))
+    same_report(merged, whole_file)
