@@ -369,6 +369,7 @@ def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=run_dir, prefix=".experiment.", suffix=".json",
                                      delete=False) as fh:
         fh.write(json.dumps(payload, indent=2) + "\n")
+    os.chmod(fh.name, 0o644)  # as a plain write would leave it (a temporary file is private)
     os.replace(fh.name, run_dir / "experiment.json")
 
 
