@@ -197,6 +197,8 @@ temperatures: [0.5, 1.0]
 perturbations: [none, swap, wrong_answer]
 modes: [raw, chat]
 assistant_from: model
+assistant_samples: 2  # answers <id>#a0 and <id>#a1 of one query: cut by the query's id, into one shard
+assistant_temperature: 0.7
 max_tokens: 32
 judges:
   - model: keyword-judge
@@ -220,6 +222,8 @@ def test_run_workers_writes_the_records_and_report_of_the_unsharded_run(servers:
     assert not (run_dir / "results.jsonl").exists() and (run_dir / "experiment.json").is_file()
     expected = comparable(tmp_path / "whole" / "sharded" / "results.jsonl")
     assert len(expected) > 100 and comparable(*shards) == expected
+    for index, shard_file in enumerate(shards, start=1):  # every sampled answer of a query in its query's shard
+        assert {shard_of(r["meta"]["query_id"], 2) for r in record_lines(shard_file)} == {index}
     merged = concatenated(tmp_path / "merged.jsonl", *shards)
     same_report(merged, tmp_path / "whole" / "sharded" / "results.jsonl")
 
@@ -242,7 +246,7 @@ def test_a_failing_shard_leaves_the_others_records_and_sets_the_exit_code(server
         in proc.stderr
     done = record_lines(run_dir / "results.shard-1-of-2.jsonl")
     assert done and all(r["status"] == "ok" for r in done)
-    assert {shard_of(r["item_id"], 2) for r in done} == {1}
+    assert {shard_of(r["meta"]["query_id"], 2) for r in done} == {1}  # cut by the query (assistant_samples: 2)
     resumed = userturn("run", str(path), "--out-dir", str(tmp_path / "runs"), "--workers", "2")
     assert resumed.returncode == 0, resumed.stderr
     assert f"[shard 1/2] userturn: results in {run_dir / 'results.shard-1-of-2.jsonl'} (0 new ok" in resumed.stderr
