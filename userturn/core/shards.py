@@ -116,4 +116,5 @@ def check_split(path: str | Path, shard: Shard | None, *, hint: str = "use anoth
             raise SplitMismatch(f"{other} holds records of this run {held}; {wanted} would probe the same items "
                                 f"again into other files: resume it {again}, or {hint}")
 
+
 __all__ = ["MAX_SHARDS", "Shard", "SplitMismatch", "check_split", "shard_of", "sharded_path", "split_files"]
