@@ -95,7 +95,7 @@ def task_of(key: str, job_id: str) -> int | None:
     return int(rest) if rest.isdigit() else None
 
 
-def _run(argv: list[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def run_slurm_command(argv: list[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
@@ -104,7 +104,7 @@ def _run(argv: list[str], *, timeout: float = 60.0) -> subprocess.CompletedProce
         raise ServerStartError(f"--launcher slurm: {' '.join(argv[:2])} did not answer in {timeout:.0f}s") from None
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else "no output"
 
@@ -159,7 +159,7 @@ class SlurmJob:
         """`{job or job_task: "STATE (reason)"}` from squeue (all states, so failed jobs show too); {} when the
         controller no longer knows the job; None when squeue failed (e.g. the controller is busy): ask again."""
         try:
-            proc = _run(["squeue", "-h", "-t", "all", "-j", self.job_id, "-o", "%i|%T|%r"])
+            proc = run_slurm_command(["squeue", "-h", "-t", "all", "-j", self.job_id, "-o", "%i|%T|%r"])
         except ServerStartError:
             return None
         if proc.returncode != 0:
@@ -224,7 +224,7 @@ class SlurmJob:
     def cancel(self, wait_s: float = CANCEL_WAIT_S) -> None:
         """scancel the job (every array task) and wait until SLURM no longer lists it as active."""
         with contextlib.suppress(UserError):
-            _run(["scancel", self.job_id])
+            run_slurm_command(["scancel", self.job_id])
         deadline = time.monotonic() + wait_s
         with contextlib.suppress(UserError):
             while self.active() and time.monotonic() < deadline:
@@ -251,9 +251,9 @@ def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
         export += f",USERTURN_API_KEY_FILE={key_file}"
     argv = ["sbatch", "--parsable", f"--output={log}", "--open-mode=append", f"--chdir={run_dir}",
             f"--export={export}", str(path)]
-    proc = _run(argv)
+    proc = run_slurm_command(argv)
     if proc.returncode != 0:
-        raise ServerStartError(f"sbatch {path} failed: {_last_line(proc.stderr or proc.stdout)}")
+        raise ServerStartError(f"sbatch {path} failed: {last_line(proc.stderr or proc.stdout)}")
     job_id = proc.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise ServerStartError(f"sbatch {path}: unexpected output {proc.stdout.strip()[:100]!r}")

@@ -11,6 +11,7 @@ repeated keys) that passed on it are not run again: the re-read is a JSON parse 
 from __future__ import annotations
 
 import bisect
+import itertools
 import random
 import zlib
 from array import array
@@ -148,11 +149,18 @@ class JsonlItems(Sequence[DatasetItem]):
         """The same order `random.Random(seed).shuffle` gives a list of the parsed items."""
         order = list(range(len(self)))
         random.Random(seed).shuffle(order)
+        return self.take(order, in_file_order=False)
+
+    def take(self, order: Sequence[int], *, in_file_order: bool | None = None) -> JsonlItems:
+        """A view of the items at `order` (indices into this view), without parsing; in file order when this view
+        is and `order` increases, unless `in_file_order` says otherwise."""
+        if in_file_order is None:
+            in_file_order = self._in_file_order and all(a < b for a, b in itertools.pairwise(order))
         return JsonlItems(self.path, array("q", (self._offsets[i] for i in order)), [self.ids[i] for i in order],
                           bytearray(self._assistant_ended[i] for i in order),
                           array("q", (self._numbers[i] for i in order)),
                           array("I", (self._checksums[i] for i in order)),
-                          bytearray(self._names_scorer[i] for i in order), in_file_order=False)
+                          bytearray(self._names_scorer[i] for i in order), in_file_order=in_file_order)
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:

@@ -85,10 +85,12 @@ class AssistantTurns(Planner):
     def _reusable_answers(self) -> dict[str, tuple[str, str | None]]:
         """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
         earlier runs (its own records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run
-        probes the same turns."""
+        probes the same turns. An item's own record wins over a partner's (it alone has the finish reason), whatever
+        the order of the file (the shards of a run write their records in other orders: userturn.core.shards)."""
         s = self.settings
         mine = self.configs[s.perturbations[0]]
         reuse: dict[str, tuple[str, str | None]] = {}
+        partners: dict[str, tuple[str, str | None]] = {}
         configs: dict[str, dict[str, Any]] = {}
         for record in self._existing_records(configs):
             if record.assistant_source != "model":
@@ -107,8 +109,8 @@ class AssistantTurns(Planner):
             partner = meta.get("swap_partner")
             if (record.perturbation == "swap" and isinstance(partner, str) and record.messages
                     and record.messages[-1].role == "assistant"):
-                reuse.setdefault(partner, (record.messages[-1].content, None))
-        return reuse
+                partners.setdefault(partner, (record.messages[-1].content, None))
+        return {**partners, **reuse}
 
     def _score(self, item: DatasetItem, messages: list[Message]) -> tuple[bool | None, dict[str, float] | None]:
         """Task accuracy of the assistant turn actually probed (after perturbation): (None, None) without a scorer,

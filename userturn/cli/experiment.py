@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from userturn.cli.argtypes import positive_int
-from userturn.cli.probe import add_network_arguments, configure_network
+from userturn.cli.probe import add_network_arguments, configure_network, shard_arg
 from userturn.cli.results_args import add_results_argument
 from userturn.cli.show import add_arguments as add_show_arguments
 from userturn.cli.show import show_record, wants_record
@@ -44,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--parallel-models", type=positive_int, default=1, metavar="K",
                      help="keep up to K models' servers (SLURM jobs) queued, starting or serving at once, so queue "
                           "and start-up waits overlap; the ready ones are probed one at a time (default 1)")
+    shards = run.add_argument_group("sharded runs (the shards together write the records of the unsharded run)")
+    shards.add_argument("--shard", type=shard_arg, default=None, metavar="I/N",
+                        help="run shard I of N only (items split by a hash of their id, after limit and "
+                             "shuffle_seed) into <out_dir>/<name>/results.shard-I-of-N.jsonl; resume with the same N")
+    shards.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                        help="run the N shards at once as local processes (`run --shard I/N` each; with --launcher "
+                             "slurm: as one SLURM job array), wait for all, exit with the worst exit code")
     run.set_defaults(func=run_command)
 
     export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
@@ -106,12 +113,15 @@ def compact_command(args: argparse.Namespace) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from userturn.cli.run_shards import check_flags, workers_command
     from userturn.core import aio
     from userturn.core.results_lock import results_lock
+    from userturn.core.shards import sharded_path
     from userturn.core.shipped import resolve_named
     from userturn.orchestrate.experiment import check_files, load_experiment, results_path
     from userturn.orchestrate.grid import ModelFailures, run_experiment
 
+    check_flags(args)
     configure_network(args)
     source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
     exp, base = load_experiment(source)
@@ -119,21 +129,23 @@ def run_command(args: argparse.Namespace) -> int:
     if args.dry_run:
         if args.keep_going:
             raise UserError("--keep-going applies to a real run, not to --dry-run")
-        return dry_run(exp, base, source)
+        return dry_run(exp, base, source, args.shard)
+    if args.workers is not None and args.workers > 1:
+        return workers_command(args, exp, source)
     from userturn.serve.launcher import terminate_on_sigterm
 
     failures = ModelFailures([]) if args.keep_going else None
     # held for the whole grid (exit 2 if another run has it); SIGTERM tears down servers launched in threads, too
-    with results_lock(results_path(exp, args.out_dir)), terminate_on_sigterm():
+    with results_lock(sharded_path(results_path(exp, args.out_dir), args.shard)), terminate_on_sigterm():
         results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
                                                       progress=not args.no_progress, rejudge=args.rejudge,
                                                       launcher=args.launcher, parallel_models=args.parallel_models,
-                                                      failures=failures))
+                                                      failures=failures, shard=args.shard))
     errors = sum(s.errors for s in summaries)
     from userturn.client.terminal import console
     from userturn.judges.run_view import print_run_report
 
-    if results.is_file() and results.stat().st_size:
+    if args.shard is None and results.is_file() and results.stat().st_size:
         print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
@@ -158,12 +170,16 @@ def run_command(args: argparse.Namespace) -> int:
         for line in failures.lines:
             print(f"userturn: failed: {line}", file=sys.stderr)
         status = 3
+    if args.shard is not None and args.shard.count > 1:
+        print(f"userturn: shard {args.shard} done; report it with the other shards' files "
+              f"(<run dir>/results.shard-I-of-{args.shard.count}.jsonl)", file=sys.stderr)
     return status
 
 
-def dry_run(exp: Any, base: Path, source: Path) -> int:
+def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
     """Validate the grid without launching anything: datasets load, each model's settings resolve, and in raw mode
-    each model's chat template renders one real prompt (printed) that ends at the open user header."""
+    each model's chat template renders one real prompt (printed) that ends at the open user header. With `shard`,
+    the counts are that shard's."""
     from userturn.client.probe.dry_run import render_preview, shown
     from userturn.orchestrate.experiment import (
         assistant_source,
@@ -178,7 +194,7 @@ def dry_run(exp: Any, base: Path, source: Path) -> int:
     datasets = [load_items(entry, exp, base) for entry in exp.datasets]
     sources = [assistant_source(entry, exp, items) for entry, (_, items, _) in zip(exp.datasets, datasets,
                                                                                      strict=True)]
-    counts = [len(items) for _, items, _ in datasets]
+    counts = [len(items if shard is None else shard.select(items)) for _, items, _ in datasets]
     options = []
     prompts = []
     for index, entry in enumerate(exp.models):
@@ -190,7 +206,8 @@ def dry_run(exp: Any, base: Path, source: Path) -> int:
                 prompt = render_preview(load_renderer(target, o), datasets[0][1], sources[0])
                 prompts.append((entry.label, datasets[0][0], prompt))
     grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
-    print(f"{exp.name}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
+    title = exp.name if shard is None else f"{exp.name} (shard {shard})"
+    print(f"{title}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
           f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
           f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
           "samples)")

@@ -49,6 +49,8 @@ The default table fits 100 columns (long names wrap); --wide adds items, label m
   userturn run smoke
   userturn run experiments/paper.yaml --dry-run
   userturn run experiments/paper.yaml --out-dir /scratch/runs --launcher slurm
+  # split the items over 4 processes (results.shard-I-of-4.jsonl each); --launcher slurm: a 4-task job array
+  userturn run experiments/paper.yaml --workers 4
 Rerun the same command to resume; --dry-run checks every model's template with one rendered prompt.""",
     "export": """\
   userturn export runs/q9b.judged.jsonl --format sft --out sft.jsonl

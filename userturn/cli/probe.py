@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command r
     from userturn.client.data.dataset import DatasetItem
     from userturn.client.probe.pipeline import ProbeSummary
     from userturn.core.options import Options, ProbeOptions
+    from userturn.core.shards import Shard
     from userturn.orchestrate.run_builder import ProbeTarget, TargetSource
 
 NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
@@ -102,6 +103,10 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"run seed; each sample's seed derives from it (default {d.SEED})")
     g.add_argument("--limit", type=positive_int, default=None, metavar="N", help="first N items only")
     g.add_argument("--shuffle-seed", type=int, default=None, help="shuffle items deterministically before --limit")
+    g.add_argument("--shard", type=shard_arg, default=None, metavar="I/N",
+                   help="probe only shard I of N (items split by a hash of their id, after --limit and "
+                        "--shuffle-seed) into --out with `.shard-I-of-N` before its suffix; the N shards together "
+                        "write the records of the unsharded run")
     g.add_argument("--perturb", action="append", default=None, metavar="NAME",
                    help="perturbation of the assistant turn (repeatable): none, wrong_answer, truncate, swap, "
                         "remove, generic (default none)")
@@ -122,6 +127,16 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         "forge turns); their records get special_tokens_in_content: true")
     g.add_argument("--no-progress", action="store_true",
                    help="plain progress lines (every 10 s and one at the end) instead of the live view")
+
+
+def shard_arg(text: str) -> Shard:
+    """argparse type of `--shard I/N` (userturn.core.shards)."""
+    from userturn.core.shards import Shard
+
+    try:
+        return Shard.parse(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -210,14 +225,23 @@ async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.probe.perturb import validate
     from userturn.client.probe.scoring import preflight
     from userturn.core.results_lock import results_lock
+    from userturn.core.shards import check_split, sharded_path
     from userturn.orchestrate.run_builder import assistant_source, open_target
 
     perturbations = validate(args.perturb or ["none"])
+    check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
                                     whole="swap" in perturbations)
     dataset_name = args.dataset_name or name
     preflight(dataset_name, items)
+    # decided on every selected item, so each shard of a run takes its assistant turns from the same source
     args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
+    if args.shard is not None:  # cut after --limit and --shuffle-seed; swap partners still come from every item
+        selected = len(items)
+        items = args.shard.select(items)
+        args.out = str(sharded_path(args.out, args.shard))
+        print(f"userturn: shard {args.shard}: {len(items)} of the {selected} selected items, into {args.out}",
+              file=sys.stderr)
     layers = [flag_layer(args)]
     # the lock first: a second writer stops before any launch
     with results_lock(args.out), open_target(target_source(args), layers) as (target, options):

@@ -328,10 +328,18 @@ def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[D
 
 
 def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
-    """Keep the resolved experiment next to its results (provenance of the run)."""
+    """Keep the resolved experiment next to its results (provenance of the run); written whole or not at all, since
+    the shards of a run (`run --workers`) write it at the same time."""
+    import os
+    import tempfile
+
     run_dir.mkdir(parents=True, exist_ok=True)
     payload = {"source": str(source), "experiment": exp.model_dump(mode="json")}
-    (run_dir / "experiment.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=run_dir, prefix=".experiment.", suffix=".json",
+                                     delete=False) as fh:
+        fh.write(json.dumps(payload, indent=2) + "\n")
+    os.chmod(fh.name, 0o644)  # as a plain write would leave it (a temporary file is private)
+    os.replace(fh.name, run_dir / "experiment.json")
 
 
 def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> TargetSource:

@@ -8,10 +8,11 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from userturn.client.data.dataset import DatasetItem
 from userturn.core.errors import UserError
+from userturn.core.shards import Shard, check_split, sharded_path
 from userturn.orchestrate.experiment import (
     RESUME_HINT,
     Experiment,
@@ -46,23 +47,30 @@ class ModelFailures:
 
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True, rejudge: bool = False, launcher: str | None = None,
-                         parallel_models: int = 1, failures: ModelFailures | None = None) -> tuple[Path, list[Any]]:
-    """Run the whole grid into `<out_dir>/<name>/results.jsonl`; returns (results path, run summaries).
+                         parallel_models: int = 1, failures: ModelFailures | None = None,
+                         shard: Shard | None = None) -> tuple[Path, list[Any]]:
+    """Run the whole grid into `<out_dir>/<name>/results.jsonl` (with `shard`, that shard's items into its own
+    file beside it: `userturn.core.shards`); returns (results path, run summaries).
     `parallel_models` > 1 keeps that many models' servers launching (queued, starting) or serving at once, and
     probes them one at a time as they become ready (see `_models_ahead`). With `failures` (`--keep-going`), a model
     that fails (a UserError naming its entry) is recorded there and the grid goes on with the next one."""
     from userturn.client.probe import scoring
     from userturn.orchestrate.run_builder import open_target
 
-    results = results_path(exp, out_dir)
+    check_split(results_path(exp, out_dir), shard, hint=RESUME_HINT)
+    results = sharded_path(results_path(exp, out_dir), shard)
     run_dir = results.parent
-    datasets = [load_items(entry, exp, base) for entry in exp.datasets]  # before any server starts
-    names = [name for name, _, _ in datasets]
+    loaded = [load_items(entry, exp, base) for entry in exp.datasets]  # before any server starts
+    names = [name for name, _, _ in loaded]
     if len(set(names)) != len(names):
         raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
-    for (name, items, _), dataset in zip(datasets, exp.datasets, strict=True):
+    datasets = []
+    for (name, items, every), dataset in zip(loaded, exp.datasets, strict=True):
         scoring.preflight(name, items)
-        assistant_source(dataset, exp, items)  # `assistant_from: dataset` on open conversations: refused here
+        # decided on every selected item (`assistant_from: dataset` on open conversations is refused here), so
+        # each shard takes its assistant turns from where the unsharded run does
+        chosen = assistant_source(dataset, exp, items)
+        datasets.append(_Dataset(name, shard.select(items) if shard is not None else items, every, chosen))
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
     grid = _Grid(exp, datasets, results, progress, rejudge)
@@ -82,12 +90,23 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
     return results, summaries
 
 
+@dataclass(frozen=True)
+class _Dataset:
+    """One dataset of the grid: its recorded name, the items this run probes (a shard's, or all selected), every
+    item when `swap` is planned (its partners), and where the assistant turns come from."""
+
+    name: str
+    items: Sequence[DatasetItem]
+    every: Sequence[DatasetItem] | None
+    assistant_from: Literal["dataset", "model"]
+
+
 @dataclass
 class _Grid:
     """What every model of the grid is probed on, and where its records go."""
 
     exp: Experiment
-    datasets: list[tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]]
+    datasets: list[_Dataset]
     results: Path
     progress: bool
     rejudge: bool
@@ -108,13 +127,14 @@ class _Grid:
                     session.renderer  # noqa: B018 - load the chat template before any request
                 await session.check()
                 runs = []
-                for (name, items, every), dataset in zip(self.datasets, exp.datasets, strict=True):
-                    probe_items = expand_assistant_samples(items, exp.assistant_samples)
+                for data in self.datasets:
+                    name, every = data.name, data.every
+                    probe_items = expand_assistant_samples(data.items, exp.assistant_samples)
                     pool = expand_assistant_samples(every, exp.assistant_samples) if every is not None else None
                     for mode in exp.modes:
                         runs.append(session.probe_run(
                             probe_items, dataset=name, mode=mode, perturbations=exp.perturbations,
-                            assistant_from=assistant_source(dataset, exp, items), out_path=str(results),
+                            assistant_from=data.assistant_from, out_path=str(results),
                             judge=panel, progress=self.progress,
                             progress_title=f"{exp.name}: {target.model} on {name} ({mode})", swap_pool=pool,
                             resume_hint=RESUME_HINT))

@@ -1,0 +1,108 @@
+"""`userturn run --shard I/N` and `userturn run --workers N`: the parts of `run` that split a run into shards
+(userturn.core.shards) and run them as local processes (userturn.orchestrate.shard_workers)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from userturn.core.errors import UserError
+from userturn.core.shards import MAX_SHARDS, Shard
+
+# `run` flags a worker is given as the parent got them (a test checks that every flag of `run` is in one of the two)
+FORWARDED = ("out_dir", "keep_going", "rejudge", "launcher", "proxy", "ca_bundle", "no_model_check",
+             "parallel_models")
+PARENT_ONLY = ("experiment", "no_progress", "dry_run", "shard", "workers", "func", "command")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that do not go with --shard / --workers."""
+    if args.workers is not None and args.shard is not None:
+        raise UserError("--workers runs every shard itself: give --workers N, or --shard I/N for one shard")
+    if args.workers is not None and args.workers > MAX_SHARDS:
+        raise UserError(f"--workers {args.workers}: at most {MAX_SHARDS} shards")
+    if args.workers is not None and args.dry_run:
+        raise UserError("--dry-run checks the whole run; drop --workers (or give --shard I/N to plan one shard)")
+
+
+def worker_argv(args: argparse.Namespace, source: Path, shard: Shard | str) -> list[str]:
+    """The command line of the process running `shard` (or the word a SLURM array task fills in) of the run `args`
+    describes: `run SOURCE --shard I/N --no-progress` and the flags of FORWARDED."""
+    argv = [sys.executable, "-m", "userturn", "run", str(source), "--shard", str(shard), "--no-progress"]
+    for dest in FORWARDED:
+        value = getattr(args, dest)
+        flag = "--" + dest.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value not in (None, False):
+            argv += [flag, str(value)]
+    return argv
+
+
+def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
+    """Run the N shards as local processes (with `--launcher slurm`: as one SLURM job array), wait for all; the
+    worst exit code."""
+    from userturn.core.results_lock import results_lock
+    from userturn.core.shards import check_split
+    from userturn.orchestrate.experiment import RESUME_HINT, results_path
+    from userturn.serve.launcher import terminate_on_sigterm
+
+    unsharded = results_path(exp, args.out_dir)
+    count = args.workers
+    check_split(unsharded, Shard(1, count), hint=RESUME_HINT)  # refused before any process starts
+    shards = [Shard(i, count) for i in range(1, count + 1)]
+    files = [shard.path(unsharded) for shard in shards]
+    for shard, path in zip(shards, files, strict=True):
+        print(f"userturn: shard {shard} writes {path}", file=sys.stderr)
+    # the unsharded file's lock: no second `--workers` run, and no unsharded run, while the shards write
+    with results_lock(unsharded), terminate_on_sigterm():
+        if args.launcher == "slurm":
+            codes, commands = _slurm_array(args, exp, source, unsharded.parent / "slurm-shards")
+        else:
+            codes, commands = _local_processes(args, source, shards, files)
+    for shard, path, code, command in zip(shards, files, codes, commands, strict=True):
+        if code:
+            print(f"userturn: shard {shard} exited {code} (its completed records are kept in {path}; rerun the same "
+                  f"command to resume it): {command}", file=sys.stderr)
+    print(f"userturn: {sum(not code for code in codes)} of {count} shards finished; results in "
+          f"{', '.join(str(f) for f in files)}", file=sys.stderr)
+    print(next_step(files), file=sys.stderr)
+    return max(codes)
+
+
+def _local_processes(args: argparse.Namespace, source: Path, shards: list[Shard], files: list[Path]
+                     ) -> tuple[list[int], list[str]]:
+    """Each shard as a local process; (exit codes, command lines)."""
+    from userturn.core import aio
+    from userturn.orchestrate.shard_workers import Worker, run_workers
+
+    workers = [Worker(shard, worker_argv(args, source, shard), path)
+               for shard, path in zip(shards, files, strict=True)]
+    exits = aio.run(run_workers(workers))
+    return [e.returncode for e in exits], [shlex.join(w.argv[1:]) for w in workers]
+
+
+def _slurm_array(args: argparse.Namespace, exp: Any, source: Path, run_dir: Path) -> tuple[list[int], list[str]]:
+    """The shards as one SLURM job array (serve.slurm_shards); (exit codes, where each task's log is)."""
+    from userturn.serve.slurm_shards import SHARD, submit_shards, wait_for_shards
+
+    command = worker_argv(args, source.resolve(), SHARD)
+    array = submit_shards(command, args.workers, run_dir, name=exp.name, workdir=Path.cwd())
+    where = array.job.run_dir
+    print(f"userturn: submitted slurm job array {array.job.job_id} ({args.workers} shards; script "
+          f"{where / 'shards.sbatch'}; logs {where}/{array.job.job_id}_I.log)", file=sys.stderr)
+    codes = wait_for_shards(array, lambda line: print(f"userturn: {line}", file=sys.stderr, flush=True))
+    return codes, [f"log {array.log(task)}" for task in range(1, args.workers + 1)]
+
+
+def next_step(files: list[Path]) -> str:
+    """How to report the shards of a run together."""
+    merged = files[0].parent / "results.all-shards.jsonl"
+    return (f"next: report the shards together: cat {' '.join(shlex.quote(str(f)) for f in files)} > "
+            f"{shlex.quote(str(merged))} && userturn report {shlex.quote(str(merged))}")
+
+
+__all__ = ["FORWARDED", "PARENT_ONLY", "check_flags", "next_step", "worker_argv", "workers_command"]
