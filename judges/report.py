@@ -9,6 +9,7 @@ the `none` row of the same configuration. The file is read in one streaming pass
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -200,7 +201,7 @@ def _item_accuracy(rows: np.ndarray, items: np.ndarray, correct: np.ndarray, sco
         unique, inverse = np.unique(items[sub], return_inverse=True)
         hits = np.bincount(inverse, weights=correct[sub], minlength=len(unique))
         total = np.bincount(inverse, minlength=len(unique))
-        out[r] = (float(np.mean(hits / total)), len(unique))
+        out[r] = (math.fsum((hits / total).tolist()) / len(unique), len(unique))  # fsum: any file order
     return out
 
 

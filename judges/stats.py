@@ -87,7 +87,7 @@ def clustered_rate(followups: object, labelled: object, z: float = Z95) -> Clust
     if var_binomial <= 0.0:
         deff = n / items
     else:
-        var_cluster = float(np.sum((y - p * m) ** 2)) / (n * n)
+        var_cluster = math.fsum(((y - p * m) ** 2).tolist()) / (n * n)  # fsum: the same bits in any item order
         deff = max(1.0, var_cluster / var_binomial)
     n_eff = n / deff
     low, high = wilson_interval(p * n_eff, n_eff, z)  # type: ignore[misc]
@@ -153,8 +153,8 @@ def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedD
     assert ra is not None and rb is not None
     pa, ea = _residuals(ya, ma)
     pb, eb = _residuals(yb, mb)
-    ss_a, ss_b = float(np.dot(ea, ea)), float(np.dot(eb, eb))
-    phi = float(np.dot(ea, eb)) / math.sqrt(ss_a * ss_b) if ss_a > 0 and ss_b > 0 else 0.0
+    ss_a, ss_b = math.fsum((ea * ea).tolist()), math.fsum((eb * eb).tolist())  # fsum: order-independent
+    phi = math.fsum((ea * eb).tolist()) / math.sqrt(ss_a * ss_b) if ss_a > 0 and ss_b > 0 else 0.0
     phi = max(-1.0, min(1.0, phi))
     used = conservative_correlation(phi, len(ma), z)
     d = pa - pb

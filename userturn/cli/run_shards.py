@@ -99,10 +99,8 @@ def _slurm_array(args: argparse.Namespace, exp: Any, source: Path, run_dir: Path
 
 
 def next_step(files: list[Path]) -> str:
-    """How to report the shards of a run together."""
-    merged = files[0].parent / "results.all-shards.jsonl"
-    return (f"next: report the shards together: cat {' '.join(shlex.quote(str(f)) for f in files)} > "
-            f"{shlex.quote(str(merged))} && userturn report {shlex.quote(str(merged))}")
+    """How to report the shards of a run together: `report` reads the files as one (their folder holds only them)."""
+    return f"next: userturn report {' '.join(shlex.quote(str(f)) for f in files)}"
 
 
 __all__ = ["FORWARDED", "PARENT_ONLY", "check_flags", "next_step", "worker_argv", "workers_command"]
