@@ -167,18 +167,7 @@ def parse_item_line(path: Path, number: int, raw: bytes, *, locate: bool = True)
 
 
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
-    """Read a local JSONL dataset. Any bad line is a UserError naming `file:line` and what is wrong."""
-    from userturn.client.data.dataset_scan import scan_lines
+    """Read a local JSONL dataset whole (`lazy_dataset.load_jsonl_lazy`'s validation, then every item parsed)."""
+    from userturn.client.data.lazy_dataset import load_jsonl_lazy
 
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"dataset not found: {path}")
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1 (got {limit})")
-    items: list[DatasetItem] = []
-    scan = scan_lines(path, limit=limit, items=items)  # the lazy loader's validation, keeping the items
-    if scan.error is not None:
-        raise UserError(scan.error)
-    if not items:
-        raise UserError(f"{path}: no items")
-    return items
+    return list(load_jsonl_lazy(path, limit))
