@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import base64
 import bisect
+import contextlib
 import datetime as dt
 import hashlib
 import importlib.metadata
@@ -318,12 +319,8 @@ def _samples(examples: Examples) -> dict[str, dict[str, Any]]:
 
 
 def _failures(shown: Shown) -> list[dict]:
-    rows = []
-    for r in shown.records:
-        for v in r.judges:
-            if v.status == "error":
-                rows.append({"key": r.key, "judge": v.judge, "error": v.error, "raw": _clip(v.raw, 400)})
-    return rows
+    return [{"key": r.key, "judge": v.judge, "error": v.error, "raw": _clip(v.raw, 400)}
+            for r in shown.records for v in r.judges if v.status == "error"]
 
 
 PromptOf = Callable[[ProbeRecord], ReplayedPrompt]
@@ -339,17 +336,14 @@ def _table_rows(shown: Shown, prompt_of: PromptOf | None) -> list[dict]:
             except UserError as exc:
                 note = str(exc)
             else:
-                prompt = replayed.text if replayed.mode == "raw" else orjson.dumps(
-                    replayed.messages, option=orjson.OPT_INDENT_2).decode()
+                prompt = replayed.text if replayed.mode == "raw" else _json(replayed.messages)
                 note = ("sha256 matches the record's prompt_sha256" if replayed.verified else
                         "NOT VERIFIED: sha256 differs from the record's prompt_sha256" if replayed.recorded_sha256
                         else "not verified: the record has no prompt_sha256")
         label = r.label or ("judge failed" if r.judge_status == "error" else "unjudged")
-        rows.append({"key": r.key, "model": r.model, "dataset": r.dataset, "item": r.item_id, "mode": r.mode,
-                     "perturbation": r.perturbation, "temp": fmt_temp(r.temperature), "label": label,
-                     "turn": _clip(r.user_turn, 300), "prompt": prompt, "note": note,
-                     "messages": orjson.dumps([m.model_dump() for m in r.messages], option=orjson.OPT_INDENT_2)
-                     .decode()})
+        rows.append({"key": r.key, "item": r.item_id, "perturbation": r.perturbation, "temp": fmt_temp(r.temperature),
+                     "label": label, "turn": _clip(r.user_turn, 300), "prompt": prompt, "note": note,
+                     "messages": _json([m.model_dump() for m in r.messages])})
     return rows
 
 
@@ -361,10 +355,8 @@ def provenance(source: str, groups: list[GroupSummary], examples: Examples) -> d
     """Versions, platform, the results file, configuration fingerprints and judge prompt hashes of a report."""
     versions = {}
     for name in ("userturn", *DEPENDENCIES):
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     configs: dict[str, dict[str, Any]] = {}
     for g in groups:
         if g.config_fingerprint is None:
@@ -375,19 +367,20 @@ def provenance(source: str, groups: list[GroupSummary], examples: Examples) -> d
         entry["rows"] += 1
         entry["records"] += g.records
     file_info = ""
-    try:
+    with contextlib.suppress(OSError):
         stat = Path(source).stat()
         file_info = (f"{stat.st_size:,} bytes, modified "
                      f"{dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}")
-    except OSError:
-        pass
     return {"versions": versions, "python": platform.python_version(), "platform": platform.platform(terse=True),
             "file": file_info, "unfingerprinted": sum(g.records for g in groups if g.config_fingerprint is None),
-            "configs": [{"fingerprint": fp, **v, "json": orjson.dumps(v["config"], option=orjson.OPT_INDENT_2 |
-                                                                      orjson.OPT_SORT_KEYS).decode()}
+            "configs": [{"fingerprint": fp, **v, "json": _json(v["config"], orjson.OPT_SORT_KEYS)}
                         for fp, v in sorted(configs.items())],
             "panels": sorted({p for g in groups for p in g.judge_panel}),
             "judge_prompts": examples.judge_prompts}
+
+
+def _json(value: Any, option: int = 0) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | option).decode()
 
 
 def _inline_svg(svg: bytes) -> str:
