@@ -94,10 +94,6 @@ class DatasetItem(BaseModel):
         return copy if where is None else copy.located(where)
 
 
-def _describe(exc: ValidationError) -> str:
-    return first_error(exc, "item")
-
-
 def shape(value: Any, limit: int) -> tuple[int, int]:
     """(nesting depth of objects/arrays, number of object keys), counted without recursion; stops past `limit`.
 
@@ -163,7 +159,7 @@ def parse_item_line(path: Path, number: int, raw: bytes, *, locate: bool = True)
         item = DatasetItem.model_validate(obj)
         return item.located(f"{path}:{number}") if locate else item
     except ValidationError as exc:
-        raise UserError(f"{path}:{number}: {_describe(exc)}") from None
+        raise UserError(f"{path}:{number}: {first_error(exc, 'item')}") from None
 
 
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:

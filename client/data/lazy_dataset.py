@@ -15,7 +15,7 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, TypeVar, overload
+from typing import TypeVar, overload
 
 import orjson
 from pydantic import ValidationError
@@ -56,7 +56,8 @@ class JsonlItems(Sequence[DatasetItem]):
                               self._numbers[index], self._checksums[index], self._names_scorer[index],
                               self._in_file_order and (index.step or 1) > 0)
         with self.path.open("rb") as fh:
-            return self._read(fh, index)
+            fh.seek(self._offsets[index])
+            return self._parse(index, fh.readline(MAX_LINE_BYTES + 1).strip())
 
     def __iter__(self) -> Iterator[DatasetItem]:
         for index, raw in self._lines(range(len(self._offsets))):
@@ -116,10 +117,6 @@ class JsonlItems(Sequence[DatasetItem]):
                 line = fh.readline(MAX_LINE_BYTES + 1)
                 position = offset + len(line)
                 yield index, line.strip()
-
-    def _read(self, fh: BinaryIO, index: int) -> DatasetItem:
-        fh.seek(self._offsets[index])
-        return self._parse(index, fh.readline(MAX_LINE_BYTES + 1).strip())
 
     def _parse(self, index: int, raw: bytes) -> DatasetItem:
         """The item of a line validated up front: the same bytes (CRC-32), so parsing and validating cannot fail

@@ -33,11 +33,7 @@ def at_least(minimum: int, why: str = "") -> Callable[[str], int]:
     return parse
 
 
-def positive_int(text: str) -> int:
-    value: int = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+positive_int = at_least(1)
 
 
 def non_negative_int(text: str) -> int:
