@@ -11,10 +11,10 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.records import Message
@@ -26,23 +26,25 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _id_to_str(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("id must be a string or an integer, not a boolean")
+    return str(value) if isinstance(value, int) else value
+
+
+ItemId = Annotated[str, Field(min_length=1), BeforeValidator(_id_to_str)]  # an integer id is read as its digits
+
+
 class DatasetItem(BaseModel):
     """One conversation to probe. Ends with an assistant turn, or is answered by the model first."""
 
-    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    id: ItemId = Field(max_length=MAX_ID_CHARS)
     messages: list[Message] = Field(min_length=1)
     answer: str | None = None
     meta: dict[str, Any] | None = None
     # Where the item was read: a plain slot, not a pydantic private attribute (those cost ~3 us per validation, and
     # an item is validated twice per probed sample at one sample per item). Copies and pickles do not carry it.
     __slots__ = ("__weakref__", "_read_at")
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_to_str(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("id must be a string or an integer, not a boolean")
-        return str(value) if isinstance(value, int) else value
 
     @field_validator("id")
     @classmethod

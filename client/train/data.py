@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from userturn.client.data.dataset import ItemId
 from userturn.client.render.templates import PromptRenderer, template_messages
 
 from userturn.core.errors import UserError, first_error
@@ -43,14 +44,7 @@ class Encoder(Protocol):
 class _Row(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    id: str | None = Field(default=None, min_length=1)
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_to_str(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("id must be a string or an integer")
-        return str(value) if isinstance(value, int) else value
+    id: ItemId | None = None
 
 
 class SftRow(_Row):
