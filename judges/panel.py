@@ -74,11 +74,6 @@ class JudgingFacts(NamedTuple):
     verdicts: tuple[tuple[str, str, str, str | None], ...]  # (judge, source, status, prompt_sha256)
 
     @classmethod
-    def of(cls, record: ProbeRecord) -> JudgingFacts:
-        return cls(record.status, record.label, record.label_source, record.judge_panel,
-                   tuple((v.judge, v.source, v.status, v.prompt_sha256) for v in record.judges))
-
-    @classmethod
     def of_json(cls, obj: dict[str, Any]) -> JudgingFacts:
         """From a decoded results line (no validation: unknown shapes read as 'not judged')."""
         verdicts = tuple((str(v.get("judge")), str(v.get("source", "judge")), str(v.get("status")),
@@ -171,7 +166,7 @@ class JudgePanel:
 
     def is_done(self, record: ProbeRecord) -> bool:
         """Nothing left to do: no generation, a rule label (unless judge_all), or this panel's complete verdicts."""
-        return self.assess(JudgingFacts.of(record)) in ("no_generation", "done")
+        return self.assess(JudgingFacts.of_json(record.model_dump(mode="json"))) in ("no_generation", "done")
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         """A copy of `record` with `judges`, `label`, `label_source` and `judge_status` set.
