@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ CPU_ENGINE_MODULE = "userturn.serve.cpu_engine"
 LLAMA_SERVER = "llama-server"
 VLLM = "vllm"
 ROUTER_HEALTH_PATHS = ("/health", "/v1/models")
+PLACEHOLDER = re.compile(r"\{(host|port|model|served_model_name|api_key)\}")  # in a custom `command:`
 
 
 @dataclass(frozen=True)
@@ -122,14 +124,9 @@ def llamacpp_argv(m: Manifest, *, port: int | str, host: str | None = None, mode
 def custom_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None,
                 api_key: str | None = None) -> list[str]:
     """The manifest's own `command:` with {host} {port} {model} {served_model_name} {api_key} filled in."""
-    values = {"{host}": host or m.host, "{port}": str(port), "{model}": model or m.resolve_path(m.model) or "",
-              "{served_model_name}": m.request_model_name, "{api_key}": api_key or ""}
-    out = []
-    for arg in m.command or []:
-        for key, value in values.items():
-            arg = arg.replace(key, value)
-        out.append(arg)
-    return out
+    values = {"host": host or m.host, "port": str(port), "model": model or m.resolve_path(m.model) or "",
+              "served_model_name": m.request_model_name, "api_key": api_key or ""}
+    return [PLACEHOLDER.sub(lambda found: values[found.group(1)], arg) for arg in m.command or []]
 
 
 def server_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
