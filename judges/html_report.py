@@ -189,12 +189,9 @@ class _AcrossItems:
         if held is not None:
             if rank < held[0]:
                 self.chosen[item] = (rank, number, raw)
-            return
-        if len(self.chosen) < self.size:
+        elif len(self.chosen) < self.size:
             self.chosen[item] = (rank, number, raw)
-            return
-        worst = max(self.chosen)
-        if item < worst:
+        elif item < (worst := max(self.chosen)):
             del self.chosen[worst]
             self.chosen[item] = (rank, number, raw)
 
