@@ -150,16 +150,14 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def parse_item_line(path: Path, number: int, raw: bytes, *, locate: bool = True) -> DatasetItem:
-    """One non-blank dataset line -> DatasetItem (remembering `file:line` unless not `locate`: a check that keeps
-    no item); anything wrong is a UserError naming `file:line`."""
+def parse_item_line(path: Path, number: int, raw: bytes) -> DatasetItem:
+    """One non-blank dataset line -> DatasetItem; anything wrong is a UserError naming `file:line`."""
     try:
         obj = parse_line(raw)
     except ValueError as exc:
         raise UserError(f"{path}:{number}: {exc}") from None
     try:
-        item = DatasetItem.model_validate(obj)
-        return item.located(f"{path}:{number}") if locate else item
+        return DatasetItem.model_validate(obj)
     except ValidationError as exc:
         raise UserError(f"{path}:{number}: {first_error(exc, 'item')}") from None
 

@@ -171,7 +171,7 @@ def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
             raw = line.strip()
             if not raw:
                 continue
-            item = parse_item_line(path, number, raw, locate=False)
+            item = parse_item_line(path, number, raw)
             if item.id in seen:
                 raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
             seen[item.id] = number
