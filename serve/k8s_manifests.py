@@ -80,13 +80,8 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
     if m.api_key:  # the readiness routes (/health) of SGLang, vLLM and llama.cpp need no key
         env.append({"name": "USERTURN_API_KEY", "valueFrom": {"secretKeyRef": {"name": k.api_key_secret,
                                                                                "key": "key"}}})
-    limits: dict[str, Any] = {}
-    if m.gpus_per_node:
-        limits["nvidia.com/gpu"] = m.gpus_per_node
-    if k.cpu:
-        limits["cpu"] = k.cpu
-    if k.memory:
-        limits["memory"] = k.memory
+    limits = {name: value for name, value in (("nvidia.com/gpu", m.gpus_per_node), ("cpu", k.cpu),
+                                              ("memory", k.memory)) if value}
     c: dict[str, Any] = {
         "name": "server", "image": image(m), "command": argv, "env": env,
         "ports": [{"containerPort": port, "name": "http"}],
