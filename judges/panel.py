@@ -199,12 +199,9 @@ class JudgePanel:
         ordered = [verdicts[name] for name in self.names]
         out.judges.extend(ordered)
         label = majority_label([v.label for v in ordered if v.status == "ok" and v.label])
-        if label is None:
-            out.label, out.label_source, out.judge_status = None, None, "error"
-        else:
-            out.label = label  # type: ignore[assignment]
-            out.label_source = "judge" if len(self.judges) == 1 else "majority"
-            out.judge_status = "ok"
+        out.label = label  # type: ignore[assignment]
+        out.label_source = None if label is None else "judge" if len(self.judges) == 1 else "majority"
+        out.judge_status = "error" if label is None else "ok"
         self._count(out)
         return out
 
