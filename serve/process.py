@@ -54,12 +54,9 @@ class ServerProcess:
                     self.spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     env={**os.environ, **self.spec.env}, start_new_session=True,
                 )
-            except FileNotFoundError:
-                raise ServerStartError(f"{self.spec.name}: cannot start {self.spec.argv[0]!r}: not found on PATH"
-                                       ) from None
-            except PermissionError:
-                raise ServerStartError(f"{self.spec.name}: cannot start {self.spec.argv[0]!r}: permission denied"
-                                       ) from None
+            except (FileNotFoundError, PermissionError) as exc:
+                why = "not found on PATH" if isinstance(exc, FileNotFoundError) else "permission denied"
+                raise ServerStartError(f"{self.spec.name}: cannot start {self.spec.argv[0]!r}: {why}") from None
         _LIVE.add(self)
 
     def returncode(self) -> int | None:
