@@ -44,10 +44,8 @@ class LLMJudge:
     def __init__(self, config: JudgeConfig, prompt: JudgePrompt, endpoint: Endpoint | None = None) -> None:
         self.config = config
         self.prompt = prompt
-        self.endpoint = endpoint or Endpoint(EndpointConfig(
-            base_url=config.base_url, api_key_env=config.api_key_env, request_timeout=config.request_timeout,
-            max_retries=config.max_retries, concurrency=config.concurrency, backoff_initial=config.backoff_initial,
-        ))
+        shared = config.model_dump(include=set(EndpointConfig.model_fields))  # base_url, key, timeouts, retries ...
+        self.endpoint = endpoint or Endpoint(EndpointConfig(**shared))
         self.use_schema: bool | None = None
         self.schema_fallbacks = 0
         self.reasks_made = 0
