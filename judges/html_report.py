@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import array
 import base64
-import bisect
 import contextlib
 import datetime as dt
 import hashlib
@@ -168,11 +167,13 @@ def _rank(text: str) -> bytes:
 
 class _AcrossItems:
     """Up to `size` records from distinct items (the items first in `_rank` order; within an item the record first
-    in `_rank` order of its key), in bounded memory; counts every record and item offered."""
+    in `_rank` order of its key), in bounded memory; counts every record (and, with `count_items`, item) offered.
+    Offered each record as its own item, it is the `size` records first in `_rank` order of their key."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, count_items: bool = True) -> None:
+        self.size, self.count_items = size, count_items
         self.chosen: dict[bytes, tuple[bytes, int, bytes]] = {}  # item rank -> (key rank, line number, raw line)
+        self.worst = b""  # the last chosen item in rank order, once `size` are chosen
         self.records = 0
         self._item_ranks = array.array("q")  # 8 bytes per record offered: a million records cost 8 MB, not a set
 
@@ -184,38 +185,21 @@ class _AcrossItems:
     def offer(self, item_id: str, key: str, number: int, raw: bytes) -> None:
         self.records += 1
         item, rank = _rank(item_id), _rank(key)
-        self._item_ranks.append(int.from_bytes(item, "little", signed=True))
+        if self.count_items:
+            self._item_ranks.append(int.from_bytes(item, "little", signed=True))
         held = self.chosen.get(item)
         if held is not None:
             if rank < held[0]:
                 self.chosen[item] = (rank, number, raw)
-        elif len(self.chosen) < self.size:
+        elif len(self.chosen) < self.size or item < self.worst:
+            if len(self.chosen) == self.size:
+                del self.chosen[self.worst]
             self.chosen[item] = (rank, number, raw)
-        elif item < (worst := max(self.chosen)):
-            del self.chosen[worst]
-            self.chosen[item] = (rank, number, raw)
+            if len(self.chosen) == self.size:
+                self.worst = max(self.chosen)
 
     def parsed(self, path: Path | str) -> list[ProbeRecord]:
         return [_parse(raw, path, number) for _, (_, number, raw) in sorted(self.chosen.items())]
-
-
-class _FirstByRank:
-    """The `size` records first in `_rank` order of their key (a deterministic sample); counts every one offered."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.held: list[tuple[bytes, int, bytes]] = []
-        self.records = 0
-
-    def offer(self, key: str, number: int, raw: bytes) -> None:
-        self.records += 1
-        rank = _rank(key)
-        if len(self.held) < self.size or rank < self.held[-1][0]:
-            bisect.insort(self.held, (rank, number, raw))
-            del self.held[self.size:]
-
-    def parsed(self, path: Path | str) -> list[ProbeRecord]:
-        return [_parse(raw, path, number) for _, number, raw in self.held]
 
 
 def _parse(raw: bytes, path: Path | str, number: int) -> ProbeRecord:
@@ -253,8 +237,8 @@ class Examples:
 class _Selection:
     def __init__(self, per_label: int, table: int, failures: int) -> None:
         self.per_label = {label: _AcrossItems(per_label) for label in LABELS}
-        self.table = _FirstByRank(table)
-        self.failed = _FirstByRank(failures)
+        self.table = _AcrossItems(table, count_items=False)
+        self.failed = _AcrossItems(failures, count_items=False)
         self.judge_prompts: dict[str, set[str]] = defaultdict(set)
 
     def offer(self, d: dict, number: int, raw: bytes) -> None:
@@ -262,9 +246,9 @@ class _Selection:
         if d.get("label") is not None:
             self.per_label[d["label"]].offer(item, key, number, raw)
         if d.get("status") == "ok":
-            self.table.offer(key, number, raw)
+            self.table.offer(key, key, number, raw)
         if d.get("judge_status") == "error":
-            self.failed.offer(key, number, raw)
+            self.failed.offer(key, key, number, raw)
         for verdict in d.get("judges") or ():
             if verdict.get("prompt_sha256"):
                 self.judge_prompts[verdict["judge"]].add(verdict["prompt_sha256"])
