@@ -28,39 +28,14 @@ def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
     """Cohen's kappa of two raters over the same items; None when undefined (chance agreement is 1)."""
     if len(a) != len(b):
         raise ValueError("both raters must label the same items")
-    n = len(a)
-    if n == 0:
-        return None
-    observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
-    ca, cb = Counter(a), Counter(b)
-    expected = sum(ca[k] * cb[k] for k in ca) / (n * n)
-    if expected >= 1.0:
-        return None
-    return (observed - expected) / (1.0 - expected)
-
-
-def fleiss_kappa_counts(table: Sequence[Sequence[int]]) -> float | None:
-    """Fleiss' kappa from an items x categories table of rater counts (same number of raters per item)."""
-    if not table:
-        return None
-    raters = sum(table[0])
-    if raters < 2 or any(sum(row) != raters for row in table):
-        raise ValueError("Fleiss' kappa needs the same number (>= 2) of ratings for every item")
-    n_items = len(table)
-    p_item = [(sum(c * c for c in row) - raters) / (raters * (raters - 1)) for row in table]
-    p_bar = sum(p_item) / n_items
-    totals = [sum(col) for col in zip(*table, strict=True)]
-    p_cat = [t / (n_items * raters) for t in totals]
-    p_e = sum(p * p for p in p_cat)
-    if p_e >= 1.0:
-        return None
-    return (p_bar - p_e) / (1.0 - p_e)
+    return _weighted_cohen(Counter(zip(a, b, strict=True)))
 
 
 def fleiss_kappa(items: Sequence[Sequence[str]]) -> float | None:
-    """Fleiss' kappa from per-item label lists (each item rated by the same number of raters)."""
-    categories = sorted({label for row in items for label in row})
-    return fleiss_kappa_counts([[Counter(row)[c] for c in categories] for row in items])
+    """Fleiss' kappa from per-item label lists (each item rated by the same number of raters, at least two)."""
+    if items and (len(items[0]) < 2 or any(len(row) != len(items[0]) for row in items)):
+        raise ValueError("Fleiss' kappa needs the same number (>= 2) of ratings for every item")
+    return _weighted_fleiss(Counter(tuple(row) for row in items))
 
 
 class PairAgreement(BaseModel):

@@ -38,13 +38,8 @@ class GoldItem(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _flexible(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            raise ValueError("each line must be a JSON object")
+    def _flexible(cls, data: dict[str, Any]) -> dict[str, Any]:
         data = dict(data)
-        if data.get("id") is None and data.get("key") is None:
-            raise ValueError("needs an `id` (or `key`)")
-        data["id"] = str(data["id"] if data.get("id") is not None else data["key"])
         if data.get("user_turn") is None:
             raise ValueError("needs `user_turn` (the generated user turn its label is for)")
         if not data.get("messages"):
@@ -74,8 +69,7 @@ def load_gold(path: str | Path) -> list[GoldItem]:
     items: list[GoldItem] = []
     seen: set[str] = set()
     for number, obj in jsonl_objects(path):
-        if obj.get("id") is None and obj.get("key") is None:
-            obj["id"] = str(number)
+        obj["id"] = next((str(obj[name]) for name in ("id", "key") if obj.get(name) is not None), str(number))
         try:
             item = GoldItem.model_validate(obj)
         except ValidationError as exc:

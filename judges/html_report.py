@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import array
 import base64
-import bisect
+import contextlib
 import datetime as dt
 import hashlib
 import importlib.metadata
@@ -167,11 +167,13 @@ def _rank(text: str) -> bytes:
 
 class _AcrossItems:
     """Up to `size` records from distinct items (the items first in `_rank` order; within an item the record first
-    in `_rank` order of its key), in bounded memory; counts every record and item offered."""
+    in `_rank` order of its key), in bounded memory; counts every record (and, with `count_items`, item) offered.
+    Offered each record as its own item, it is the `size` records first in `_rank` order of their key."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, count_items: bool = True) -> None:
+        self.size, self.count_items = size, count_items
         self.chosen: dict[bytes, tuple[bytes, str, bytes]] = {}  # item rank -> (key rank, file:line, raw line)
+        self.worst = b""  # the last chosen item in rank order, once `size` are chosen
         self.records = 0
         self._item_ranks = array.array("q")  # 8 bytes per record offered: a million records cost 8 MB, not a set
 
@@ -183,41 +185,21 @@ class _AcrossItems:
     def offer(self, item_id: str, key: str, number: str, raw: bytes) -> None:
         self.records += 1
         item, rank = _rank(item_id), _rank(key)
-        self._item_ranks.append(int.from_bytes(item, "little", signed=True))
+        if self.count_items:
+            self._item_ranks.append(int.from_bytes(item, "little", signed=True))
         held = self.chosen.get(item)
         if held is not None:
             if rank < held[0]:
                 self.chosen[item] = (rank, number, raw)
-            return
-        if len(self.chosen) < self.size:
+        elif len(self.chosen) < self.size or item < self.worst:
+            if len(self.chosen) == self.size:
+                del self.chosen[self.worst]
             self.chosen[item] = (rank, number, raw)
-            return
-        worst = max(self.chosen)
-        if item < worst:
-            del self.chosen[worst]
-            self.chosen[item] = (rank, number, raw)
+            if len(self.chosen) == self.size:
+                self.worst = max(self.chosen)
 
     def parsed(self) -> list[ProbeRecord]:
         return [_parse(raw, number) for _, (_, number, raw) in sorted(self.chosen.items())]
-
-
-class _FirstByRank:
-    """The `size` records first in `_rank` order of their key (a deterministic sample); counts every one offered."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.held: list[tuple[bytes, str, bytes]] = []
-        self.records = 0
-
-    def offer(self, key: str, number: str, raw: bytes) -> None:
-        self.records += 1
-        rank = _rank(key)
-        if len(self.held) < self.size or rank < self.held[-1][0]:
-            bisect.insort(self.held, (rank, number, raw))
-            del self.held[self.size:]
-
-    def parsed(self) -> list[ProbeRecord]:
-        return [_parse(raw, number) for _, number, raw in self.held]
 
 
 def _parse(raw: bytes, where: str) -> ProbeRecord:
@@ -255,8 +237,8 @@ class Examples:
 class _Selection:
     def __init__(self, per_label: int, table: int, failures: int) -> None:
         self.per_label = {label: _AcrossItems(per_label) for label in LABELS}
-        self.table = _FirstByRank(table)
-        self.failed = _FirstByRank(failures)
+        self.table = _AcrossItems(table, count_items=False)
+        self.failed = _AcrossItems(failures, count_items=False)
         self.judge_prompts: dict[str, set[str]] = defaultdict(set)
 
     def offer(self, d: dict, number: str, raw: bytes) -> None:
@@ -264,9 +246,9 @@ class _Selection:
         if d.get("label") is not None:
             self.per_label[d["label"]].offer(item, key, number, raw)
         if d.get("status") == "ok":
-            self.table.offer(key, number, raw)
+            self.table.offer(key, key, number, raw)
         if d.get("judge_status") == "error":
-            self.failed.offer(key, number, raw)
+            self.failed.offer(key, key, number, raw)
         for verdict in d.get("judges") or ():
             if verdict.get("prompt_sha256"):
                 self.judge_prompts[verdict["judge"]].add(verdict["prompt_sha256"])
@@ -317,12 +299,8 @@ def _samples(examples: Examples) -> dict[str, dict[str, Any]]:
 
 
 def _failures(shown: Shown) -> list[dict]:
-    rows = []
-    for r in shown.records:
-        for v in r.judges:
-            if v.status == "error":
-                rows.append({"key": r.key, "judge": v.judge, "error": v.error, "raw": _clip(v.raw, 400)})
-    return rows
+    return [{"key": r.key, "judge": v.judge, "error": v.error, "raw": _clip(v.raw, 400)}
+            for r in shown.records for v in r.judges if v.status == "error"]
 
 
 PromptOf = Callable[[ProbeRecord], ReplayedPrompt]
@@ -338,17 +316,14 @@ def _table_rows(shown: Shown, prompt_of: PromptOf | None) -> list[dict]:
             except UserError as exc:
                 note = str(exc)
             else:
-                prompt = replayed.text if replayed.mode == "raw" else orjson.dumps(
-                    replayed.messages, option=orjson.OPT_INDENT_2).decode()
+                prompt = replayed.text if replayed.mode == "raw" else _json(replayed.messages)
                 note = ("sha256 matches the record's prompt_sha256" if replayed.verified else
                         "NOT VERIFIED: sha256 differs from the record's prompt_sha256" if replayed.recorded_sha256
                         else "not verified: the record has no prompt_sha256")
         label = r.label or ("judge failed" if r.judge_status == "error" else "unjudged")
-        rows.append({"key": r.key, "model": r.model, "dataset": r.dataset, "item": r.item_id, "mode": r.mode,
-                     "perturbation": r.perturbation, "temp": fmt_temp(r.temperature), "label": label,
-                     "turn": _clip(r.user_turn, 300), "prompt": prompt, "note": note,
-                     "messages": orjson.dumps([m.model_dump() for m in r.messages], option=orjson.OPT_INDENT_2)
-                     .decode()})
+        rows.append({"key": r.key, "item": r.item_id, "perturbation": r.perturbation, "temp": fmt_temp(r.temperature),
+                     "label": label, "turn": _clip(r.user_turn, 300), "prompt": prompt, "note": note,
+                     "messages": _json([m.model_dump() for m in r.messages])})
     return rows
 
 
@@ -360,10 +335,8 @@ def provenance(source: str, groups: list[GroupSummary], examples: Examples) -> d
     """Versions, platform, the results file, configuration fingerprints and judge prompt hashes of a report."""
     versions = {}
     for name in ("userturn", *DEPENDENCIES):
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     configs: dict[str, dict[str, Any]] = {}
     for g in groups:
         if g.config_fingerprint is None:
@@ -374,19 +347,20 @@ def provenance(source: str, groups: list[GroupSummary], examples: Examples) -> d
         entry["rows"] += 1
         entry["records"] += g.records
     file_info = ""
-    try:
+    with contextlib.suppress(OSError):
         stat = Path(source).stat()
         file_info = (f"{stat.st_size:,} bytes, modified "
                      f"{dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}")
-    except OSError:
-        pass
     return {"versions": versions, "python": platform.python_version(), "platform": platform.platform(terse=True),
             "file": file_info, "unfingerprinted": sum(g.records for g in groups if g.config_fingerprint is None),
-            "configs": [{"fingerprint": fp, **v, "json": orjson.dumps(v["config"], option=orjson.OPT_INDENT_2 |
-                                                                      orjson.OPT_SORT_KEYS).decode()}
+            "configs": [{"fingerprint": fp, **v, "json": _json(v["config"], orjson.OPT_SORT_KEYS)}
                         for fp, v in sorted(configs.items())],
             "panels": sorted({p for g in groups for p in g.judge_panel}),
             "judge_prompts": examples.judge_prompts}
+
+
+def _json(value: Any, option: int = 0) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | option).decode()
 
 
 def _inline_svg(svg: bytes) -> str:

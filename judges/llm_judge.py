@@ -44,10 +44,8 @@ class LLMJudge:
     def __init__(self, config: JudgeConfig, prompt: JudgePrompt, endpoint: Endpoint | None = None) -> None:
         self.config = config
         self.prompt = prompt
-        self.endpoint = endpoint or Endpoint(EndpointConfig(
-            base_url=config.base_url, api_key_env=config.api_key_env, request_timeout=config.request_timeout,
-            max_retries=config.max_retries, concurrency=config.concurrency, backoff_initial=config.backoff_initial,
-        ))
+        shared = config.model_dump(include=set(EndpointConfig.model_fields))  # base_url, key, timeouts, retries ...
+        self.endpoint = endpoint or Endpoint(EndpointConfig(**shared))
         self.use_schema: bool | None = None
         self.schema_fallbacks = 0
         self.reasks_made = 0
@@ -79,6 +77,7 @@ class LLMJudge:
 
     async def _post(self, messages: list[dict[str, str]]) -> tuple[dict[str, Any], int]:
         """POST chat/completions with structured output when the endpoint takes it; fall back once on refusal."""
+        attempts = 0
         if self.use_schema is not False:
             try:
                 result = await self.endpoint.post_json("chat/completions", self._payload(messages, schema=True))
@@ -88,13 +87,11 @@ class LLMJudge:
                 if exc.status not in SCHEMA_REFUSED_STATUS or self.use_schema:
                     raise
                 attempts = exc.attempts
-            result = await self.endpoint.post_json("chat/completions", self._payload(messages, schema=False))
-            if self.use_schema is None:
-                self.use_schema = False  # the schema-less request went through: remember for this endpoint
-                self.schema_fallbacks += 1
-            return result.data, result.attempts + attempts
         result = await self.endpoint.post_json("chat/completions", self._payload(messages, schema=False))
-        return result.data, result.attempts
+        if self.use_schema is None:
+            self.use_schema = False  # the schema-less request went through: remember for this endpoint
+            self.schema_fallbacks += 1
+        return result.data, result.attempts + attempts
 
     async def judge(self, query: str, response: str, user_turn: str) -> JudgeVerdict:
         """One verdict. HTTP failures and unparseable replies give status "error" (raw kept), never a label.

@@ -74,11 +74,6 @@ class JudgingFacts(NamedTuple):
     verdicts: tuple[tuple[str, str, str, str | None], ...]  # (judge, source, status, prompt_sha256)
 
     @classmethod
-    def of(cls, record: ProbeRecord) -> JudgingFacts:
-        return cls(record.status, record.label, record.label_source, record.judge_panel,
-                   tuple((v.judge, v.source, v.status, v.prompt_sha256) for v in record.judges))
-
-    @classmethod
     def of_json(cls, obj: dict[str, Any]) -> JudgingFacts:
         """From a decoded results line (no validation: unknown shapes read as 'not judged')."""
         verdicts = tuple((str(v.get("judge")), str(v.get("source", "judge")), str(v.get("status")),
@@ -171,7 +166,7 @@ class JudgePanel:
 
     def is_done(self, record: ProbeRecord) -> bool:
         """Nothing left to do: no generation, a rule label (unless judge_all), or this panel's complete verdicts."""
-        return self.assess(JudgingFacts.of(record)) in ("no_generation", "done")
+        return self.assess(JudgingFacts.of_json(record.model_dump(mode="json"))) in ("no_generation", "done")
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         """A copy of `record` with `judges`, `label`, `label_source` and `judge_status` set.
@@ -204,12 +199,9 @@ class JudgePanel:
         ordered = [verdicts[name] for name in self.names]
         out.judges.extend(ordered)
         label = majority_label([v.label for v in ordered if v.status == "ok" and v.label])
-        if label is None:
-            out.label, out.label_source, out.judge_status = None, None, "error"
-        else:
-            out.label = label  # type: ignore[assignment]
-            out.label_source = "judge" if len(self.judges) == 1 else "majority"
-            out.judge_status = "ok"
+        out.label = label  # type: ignore[assignment]
+        out.label_source = None if label is None else "judge" if len(self.judges) == 1 else "majority"
+        out.judge_status = "error" if label is None else "ok"
         self._count(out)
         return out
 

@@ -121,9 +121,14 @@ def _panels(plt: Any, count: int, width: float = 4.2, height: float = 3.6, share
     return fig, list(axes[0])
 
 
-def _legend_right(fig: Any, handles: list, labels: list[str]) -> None:
-    if handles:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+def _finish(fig: Any, legend: dict[str, Any], title: str) -> Any:
+    """The figure with its legend (one entry per series, right of the panels) and its title, laid out."""
+    if legend:
+        fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+                   frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
 
 
 def _empty(fig: Any, ax: Any, text: str) -> Any:

@@ -1,25 +1,18 @@
 """Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG.
 
-Four figures, each with one series (or point, or bar) per model, and one colour per model across all of them
-(`model_colors`; what the figures share is in `judges.plot_parts`). Models come in order of size
-(`judges.model_size`: parsed from the name, or `--model-order`), in every legend, panel and colour assignment:
+One colour per model across all four figures (`model_colors`), models in order of size (`judges.model_size`, or
+`--model-order`); what the figures share is in `judges.plot_parts`:
 
-* `followup_vs_temperature` — genuine follow-up rate against sampling temperature, one panel per dataset, the
-  unperturbed rows, item-clustered 95% intervals (`judges.stats.clustered_rate`).
-* `accuracy_vs_followup` — task accuracy against follow-up rate at one temperature (`--plot-temperature`, default
-  the lowest present), one point per model and dataset panel, 95% interval bars on both axes (points at the same
-  place are drawn a few points apart, vertically, so none hides another).
-* `perturbation_effects` — each perturbation's paired difference to the unperturbed row (percentage points) with
-  its paired 95% interval (`judges.stats.paired_difference`), per model, at that temperature.
-* `label_mix` — label composition per model (stacked bars of shares, unjudged and judge-failed turns included), at
-  that temperature, unperturbed; one panel per dataset, in a grid of up to three columns.
+* `followup_vs_temperature`: genuine follow-up rate against temperature, one panel per dataset, unperturbed rows,
+  item-clustered 95% intervals; the models' points at one temperature are drawn side by side (dodged).
+* `accuracy_vs_followup`: task accuracy against follow-up rate at one temperature (`--plot-temperature`, default
+  the lowest present), 95% interval bars on both axes; points at the same place are drawn a few points apart.
+* `perturbation_effects`: each perturbation's paired difference to the unperturbed row (pp, paired 95% interval).
+* `label_mix`: label shares per model (unjudged and judge-failed turns included), a grid of up to three panels.
 
 A figure with nothing to show is not drawn (`skipped_figures` says why): the rate figures need rows labelled by a
-judge model, because the rules alone never label a genuine follow-up (a rules-only rate is 0% by construction).
-In `followup_vs_temperature` the models' points at one temperature are drawn side by side (dodged), so their
-intervals never overlap. Axes follow the data (rates that live in 0–25% get a 0–~28% axis). A model with several
-unperturbed configurations (raw and chat mode, two settings) gets one series per configuration in its colour, told
-apart by line style and marker.
+judge model (the rules alone never label a genuine follow-up). Axes follow the data; a model with several
+unperturbed configurations gets one series per configuration in its colour, told apart by line style and marker.
 """
 
 from __future__ import annotations
@@ -42,7 +35,7 @@ from userturn.judges.plot_parts import (
     _dodges,
     _effect_rows,
     _empty,
-    _legend_right,
+    _finish,
     _mix_rows,
     _padded,
     _panels,
@@ -118,16 +111,15 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
                 series[(g.model, _variant(g))].append(g)
         ordered = sorted(series.items(), key=lambda kv: (place[kv[0][0]], kv[0][1]))
         shifts = dodge_offsets(temps, len(ordered))
-        for (model, variant), members in ordered:
+        for ((model, variant), members), shift in zip(ordered, shifts, strict=True):
             members.sort(key=lambda g: g.temperature)
             index = variants[model].index(variant)
-            shift = shifts[[key for key, _ in ordered].index((model, variant))]
             y = [100 * (g.followup_rate or 0.0) for g in members]
             bars = [_bar(100 * (g.followup_rate or 0.0), 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))
                     for g in members]
-            err = [[b[0] for b in bars], [b[1] for b in bars]]
-            line = ax.errorbar([g.temperature + shift for g in members], y, yerr=err, color=colors[model],
-                               linestyle=LINESTYLES[index % len(LINESTYLES)], marker=MARKERS[index % len(MARKERS)],
+            line = ax.errorbar([g.temperature + shift for g in members], y, yerr=list(zip(*bars, strict=True)),
+                               color=colors[model], linestyle=LINESTYLES[index % len(LINESTYLES)],
+                               marker=MARKERS[index % len(MARKERS)],
                                markersize=4, capsize=3, linewidth=1.4, elinewidth=0.9,
                                label=_series_label(model, variant, variants))
             legend.setdefault(line.get_label(), line)
@@ -142,11 +134,8 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
     axes[0].set_ylabel("genuine follow-up rate (%)")
     axes[0].set_ylim(*_padded(0.0, high))
     axes[0].set_ylim(bottom=0.0)
-    _legend_right(fig, list(legend.values()), list(legend))
-    fig.suptitle("Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; models side by side "
-                 "at each temperature)", fontsize=11)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, legend, "Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; models "
+                   "side by side at each temperature)")
 
 
 def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | None = None,
@@ -190,11 +179,8 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
         ax.set_xlabel("genuine follow-up rate (%)")
         ax.set_ylabel("task accuracy (%)")
         ax.grid(alpha=0.3)
-    _legend_right(fig, list(legend.values()), list(legend))
-    fig.suptitle(f"Task accuracy vs genuine follow-up rate at T={fmt_temp(t or 0.0)} (unperturbed; 95% CIs)",
-                 fontsize=11)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, legend, f"Task accuracy vs genuine follow-up rate at T={fmt_temp(t or 0.0)} (unperturbed; "
+                   "95% CIs)")
 
 
 def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | None = None,
@@ -211,7 +197,7 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
     fig, axes = _panels(plt, len(datasets), width=4.2, height=max(2.6, 0.7 * len(perturbations) + 1.6))
     if not rows:
         return _empty(fig, axes[0], "no perturbed rows paired with an unperturbed one")
-    variants = {m: sorted({_variant(g) for g in rows if g.model == m}) for m in {g.model for g in rows}}
+    variants = _variants(rows)
     slots = sorted({(g.model, _variant(g)) for g in rows}, key=lambda s: (place[s[0]], s[1]))
     legend: dict[str, Any] = {}
     low = min(100 * (g.delta_ci_low or 0.0) for g in rows)
@@ -235,10 +221,7 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
         ax.set_title(dataset, fontsize=10)
         ax.set_xlabel("Δ follow-up rate vs none (pp)")
         ax.grid(alpha=0.3, axis="x")
-    _legend_right(fig, list(legend.values()), list(legend))
-    fig.suptitle(f"Perturbation effects at T={fmt_temp(t or 0.0)} (paired over shared items; 95% CI)", fontsize=11)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, legend, f"Perturbation effects at T={fmt_temp(t or 0.0)} (paired over shared items; 95% CI)")
 
 
 UNLABELLED = (("unjudged", "#e8e8e8"), ("judge failed", "#4d4d4d"))

@@ -58,14 +58,6 @@ def query_and_response(record: ProbeRecord) -> tuple[str, str]:
     return query, response
 
 
-def similarity(a: str, b: str) -> float:
-    """difflib ratio of the normalised texts (1.0 = identical after normalisation)."""
-    na, nb = normalise_text(a), normalise_text(b)
-    if not na or not nb:
-        return 0.0
-    return difflib.SequenceMatcher(None, na, nb, autojunk=False).ratio()
-
-
 def is_restatement(turn: str, query: str, threshold: float = RESTATE_THRESHOLD) -> float | None:
     """The similarity when `turn` restates `query` (ratio >= threshold), else None. Cheap bounds first."""
     na, nb = normalise_text(turn), normalise_text(query)

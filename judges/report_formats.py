@@ -56,8 +56,8 @@ def _delta(g: GroupSummary) -> str:
     return f"{100 * g.delta_vs_none:+.1f} {_interval(g.delta_ci_low, g.delta_ci_high, signed=True)}"
 
 
-HEADER = ["model", "dataset", "perturbation", "T", "n", "follow-up % [95% CI]", "Δ vs none pp [95% CI]",
-          "accuracy %", "excluded"]
+HEADER = ["model", "dataset", "mode", "perturbation", "settings", "T", "n", "follow-up % [95% CI]",
+          "Δ vs none pp [95% CI]", "accuracy %", "excluded"]  # mode and settings only where rows differ in them
 NUMERIC = {"T", "n", "follow-up % [95% CI]", "Δ vs none pp [95% CI]", "accuracy %", "excluded"}
 NOTE = ("n = labelled records; follow-up = genuine_followup / n with an item-clustered Wilson 95% CI; Δ vs none = "
         "paired difference to the unperturbed row over shared items (percentage points); excluded = judge failures "
@@ -66,24 +66,13 @@ NOTE = ("n = labelled records; follow-up = genuine_followup / n with an item-clu
 
 def _cells(groups: Sequence[GroupSummary]) -> tuple[list[str], list[list[str]]]:
     """The paper table's header and rows (mode and settings columns only when some rows differ in them)."""
-    show_mode = len({g.mode for g in groups}) > 1
-    show_settings = any(g.settings for g in groups)
-    header = list(HEADER)
-    if show_settings:
-        header.insert(3, "settings")
-    if show_mode:
-        header.insert(2, "mode")
-    rows = []
-    for g in groups:
-        rate = "—" if g.followup_rate is None else f"{_pct(g.followup_rate)} {_interval(g.ci_low, g.ci_high)}"
-        row = [g.model, g.dataset, g.perturbation, fmt_temp(g.temperature), str(g.n), rate, _delta(g),
-               _pct(g.accuracy), f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"]
-        if show_settings:
-            row.insert(3, g.settings)
-        if show_mode:
-            row.insert(2, g.mode)
-        rows.append(row)
-    return header, rows
+    hidden = {"mode"} if len({g.mode for g in groups}) <= 1 else set()
+    hidden |= set() if any(g.settings for g in groups) else {"settings"}
+    shown = [i for i, name in enumerate(HEADER) if name not in hidden]
+    rows = [[g.model, g.dataset, g.mode, g.perturbation, g.settings, fmt_temp(g.temperature), str(g.n),
+             "—" if g.followup_rate is None else f"{_pct(g.followup_rate)} {_interval(g.ci_low, g.ci_high)}",
+             _delta(g), _pct(g.accuracy), f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"] for g in groups]
+    return [HEADER[i] for i in shown], [[row[i] for i in shown] for row in rows]
 
 
 def _md_escape(text: str) -> str:

@@ -15,8 +15,6 @@ from userturn.judges.report import GroupSummary
 
 from userturn.core.records import ProbeRecord
 
-RULES_JUDGE = "rules"
-
 
 class RulesOnly:
     """A judge hook that applies the pre-label rules and nothing else."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ CPU_ENGINE_MODULE = "userturn.serve.cpu_engine"
 LLAMA_SERVER = "llama-server"
 VLLM = "vllm"
 ROUTER_HEALTH_PATHS = ("/health", "/v1/models")
+PLACEHOLDER = re.compile(r"\{(host|port|model|served_model_name|api_key)\}")  # in a custom `command:`
 
 
 @dataclass(frozen=True)
@@ -51,36 +53,35 @@ def root_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def _opt(argv: list[str], flag: str, value: object | None) -> None:
-    if value is not None:
-        argv += [flag, str(value)]
+def _flags(*pairs: tuple[str, object]) -> list[str]:
+    """`flag value` for each pair with a value; a flag alone for True; nothing for None or False."""
+    out: list[str] = []
+    for flag, value in pairs:
+        if value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out += [flag, str(value)]
+    return out
 
 
 def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
                 model: str | None = None, node_rank: int | str | None = None,
                 dist_init_addr: str | None = None, api_key: str | None = None) -> list[str]:
     """`python -m sglang.launch_server ...` with the flag names of sglang's server_args.py."""
-    argv = [python, "-m", SGLANG_MODULE, "--model-path", model or m.resolve_path(m.model) or ""]
-    _opt(argv, "--tokenizer-path", m.resolve_path(m.tokenizer))
-    _opt(argv, "--revision", m.revision)
-    argv += ["--host", host or m.host, "--port", str(port), "--tp-size", str(m.tp_size), "--dp-size", str(m.dp_size)]
-    _opt(argv, "--mem-fraction-static", m.mem_fraction_static)
-    _opt(argv, "--context-length", m.context_length)
-    argv += ["--dtype", m.dtype]
-    _opt(argv, "--random-seed", m.seed)
-    _opt(argv, "--chat-template", m.resolve_path(m.chat_template))
-    _opt(argv, "--reasoning-parser", m.reasoning_parser)
-    if m.trust_remote_code:
-        argv.append("--trust-remote-code")
-    _opt(argv, "--load-format", m.load_format)
+    argv = [python, "-m", SGLANG_MODULE, *_flags(
+        ("--model-path", model or m.resolve_path(m.model) or ""), ("--tokenizer-path", m.resolve_path(m.tokenizer)),
+        ("--revision", m.revision), ("--host", host or m.host), ("--port", port), ("--tp-size", m.tp_size),
+        ("--dp-size", m.dp_size), ("--mem-fraction-static", m.mem_fraction_static),
+        ("--context-length", m.context_length), ("--dtype", m.dtype), ("--random-seed", m.seed),
+        ("--chat-template", m.resolve_path(m.chat_template)), ("--reasoning-parser", m.reasoning_parser),
+        ("--trust-remote-code", m.trust_remote_code), ("--load-format", m.load_format))]
     if m.nnodes > 1:
         addr = dist_init_addr or m.dist_init_addr
         if addr is None:
             raise UserError(f"{m.source or 'manifest'}: dist_init_addr: needed when nnodes > 1 (host:port of node 0)")
         argv += ["--nnodes", str(m.nnodes), "--node-rank", str(0 if node_rank is None else node_rank),
                  "--dist-init-addr", addr]
-    argv += ["--served-model-name", m.request_model_name]
-    _opt(argv, "--api-key", api_key)
+    argv += _flags(("--served-model-name", m.request_model_name), ("--api-key", api_key))
     return argv + list(m.extra_args)
 
 
@@ -89,68 +90,43 @@ def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: s
     """`vllm serve MODEL ...` with the flag names of vLLM's engine args (one node: tp x dp GPUs).
     `--generation-config vllm`: sampling settings a request leaves out take vLLM's neutral defaults, not the
     model's generation_config.json (which would silently change e.g. top_p); `extra_args` can say otherwise."""
-    argv = [VLLM, "serve", model or m.resolve_path(m.model) or ""]
-    _opt(argv, "--tokenizer", m.resolve_path(m.tokenizer))
-    _opt(argv, "--revision", m.revision)
-    argv += ["--host", host or m.host, "--port", str(port), "--tensor-parallel-size", str(m.tp_size),
-             "--data-parallel-size", str(m.dp_size)]
-    _opt(argv, "--gpu-memory-utilization", m.mem_fraction_static)
-    _opt(argv, "--max-model-len", m.context_length)
-    argv += ["--dtype", m.dtype]
-    _opt(argv, "--seed", m.seed)
-    _opt(argv, "--chat-template", m.resolve_path(m.chat_template))
-    _opt(argv, "--reasoning-parser", m.reasoning_parser)
-    if m.trust_remote_code:
-        argv.append("--trust-remote-code")
-    _opt(argv, "--load-format", m.load_format)
-    argv += ["--generation-config", "vllm", "--served-model-name", m.request_model_name]
-    _opt(argv, "--api-key", api_key)
-    return argv + list(m.extra_args)
+    return [VLLM, "serve", model or m.resolve_path(m.model) or "", *_flags(
+        ("--tokenizer", m.resolve_path(m.tokenizer)), ("--revision", m.revision), ("--host", host or m.host),
+        ("--port", port), ("--tensor-parallel-size", m.tp_size), ("--data-parallel-size", m.dp_size),
+        ("--gpu-memory-utilization", m.mem_fraction_static), ("--max-model-len", m.context_length),
+        ("--dtype", m.dtype), ("--seed", m.seed), ("--chat-template", m.resolve_path(m.chat_template)),
+        ("--reasoning-parser", m.reasoning_parser), ("--trust-remote-code", m.trust_remote_code),
+        ("--load-format", m.load_format), ("--generation-config", "vllm"),
+        ("--served-model-name", m.request_model_name), ("--api-key", api_key)), *m.extra_args]
 
 
 def cpu_engine_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
                     model: str | None = None, threads: int | None = None) -> list[str]:
     """`python -m userturn.serve.cpu_engine ...` (the embedded transformers engine)."""
-    argv = [python, "-m", CPU_ENGINE_MODULE, "--model", model or m.resolve_path(m.model) or ""]
-    _opt(argv, "--tokenizer", m.resolve_path(m.tokenizer))
-    _opt(argv, "--revision", m.revision)
-    argv += ["--host", host or m.host, "--port", str(port), "--served-model-name", m.request_model_name,
-             "--dtype", m.dtype]
-    _opt(argv, "--seed", m.seed)
-    _opt(argv, "--context-length", m.context_length)
-    _opt(argv, "--chat-template", m.resolve_path(m.chat_template))
-    if m.trust_remote_code:
-        argv.append("--trust-remote-code")
-    _opt(argv, "--threads", threads)
-    return argv + list(m.extra_args)
+    return [python, "-m", CPU_ENGINE_MODULE, *_flags(
+        ("--model", model or m.resolve_path(m.model) or ""), ("--tokenizer", m.resolve_path(m.tokenizer)),
+        ("--revision", m.revision), ("--host", host or m.host), ("--port", port),
+        ("--served-model-name", m.request_model_name), ("--dtype", m.dtype), ("--seed", m.seed),
+        ("--context-length", m.context_length), ("--chat-template", m.resolve_path(m.chat_template)),
+        ("--trust-remote-code", m.trust_remote_code), ("--threads", threads)), *m.extra_args]
 
 
 def llamacpp_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None,
                   api_key: str | None = None) -> list[str]:
     """`llama-server ...`: a .gguf path is `-m`, anything else a hub repo for `-hf` (repo[:quant])."""
     target = model or m.resolve_path(m.model) or ""
-    argv = [LLAMA_SERVER, "-m" if target.endswith(".gguf") or Path(target).is_file() else "-hf", target]
-    argv += ["--host", host or m.host, "--port", str(port), "--alias", m.request_model_name, "--jinja"]
-    _opt(argv, "--ctx-size", m.context_length)
-    _opt(argv, "--seed", m.seed)
-    _opt(argv, "--chat-template-file", m.resolve_path(m.chat_template))
-    if m.gpus_per_replica > 0:
-        argv += ["--n-gpu-layers", "999"]
-    _opt(argv, "--api-key", api_key)
-    return argv + list(m.extra_args)
+    return [LLAMA_SERVER, "-m" if target.endswith(".gguf") or Path(target).is_file() else "-hf", target, *_flags(
+        ("--host", host or m.host), ("--port", port), ("--alias", m.request_model_name), ("--jinja", True),
+        ("--ctx-size", m.context_length), ("--seed", m.seed), ("--chat-template-file", m.resolve_path(m.chat_template)),
+        ("--n-gpu-layers", 999 if m.gpus_per_replica > 0 else None), ("--api-key", api_key)), *m.extra_args]
 
 
 def custom_argv(m: Manifest, *, port: int | str, host: str | None = None, model: str | None = None,
                 api_key: str | None = None) -> list[str]:
     """The manifest's own `command:` with {host} {port} {model} {served_model_name} {api_key} filled in."""
-    values = {"{host}": host or m.host, "{port}": str(port), "{model}": model or m.resolve_path(m.model) or "",
-              "{served_model_name}": m.request_model_name, "{api_key}": api_key or ""}
-    out = []
-    for arg in m.command or []:
-        for key, value in values.items():
-            arg = arg.replace(key, value)
-        out.append(arg)
-    return out
+    values = {"host": host or m.host, "port": str(port), "model": model or m.resolve_path(m.model) or "",
+              "served_model_name": m.request_model_name, "api_key": api_key or ""}
+    return [PLACEHOLDER.sub(lambda found: values[found.group(1)], arg) for arg in m.command or []]
 
 
 def server_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,

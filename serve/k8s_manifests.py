@@ -59,15 +59,13 @@ def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = 
     return server_argv(m, port=port, host="0.0.0.0", python="python3", api_key=key)
 
 
-def _probes(m: Manifest, port: int) -> dict[str, Any]:
-    """Startup allows startup_timeout; readiness and liveness give a busy server 5 s / 10 s to answer."""
-    path = "/health" if not m.command and not m.health_paths else m.readiness_paths[0]
+def _probes(path: str, port: int, startup_s: float | None = None) -> dict[str, Any]:
+    """Readiness and liveness give a busy server 5 s / 10 s to answer; a startup probe allows `startup_s`."""
     get = {"httpGet": {"path": path, "port": port}, "periodSeconds": PROBE_PERIOD_S}
-    return {
-        "startupProbe": {**get, "timeoutSeconds": 5, "failureThreshold": max(1, int(m.timeout_s // PROBE_PERIOD_S))},
-        "readinessProbe": {**get, "timeoutSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**get, "timeoutSeconds": 10, "failureThreshold": 6},
-    }
+    startup = max(1, int(startup_s // PROBE_PERIOD_S)) if startup_s is not None else None
+    return {**({"startupProbe": {**get, "timeoutSeconds": 5, "failureThreshold": startup}} if startup else {}),
+            "readinessProbe": {**get, "timeoutSeconds": 5, "failureThreshold": 3},
+            "livenessProbe": {**get, "timeoutSeconds": 10, "failureThreshold": 6}}
 
 
 def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, Any]:
@@ -82,13 +80,8 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
     if m.api_key:  # the readiness routes (/health) of SGLang, vLLM and llama.cpp need no key
         env.append({"name": "USERTURN_API_KEY", "valueFrom": {"secretKeyRef": {"name": k.api_key_secret,
                                                                                "key": "key"}}})
-    limits: dict[str, Any] = {}
-    if m.gpus_per_node:
-        limits["nvidia.com/gpu"] = m.gpus_per_node
-    if k.cpu:
-        limits["cpu"] = k.cpu
-    if k.memory:
-        limits["memory"] = k.memory
+    limits = {name: value for name, value in (("nvidia.com/gpu", m.gpus_per_node), ("cpu", k.cpu),
+                                              ("memory", k.memory)) if value}
     c: dict[str, Any] = {
         "name": "server", "image": image(m), "command": argv, "env": env,
         "ports": [{"containerPort": port, "name": "http"}],
@@ -96,7 +89,7 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": CACHE_DIR}],
     }
     if with_probes:
-        c.update(_probes(m, port))
+        c.update(_probes(m.readiness_paths[0] if m.command or m.health_paths else "/health", port, m.timeout_s))
     return c
 
 
@@ -133,13 +126,10 @@ def _router_docs(m: Manifest, name: str, ns: dict[str, str], worker_labels: dict
             "--service-discovery-port", str(m.port or CLUSTER_PORT), "--service-discovery-namespace",
             "$(POD_NAMESPACE)", "--host", "0.0.0.0", "--port", str(port), "--policy", m.router.policy,
             *m.router.extra_args]
-    get = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": PROBE_PERIOD_S}
     container = {
         "name": "router", "image": k.image or SGLANG_IMAGE, "command": argv,
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-        "ports": [{"containerPort": port, "name": "http"}],
-        "readinessProbe": {**get, "timeoutSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**get, "timeoutSeconds": 10, "failureThreshold": 6},
+        "ports": [{"containerPort": port, "name": "http"}], **_probes("/health", port),
     }
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},

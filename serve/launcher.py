@@ -63,17 +63,12 @@ class Server:
     def base_url(self) -> str:
         return self.base_urls[0]
 
-    def dead(self) -> list[ServerProcess]:
-        """Launched processes that have exited since startup."""
-        return [p for p in self.processes if not p.alive]
-
     def failure(self) -> str | None:
         """One line saying why the deployment stopped serving (a process or the SLURM job ended), else None."""
-        dead = self.dead()
-        if dead:
-            p = dead[0]
-            return (f"{p.spec.name} exited with code {p.returncode()} (log: {p.log_path}); "
-                    f"last log lines: {' | '.join(p.tail())}")
+        for p in self.processes:
+            if not p.alive:
+                return (f"{p.spec.name} exited with code {p.returncode()} (log: {p.log_path}); "
+                        f"last log lines: {' | '.join(p.tail())}")
         return self.watch() if self.watch is not None else None
 
 

@@ -54,12 +54,9 @@ class ServerProcess:
                     self.spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     env={**os.environ, **self.spec.env}, start_new_session=True,
                 )
-            except FileNotFoundError:
-                raise ServerStartError(f"{self.spec.name}: cannot start {self.spec.argv[0]!r}: not found on PATH"
-                                       ) from None
-            except PermissionError:
-                raise ServerStartError(f"{self.spec.name}: cannot start {self.spec.argv[0]!r}: permission denied"
-                                       ) from None
+            except (FileNotFoundError, PermissionError) as exc:
+                why = "not found on PATH" if isinstance(exc, FileNotFoundError) else "permission denied"
+                raise ServerStartError(f"{self.spec.name}: cannot start {self.spec.argv[0]!r}: {why}") from None
         _LIVE.add(self)
 
     def returncode(self) -> int | None:
@@ -79,15 +76,6 @@ class ServerProcess:
             return []
         return list(last)
 
-    def _group_alive(self, pgid: int) -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
         """SIGTERM the process group, wait up to `grace_s`, then SIGKILL what is left; reap the leader."""
         if self.popen is None:
@@ -99,8 +87,12 @@ class ServerProcess:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             self.popen.poll()
-            if not self._group_alive(pgid):
+            try:
+                os.killpg(pgid, 0)  # the group is gone when this fails with ProcessLookupError
+            except ProcessLookupError:
                 break
+            except PermissionError:
+                pass
             time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)

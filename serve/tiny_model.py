@@ -1,6 +1,6 @@
 """A tiny random-weight Qwen3 model with a locally trained ChatML tokenizer: smoke tests without a download.
 
-Outputs of this model are noise; everything served from it is labelled a smoke run.
+Outputs of this model are noise: it serves the tests, which need a real engine but no real model.
 Usage: `python -m userturn.serve.tiny_model OUT_DIR` (or `build_tiny_model(out_dir)`).
 """
 
@@ -115,11 +115,6 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 3
     tokenizer.save_pretrained(out)
     marker.write_text(json.dumps({"name": TINY_MODEL_NAME, "seed": seed, "random_weights": True}) + "\n")
     return out
-
-
-def is_tiny_model(path: str | Path) -> bool:
-    """True when `path` holds a model written by `build_tiny_model` (a smoke-run model)."""
-    return (Path(path) / MARKER_FILE).exists()
 
 
 def main(argv: list[str] | None = None) -> int:

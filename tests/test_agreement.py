@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from userturn.judges.agreement import cohen_kappa, fleiss_kappa, fleiss_kappa_counts, majority_label, panel_agreements
+from userturn.judges.agreement import cohen_kappa, fleiss_kappa, majority_label, panel_agreements
 from userturn.judges.stats import wilson_interval
 
 from userturn.core.records import JudgeVerdict, ProbeRecord
@@ -40,7 +40,8 @@ def test_fleiss_kappa_wikipedia_example() -> None:
     # Fleiss (1971) as worked on Wikipedia: 10 subjects, 14 raters, 5 categories; P̄ = 0.378, P̄e = 0.213.
     table = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
              [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]
-    assert fleiss_kappa_counts(table) == pytest.approx(0.20993, abs=1e-5)
+    items = [[c for c, count in zip("abcde", row, strict=True) for _ in range(count)] for row in table]
+    assert fleiss_kappa(items) == pytest.approx(0.20993, abs=1e-5)
 
 
 def test_fleiss_kappa_from_labels_hand_computed() -> None:
@@ -49,7 +50,9 @@ def test_fleiss_kappa_from_labels_hand_computed() -> None:
     items = [["a", "a", "a"], ["a", "a", "b"], ["b", "b", "b"], ["a", "b", "b"]]
     assert fleiss_kappa(items) == pytest.approx(1 / 3)
     with pytest.raises(ValueError):
-        fleiss_kappa_counts([[2, 0], [1, 0]])
+        fleiss_kappa([["a", "a"], ["a"]])
+    with pytest.raises(ValueError):
+        fleiss_kappa([["a"], ["b"]])
 
 
 FULL = {"gf": "genuine_followup", "ge": "generic", "ac": "assistant_continuation", "a": "genuine_followup",

@@ -173,9 +173,9 @@ def test_nesting_at_the_bound_is_accepted(tmp_path: Path) -> None:
 
 
 def test_line_over_the_size_bound_is_refused_without_reading_it_whole(tmp_path: Path, monkeypatch) -> None:
-    from userturn.client.data import dataset
+    from userturn.client.data import lazy_dataset
 
-    monkeypatch.setattr(dataset, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(lazy_dataset, "MAX_LINE_BYTES", 1 << 20)
     huge = json.dumps(item("b", meta={"blob": "x" * (2 << 20)}))
     path = write_lines(tmp_path / "d.jsonl", item("a"), huge)
     with pytest.raises(UserError, match=rf"^{path}:2: line longer than 1 MiB$"):

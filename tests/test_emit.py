@@ -16,9 +16,8 @@ from typing import ClassVar
 
 import pytest
 import yaml
-from userturn.serve.emit import render_slurm
 from userturn.serve.manifest import load_manifest, parse_manifest
-from userturn.serve.slurm_script import FOLLOW_REPLICAS, WAIT_FOR_REPLICAS
+from userturn.serve.slurm_script import FOLLOW_REPLICAS, WAIT_FOR_REPLICAS, render_slurm
 
 from userturn.cli import main
 from userturn.core.errors import UserError

@@ -1,24 +1,18 @@
-"""The tiny random-weight model: builds offline in seconds, ChatML tokenizer and template, loadable by transformers."""
+"""The tiny random-weight model: builds offline, ChatML tokenizer and template, loadable by transformers."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from userturn.serve.tiny_model import SPECIAL_TOKENS, build_tiny_model, is_tiny_model, training_corpus
+from userturn.serve.tiny_model import MARKER_FILE, SPECIAL_TOKENS, build_tiny_model, training_corpus
 
 pytest.importorskip("transformers")
 
 
-def test_build_is_fast_small_and_idempotent(tmp_path: Path) -> None:
-    import transformers  # noqa: F401  (import cost is not the build cost)
-
-    started = time.monotonic()
+def test_build_is_small_and_idempotent(tmp_path: Path) -> None:
     out = build_tiny_model(tmp_path / "tiny")
-    elapsed = time.monotonic() - started
-    assert elapsed < 10, f"took {elapsed:.1f}s"
-    assert is_tiny_model(out)
+    assert (out / MARKER_FILE).exists()
     size = sum(f.stat().st_size for f in out.iterdir())
     assert size < 2_000_000
     mtime = (out / "model.safetensors").stat().st_mtime_ns

@@ -32,28 +32,22 @@ if TYPE_CHECKING:
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
 
-_EXPORTS = {
-    "__version__": "userturn.core.version",
-    "DatasetItem": "userturn.client.data.dataset",
-    "Endpoint": "userturn.client.http.endpoint",
-    "EndpointConfig": "userturn.client.http.endpoint",
-    "ProbeRun": "userturn.client.probe.pipeline",
-    "ProbeSettings": "userturn.client.probe.pipeline",
-    "ProbeSummary": "userturn.client.probe.pipeline",
-    "PromptRenderer": "userturn.client.render.templates",
-    "UserError": "userturn.core.errors",
-    "read_records": "userturn.core.jsonl",
-    "Message": "userturn.core.records",
-    "ProbeRecord": "userturn.core.records",
-    "JudgeConfig": "userturn.judges.llm_judge",
-    "JudgePanel": "userturn.judges.panel",
-    "PanelConfig": "userturn.judges.panel",
-    "make_panel": "userturn.judges.panel",
-    "summarise_file": "userturn.judges.report",
-    "load_experiment": "userturn.orchestrate.experiment",
-    "launch": "userturn.serve.launcher",
-    "load_manifest": "userturn.serve.manifest",
-}
+_EXPORTS = {name: module for module, names in {
+    "userturn.core.version": ["__version__"],
+    "userturn.client.data.dataset": ["DatasetItem"],
+    "userturn.client.http.endpoint": ["Endpoint", "EndpointConfig"],
+    "userturn.client.probe.pipeline": ["ProbeRun", "ProbeSettings", "ProbeSummary"],
+    "userturn.client.render.templates": ["PromptRenderer"],
+    "userturn.core.errors": ["UserError"],
+    "userturn.core.jsonl": ["read_records"],
+    "userturn.core.records": ["Message", "ProbeRecord"],
+    "userturn.judges.llm_judge": ["JudgeConfig"],
+    "userturn.judges.panel": ["JudgePanel", "PanelConfig", "make_panel"],
+    "userturn.judges.report": ["summarise_file"],
+    "userturn.orchestrate.experiment": ["load_experiment"],
+    "userturn.serve.launcher": ["launch"],
+    "userturn.serve.manifest": ["load_manifest"],
+}.items() for name in names}
 
 __all__ = [
     "DatasetItem",

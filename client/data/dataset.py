@@ -11,10 +11,10 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.records import Message
@@ -26,23 +26,25 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _id_to_str(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("id must be a string or an integer, not a boolean")
+    return str(value) if isinstance(value, int) else value
+
+
+ItemId = Annotated[str, Field(min_length=1), BeforeValidator(_id_to_str)]  # an integer id is read as its digits
+
+
 class DatasetItem(BaseModel):
     """One conversation to probe. Ends with an assistant turn, or is answered by the model first."""
 
-    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    id: ItemId = Field(max_length=MAX_ID_CHARS)
     messages: list[Message] = Field(min_length=1)
     answer: str | None = None
     meta: dict[str, Any] | None = None
     # Where the item was read: a plain slot, not a pydantic private attribute (those cost ~3 us per validation, and
     # an item is validated twice per probed sample at one sample per item). Copies and pickles do not carry it.
     __slots__ = ("__weakref__", "_read_at")
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_to_str(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("id must be a string or an integer, not a boolean")
-        return str(value) if isinstance(value, int) else value
 
     @field_validator("id")
     @classmethod
@@ -92,10 +94,6 @@ class DatasetItem(BaseModel):
         copy = super().model_copy(update=update, deep=deep)
         where = self.where
         return copy if where is None else copy.located(where)
-
-
-def _describe(exc: ValidationError) -> str:
-    return first_error(exc, "item")
 
 
 def shape(value: Any, limit: int) -> tuple[int, int]:
@@ -152,33 +150,20 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def parse_item_line(path: Path, number: int, raw: bytes, *, locate: bool = True) -> DatasetItem:
-    """One non-blank dataset line -> DatasetItem (remembering `file:line` unless not `locate`: a check that keeps
-    no item); anything wrong is a UserError naming `file:line`."""
+def parse_item_line(path: Path, number: int, raw: bytes) -> DatasetItem:
+    """One non-blank dataset line -> DatasetItem; anything wrong is a UserError naming `file:line`."""
     try:
         obj = parse_line(raw)
     except ValueError as exc:
         raise UserError(f"{path}:{number}: {exc}") from None
     try:
-        item = DatasetItem.model_validate(obj)
-        return item.located(f"{path}:{number}") if locate else item
+        return DatasetItem.model_validate(obj)
     except ValidationError as exc:
-        raise UserError(f"{path}:{number}: {_describe(exc)}") from None
+        raise UserError(f"{path}:{number}: {first_error(exc, 'item')}") from None
 
 
 def load_jsonl(path: str | Path, limit: int | None = None) -> list[DatasetItem]:
-    """Read a local JSONL dataset. Any bad line is a UserError naming `file:line` and what is wrong."""
-    from userturn.client.data.dataset_scan import scan_lines
+    """Read a local JSONL dataset whole (`lazy_dataset.load_jsonl_lazy`'s validation, then every item parsed)."""
+    from userturn.client.data.lazy_dataset import load_jsonl_lazy
 
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"dataset not found: {path}")
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1 (got {limit})")
-    items: list[DatasetItem] = []
-    scan = scan_lines(path, limit=limit, items=items)  # the lazy loader's validation, keeping the items
-    if scan.error is not None:
-        raise UserError(scan.error)
-    if not items:
-        raise UserError(f"{path}: no items")
-    return items
+    return list(load_jsonl_lazy(path, limit))

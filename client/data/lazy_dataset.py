@@ -1,11 +1,10 @@
 """A local JSONL dataset that stays on disk: memory flat in the number of items.
 
-`load_jsonl_lazy(path)` validates every line up front exactly as `dataset.load_jsonl` does (same file:line
-errors, duplicate ids), but keeps only each item's byte offset, id, CRC-32 and whether it ends with an assistant
-turn (about 75 bytes an item instead of a few kB of parsed messages); an item is parsed again when it is used. The
-probe reads items in order, so each is re-read once, from the page cache. A re-read line whose CRC-32 is the one
-validated holds the same bytes (a line changed since is refused), so the hostile-input checks (nesting depth,
-repeated keys) that passed on it are not run again: the re-read is a JSON parse and the item's validation.
+`load_jsonl_lazy(path)` validates every line up front (file:line errors, duplicate ids) but keeps only each item's
+byte offset, id, CRC-32 and whether it ends with an assistant turn (about 75 bytes an item instead of a few kB of
+parsed messages); an item is parsed again when it is used, in order, from the page cache. A re-read line whose
+CRC-32 is the one validated holds the same bytes (a line changed since is refused), so the hostile-input checks
+(nesting depth, repeated keys) are not run again: the re-read is a JSON parse and the item's validation.
 """
 
 from __future__ import annotations
@@ -17,12 +16,11 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, TypeVar, overload
+from typing import TypeVar, overload
 
 import orjson
 from pydantic import ValidationError
-from userturn.client.data.dataset import MAX_LINE_BYTES, DatasetItem
-from userturn.client.data.dataset_scan import scan_dataset
+from userturn.client.data.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
 
 from userturn.core.errors import UserError
 
@@ -59,7 +57,8 @@ class JsonlItems(Sequence[DatasetItem]):
                               self._numbers[index], self._checksums[index], self._names_scorer[index],
                               self._in_file_order and (index.step or 1) > 0)
         with self.path.open("rb") as fh:
-            return self._read(fh, index)
+            fh.seek(self._offsets[index])
+            return self._parse(index, fh.readline(MAX_LINE_BYTES + 1).strip())
 
     def __iter__(self) -> Iterator[DatasetItem]:
         for index, raw in self._lines(range(len(self._offsets))):
@@ -120,10 +119,6 @@ class JsonlItems(Sequence[DatasetItem]):
                 position = offset + len(line)
                 yield index, line.strip()
 
-    def _read(self, fh: BinaryIO, index: int) -> DatasetItem:
-        fh.seek(self._offsets[index])
-        return self._parse(index, fh.readline(MAX_LINE_BYTES + 1).strip())
-
     def _parse(self, index: int, raw: bytes) -> DatasetItem:
         """The item of a line validated up front: the same bytes (CRC-32), so parsing and validating cannot fail
         (and a collision that slips through is still validated); anything else means the file changed."""
@@ -164,14 +159,38 @@ class JsonlItems(Sequence[DatasetItem]):
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
-    """Validate a local JSONL dataset like `load_jsonl` (same errors, `client.data.dataset_scan`) and return it as a
-    `JsonlItems`."""
+    """Validate a local JSONL dataset in one pass (every line, or the first `limit` items) and return it as a
+    `JsonlItems`. Any bad line is a UserError naming `file:line` and what is wrong."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset not found: {path}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (got {limit})")
-    scan = scan_dataset(path, limit)
-    if not scan.ids:
+    offsets, numbers, checksums = array("q"), array("q"), array("I")
+    ids: list[str] = []
+    ended, names_scorer = bytearray(), bytearray()
+    seen: dict[str, int] = {}
+    offset = 0
+    with path.open("rb") as fh:
+        for number, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(line) > MAX_LINE_BYTES:
+                raise UserError(f"{path}:{number}: line longer than {MAX_LINE_BYTES >> 20} MiB")
+            line_start, offset = offset, offset + len(line)
+            raw = line.strip()
+            if not raw:
+                continue
+            item = parse_item_line(path, number, raw)
+            if item.id in seen:
+                raise UserError(f"{path}:{number}: duplicate id {item.id!r} (first on line {seen[item.id]})")
+            seen[item.id] = number
+            offsets.append(line_start)
+            numbers.append(number)
+            checksums.append(zlib.crc32(raw))
+            ids.append(item.id)
+            ended.append(item.ends_with_assistant)
+            names_scorer.append(item.meta is not None and "scorer" in item.meta)
+            if limit is not None and len(ids) >= limit:
+                break
+    if not ids:
         raise UserError(f"{path}: no items")
-    return JsonlItems(path, scan.offsets, scan.ids, scan.ended, scan.numbers, scan.checksums, scan.names_scorer)
+    return JsonlItems(path, offsets, ids, ended, numbers, checksums, names_scorer)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from userturn.client.data.dataset import ItemId
 from userturn.client.render.templates import PromptRenderer, template_messages
 
 from userturn.core.errors import UserError, first_error
@@ -43,14 +44,7 @@ class Encoder(Protocol):
 class _Row(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    id: str | None = Field(default=None, min_length=1)
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_to_str(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("id must be a string or an integer")
-        return str(value) if isinstance(value, int) else value
+    id: ItemId | None = None
 
 
 class SftRow(_Row):
@@ -100,11 +94,8 @@ class DataFile:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def read_rows(path: str | Path, method: Method) -> DataFile:
@@ -205,11 +196,14 @@ class RenderStats:
     """What rendering kept: examples, and how many were cut on the left (prompt) or dropped (target too long)."""
 
     rows: int = 0
-    examples: int = 0
     truncated: int = 0
     dropped: int = 0
-    prompt_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)  # per example kept
     target_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def examples(self) -> int:
+        return len(self.prompt_tokens)
 
     def as_dict(self) -> dict[str, Any]:
         def mean(xs: list[int]) -> float | None:
@@ -253,14 +247,17 @@ def user_turn_texts(renderer: PromptRenderer, context: Sequence[Message], turn: 
 
 
 def _fit(prompt_ids: list[int], target_len: int, max_length: int, stats: RenderStats) -> list[int] | None:
-    """The prompt cut on the left so prompt + target fits `max_length`; None when the target alone does not."""
+    """The prompt cut on the left so prompt + target fits `max_length` (counted in `stats`); None when the target
+    alone does not."""
     if target_len >= max_length:
         stats.dropped += 1
         return None
     room = max_length - target_len
     if len(prompt_ids) > room:
         stats.truncated += 1
-        return prompt_ids[-room:]
+        prompt_ids = prompt_ids[-room:]
+    stats.prompt_tokens.append(len(prompt_ids))
+    stats.target_tokens.append(target_len)
     return prompt_ids
 
 
@@ -273,13 +270,9 @@ def sft_examples(rows: Sequence[SftRow], renderer: PromptRenderer, encode: Encod
         prompt, target = user_turn_texts(renderer, row.messages[:-1], row.messages[-1].content)
         target_ids = encode(target, add_special_tokens=False)
         prompt_ids = _fit(encode(prompt, add_special_tokens=True), len(target_ids), max_length, stats)
-        if prompt_ids is None:
-            continue
-        stats.prompt_tokens.append(len(prompt_ids))
-        stats.target_tokens.append(len(target_ids))
-        out.append(SftExample(input_ids=prompt_ids + target_ids,
-                              completion_mask=[0] * len(prompt_ids) + [1] * len(target_ids)))
-    stats.examples = len(out)
+        if prompt_ids is not None:
+            out.append(SftExample(input_ids=prompt_ids + target_ids,
+                                  completion_mask=[0] * len(prompt_ids) + [1] * len(target_ids)))
     return out, stats
 
 
@@ -295,10 +288,6 @@ def dpo_examples(rows: Sequence[PreferenceRow], renderer: PromptRenderer, encode
         rejected_ids = encode(rejected, add_special_tokens=False)
         longest = max(len(chosen_ids), len(rejected_ids))
         prompt_ids = _fit(encode(prompt, add_special_tokens=True), longest, max_length, stats)
-        if prompt_ids is None:
-            continue
-        stats.prompt_tokens.append(len(prompt_ids))
-        stats.target_tokens.append(longest)
-        out.append(DpoExample(prompt_ids=prompt_ids, chosen_ids=chosen_ids, rejected_ids=rejected_ids))
-    stats.examples = len(out)
+        if prompt_ids is not None:
+            out.append(DpoExample(prompt_ids=prompt_ids, chosen_ids=chosen_ids, rejected_ids=rejected_ids))
     return out, stats

@@ -30,7 +30,6 @@ class RichProgress(TrainerCallback):
         self.loss: float | None = None
         self.losses: list[tuple[int, float]] = []
         self.started = 0.0
-        self.first_step_at: float | None = None
         self._progress: Any = None
         self._task: Any = None
 

@@ -105,15 +105,6 @@ def encoder(tokenizer: Any) -> Any:
     return encode
 
 
-def _dataset(examples: Sequence[SftExample | DpoExample]) -> Any:
-    import datasets
-    from datasets import Dataset
-
-    datasets.disable_progress_bars()  # TRL's map/filter passes over a few rows: no bars
-
-    return Dataset.from_list([e.model_dump() for e in examples])
-
-
 def _training_args(settings: TrainSettings, output_dir: str, on_gpu: bool, bf16: bool) -> dict[str, Any]:
     args: dict[str, Any] = {
         "output_dir": output_dir, "per_device_train_batch_size": settings.batch_size,
@@ -181,7 +172,10 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
     set_seed(settings.seed)  # the LoRA initialisation and the data order
     lora = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha or 2 * settings.lora_r,
                       lora_dropout=settings.lora_dropout, target_modules="all-linear", task_type="CAUSAL_LM")
-    dataset = _dataset(examples)
+    import datasets
+
+    datasets.disable_progress_bars()  # TRL's map/filter passes over a few rows: no bars
+    dataset = datasets.Dataset.from_list([e.model_dump() for e in examples])
     with tempfile.TemporaryDirectory(prefix="userturn-train-") as scratch:
         args = _training_args(settings, scratch, on_gpu, bf16)
         if settings.method == "sft":

@@ -71,24 +71,14 @@ class Parser(argparse.ArgumentParser):
         """argparse's parse_args, an unknown flag named with the closest flag of its subcommand."""
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
-            flags = self._flags_of(getattr(parsed, "command", None))
+            commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+            parser = commands.get(getattr(parsed, "command", None) or "", self)
+            flags = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
             named = [f"{arg}{did_you_mean(arg.split('=', 1)[0], flags) if arg.startswith('-') else ''}"
                      for arg in extras]
-            prog = self._subcommand_prog(getattr(parsed, "command", None))
-            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(named)} (see {prog} --help)\n")
+            self.exit(2, f"{parser.prog}: error: unrecognized arguments: {' '.join(named)} (see {parser.prog} "
+                         "--help)\n")
         return parsed
-
-    def _commands(self) -> dict[str, argparse.ArgumentParser]:
-        action = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
-        return dict(action.choices) if action is not None else {}
-
-    def _flags_of(self, command: str | None) -> list[str]:
-        parser = self._commands().get(command or "", self)
-        return [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
-
-    def _subcommand_prog(self, command: str | None) -> str:
-        parser = self._commands().get(command or "")
-        return parser.prog if parser is not None else self.prog
 
     def format_help(self) -> str:
         """argparse's help with the epilog (the examples) kept as written: indented command lines, not refilled."""

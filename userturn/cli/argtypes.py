@@ -33,11 +33,7 @@ def at_least(minimum: int, why: str = "") -> Callable[[str], int]:
     return parse
 
 
-def positive_int(text: str) -> int:
-    value: int = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+positive_int = at_least(1)
 
 
 def non_negative_int(text: str) -> int:
@@ -47,26 +43,19 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    value: float = _number(text, float)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+def _float_type(ok: Callable[[float], bool], must: str) -> Callable[[str], float]:
+    """A finite-number type whose values pass `ok`; the message says what the value `must` be."""
+    def parse(text: str) -> float:
+        value: float = _number(text, float)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {must}, got {text}")
+        return value
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    value: float = _number(text, float)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """A number in (0, 1], e.g. top_p."""
-    value: float = _number(text, float)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
-    return value
+positive_float = _float_type(lambda value: value > 0, "positive")
+non_negative_float = _float_type(lambda value: value >= 0, "0 or more")
+probability = _float_type(lambda value: 0 < value <= 1, "above 0 and at most 1")  # e.g. top_p
 
 
 def json_object(text: str) -> dict[str, Any]:

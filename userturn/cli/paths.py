@@ -7,6 +7,7 @@ Inputs must be readable files. Output files must not be directories; their missi
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 
@@ -82,18 +83,11 @@ def check_paths(args: argparse.Namespace) -> None:
         results_files(args.results, RESULTS_COMMANDS[command])
         if command == "judge" and args.out is not None:
             (output_dir if judge_out_is_folder(args.results) else output_file)(args.out, "--out")
-    for attr, what in INPUT_FILES.get(command, []):
-        if getattr(args, attr, None) is not None:
-            input_file(getattr(args, attr), what)
     dataset = getattr(args, "dataset", None) if command == "probe" else None
     if isinstance(dataset, str) and Path(dataset).is_dir():  # a built-in name is no path: only a directory is wrong
         raise UserError(f"--dataset {dataset}: is a directory; name a JSONL file or a built-in dataset")
-    for attr, what in OUTPUT_FILES.get(command, []):
-        if getattr(args, attr, None) is not None:
-            output_file(getattr(args, attr), what)
-    for attr, what in OUTPUT_DIRS.get(command, []):
-        if getattr(args, attr, None) is not None:
-            output_dir(getattr(args, attr), what)
-    for attr, what in CHECKED_DIRS.get(command, []):
-        if getattr(args, attr, None) is not None:
-            output_dir(getattr(args, attr), what, create=False)
+    for table, check in ((INPUT_FILES, input_file), (OUTPUT_FILES, output_file), (OUTPUT_DIRS, output_dir),
+                         (CHECKED_DIRS, functools.partial(output_dir, create=False))):
+        for attr, what in table.get(command, []):
+            if getattr(args, attr, None) is not None:
+                check(getattr(args, attr), what)

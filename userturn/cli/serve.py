@@ -43,16 +43,17 @@ def add_launcher_argument(parser: argparse.ArgumentParser | argparse._ArgumentGr
 
 
 def run(args: argparse.Namespace) -> int:
-    from userturn.serve.emit import render
+    from userturn.serve.k8s_manifests import render_k8s
     from userturn.serve.launcher import dry_run_key, plan
     from userturn.serve.manifest import load_manifest
+    from userturn.serve.slurm_script import render_slurm
 
     m = load_manifest(args.manifest)
     launcher: Launcher = args.launcher or "local"
     if args.emit and args.launcher:
         raise UserError("--emit writes the job; --launcher runs it: use one of them")
     if args.emit:
-        text = render(m, args.emit)
+        text = render_slurm(m) if args.emit == "slurm" else render_k8s(m)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(text, encoding="utf-8")
@@ -63,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         raise UserError("--out goes with --emit")
     if args.dry_run and launcher == "slurm":
-        from userturn.serve.slurm_script import render_slurm
-
         log = "%A_%a.log" if m.replicas > 1 else "%j.log"
         print(f"# --launcher slurm would run: sbatch --parsable --output=RUN_DIR/{log} --chdir=RUN_DIR "
               "--export=ALL,USERTURN_ENDPOINT_DIR=RUN_DIR/endpoints RUN_DIR/job.sbatch, with job.sbatch:")

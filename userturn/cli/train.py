@@ -62,10 +62,7 @@ def settings_from(args: argparse.Namespace) -> TrainSettings:
     from userturn.core.errors import UserError, first_error
 
     try:
-        return TrainSettings(method=args.method, max_steps=args.max_steps, epochs=args.epochs, lora_r=args.lora_r,
-                             learning_rate=args.learning_rate, seed=args.seed, batch_size=args.batch_size,
-                             grad_accum=args.grad_accum,
-                             max_length=args.max_length, beta=args.beta, threads=args.threads)
+        return TrainSettings(**{name: getattr(args, name) for name in TrainSettings.model_fields if name in args})
     except ValidationError as exc:
         raise UserError(f"train: --{first_error(exc).replace('_', '-')}") from None
 

@@ -39,20 +39,16 @@ def cache_dir_for(path: Path) -> Path:
     return cache_root() / "gguf-tokenizers" / f"{path.stem}-{digest}"
 
 
-def _require_libraries(name: str) -> None:
-    for module in ("gguf", "transformers"):
-        if importlib.util.find_spec(module) is None:
-            raise UserError(f"{name}: reading a GGUF tokenizer needs the {module!r} package: "
-                            "pip install 'userturn[cpu]'")
-
-
 def gguf_tokenizer_dir(name: str) -> Path:
     """A tokenizer directory converted from the GGUF file `name` (cached; converted on first use)."""
     path = gguf_file(name)
     target = cache_dir_for(path)
     if (target / MARKER).is_file():
         return target
-    _require_libraries(name)
+    for module in ("gguf", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            raise UserError(f"{name}: reading a GGUF tokenizer needs the {module!r} package: "
+                            "pip install 'userturn[cpu]'")
     from transformers import AutoTokenizer
 
     try:

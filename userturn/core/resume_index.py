@@ -1,19 +1,16 @@
 """What a resume needs from a results file, read in one streaming pass: the file is the only state.
 
 `scan_results(path)` keeps the keys whose last line is an ok record (a later error line of a key takes it out
-again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). The file is read
-in blocks of `BLOCK_BYTES`, split at its newlines with `bytes.find`. A record line starts with the fields a resume
-reads (`schema_version`, `key`, `status`, `judge_status`, `config_fingerprint`: see `records.ProbeRecord`), so a
-line is first matched against `RECORD_HEAD`, one regular expression anchored at the line's start that accepts only
-those five fields of the current schema, in that order, laid out as the writer writes them (compact), with plain
-strings (no backslash escape, no control character). Every other line (a configuration line, a record of an older
-schema, a key with escapes, a hand-made line with spaces or in another field order) is parsed whole, so what the
-scan finds never depends on the fast path: both read the same state from a line (tests/test_resume_index.py holds
+again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). A record line
+starts with the fields a resume reads (`records.ProbeRecord`), so each line is first matched against `RECORD_HEAD`:
+those five fields of the current schema, in order, written compactly as the writer writes them, with plain strings
+(no escape, no control character). Every other line (a configuration line, an older schema, a key with escapes, a
+hand-made line) is parsed whole, and both paths read the same state from a line (tests/test_resume_index.py holds
 them to it). A final line without a newline that does not parse is a torn write (reported, not an error); any
-other line that does not parse is a UserError naming file:line. (A record line is trusted past its head, duplicate
-fields included: the writer writes whole lines only, and the judge and the report parse every line whole.)
+other line that does not parse is a UserError naming file:line. (A record line is trusted past its head: the writer
+writes whole lines only, and the judge and the report parse every line whole.)
 
-Memory is the ok keys themselves (a set of str, ~120 bytes a key of ~30 characters) and one block: a process
+Memory is the ok keys themselves (a set of str, ~120 bytes a key of ~30 characters) and one buffer: a process
 that scanned 1,000,000 records peaked at 165 MB (benchmarks/bench_scale.py: docs/results-format.md).
 """
 
@@ -23,7 +20,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import orjson
 from pydantic import ValidationError
@@ -32,7 +29,7 @@ from userturn.core.errors import UserError
 from userturn.core.jsonl import config_line, describe_error, legacy_config
 from userturn.core.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
 
-BLOCK_BYTES = 4 << 20  # a read of the file: big enough that reading costs little per line, small beside the keys
+BUFFER_BYTES = 1 << 20  # the file is read in reads this big (its lines are split in C)
 
 _PLAIN = rb'"([^"\\\x00-\x1f]*)"'  # a JSON string that is its own UTF-8 bytes: no escape, no control character
 # The head of a record line exactly as JsonlWriter writes it (compact: `model_dump_json`; a fingerprint is 16 hex
@@ -79,78 +76,39 @@ def scan_results(path: str | Path) -> ResumeIndex:
     if not path.exists():
         return index
     try:
-        fh = path.open("rb", buffering=0)
+        fh = path.open("rb", buffering=BUFFER_BYTES)
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with fh:
-        _scan_file(index, path, fh)
-    return index
-
-
-def _scan_file(index: ResumeIndex, path: Path, fh: BinaryIO) -> None:
-    """Every line of `fh`, block by block; a line cut by a block's end is put together and scanned on its own."""
-    number = 0  # lines before the block's first (whole) line
-    cut: list[bytes] = []  # the start of a line that the last block ended inside
-    while block := fh.read(BLOCK_BYTES):
-        start = 0
-        if cut:
-            newline = block.find(b"\n")
-            if newline < 0:
-                cut.append(block)
-                continue
-            start = newline + 1
-            cut.append(block[:start])
-            number += 1
-            line = b"".join(cut)
-            cut = []
-            _scan_lines(index, path, line, 0, len(line), number - 1)
-        end = block.rfind(b"\n", start) + 1
-        if end > start:
-            number = _scan_lines(index, path, block, start, end, number)
-        else:
-            end = start
-        if end < len(block):
-            cut.append(block[end:])
-    line = b"".join(cut)
-    if line.strip():  # a last line without a newline
-        _add_whole_line(index, path, number + 1, line)
-
-
-def _scan_lines(index: ResumeIndex, path: Path, buf: bytes, pos: int, end: int, number: int) -> int:
-    """The whole lines of `buf[pos:end]` (`end` just past a newline), after `number` lines; the lines so far."""
-    # The hot loop (a million lines): a find, a match and a set operation per record line.
-    match, find = RECORD_HEAD.match, buf.find
+    # The hot loop (a million lines): a match and a set operation per record line.
+    match = RECORD_HEAD.match
     ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
     records = 0
     last_fingerprint = None  # of the last ok line: consecutive records mostly share one
-    while pos < end:
-        newline = find(b"\n", pos, end)
-        number += 1
-        head = match(buf, pos, newline)
-        if head is not None:
-            key_bytes, status, fingerprint = head.groups()
-            try:
-                key = key_bytes.decode()
-            except UnicodeDecodeError:  # not UTF-8: the careful path says so
-                head = None
-        if head is None:
-            line = buf[pos:newline + 1]
-            if line.strip():
-                _add_whole_line(index, path, number, line)
-        elif status == b"ok":
-            records += 1
-            ok_keys.add(key)
-            if fingerprint is None:
-                unfingerprinted.add(key)
-            elif fingerprint != last_fingerprint:
-                last_fingerprint = fingerprint
-                ok_fingerprints.add(fingerprint.decode())
-        else:
-            records += 1
-            ok_keys.discard(key)
-        pos = newline + 1
+    with fh:
+        for number, line in enumerate(fh, start=1):
+            head = match(line) if line.endswith(b"\n") else None  # a last line without a newline: parsed whole
+            if head is not None:
+                key_bytes, status, fingerprint = head.groups()
+                try:
+                    key = key_bytes.decode()
+                except UnicodeDecodeError:  # not UTF-8: the careful path says so
+                    head = None
+            if head is None:
+                if line.strip():
+                    _add_whole_line(index, path, number, line)
+            elif status == b"ok":
+                records += 1
+                ok_keys.add(key)
+                if fingerprint is None:
+                    unfingerprinted.add(key)
+                elif fingerprint != last_fingerprint:
+                    last_fingerprint = fingerprint
+                    ok_fingerprints.add(fingerprint.decode())
+            else:
+                records += 1
+                ok_keys.discard(key)
     index.lines += records
-    return number
+    return index
 
 
 def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
