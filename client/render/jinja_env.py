@@ -184,8 +184,20 @@ class CachedSandbox(ImmutableSandboxedEnvironment):
             return True
         return super().is_safe_callable(obj)
 
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """`message.role` on a plain dict (every message a template sees) without the AttributeError jinja's
+        getattr raises and catches first: a name dict has no attribute of is looked up as the item, as jinja
+        does after that error (the item, or undefined when missing)."""
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
 
 _BUILTIN_METHOD = type("".startswith)
+_DICT_ATTRIBUTES = frozenset(dir(dict))  # every attribute a plain dict has (its type's and object's)
 
 
 def compile_template(source: str, now: datetime) -> jinja2.Template:
