@@ -40,8 +40,10 @@ sample per item (each prompt rendered for one request), >= 0.9x at concurrency 2
 
 Verdicts: each repetition runs raw then userturn back to back, and the ratio target is checked on the median of
 those paired ratios, which a shared VM's minute-to-minute drift (+-30% here) moves far less than a best-of
-comparison; req/s and RSS are checked on the best run. The CPU-time ratio and the host's CPU steal are printed
-beside them as a noise check: on a busy host wall ratios fall apart first.
+comparison; req/s and RSS are checked on the best run. The target is also checked on the median of the paired
+CPU-time ratios (raw CPU / userturn CPU of each repetition's two runs), printed with the host's CPU steal: on a busy
+host wall ratios fall apart first, and the CPU ratio is the throughput ratio to expect where both are CPU-bound.
+`--profile py-spy` also prints the share of samples in each of the probe's stages (benchmarks/profile_stages.py).
 """
 
 from __future__ import annotations
