@@ -12,11 +12,12 @@ from collections import Counter
 from pathlib import Path
 
 EVENT_LOOP = "Runner.run (asyncio/runners.py"
-# (stage, substrings of a frame that put a stack in it), in the order they are tried.
+# (stage, mark): a stack is in the stage when one of its frames holds every substring of the mark; tried in order.
+# Paths are matched by their tail: py-spy shortens them (client/..., or userturn/client/... in a wheel install).
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("chat template render", ("PromptRenderer._render (",)),
     ("dataset re-read (lazy dataset)", ("JsonlItems.read_tagged (",)),
-    ("HTTP client: httpx + aiohttp (as the raw loop)", ("send (client/http/http_client.py",)),
+    ("HTTP client: httpx + aiohttp (as the raw loop)", ("send (", "client/http/http_client.py")),
     ("retry policy (tenacity)", ("tenacity/",)),
     ("per-attempt deadline (asyncio.timeout)", ("asyncio/timeouts.py",)),
     ("reply checks (Endpoint._reply_data)", ("Endpoint._reply_data (",)),
@@ -34,8 +35,8 @@ def stage_of(frames: list[str]) -> str:
     """The stage a stack (outermost frame first) counts for."""
     if not any(EVENT_LOOP in frame for frame in frames):
         return STARTUP
-    for stage, marks in STAGES:
-        if any(mark in frame for frame in frames for mark in marks):
+    for stage, mark in STAGES:
+        if any(all(part in frame for part in mark) for frame in frames):
             return stage
     return "other"
 
