@@ -575,7 +575,8 @@ def parse_args() -> argparse.Namespace:
                         help="run only this scenario (repeatable; default all)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per client; the best wall time is reported")
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--profile", choices=["cprofile", "py-spy"], help="profile the (last) userturn run")
+    parser.add_argument("--profile", choices=["cprofile", "py-spy"],
+                        help="profile one more userturn run per scenario (kept out of the figures)")
     parser.add_argument("--json", type=Path, help="also write all measurements here")
     parser.add_argument("--userturn-cmd", default=str(Path(sys.executable).with_name("userturn")),
                         help="command that runs userturn (shell-split), e.g. to A/B a patched entry point")
@@ -631,8 +632,8 @@ def main() -> None:
                     before = cpu_times()
                     for i in range(args.repeat):
                         result.raw.append(run_raw(server, payloads, args.requests, scenario.concurrency))
-                        profile = args.profile if i == args.repeat - 1 else None
-                        builds = [(result.userturn, args.userturn_cmd, profile, "userturn probe")]
+                        builds: list[tuple[list[ClientRun], str, str | None, str]] = [
+                            (result.userturn, args.userturn_cmd, None, "userturn probe")]
                         if args.baseline_cmd:  # the two builds take turns going first after the raw run
                             builds.insert(i % 2, (result.baseline, args.baseline_cmd, None, "baseline probe"))
                         for runs, command, profiled, name in builds:
@@ -645,14 +646,17 @@ def main() -> None:
                             if wanted:
                                 runs.append(run_raw(server, payloads, args.requests, scenario.concurrency, client))
                     result.steal_pct = steal_percent(before, cpu_times())
+                    if args.profile:  # one more userturn run, under the profiler, kept out of the figures
+                        run_userturn(server, dataset, work, samples, args.requests, scenario.concurrency, tokenizer,
+                                     args.profile, shlex.split(args.userturn_cmd), args.userturn_arg)
                     answered = server.stats().get("answered", 0)
                 extra_clients = bool(args.raw_aiohttp) + bool(args.endpoint_loop) + bool(args.baseline_cmd)
-                expected = (2 + extra_clients) * args.repeat * args.requests
+                expected = (2 + extra_clients) * args.repeat * args.requests + (args.requests if args.profile else 0)
                 if answered != expected:
                     sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
                 report["scenarios"].append(print_scenario(result))
                 if args.profile:
-                    print("  (profiled: the userturn RSS above is the profiler's process, not userturn's)")
+                    print("  (profiled: one more userturn run after these, under the profiler, not in the figures)")
                     print_profile(work, args.profile)
     print_summary(report["scenarios"])
     if args.json:
