@@ -40,8 +40,10 @@ sample per item (each prompt rendered for one request), >= 0.9x at concurrency 2
 
 Verdicts: each repetition runs raw then userturn back to back, and the ratio target is checked on the median of
 those paired ratios, which a shared VM's minute-to-minute drift (+-30% here) moves far less than a best-of
-comparison; req/s and RSS are checked on the best run. The CPU-time ratio and the host's CPU steal are printed
-beside them as a noise check: on a busy host wall ratios fall apart first.
+comparison; req/s and RSS are checked on the best run. The target is also checked on the median of the paired
+CPU-time ratios (raw CPU / userturn CPU of each repetition's two runs), printed with the host's CPU steal: on a busy
+host wall ratios fall apart first, and the CPU ratio is the throughput ratio to expect where both are CPU-bound.
+`--profile py-spy` also prints the share of samples in each of the probe's stages (benchmarks/profile_stages.py).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from loopback_server import LoopbackServer  # noqa: E402
+from profile_stages import print_stages  # noqa: E402
 
 SUMMARY_RATE = re.compile(r"\(([\d.]+) req/s\)")
 
@@ -445,6 +448,12 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+def paired_cpu(raw: list[ClientRun], other: list[ClientRun]) -> float:
+    """The median over repetitions of raw CPU / other CPU, each repetition's two runs taken minutes apart at most:
+    the client-CPU ratio least moved by the host's load drifting between repetitions."""
+    return statistics.median(r.cpu_s / o.cpu_s for r, o in zip(raw, other, strict=True))
+
+
 def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     s = result.scenario
     raw, ut = best(result.raw), best(result.userturn)
@@ -467,23 +476,30 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     pairs = sorted(u.wall_req_s / r.wall_req_s for r, u in zip(result.raw, result.userturn, strict=True))
     paired = statistics.median(pairs)
     print(f"  paired ratios (wall): {', '.join(f'{p:.2f}' for p in pairs)}; median {paired:.2f}x")
-    baseline_paired = baseline_cpu = None
+    baseline_paired = baseline_cpu = baseline_cpu_paired = None
     if result.baseline:
         base_pairs = sorted(b.wall_req_s / r.wall_req_s for r, b in zip(result.raw, result.baseline, strict=True))
         baseline_paired = statistics.median(base_pairs)
         baseline_cpu = statistics.median(b.cpu_us_per_request for b in result.baseline)
+        baseline_cpu_paired = paired_cpu(result.raw, result.baseline)
         print(f"  baseline paired ratios (wall): {', '.join(f'{p:.2f}' for p in base_pairs)}; median "
-              f"{baseline_paired:.2f}x; CPU per request (median) {baseline_cpu:.0f} us")
+              f"{baseline_paired:.2f}x; CPU per request (median) {baseline_cpu:.0f} us; paired CPU ratio raw / "
+              f"baseline (median) {baseline_cpu_paired:.2f}x")
     # Client CPU time per request (whole process: start-up, work, exit) barely moves when the host is busy; with
     # both clients CPU-bound on the same server, raw CPU / userturn CPU is the throughput ratio to expect on a
     # quiet machine.
     raw_cpu = statistics.median(r.cpu_us_per_request for r in result.raw)
     ut_cpu = statistics.median(u.cpu_us_per_request for u in result.userturn)
     cpu_ratio = raw_cpu / ut_cpu
+    cpu_pairs = sorted(r.cpu_s / u.cpu_s for r, u in zip(result.raw, result.userturn, strict=True))
+    cpu_paired = statistics.median(cpu_pairs)
     print(f"  client CPU per request (median): raw {raw_cpu:.0f} us, userturn {ut_cpu:.0f} us; "
           f"raw / userturn {cpu_ratio:.2f}x; CPU steal by the host during the runs {result.steal_pct:.0f}%")
+    print(f"  paired CPU ratios raw / userturn (each repetition's two runs): {', '.join(f'{p:.2f}' for p in cpu_pairs)}"
+          f"; median {cpu_paired:.2f}x")
     target = s.target(result.samples)
-    checks = [f">= {target}x raw: {verdict(paired >= target)} (paired median, wall)"]
+    checks = [f">= {target}x raw: {verdict(paired >= target)} (paired median, wall), {verdict(cpu_paired >= target)} "
+              "(paired median, CPU)"]
     if s.target_rss_mb is not None:
         checks.append(f"peak RSS <= {s.target_rss_mb:.0f} MB: {verdict(ut.peak_rss_mb <= s.target_rss_mb)}")
     print("  targets: " + "; ".join(checks))
@@ -497,27 +513,30 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
             "baseline_ratio_paired_median": baseline_paired, "baseline_cpu_us": baseline_cpu,
             "baseline_peak_rss_mb": best(result.baseline).peak_rss_mb if result.baseline else None,
             "ratio_wall": ratio_wall, "ratio_in_run": ratio_inner, "ratio_paired_median": paired,
-            "target_ratio": target, "cpu_ratio": cpu_ratio, "steal_pct": result.steal_pct}
+            "target_ratio": target, "cpu_ratio": cpu_ratio, "cpu_ratio_paired_median": cpu_paired,
+            "baseline_cpu_ratio_paired_median": baseline_cpu_paired, "steal_pct": result.steal_pct}
 
 
 def print_summary(rows: list[dict[str, Any]]) -> None:
-    """Every workload x scenario of this run on one table: the ratios measured side by side."""
-    print("\nSummary (paired median wall ratio; CPU per request and peak RSS of the userturn process)")
-    print(f"  {'workload':<22}{'scenario':<16}{'raw req/s':>10}{'userturn':>10}{'ratio':>7}{'target':>8}"
-          f"{'CPU us raw/ut':>15}{'RSS MB':>8}")
+    """Every workload x scenario of this run on one table: the ratios measured side by side, each checked against the
+    target (wall: paired median of req/s; CPU: paired median of raw CPU / userturn CPU)."""
+    print("\nSummary (paired medians over repetitions; CPU per request and peak RSS of the userturn process)")
+    print(f"  {'workload':<22}{'scenario':<16}{'raw req/s':>10}{'userturn':>10}{'wall':>7}{'CPU':>7}{'target':>8}"
+          f"{'wall':>6}{'CPU':>6}{'CPU us raw/ut':>15}{'RSS MB':>8}")
     for row in rows:
         s = row["scenario"]
         raw = max(r["wall_req_s"] for r in row["raw"])
         ut = max(u["wall_req_s"] for u in row["userturn"])
         target = row["target_ratio"]
-        mark = f"{target:.1f} {verdict(row['ratio_paired_median'] >= target)}"
+        wall, cpu = row["ratio_paired_median"], row["cpu_ratio_paired_median"]
         print(f"  {row['items']:>6,} x {row['samples']:<2} samples  {s['latency_ms']:>3g} ms c={s['concurrency']:<6}"
-              f"{raw:>10,.0f}{ut:>10,.0f}{row['ratio_paired_median']:>6.2f}x{mark:>9}"
-              f"{row['raw_cpu_us']:>8.0f}/{row['userturn_cpu_us']:<6.0f}{row['peak_rss_mb']:>8.0f}")
+              f"{raw:>10,.0f}{ut:>10,.0f}{wall:>6.2f}x{cpu:>6.2f}x{target:>8.1f}{verdict(wall >= target):>6}"
+              f"{verdict(cpu >= target):>6}{row['raw_cpu_us']:>8.0f}/{row['userturn_cpu_us']:<6.0f}"
+              f"{row['peak_rss_mb']:>8.0f}")
         if row["baseline"]:
             print(f"  {'':<38}{'baseline':>10}{max(b['wall_req_s'] for b in row['baseline']):>10,.0f}"
-                  f"{row['baseline_ratio_paired_median']:>6.2f}x{'':>9}{'':>8} {row['baseline_cpu_us']:<6.0f}"
-                  f"{row['baseline_peak_rss_mb']:>8.0f}")
+                  f"{row['baseline_ratio_paired_median']:>6.2f}x{row['baseline_cpu_ratio_paired_median']:>6.2f}x"
+                  f"{'':>20}{'':>8} {row['baseline_cpu_us']:<6.0f}{row['baseline_peak_rss_mb']:>8.0f}")
 
 
 def print_profile(work: Path, kind: str) -> None:
@@ -541,6 +560,7 @@ def print_profile(work: Path, kind: str) -> None:
         print("\nuserturn probe, py-spy, top 25 leaf frames (share of samples):")
         for frame, count in sorted(totals.items(), key=lambda kv: -kv[1])[:25]:
             print(f"  {100 * count / all_samples:5.1f}%  {frame}")
+        print_stages(path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -555,7 +575,8 @@ def parse_args() -> argparse.Namespace:
                         help="run only this scenario (repeatable; default all)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per client; the best wall time is reported")
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--profile", choices=["cprofile", "py-spy"], help="profile the (last) userturn run")
+    parser.add_argument("--profile", choices=["cprofile", "py-spy"],
+                        help="profile one more userturn run per scenario (kept out of the figures)")
     parser.add_argument("--json", type=Path, help="also write all measurements here")
     parser.add_argument("--userturn-cmd", default=str(Path(sys.executable).with_name("userturn")),
                         help="command that runs userturn (shell-split), e.g. to A/B a patched entry point")
@@ -611,8 +632,8 @@ def main() -> None:
                     before = cpu_times()
                     for i in range(args.repeat):
                         result.raw.append(run_raw(server, payloads, args.requests, scenario.concurrency))
-                        profile = args.profile if i == args.repeat - 1 else None
-                        builds = [(result.userturn, args.userturn_cmd, profile, "userturn probe")]
+                        builds: list[tuple[list[ClientRun], str, str | None, str]] = [
+                            (result.userturn, args.userturn_cmd, None, "userturn probe")]
                         if args.baseline_cmd:  # the two builds take turns going first after the raw run
                             builds.insert(i % 2, (result.baseline, args.baseline_cmd, None, "baseline probe"))
                         for runs, command, profiled, name in builds:
@@ -625,14 +646,17 @@ def main() -> None:
                             if wanted:
                                 runs.append(run_raw(server, payloads, args.requests, scenario.concurrency, client))
                     result.steal_pct = steal_percent(before, cpu_times())
+                    if args.profile:  # one more userturn run, under the profiler, kept out of the figures
+                        run_userturn(server, dataset, work, samples, args.requests, scenario.concurrency, tokenizer,
+                                     args.profile, shlex.split(args.userturn_cmd), args.userturn_arg)
                     answered = server.stats().get("answered", 0)
                 extra_clients = bool(args.raw_aiohttp) + bool(args.endpoint_loop) + bool(args.baseline_cmd)
-                expected = (2 + extra_clients) * args.repeat * args.requests
+                expected = (2 + extra_clients) * args.repeat * args.requests + (args.requests if args.profile else 0)
                 if answered != expected:
                     sys.exit(f"bench_probe: server answered {answered} requests, expected {expected}")
                 report["scenarios"].append(print_scenario(result))
                 if args.profile:
-                    print("  (profiled: the userturn RSS above is the profiler's process, not userturn's)")
+                    print("  (profiled: one more userturn run after these, under the profiler, not in the figures)")
                     print_profile(work, args.profile)
     print_summary(report["scenarios"])
     if args.json:

@@ -409,9 +409,16 @@ def test_broken_template_is_user_error():
     "{{ (messages | first).content.upper() }}|{{ messages | map(attribute='role') | join(',') }}",
     "{{ raise_exception.__globals__ }}",
     "{% for m in messages %}{{ m.content.split(' ')[0].strip() }}{% endfor %}",
+    # dict items read as attributes: a key, a missing key, a key that is also a dict method, a private name
+    "{% for m in messages %}{{ m.role }}:{{ m.reasoning_content is defined }}:{{ m.missing }}{% endfor %}",
+    "{% set d = {'items': 1, 'keys': 'k', 'role': 'r'} %}{{ d.role }}|{{ d.keys is callable }}|{{ d.items()|list }}",
+    "{% set d = {'__class__': 1} %}{{ d.__class__ }}",
+    "{% set d = {'_private': 1} %}{{ d._private }}",
+    "{{ (messages | first).nothing.deeper }}",
 ])
 def test_cached_sandbox_allows_and_refuses_what_transformers_sandbox_does(source):
-    """The memoised safety checks (twice per type/name, builtin methods) decide exactly as the stock sandbox."""
+    """The memoised safety checks (twice per type/name, builtin methods) and the dict-item shortcut decide exactly
+    as the stock sandbox."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from userturn.client.render.jinja_env import CachedSandbox
 

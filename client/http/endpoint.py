@@ -187,6 +187,7 @@ class Endpoint:
         self._retry_if = retry_if_exception_type(RetryableError)
         self._stop = stop_after_attempt(config.max_retries + 1)
         self._last_response = float("-inf")  # monotonic time of the last attempt the server itself answered
+        self._targets: dict[str, httpx.URL] = {}  # path -> its URL, parsed once (httpx parses a str per request)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -236,10 +237,10 @@ class Endpoint:
         return reply if content is reply.content and reason == reply.reason else reply._replace(
             content=content, reason=reason)
 
-    async def _attempt(self, url: str, body: bytes, cap: int, shape: ReplyShape) -> dict[str, Any]:
+    async def _attempt(self, url: str, target: httpx.URL, body: bytes, cap: int, shape: ReplyShape) -> dict[str, Any]:
         try:
             async with asyncio.timeout(self.config.request_timeout):  # one deadline per attempt (httpx's: per phase)
-                reply = await send(self._client, "POST", url, body, cap)
+                reply = await send(self._client, "POST", target, body, cap)
         except ResponseTooLarge as exc:
             self._last_response = time.monotonic()
             raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {self._cap_source(cap)}; "
@@ -309,6 +310,9 @@ class Endpoint:
         run.
         """
         url = self.url(path)
+        target = self._targets.get(path)
+        if target is None:
+            target = self._targets[path] = httpx.URL(url)
         if isinstance(payload, bytes):
             body = payload
         else:
@@ -331,7 +335,7 @@ class Endpoint:
                 with attempt:
                     attempts += 1
                     try:
-                        data = await self._attempt(url, body, cap, shape)
+                        data = await self._attempt(url, target, body, cap, shape)
                     except RetryableError as exc:
                         if first is None:
                             first, failed_at = exc, time.monotonic()

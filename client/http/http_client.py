@@ -117,7 +117,8 @@ async def read_capped(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     return b"".join(parts)
 
 
-async def send(client: httpx.AsyncClient, method: str, url: str, body: bytes | None, limit: int) -> HttpReply:
+async def send(client: httpx.AsyncClient, method: str, url: str | httpx.URL, body: bytes | None,
+               limit: int) -> HttpReply:
     """One request, its (decoded) body read no further than `limit` bytes. Raises what the libraries raise (see
     `classify`), and ResponseTooLarge."""
     response = await client.send(client.build_request(method, url, content=body), stream=True)
