@@ -22,6 +22,7 @@ from userturn.judges.prompt import JudgePrompt, load_prompt
 
 from userturn.core.errors import UserError
 from userturn.core.records import JudgeVerdict, ProbeRecord
+from userturn.core.taxonomy import FOLLOWUP
 
 if TYPE_CHECKING:
     from userturn.judges.backlog import JudgingScan
@@ -41,7 +42,7 @@ class JudgeCounters:
 
     def followup_rate(self) -> float | None:
         labelled = sum(self.labels.values())
-        return self.labels.get("genuine_followup", 0) / labelled if labelled else None
+        return self.labels.get(FOLLOWUP, 0) / labelled if labelled else None
 
 
 class PanelConfig(BaseModel):
