@@ -95,6 +95,20 @@ def task_of(key: str, job_id: str) -> int | None:
     return int(rest) if rest.isdigit() else None
 
 
+def sbatch(script: Path, *, output: str | Path, chdir: Path, export: str, error: type[Exception]) -> str:
+    """Submit `script` (its log appended to `output`, run in `chdir`, with `export`); its job id, else `error` in one
+    line."""
+    argv = ["sbatch", "--parsable", f"--output={output}", "--open-mode=append", f"--chdir={chdir}",
+            f"--export={export}", str(script)]
+    proc = run_slurm_command(argv)
+    if proc.returncode != 0:
+        raise error(f"sbatch {script} failed: {last_line(proc.stderr or proc.stdout)}")
+    job_id = proc.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise error(f"sbatch {script}: unexpected output {proc.stdout.strip()[:100]!r}")
+    return job_id
+
+
 def run_slurm_command(argv: list[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -249,14 +263,7 @@ def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(api_key)
         export += f",USERTURN_API_KEY_FILE={key_file}"
-    argv = ["sbatch", "--parsable", f"--output={log}", "--open-mode=append", f"--chdir={run_dir}",
-            f"--export={export}", str(path)]
-    proc = run_slurm_command(argv)
-    if proc.returncode != 0:
-        raise ServerStartError(f"sbatch {path} failed: {last_line(proc.stderr or proc.stdout)}")
-    job_id = proc.stdout.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise ServerStartError(f"sbatch {path}: unexpected output {proc.stdout.strip()[:100]!r}")
+    job_id = sbatch(path, output=log, chdir=run_dir, export=export, error=ServerStartError)
     return SlurmJob(job_id=job_id, tasks=m.replicas, run_dir=run_dir, router=m.router is not None)
 
 

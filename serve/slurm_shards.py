@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from userturn.serve.slurm_launcher import ACTIVE_STATES, Backoff, SlurmJob, last_line, run_slurm_command
+from userturn.serve.slurm_launcher import ACTIVE_STATES, Backoff, SlurmJob, sbatch
 from userturn.serve.slurm_script import slug
 
 from userturn.core.errors import UserError
@@ -110,14 +110,8 @@ def submit_shards(command: Sequence[str], count: int, run_dir: Path, *, name: st
         old.unlink()
     script = run_dir / "shards.sbatch"
     script.write_text(render_shard_array(command, count, name=name, resources=resources), encoding="utf-8")
-    argv = ["sbatch", "--parsable", f"--output={run_dir / '%A_%a.log'}", "--open-mode=append", f"--chdir={workdir}",
-            f"--export=ALL,USERTURN_SHARD_EXIT_DIR={status_dir}", str(script)]
-    proc = run_slurm_command(argv)
-    if proc.returncode != 0:
-        raise ShardArrayError(f"sbatch {script} failed: {last_line(proc.stderr or proc.stdout)}")
-    job_id = proc.stdout.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise ShardArrayError(f"sbatch {script}: unexpected output {proc.stdout.strip()[:100]!r}")
+    job_id = sbatch(script, output=run_dir / "%A_%a.log", chdir=workdir,
+                    export=f"ALL,USERTURN_SHARD_EXIT_DIR={status_dir}", error=ShardArrayError)
     return ShardArray(SlurmJob(job_id=job_id, tasks=count, run_dir=run_dir), count, status_dir)
 
 
