@@ -240,4 +240,4 @@ def test_on_a_real_cluster_the_array_shards_report_as_the_unsharded_run(cluster:
     assert comparable(*shards) == comparable(whole_file)
     merged = tmp_path / "merged.jsonl"
     merged.write_bytes(b"".join(p.read_bytes() for p in shards))
-    same_report(merged, whole_file)
+    same_report(merged, whole_file, run_dir)
