@@ -414,8 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for note in gen.notes:
         print(f"cpu_engine: {note}", flush=True)
+    packed = gen.worker.packed_bytes
     print(f"cpu_engine: loaded in {time.monotonic() - started:.1f}s ({gen.worker.batch.torch.get_num_threads()} "
-          f"threads, batches of up to {gen.worker.max_rows} rows)", flush=True)
+          f"threads, batches of up to {gen.worker.max_rows} rows"
+          f"{f', +{packed / 1e6:.0f} MB of oneDNN-packed weights for them' if packed else ''})", flush=True)
     app = build_app(gen)
     try:
         web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, handle_signals=True, shutdown_timeout=1,
