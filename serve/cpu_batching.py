@@ -340,12 +340,14 @@ class DecodeBatch:
 
 class BatchWorker:
     """One thread that owns the model: gathers jobs (`window_s` after the first, up to `max_rows` rows), decodes
-    them together, and admits newly arrived jobs between decode steps while rows are free."""
+    them together, and admits newly arrived jobs between decode steps while rows are free. The first time two or
+    more rows are decoded together it packs the model's linear layers (`pack_linears`) and tells `note`."""
 
-    def __init__(self, model: Any, pad_id: int, *, max_rows: int, window_s: float) -> None:
+    def __init__(self, model: Any, pad_id: int, *, max_rows: int, window_s: float,
+                 note: Callable[[str], None] = lambda _: None) -> None:
         self.batch = DecodeBatch(model, pad_id)
         self.max_rows = max_rows if self.batch.pads_rows else 1  # else one request (its n samples) at a time
-        self.packed_bytes = pack_linears(model) if self.max_rows > 1 else 0
+        self.model, self.note, self.packed = model, note, self.max_rows == 1  # one row at a time: nothing to pack
         self.window_s = window_s
         self.jobs: queue.Queue[Job] = queue.Queue()
         self._waiting: list[Job] = []
@@ -384,6 +386,14 @@ class BatchWorker:
             taken.append(job)
         return taken
 
+    def _pack(self) -> None:
+        started = time.monotonic()
+        added = pack_linears(self.model)
+        self.packed = True
+        if added:
+            self.note(f"packed the linear layers for batched steps in {time.monotonic() - started:.1f}s "
+                      f"(+{added / 1e6:.0f} MB)")
+
     @staticmethod
     def _rows(jobs: list[Job]) -> int:
         return sum(len(j.seeds) for j in jobs)
@@ -395,6 +405,8 @@ class BatchWorker:
             while True:
                 jobs = self._take(block=len(self.batch) == 0)
                 try:
+                    if jobs and not self.packed and len(self.batch) + self._rows(jobs) > 1:
+                        self._pack()
                     if jobs:
                         self.batch.admit(jobs)
                     if len(self.batch):

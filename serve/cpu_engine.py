@@ -220,7 +220,8 @@ class Generator:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos or [0])[0]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.context_length: int | None = cfg.context_length or limit
-        self.worker = BatchWorker(self.model, self.pad_id, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000)
+        self.worker = BatchWorker(self.model, self.pad_id, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000,
+                                  note=lambda msg: print(f"cpu_engine: {msg}", flush=True))
 
     def _max_tokens(self, req: SamplingRequest, prompt_len: int) -> int:
         wanted = req.max_tokens or req.max_completion_tokens
@@ -414,10 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for note in gen.notes:
         print(f"cpu_engine: {note}", flush=True)
-    packed = gen.worker.packed_bytes
     print(f"cpu_engine: loaded in {time.monotonic() - started:.1f}s ({gen.worker.batch.torch.get_num_threads()} "
-          f"threads, batches of up to {gen.worker.max_rows} rows"
-          f"{f', +{packed / 1e6:.0f} MB of oneDNN-packed weights for them' if packed else ''})", flush=True)
+          f"threads, batches of up to {gen.worker.max_rows} rows)", flush=True)
     app = build_app(gen)
     try:
         web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, handle_signals=True, shutdown_timeout=1,

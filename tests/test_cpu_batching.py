@@ -194,3 +194,29 @@ def test_packed_linears_keep_one_row_exact_and_a_row_independent_of_its_batch(ti
     packed_lm = (model, tok)
     alone = [decode_all((plain, tok), [spec])[0] for spec in specs]
     assert decode_all(packed_lm, specs) == alone == [decode_all(packed_lm, [spec])[0] for spec in specs]
+
+
+def test_worker_packs_the_linear_layers_at_its_first_batch_of_two_rows(tiny_model_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    notes: list[str] = []
+    worker = BatchWorker(model, tok.pad_token_id, max_rows=4, window_s=0.0, note=notes.append)
+
+    def run(seeds: list[int]) -> None:
+        done = threading.Event()
+        job = make_job(tok, TEXTS[1], SamplingParams(max_tokens=3), seeds, {}, 0)
+        job.on_done = lambda _: done.set()
+        worker.submit(job)
+        assert done.wait(timeout=60)
+
+    run([1])
+    assert notes == [] and any(type(m) is torch.nn.Linear for m in model.modules()), "one row: nothing packed"
+    run([1, 2])
+    run([1, 2])
+    assert len(notes) == 1 and notes[0].startswith("packed the linear layers for batched steps in ")
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
