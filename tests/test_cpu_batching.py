@@ -190,6 +190,11 @@ def test_packed_linears_keep_one_row_exact_and_a_row_independent_of_its_batch(ti
         eight_rows = [m(ids[:, -8:].T).logits for m in (plain, model)]  # 8 sequences of one token
     assert torch.equal(*one_row), "one row takes the plain weight"
     torch.testing.assert_close(*eight_rows, rtol=1e-4, atol=1e-5)
+    head, x = model.lm_head, torch.randn(8, 1, model.lm_head.weight.shape[1])
+    with torch.inference_mode():
+        assert torch.equal(head(x), torch.ops.mkldnn._linear_pointwise(x, head.packed, None, "none", [], "")), \
+            "8 rows take the packed weight"
+        assert torch.equal(head(x[:1]), torch.nn.functional.linear(x[:1], head.weight))
     specs = [(TEXTS[i % 4], SAMPLED if i % 2 else GREEDY, [100 + i]) for i in range(8)]
     packed_lm = (model, tok)
     alone = [decode_all((plain, tok), [spec])[0] for spec in specs]
