@@ -7,7 +7,8 @@ keeps its own position ids. Prompts are prefilled without padding (those of one 
 the k samples of one prompt are prefilled once and their cache rows copied.
 Finished rows leave the batch at once (their cache rows are dropped, and leading columns that no row needs any
 more are trimmed); requests that arrive while a batch runs join it between two decode steps, up to the row cap.
-`BatchWorker` owns the model on one thread: the event loop only hands it jobs and awaits their futures.
+`BatchWorker` owns the model on one thread: the event loop only hands it jobs and awaits their futures; at its
+first batch of two or more rows it packs the linear layers' weights for oneDNN (`pack_linears`).
 """
 
 from __future__ import annotations
