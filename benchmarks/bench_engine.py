@@ -16,6 +16,8 @@ compare the ratios, which come from the same minutes):
   process with the engine idle, on the same torch thread count;
 * with `--invariance N`: the first N MT-Bench reference prompts, greedy and seeded (T=1), each sent alone and then
   in batches of 8 (all at once): how many texts differ (batched arithmetic may differ in the last bits);
+* where the time goes: the engine's decode loop (`DecodeBatch`, linear layers packed as the engine packs them) in
+  this process on the same prompts, one after another and all together: seconds of prefill and of decode steps;
 * shared prompts: 4 requests of one long prompt (k samples of an item, one seed each) against 4 prompts of the
   same length that differ in their first token, `--prefix-tokens` new tokens each: seconds to finish all 4.
 """
@@ -124,6 +126,28 @@ def invariance(url: str, texts: list[str], new_tokens: int) -> str:
     return "; ".join(parts)
 
 
+def split_run(model: Any, prompt_ids: list[list[int]], together: bool, new_tokens: int) -> tuple[float, float, int]:
+    """The engine's decode loop in this process: seconds of prefill, seconds of decode steps, and steps, for the
+    prompts one after another (concurrency 1) or admitted together (8)."""
+    from userturn.serve.cpu_batching import DecodeBatch, Job, SamplingParams
+
+    prefill = decode = 0.0
+    steps = 0
+    for group in [prompt_ids] if together else [[p] for p in prompt_ids]:
+        batch = DecodeBatch(model, 0)
+        jobs = [Job(p, SamplingParams(max_tokens=new_tokens), [0], decode=str, on_done=lambda _: None,
+                    on_error=lambda exc: None) for p in group]
+        started = time.monotonic()
+        batch.admit(jobs)
+        prefill += time.monotonic() - started
+        started = time.monotonic()
+        while len(batch):
+            batch.step()
+            steps += 1
+        decode += time.monotonic() - started
+    return prefill, decode, steps
+
+
 def generate_run(model: Any, tok: Any, texts: list[str], batched: bool, new_tokens: int) -> tuple[float, int]:
     import torch
 
@@ -203,6 +227,16 @@ def main() -> int:
         print(f"bench_engine: round {r + 1}/{args.rounds} done", flush=True)
     same = invariance(url, every[:args.invariance], args.new_tokens) if args.invariance else ""
     stop(proc)
+    from userturn.serve.cpu_batching import pack_linears
+
+    engine_model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    pack_linears(engine_model)  # as the engine's worker does
+    ids = [list(tok(t)["input_ids"]) for t in texts]
+    splits: dict[int, list[tuple[float, float, int]]] = {1: [], 8: []}
+    with torch.inference_mode():
+        for _ in range(args.rounds):
+            for c in splits:
+                splits[c].append(split_run(engine_model, ids, c == 8, n))
     rate = {k: tokens[k] / statistics.median(v) for k, v in seconds.items()}
     print(f"\nprompts: {len(texts)} MT-Bench reference user-turn prompts, {min(lengths)}-{max(lengths)} tokens "
           f"(mean {statistics.mean(lengths):.0f}); {n} new tokens each, greedy; median of {args.rounds} rounds")
@@ -213,6 +247,14 @@ def main() -> int:
     anchor = rate["generate, batched over the 8 (anchor)"]
     print(f"engine c=8 / engine c=1: {c8 / c1:.2f}x (target >= 2.5x)")
     print(f"engine c=8 / batched generate: {c8 / anchor:.2f}x (target >= 0.8x)")
+    print("where the time goes (the engine's decode loop in this process, median of the rounds):")
+    step = {}
+    for c, runs in splits.items():
+        pre, dec = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        step[c] = statistics.median(r[1] / r[2] for r in runs)
+        print(f"  concurrency {c}: prefill {pre:.2f}s + decode {dec:.2f}s ({runs[0][2]} steps of "
+              f"{step[c] * 1e3:.0f} ms): {pre / (pre + dec):.0%} prefill, {n * len(texts) / (pre + dec):.1f} tokens/s")
+    print(f"  an 8-row step costs {step[8] / step[1]:.2f}x a 1-row step")
     shared, distinct = (statistics.median(seconds[k]) for k in list(paths)[4:])
     print(f"\nshared prompt ({len(tok(longest)['input_ids'])} tokens, {args.prefix_tokens} new tokens per sample): "
           f"4 samples of one prompt {shared:.2f}s, 4 distinct prompts {distinct:.2f}s ({distinct / shared:.2f}x)")

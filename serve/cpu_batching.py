@@ -7,7 +7,8 @@ keeps its own position ids. Prompts are prefilled without padding (those of one 
 the k samples of one prompt are prefilled once and their cache rows copied.
 Finished rows leave the batch at once (their cache rows are dropped, and leading columns that no row needs any
 more are trimmed); requests that arrive while a batch runs join it between two decode steps, up to the row cap.
-`BatchWorker` owns the model on one thread: the event loop only hands it jobs and awaits their futures.
+`BatchWorker` owns the model on one thread: the event loop only hands it jobs and awaits their futures; at its
+first batch of two or more rows it packs the linear layers' weights for oneDNN (`pack_linears`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,46 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PREFILL_TOKENS = 8192  # prompt tokens per prefill forward (bounds the attention's memory)
+PACKED_ROWS = range(2, 33)  # inputs of this many rows use the oneDNN-packed weights (a batch's decode step)
+
+
+def pack_linears(model: Any) -> int:
+    """Give every `nn.Linear` of a float32 CPU model a second copy of its weight, packed once in oneDNN's blocked
+    layout (for 8 rows), used for inputs of `PACKED_ROWS` rows: a decode step of a batch, 10-15% faster at 4-8 rows
+    than `F.linear`'s MKL sgemm (docs/cpu-engine.md). One row (a lone request) and prefills keep the plain weight,
+    where MKL is as fast or faster. Returns the bytes added; 0 where oneDNN is missing or its result differs from
+    `F.linear` by more than float32 rounding on a probe input."""
+    import torch
+
+    ops: Any = getattr(torch.ops, "mkldnn", None)
+    linears = [(parent, name, child) for parent in list(model.modules()) for name, child in parent.named_children()
+               if type(child) is torch.nn.Linear and child.weight.dtype == torch.float32
+               and child.weight.device.type == "cpu"]
+    if not linears or not torch.backends.mkldnn.is_available() or not hasattr(ops, "_linear_pointwise"):
+        return 0
+
+    class PackedLinear(torch.nn.Module):
+        def __init__(self, plain: Any) -> None:
+            super().__init__()
+            self.weight, self.bias = plain.weight, plain.bias  # the same parameters (a tied head stays tied)
+            self.packed = ops._reorder_linear_weight(plain.weight.detach(), 8)
+
+        def forward(self, x: Any) -> Any:
+            if x.numel() // x.shape[-1] in PACKED_ROWS:
+                return ops._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            return torch.nn.functional.linear(x, self.weight, self.bias)  # what nn.Linear computes
+
+    try:
+        packed = [(parent, name, PackedLinear(child)) for parent, name, child in linears]
+        probe = torch.randn(8, 1, linears[0][2].in_features, generator=torch.Generator().manual_seed(0))
+        with torch.inference_mode():
+            if not torch.allclose(packed[0][2](probe), linears[0][2](probe), rtol=1e-4, atol=1e-5):
+                return 0
+    except RuntimeError:  # an op this torch build lacks
+        return 0
+    for parent, name, module in packed:
+        setattr(parent, name, module)
+    return sum(m.packed.numel() * m.packed.element_size() for _, _, m in packed)
 
 
 def growing_cache(config: Any) -> Any:
@@ -300,11 +341,14 @@ class DecodeBatch:
 
 class BatchWorker:
     """One thread that owns the model: gathers jobs (`window_s` after the first, up to `max_rows` rows), decodes
-    them together, and admits newly arrived jobs between decode steps while rows are free."""
+    them together, and admits newly arrived jobs between decode steps while rows are free. The first time two or
+    more rows are decoded together it packs the model's linear layers (`pack_linears`) and tells `note`."""
 
-    def __init__(self, model: Any, pad_id: int, *, max_rows: int, window_s: float) -> None:
+    def __init__(self, model: Any, pad_id: int, *, max_rows: int, window_s: float,
+                 note: Callable[[str], None] = lambda _: None) -> None:
         self.batch = DecodeBatch(model, pad_id)
         self.max_rows = max_rows if self.batch.pads_rows else 1  # else one request (its n samples) at a time
+        self.model, self.note, self.packed = model, note, self.max_rows == 1  # one row at a time: nothing to pack
         self.window_s = window_s
         self.jobs: queue.Queue[Job] = queue.Queue()
         self._waiting: list[Job] = []
@@ -343,6 +387,14 @@ class BatchWorker:
             taken.append(job)
         return taken
 
+    def _pack(self) -> None:
+        started = time.monotonic()
+        added = pack_linears(self.model)
+        self.packed = True
+        if added:
+            self.note(f"packed the linear layers for batched steps in {time.monotonic() - started:.1f}s "
+                      f"(+{added / 1e6:.0f} MB)")
+
     @staticmethod
     def _rows(jobs: list[Job]) -> int:
         return sum(len(j.seeds) for j in jobs)
@@ -354,6 +406,8 @@ class BatchWorker:
             while True:
                 jobs = self._take(block=len(self.batch) == 0)
                 try:
+                    if jobs and not self.packed and len(self.batch) + self._rows(jobs) > 1:
+                        self._pack()
                     if jobs:
                         self.batch.admit(jobs)
                     if len(self.batch):

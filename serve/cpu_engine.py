@@ -220,7 +220,8 @@ class Generator:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos or [0])[0]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.context_length: int | None = cfg.context_length or limit
-        self.worker = BatchWorker(self.model, self.pad_id, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000)
+        self.worker = BatchWorker(self.model, self.pad_id, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000,
+                                  note=lambda msg: print(f"cpu_engine: {msg}", flush=True))
 
     def _max_tokens(self, req: SamplingRequest, prompt_len: int) -> int:
         wanted = req.max_tokens or req.max_completion_tokens

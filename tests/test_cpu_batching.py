@@ -1,5 +1,6 @@
 """The engine's decode loop, in process on the tiny model: greedy equals `generate`, a row's text does not depend
-on its batch, per-row stops and budgets, shared prompts prefilled once, the worker thread's admission."""
+on its batch, per-row stops and budgets, shared prompts prefilled once, the worker thread's admission, the
+oneDNN-packed linear layers of batched steps."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from userturn.serve.cpu_batching import (
     DecodeBatch,
     Job,
     SamplingParams,
+    pack_linears,
     sample_seeds,
     sample_token,
 )
@@ -164,3 +166,62 @@ def test_worker_admits_arrivals_into_a_running_batch(lm: tuple[Any, Any]) -> Non
     assert [out[0], out[1]] == expected
     assert isinstance(out[2], ValueError), "a bad request fails alone"
     assert max(seen_rows) == 3 and seen_rows[0] == 1, "the later job joined the running one"
+
+
+def test_packed_linears_keep_one_row_exact_and_a_row_independent_of_its_batch(tiny_model_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    weights = sum(m.weight.numel() * 4 for m in linears)
+    added = pack_linears(model)
+    assert added >= weights > 0, "every linear layer got a packed float32 copy"
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert pack_linears(model) == 0, "packing twice packs nothing more"
+    assert pack_linears(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)) == 0
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ids = tok(TEXTS[0], return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        one_row = [m(ids[:, -1:]).logits for m in (plain, model)]
+        eight_rows = [m(ids[:, -8:].T).logits for m in (plain, model)]  # 8 sequences of one token
+    assert torch.equal(*one_row), "one row takes the plain weight"
+    torch.testing.assert_close(*eight_rows, rtol=1e-4, atol=1e-5)
+    head, x = model.lm_head, torch.randn(8, 1, model.lm_head.weight.shape[1])
+    with torch.inference_mode():
+        assert torch.equal(head(x), torch.ops.mkldnn._linear_pointwise(x, head.packed, None, "none", [], "")), \
+            "8 rows take the packed weight"
+        assert torch.equal(head(x[:1]), torch.nn.functional.linear(x[:1], head.weight))
+    specs = [(TEXTS[i % 4], SAMPLED if i % 2 else GREEDY, [100 + i]) for i in range(8)]
+    packed_lm = (model, tok)
+    alone = [decode_all((plain, tok), [spec])[0] for spec in specs]
+    assert decode_all(packed_lm, specs) == alone == [decode_all(packed_lm, [spec])[0] for spec in specs]
+
+
+def test_worker_packs_the_linear_layers_at_its_first_batch_of_two_rows(tiny_model_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    notes: list[str] = []
+    worker = BatchWorker(model, tok.pad_token_id, max_rows=4, window_s=0.0, note=notes.append)
+
+    def run(seeds: list[int]) -> None:
+        done = threading.Event()
+        job = make_job(tok, TEXTS[1], SamplingParams(max_tokens=3), seeds, {}, 0)
+        job.on_done = lambda _: done.set()
+        worker.submit(job)
+        assert done.wait(timeout=60)
+
+    run([1])
+    assert notes == [] and any(type(m) is torch.nn.Linear for m in model.modules()), "one row: nothing packed"
+    run([1, 2])
+    run([1, 2])
+    assert len(notes) == 1 and notes[0].startswith("packed the linear layers for batched steps in ")
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
