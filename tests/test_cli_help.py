@@ -82,5 +82,5 @@ def test_building_the_parser_imports_no_command_implementation() -> None:
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                  .stdout.split())
     heavy = {"userturn.orchestrate.training_run", "userturn.client.train.trainer", "userturn.client.train.data",
-             "userturn.orchestrate.posttrain", "trl", "peft"}
+             "userturn.orchestrate.posttrain", "userturn.core.jsonl", "userturn.core.records", "trl", "peft"}
     assert not loaded & heavy, loaded & heavy

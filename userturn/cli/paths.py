@@ -14,7 +14,6 @@ from pathlib import Path
 from userturn.cli.results_args import COMMANDS as RESULTS_COMMANDS
 from userturn.cli.results_args import judge_out_is_folder
 from userturn.core.errors import UserError
-from userturn.core.results_files import results_files
 
 # per command: (attribute, flag as the user typed it)
 INPUT_FILES: dict[str, list[tuple[str, str]]] = {  # RESULTS (files or folders): cli.results_args
@@ -80,6 +79,8 @@ def check_paths(args: argparse.Namespace) -> None:
     """Check every path flag of the parsed command (see the tables above) before it runs."""
     command = str(getattr(args, "command", ""))
     if command in RESULTS_COMMANDS and getattr(args, "results", None) is not None:
+        from userturn.core.results_files import results_files
+
         results_files(args.results, RESULTS_COMMANDS[command])
         if command == "judge" and args.out is not None:
             (output_dir if judge_out_is_folder(args.results) else output_file)(args.out, "--out")

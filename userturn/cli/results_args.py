@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from userturn.core.results_files import Judged
+if TYPE_CHECKING:  # the parser is built before every command: the readers load only when one runs
+    from userturn.core.results_files import Judged
 
 COMMANDS: dict[str, Judged] = {"report": "prefer_judged", "show": "prefer_judged", "export": "prefer_judged",
                                "rerank": "prefer_judged", "judge": "skip_judged", "compact": "all"}

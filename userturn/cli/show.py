@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from userturn.core.errors import UserError
-from userturn.core.results_files import configs_of, results_files
 
 EXAMPLES = """examples:
   userturn show runs/smoke/results.jsonl
@@ -56,9 +56,11 @@ def _date(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"expected YYYY-MM-DD, got {text!r}") from None
 
 
-def replayer(args: argparse.Namespace) -> Any:
-    """The `Replayer` of the flags (a manifest's probe: section fills what they leave out)."""
+def replayer(args: argparse.Namespace, paths: list[Path]) -> Any:
+    """The `Replayer` of the flags for the results files `paths` (a manifest's probe: section fills what the flags
+    leave out)."""
     from userturn.client.render.prompt_replay import Replayer
+    from userturn.core.results_files import configs_of
 
     tokenizer, chat_template, renderer = args.tokenizer, args.chat_template, args.renderer
     if args.manifest is not None:
@@ -70,7 +72,7 @@ def replayer(args: argparse.Namespace) -> Any:
         tokenizer = tokenizer or layer.tokenizer
         chat_template = chat_template or layer.chat_template
         renderer = renderer or layer.renderer
-    return Replayer(tokenizer, chat_template, renderer, now=args.date, configs=configs_of(results_files(args.results)))
+    return Replayer(tokenizer, chat_template, renderer, now=args.date, configs=configs_of(paths))
 
 
 def wants_record(args: argparse.Namespace) -> bool:
@@ -84,6 +86,7 @@ def show_record(args: argparse.Namespace) -> int:
     from userturn.client.analysis.show import record_view
     from userturn.client.render.prompt_replay import find_record
     from userturn.client.short_keys import resolve_key
+    from userturn.core.results_files import results_files
 
     flags = [f for f, given in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template),
                                 ("--renderer", args.renderer), ("--manifest", args.manifest),
@@ -94,7 +97,7 @@ def show_record(args: argparse.Namespace) -> int:
         raise UserError("--limit applies to the table of turns, not to one KEY")
     paths = results_files(args.results)
     record = find_record(paths, resolve_key(paths, args.key))
-    replay = replayer(args)
+    replay = replayer(args, paths)
     try:
         prompt = replay.prompt(record)
         problem = None
