@@ -11,6 +11,7 @@ perturbed (the model did not react to the answer at all).
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
@@ -65,8 +66,14 @@ def _verdict(record: ProbeRecord) -> str:
     return f"[{label}{'; ' + ending if ending else ''}]"
 
 
+def _natural(text: str) -> list[tuple[int, int | str]]:
+    """A sort key that orders the numbers inside ids by value (`q2` before `q11`)."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part]
+
+
 def turns_beside_human(records: Sequence[ProbeRecord], width: int, results: str = "RESULTS") -> list[str]:
-    """Per item (the first SHOWN_ITEMS): the user's query, the human's real next turn where the dataset has one,
+    """Per item (the first SHOWN_ITEMS by id, so the same whatever the order of the records, e.g. of a run's
+    shards): the user's query, the human's real next turn where the dataset has one,
     then each generated turn with its temperature, perturbation, label and how it ended. Plain lines (markup
     escaped), none wider than `width`."""
     ok = [r for r in records if r.status == "ok"]
@@ -81,7 +88,10 @@ def turns_beside_human(records: Sequence[ProbeRecord], width: int, results: str 
     lines = textwrap.wrap(f"Generated user turns{what}, each beside the human's real next turn where the dataset "
                           "has one:", width)
     shown = 0
-    for (model, dataset, item), members in list(by_item.items())[:SHOWN_ITEMS]:
+    first_seen = {key[:2]: n for n, key in reversed(list(enumerate(by_item)))}  # models and datasets in run order
+    chosen = sorted(by_item, key=lambda k: (first_seen[k[:2]], _natural(k[2])))[:SHOWN_ITEMS]  # any file order
+    for model, dataset, item in chosen:
+        members = by_item[(model, dataset, item)]
         members.sort(key=lambda r: (r.perturbation != "none", r.perturbation, r.temperature, r.sample))
         name = f"{model} · {dataset} · " if len(models) > 1 or len(datasets) > 1 else ""
         lines.append("── " + f"{name}item {item} ".ljust(max(10, width - 3), "─")[: width - 3])

@@ -53,7 +53,7 @@ def root_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def _flags(*pairs: tuple[str, object]) -> list[str]:
+def flag_args(*pairs: tuple[str, object]) -> list[str]:
     """`flag value` for each pair with a value; a flag alone for True; nothing for None or False."""
     out: list[str] = []
     for flag, value in pairs:
@@ -68,7 +68,7 @@ def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python
                 model: str | None = None, node_rank: int | str | None = None,
                 dist_init_addr: str | None = None, api_key: str | None = None) -> list[str]:
     """`python -m sglang.launch_server ...` with the flag names of sglang's server_args.py."""
-    argv = [python, "-m", SGLANG_MODULE, *_flags(
+    argv = [python, "-m", SGLANG_MODULE, *flag_args(
         ("--model-path", model or m.resolve_path(m.model) or ""), ("--tokenizer-path", m.resolve_path(m.tokenizer)),
         ("--revision", m.revision), ("--host", host or m.host), ("--port", port), ("--tp-size", m.tp_size),
         ("--dp-size", m.dp_size), ("--mem-fraction-static", m.mem_fraction_static),
@@ -81,7 +81,7 @@ def sglang_argv(m: Manifest, *, port: int | str, host: str | None = None, python
             raise UserError(f"{m.source or 'manifest'}: dist_init_addr: needed when nnodes > 1 (host:port of node 0)")
         argv += ["--nnodes", str(m.nnodes), "--node-rank", str(0 if node_rank is None else node_rank),
                  "--dist-init-addr", addr]
-    argv += _flags(("--served-model-name", m.request_model_name), ("--api-key", api_key))
+    argv += flag_args(("--served-model-name", m.request_model_name), ("--api-key", api_key))
     return argv + list(m.extra_args)
 
 
@@ -90,7 +90,7 @@ def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: s
     """`vllm serve MODEL ...` with the flag names of vLLM's engine args (one node: tp x dp GPUs).
     `--generation-config vllm`: sampling settings a request leaves out take vLLM's neutral defaults, not the
     model's generation_config.json (which would silently change e.g. top_p); `extra_args` can say otherwise."""
-    return [VLLM, "serve", model or m.resolve_path(m.model) or "", *_flags(
+    return [VLLM, "serve", model or m.resolve_path(m.model) or "", *flag_args(
         ("--tokenizer", m.resolve_path(m.tokenizer)), ("--revision", m.revision), ("--host", host or m.host),
         ("--port", port), ("--tensor-parallel-size", m.tp_size), ("--data-parallel-size", m.dp_size),
         ("--gpu-memory-utilization", m.mem_fraction_static), ("--max-model-len", m.context_length),
@@ -103,7 +103,7 @@ def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: s
 def cpu_engine_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
                     model: str | None = None, threads: int | None = None) -> list[str]:
     """`python -m userturn.serve.cpu_engine ...` (the embedded transformers engine)."""
-    return [python, "-m", CPU_ENGINE_MODULE, *_flags(
+    return [python, "-m", CPU_ENGINE_MODULE, *flag_args(
         ("--model", model or m.resolve_path(m.model) or ""), ("--tokenizer", m.resolve_path(m.tokenizer)),
         ("--revision", m.revision), ("--host", host or m.host), ("--port", port),
         ("--served-model-name", m.request_model_name), ("--dtype", m.dtype), ("--seed", m.seed),
@@ -115,7 +115,7 @@ def llamacpp_argv(m: Manifest, *, port: int | str, host: str | None = None, mode
                   api_key: str | None = None) -> list[str]:
     """`llama-server ...`: a .gguf path is `-m`, anything else a hub repo for `-hf` (repo[:quant])."""
     target = model or m.resolve_path(m.model) or ""
-    return [LLAMA_SERVER, "-m" if target.endswith(".gguf") or Path(target).is_file() else "-hf", target, *_flags(
+    return [LLAMA_SERVER, "-m" if target.endswith(".gguf") or Path(target).is_file() else "-hf", target, *flag_args(
         ("--host", host or m.host), ("--port", port), ("--alias", m.request_model_name), ("--jinja", True),
         ("--ctx-size", m.context_length), ("--seed", m.seed), ("--chat-template-file", m.resolve_path(m.chat_template)),
         ("--n-gpu-layers", 999 if m.gpus_per_replica > 0 else None), ("--api-key", api_key)), *m.extra_args]

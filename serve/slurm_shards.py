@@ -101,7 +101,7 @@ def submit_shards(command: Sequence[str], count: int, run_dir: Path, *, name: st
     """Write the array's script into `run_dir` and sbatch it (logs `<job>_<task>.log` there, appended to on requeue;
     the tasks start in `workdir`)."""
     if shutil.which("sbatch") is None:
-        raise ShardArrayError("--launcher slurm: sbatch not found on PATH (run on a SLURM login node)")
+        raise UserError("--launcher slurm: sbatch not found on PATH (run on a SLURM login node)")  # as for servers
     run_dir = run_dir.resolve()  # the tasks start elsewhere, maybe on another node
     run_dir.mkdir(parents=True, exist_ok=True)
     status_dir = run_dir / "exit"

