@@ -65,6 +65,17 @@ def test_errors_name_the_file_and_key(tmp_path: Path, extra: str, message: str):
         load_experiment(write(tmp_path, BASE + extra))
 
 
+def test_a_model_entry_s_assistant_temperature_decides_for_that_model(tmp_path: Path):
+    """assistant_samples > 1 needs a sampled answer for every model: a model entry's own 0 is refused, and its own
+    0.7 stands for it where the experiment sets none."""
+    entry = BASE.replace("    model: m\n", "    model: m\n    assistant_temperature: {t}\n")
+    more = "assistant_samples: 4\nassistant_from: model\n"
+    with pytest.raises(UserError, match=r"needs assistant_temperature > 0 \(greedy answers are equal\): models.0"):
+        load_experiment(write(tmp_path, entry.format(t=0) + more + "assistant_temperature: 0.7\n"))
+    exp, _ = load_experiment(write(tmp_path, entry.format(t=0.7) + more))
+    assert exp.models[0].assistant_temperature == 0.7
+
+
 def test_model_entry_needs_one_kind(tmp_path: Path):
     text = "name: t\nmodels:\n  - model: m\ndatasets: [gsm8k]\n"
     with pytest.raises(UserError, match=r"models.0: Value error, give either `manifest`, or `base_url` and `model`"):

@@ -137,8 +137,12 @@ class Experiment(Options):
         if self.assistant_samples > 1:
             if self.assistant_from == "dataset":
                 raise ValueError("assistant_samples > 1 needs assistant_from: model")
-            if not self.assistant_temperature:
-                raise ValueError("assistant_samples > 1 needs assistant_temperature > 0 (greedy answers are equal)")
+            for n, m in enumerate(self.models):  # a model entry's own value wins over the experiment's
+                t = next((v for v in (m.assistant_temperature, self.assistant_temperature) if v is not None),
+                         defaults.ASSISTANT_TEMPERATURE)
+                if not t:
+                    raise ValueError(f"assistant_samples > 1 needs assistant_temperature > 0 (greedy answers are "
+                                     f"equal){f': models.{n} sets 0' if m.assistant_temperature is not None else ''}")
         return self
 
 
