@@ -48,7 +48,7 @@ def pack_linears(model: Any) -> int:
             self.packed = ops._reorder_linear_weight(plain.weight.detach(), 8)
 
         def forward(self, x: Any) -> Any:
-            if x.numel() // x.shape[-1] in PACKED_ROWS:
+            if x.dim() == 3 and x.shape[1] == 1 and x.shape[0] in PACKED_ROWS:  # one token per row: a decode step
                 return ops._linear_pointwise(x, self.packed, self.bias, "none", [], "")
             return torch.nn.functional.linear(x, self.weight, self.bias)  # what nn.Linear computes
 
