@@ -14,6 +14,7 @@ import orjson
 
 from userturn.core.errors import UserError
 from userturn.core.jsonl import iter_lines
+from userturn.core.results_files import as_paths
 
 MIN_DIGITS = 7
 
@@ -41,12 +42,10 @@ def resolve_key(paths: str | Path | Sequence[str | Path], text: str) -> str:
     unchanged (the caller's lookup reports it with the closest keys)."""
     if not text:
         return text
-    files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    files = as_paths(paths)
     matches: set[str] = set()
     lowered = text.lower()
     for path in files:
-        if not path.is_file():
-            raise UserError(f"results file not found: {path}")
         for _, raw, _ in iter_lines(path):
             try:
                 key = orjson.loads(raw).get("key")

@@ -23,9 +23,8 @@ from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
 from userturn.judges.report_scan import RowId, Scan, base_name, scan_files
 from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
 
-from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
-from userturn.core.results_files import read_results
+from userturn.core.results_files import as_paths, read_results
 from userturn.core.taxonomy import FOLLOWUP, LABELS
 
 UNFINGERPRINTED = "unfingerprinted"
@@ -320,11 +319,7 @@ def load_results(path: str | Path | Sequence[str | Path]) -> list[ProbeRecord]:
     line -> UserError.
 
     Loads every record: use `summarise_file` for large files."""
-    paths = [Path(path)] if isinstance(path, str | Path) else [Path(p) for p in path]
-    for p in paths:
-        if not p.is_file():
-            raise UserError(f"results file not found: {p}")
-    records, _ = read_results(paths)
+    records, _ = read_results(as_paths(path))
     return list(records.values())
 
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from userturn.core.errors import UserError, first_error
 from userturn.core.jsonl import config_line, iter_lines, legacy_config
 from userturn.core.records import GroupKey, line_group_key, line_group_values
+from userturn.core.results_files import as_paths
 from userturn.core.taxonomy import LABELS
 
 _LABELS = frozenset(LABELS)
@@ -247,16 +248,12 @@ class Scan:
         return keep
 
 
-def _paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
-    return [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
-
-
 def iter_checked(paths: str | Path | Sequence[str | Path]) -> Iterator[tuple[Path, int, dict, bytes]]:
     """(file, line number, record dict, raw line) for each record line, exactly the lines `scan_files` counts (in
     the same order); configuration lines and a torn final line are skipped, any other malformed line is a UserError
     naming file:line."""
     checker = Scan()
-    for path in _paths(paths):
+    for path in as_paths(paths):
         for number, raw, complete in iter_lines(path):
             try:
                 d = orjson.loads(raw)
@@ -277,9 +274,7 @@ def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:
     last line of a key and configuration counts, in whichever file it is. Missing file or malformed line ->
     UserError naming file:line."""
     scan = Scan()
-    for path in _paths(paths):
-        if not path.is_file():
-            raise UserError(f"results file not found: {path}")
+    for path in as_paths(paths):
         try:
             for number, raw, complete in iter_lines(path):
                 try:

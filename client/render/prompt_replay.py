@@ -26,6 +26,7 @@ from userturn.client.render.templates import PromptRenderer
 from userturn.core.errors import UserError, first_error
 from userturn.core.jsonl import iter_lines, read_configs
 from userturn.core.records import ConfigLine, ProbeRecord, sha256_text
+from userturn.core.results_files import as_paths
 
 
 @dataclass(frozen=True)
@@ -125,13 +126,11 @@ def find_record(paths: str | Path | Sequence[str | Path], key: str, *, suggestio
     millions of lines is never held; only its keys are, for the suggestions). Unknown key: UserError with the
     closest keys. A key recorded with two configurations is a UserError naming both (a concatenation of two runs:
     read them apart)."""
-    files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    files = as_paths(paths)
     found: tuple[Path, int, bytes] | None = None
     fingerprints: set[object] = set()
     keys: set[str] = set()
     for path in files:
-        if not path.is_file():
-            raise UserError(f"results file not found: {path}")
         for number, raw, complete in iter_lines(path):
             try:
                 obj = orjson.loads(raw)

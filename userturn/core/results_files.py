@@ -76,6 +76,15 @@ def results_files(named: PathLike | Sequence[PathLike], judged: Judged = "prefer
     return files
 
 
+def as_paths(named: PathLike | Sequence[PathLike]) -> list[Path]:
+    """A reader's argument, one results file or several, as paths of files that exist (else UserError naming it)."""
+    paths = [Path(named)] if isinstance(named, str | Path) else [Path(p) for p in named]
+    for path in paths:
+        if not path.is_file():
+            raise UserError(f"results file not found: {path}")
+    return paths
+
+
 def describe(named: PathLike | Sequence[PathLike]) -> str:
     """The files and folders named, as a title shows them (one file: its path, as given)."""
     return str(named) if isinstance(named, str | Path) else " ".join(map(str, named))
