@@ -107,25 +107,34 @@ def fake_slurm(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return fake, {**os.environ, "OPENAI_API_KEY": "", "FAKE": str(fake), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-@pytest.mark.slow
-def test_run_workers_on_slurm_submits_one_array_and_writes_the_unsharded_records(tmp_path: Path) -> None:
+def whole_and_array(tmp_path: Path, env: dict[str, str], perturbations: str, *, timeout: int
+                    ) -> subprocess.CompletedProcess[str]:
+    """Experiment `arr` (10 items, a loopback model, T=0.5, `perturbations`) run whole into `whole/` (must exit 0),
+    then as `run --workers 2 --launcher slurm` into `split/`: that second run."""
     from loopback_server import LoopbackServer
-    from test_shard_e2e import QWEN_DIR, USERTURN, comparable, write_dataset
+    from test_shard_e2e import QWEN_DIR, USERTURN, write_dataset
 
-    fake, env = fake_slurm(tmp_path)
     write_dataset(tmp_path / "data.jsonl", n=10)
     with LoopbackServer() as server:
-        path = tmp_path / "exp.yaml"
-        path.write_text(f"name: arr\nmodels: [{{base_url: {server.base_url}, model: loopback, tokenizer: {QWEN_DIR}}}]"
-                        "\ndatasets: [data.jsonl]\nperturbations: [none, swap]\ntemperatures: [0.5]\n")
+        (tmp_path / "exp.yaml").write_text(
+            f"name: arr\nmodels: [{{base_url: {server.base_url}, model: loopback, tokenizer: {QWEN_DIR}}}]\n"
+            f"datasets: [data.jsonl]\nperturbations: [{perturbations}]\ntemperatures: [0.5]\n")
 
         def run(*flags: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([*USERTURN, "run", "exp.yaml", *flags], capture_output=True, text=True,
-                                  timeout=240, env=env, cwd=tmp_path)
+                                  timeout=timeout, env=env, cwd=tmp_path)
 
         whole = run("--out-dir", "whole", "--no-progress")
         assert whole.returncode == 0, whole.stderr
-        split = run("--out-dir", "split", "--workers", "2", "--launcher", "slurm")
+        return run("--out-dir", "split", "--workers", "2", "--launcher", "slurm")
+
+
+@pytest.mark.slow
+def test_run_workers_on_slurm_submits_one_array_and_writes_the_unsharded_records(tmp_path: Path) -> None:
+    from test_shard_e2e import comparable
+
+    fake, env = fake_slurm(tmp_path)
+    split = whole_and_array(tmp_path, env, "none, swap", timeout=240)
     assert split.returncode == 0, split.stderr
     run_dir = tmp_path / "split" / "arr"
     assert "userturn: submitted slurm job array 77 (2 shards; script" in split.stderr
@@ -210,24 +219,10 @@ def cluster() -> str:
 def test_on_a_real_cluster_the_array_shards_report_as_the_unsharded_run(cluster: str, tmp_path: Path) -> None:
     """`run --workers 2 --launcher slurm` on a real SLURM: one array job, its two tasks write the records and the
     report of the unsharded run, and leave nothing queued."""
-    from loopback_server import LoopbackServer
-    from test_shard_e2e import QWEN_DIR, USERTURN, comparable, same_report, write_dataset
+    from test_shard_e2e import comparable, same_report
     from userturn.serve.slurm_launcher import ACTIVE_STATES
 
-    write_dataset(tmp_path / "data.jsonl", n=10)
-    env = {**os.environ, "OPENAI_API_KEY": ""}
-    with LoopbackServer() as server:
-        (tmp_path / "exp.yaml").write_text(
-            f"name: arr\nmodels: [{{base_url: {server.base_url}, model: loopback, tokenizer: {QWEN_DIR}}}]\n"
-            "datasets: [data.jsonl]\nperturbations: [none, swap, wrong_answer]\ntemperatures: [0.5]\n")
-
-        def run(*flags: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([*USERTURN, "run", "exp.yaml", *flags], capture_output=True, text=True,
-                                  timeout=400, env=env, cwd=tmp_path)
-
-        whole = run("--out-dir", "whole", "--no-progress")
-        assert whole.returncode == 0, whole.stderr
-        split = run("--out-dir", "split", "--workers", "2", "--launcher", "slurm")
+    split = whole_and_array(tmp_path, {**os.environ, "OPENAI_API_KEY": ""}, "none, swap, wrong_answer", timeout=400)
     assert split.returncode == 0, split.stderr[-3000:]
     job = split.stderr.split("submitted slurm job array ", 1)[1].split()[0]
     queued = subprocess.run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"], capture_output=True, text=True,
