@@ -12,7 +12,7 @@ import io
 from collections.abc import Callable, Sequence
 
 from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import fmt_temp
+from userturn.judges.report_table import delta_cell, fmt_temp, interval_cell
 
 from userturn.core.taxonomy import LABELS
 
@@ -41,21 +41,6 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 
-def _interval(low: float | None, high: float | None, signed: bool = False) -> str:
-    if low is None or high is None:
-        return ""
-    spec = "+.1f" if signed else ".1f"
-    return f"[{100 * low:{spec}}, {100 * high:{spec}}]"
-
-
-def _delta(g: GroupSummary) -> str:
-    if g.perturbation == "none":
-        return "—"
-    if g.delta_vs_none is None:
-        return "n/a"
-    return f"{100 * g.delta_vs_none:+.1f} {_interval(g.delta_ci_low, g.delta_ci_high, signed=True)}"
-
-
 HEADER = ["model", "dataset", "mode", "perturbation", "settings", "T", "n", "follow-up % [95% CI]",
           "Δ vs none pp [95% CI]", "accuracy %", "excluded"]  # mode and settings only where rows differ in them
 NUMERIC = {"T", "n", "follow-up % [95% CI]", "Δ vs none pp [95% CI]", "accuracy %", "excluded"}
@@ -70,8 +55,9 @@ def _cells(groups: Sequence[GroupSummary]) -> tuple[list[str], list[list[str]]]:
     hidden |= set() if any(g.settings for g in groups) else {"settings"}
     shown = [i for i, name in enumerate(HEADER) if name not in hidden]
     rows = [[g.model, g.dataset, g.mode, g.perturbation, g.settings, fmt_temp(g.temperature), str(g.n),
-             "—" if g.followup_rate is None else f"{_pct(g.followup_rate)} {_interval(g.ci_low, g.ci_high)}",
-             _delta(g), _pct(g.accuracy), f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"] for g in groups]
+             "—" if g.followup_rate is None else f"{_pct(g.followup_rate)} {interval_cell(g.ci_low, g.ci_high)}",
+             delta_cell(g).replace("\n", " "), _pct(g.accuracy),
+             f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"] for g in groups]
     return [HEADER[i] for i in shown], [[row[i] for i in shown] for row in rows]
 
 

@@ -58,18 +58,19 @@ def fmt_tokens(count: int) -> str:
     return f"{count / 1_000_000:.1f}M"
 
 
-def _interval(low: float | None, high: float | None, signed: bool = False) -> str:
+def interval_cell(low: float | None, high: float | None, signed: bool = False) -> str:
+    """`[low, high]` in percent, one decimal ('' when either is missing)."""
     sign = "+" if signed else ""
     return "" if low is None or high is None else f"[{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]"
 
 
-def _delta_cell(group: GroupSummary) -> str:
+def delta_cell(group: GroupSummary) -> str:
     """Compact Δ: value on the first line, paired interval below ('—' for none rows, 'n/a' with no pairing)."""
     if group.perturbation == "none":
         return "—"
     if group.delta_vs_none is None:
         return "n/a"
-    return f"{100 * group.delta_vs_none:+.1f}\n{_interval(group.delta_ci_low, group.delta_ci_high, signed=True)}"
+    return f"{100 * group.delta_vs_none:+.1f}\n{interval_cell(group.delta_ci_low, group.delta_ci_high, signed=True)}"
 
 
 def _row_name(group: GroupSummary, show_mode: bool, width: int = NAME_WIDTH) -> str:
@@ -106,8 +107,8 @@ def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False, 
     rows = []
     for g in groups:
         accuracy = "—" if g.accuracy is None else f"{100 * g.accuracy:.1f}%"
-        rate = "—" if g.followup_rate is None else f"{fmt_rate(g.followup_rate)}\n{_interval(g.ci_low, g.ci_high)}"
-        rows.append([g.perturbation, fmt_temp(g.temperature), str(g.n), rate, _delta_cell(g), accuracy,
+        rate = "—" if g.followup_rate is None else f"{fmt_rate(g.followup_rate)}\n{interval_cell(g.ci_low, g.ci_high)}"
+        rows.append([g.perturbation, fmt_temp(g.temperature), str(g.n), rate, delta_cell(g), accuracy,
                      f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"])
     # the other columns keep their natural width (perturb at most 12); the names get what is left, and are wrapped
     # to it at their separators so rich never has to fold them mid-word
@@ -145,12 +146,12 @@ def _wide_table(groups: list[GroupSummary], title: str) -> Table:
         accuracy = "—" if g.accuracy is None else f"{100 * g.accuracy:.1f}% (n={g.accuracy_n})"
         judged_by = ", ".join(g.judges) or ("rules" if g.rule_labels else "—")
         flag = self_judged_flag(g)
-        delta = _delta_cell(g).replace("\n", " ")
+        delta = delta_cell(g).replace("\n", " ")
         if g.delta_items is not None and g.delta_vs_none is not None:
             delta += f" {g.delta_items} items"
         cells = [g.model, g.dataset, g.mode, g.perturbation] + ([g.settings] if any_settings else [])
         cells += [fmt_temp(g.temperature), str(g.n), str(g.items), str(g.followups), fmt_rate(g.followup_rate),
-                  _interval(g.ci_low, g.ci_high) or "—", delta, str(g.judge_failures), str(g.generation_errors),
+                  interval_cell(g.ci_low, g.ci_high) or "—", delta, str(g.judge_failures), str(g.generation_errors),
                   str(g.unjudged), accuracy, _tokens(g.prompt_tokens, g), _tokens(g.completion_tokens, g),
                   label_mix(g.labels), f"{judged_by} [bold red]{flag}[/]" if flag else judged_by]
         table.add_row(*cells)
