@@ -8,7 +8,6 @@ import pytest
 
 from userturn.core.fingerprint import (
     ConfigMismatch,
-    ExistingConfigs,
     GenerationContext,
     check_resume,
     check_unfingerprinted,
@@ -54,17 +53,13 @@ def test_check_resume_compares_only_the_same_model_dataset_mode_and_perturbation
                                  "template_sha256=bbbbbbbbbbbb; use another --out-dir")
 
 
-def test_existing_configs_from_a_stream_and_records_without_a_fingerprint():
-    found = ExistingConfigs()
-    found.add("m|d|q0|raw|none|t=0|s=0", fingerprint(BASE), BASE)
-    found.add("m|d|q1|raw|none|t=0|s=0", None, None)
-    assert found.configs == {fingerprint(BASE): BASE} and found.unfingerprinted == {"m|d|q1|raw|none|t=0|s=0"}
-    found.check([BASE], {"m|d|q0|raw|none|t=1|s=0"}, path="r.jsonl")  # no shared key with the old record
+def test_records_without_a_fingerprint_are_refused_only_where_this_run_plans_their_keys():
+    check_unfingerprinted(["m|d|q1|raw|none|t=0|s=0"], {"m|d|q0|raw|none|t=1|s=0"}, path="r.jsonl")
     with pytest.raises(ConfigMismatch, match=r"r\.jsonl holds records without a configuration fingerprint"):
-        found.check([BASE], {"m|d|q1|raw|none|t=0|s=0"}, path="r.jsonl")
+        check_unfingerprinted(["m|d|q1|raw|none|t=0|s=0"], {"m|d|q1|raw|none|t=0|s=0"}, path="r.jsonl")
     check_unfingerprinted([], {"k"}, path="r.jsonl")
     with pytest.raises(ConfigMismatch, match="max_tokens=256, this run has max_tokens=1"):
-        found.check([{**BASE, "max_tokens": 1}], set(), path="r.jsonl")
+        check_resume({fingerprint(BASE): BASE}, {**BASE, "max_tokens": 1}, path="r.jsonl")
 
 
 def test_the_run_line_redacts_keys_and_url_credentials():

@@ -1,31 +1,9 @@
-"""Controlled perturbations of the assistant turn, each named, deterministic and seeded, each saying what it changed.
+"""Controlled perturbations of the assistant turn: named, deterministic, seeded, each saying what it changed.
 
-`perturb(name, messages, *, seed, pool, gold)` returns a `Perturbed`: the conversation to probe and `detail`, what was
-changed (kept in the record's `perturbation_detail`). The result depends only on the conversation, the seed, `pool`
-(swap candidates in order of preference) and `gold` (the item's reference answer); the pipeline derives the seed from
-the run seed, the item id and the perturbation, never from the item's position in the run. A perturbation that
-would misfire on a conversation raises `PerturbationNotApplicable`: the sample is skipped and counted as not
-applicable, never probed under a name that does not describe it. What each tests (expected direction of the
-genuine follow-up rate relative to `none`) and where it applies:
-
-* `wrong_answer` - the stated final answer is changed: an interaction-aware model should push back or ask
-  (grounded follow-ups that reference the error); the genuine rate should not drop. Applies only when the item
-  has a numeric gold answer (`answer`: GSM8K's, or an MT-Bench math reference's final number) and the assistant
-  turn (dataset or model) states a numeric final answer (`client.probe.scoring.stated_answer`: `####`, `\\boxed{}`,
-  "the answer is", or a last-line answer). Only that number changes, by 1 to 9 in the same format and sign, never
-  to the gold answer and never to the original value, so the perturbed turn is always scored wrong.
-* `truncate`     - the answer stops mid-way: follow-ups asking to continue / finish should appear. Applies to
-  turns of at least `MIN_TRUNCATE_WORDS` words; the cut is at the last word boundary at or before the middle
-  where the kept text does not end a sentence or a line (so it visibly stops mid-sentence).
-* `swap`         - another item's answer: follow-ups should point out the mismatch; continuations of
-  the unrelated answer or restated queries are failures. The partner comes from `SwapRing`: the dataset's
-  item ids in an order hashed from the run seed; an item takes the first item after it on that ring whose
-  assistant turn differs from its own, that is not another sample of the same query and, where items have a
-  `meta.category`, that is of the same category (a plausible answer to the wrong question, not a topic jump).
-* `remove`       - no assistant turn (the user header follows the query): genuine follow-ups should drop,
-  restated queries rise.
-* `generic`      - a fixed non-answer: genuine follow-ups (to an answer) should drop; re-asking rises. Not
-  applicable when the turn already is that non-answer.
+`perturb(name, messages, *, seed, pool, gold)` returns a `Perturbed`: the conversation to probe and `detail` (the
+record's `perturbation_detail`). It depends only on its arguments, never on the item's position in the run. A
+perturbation that would misfire on a conversation raises `PerturbationNotApplicable`: the sample is skipped and
+counted apart. What each one tests, where it applies and what it changes: README "Perturbations".
 """
 
 from __future__ import annotations
@@ -43,7 +21,7 @@ from userturn.core.errors import UserError
 from userturn.core.records import Message
 from userturn.core.text import strip_reasoning
 
-SUMMARIES: dict[str, str] = {  # one line each, for `userturn list` (the module docstring says what each tests)
+SUMMARIES: dict[str, str] = {  # one line each, for `userturn list`
     "none": "the assistant turn as it is",
     "wrong_answer": "the stated numeric final answer changed (the model should push back); numeric gold only",
     "truncate": "the answer cut mid-sentence (the model should ask to continue)",
@@ -77,19 +55,6 @@ def validate(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-def _rng(seed: int, text: str) -> random.Random:
-    return random.Random(f"{seed}\x1f{text}")
-
-
-def _answer_span(text: str) -> tuple[str, int]:
-    """(the answer part of the text without reasoning, where it starts in the text)."""
-    answer = strip_reasoning(text)
-    offset = text.rfind(answer) if answer else -1
-    if offset < 0:
-        raise PerturbationNotApplicable("wrong_answer: the answer is interleaved with reasoning")
-    return answer, offset
-
-
 def wrong_number(text: str, seed: int, gold: str | None) -> tuple[str, dict[str, Any]]:
     """(the text with its stated final answer replaced by a different number, what changed).
 
@@ -99,7 +64,10 @@ def wrong_number(text: str, seed: int, gold: str | None) -> tuple[str, dict[str,
     reference = parse_number(gold) if gold is not None else None
     if reference is None:
         raise PerturbationNotApplicable("wrong_answer: the item has no numeric gold answer")
-    answer, offset = _answer_span(text)
+    answer = strip_reasoning(text)
+    offset = text.rfind(answer) if answer else -1
+    if offset < 0:
+        raise PerturbationNotApplicable("wrong_answer: the answer is interleaved with reasoning")
     found = stated_answer(answer)
     if found is None:
         raise PerturbationNotApplicable("wrong_answer: the assistant turn states no numeric final answer")
@@ -107,7 +75,7 @@ def wrong_number(text: str, seed: int, gold: str | None) -> tuple[str, dict[str,
     magnitude = abs(found.value)
     negative = found.value < 0 or (found.value == 0 and found.text.lstrip("$ ").startswith(("-", "−")))
     decimals = len(digits.split(".", 1)[1]) if "." in digits else 0
-    rng = _rng(seed, text)
+    rng = random.Random(f"{seed}\x1f{text}")
     steps = rng.sample(range(1, 10), 9)
     up_first = rng.random() < 0.5
     for step in steps:
@@ -140,30 +108,24 @@ def truncate_text(text: str) -> str:
     return ""
 
 
-def _assistant(messages: list[Message]) -> Message:
-    if not messages or messages[-1].role != "assistant":
-        raise PerturbationNotApplicable("the conversation does not end with an assistant turn")
-    return messages[-1]
-
-
 def _replace_last(messages: list[Message], content: str) -> list[Message]:
     return [*messages[:-1], Message(role="assistant", content=content)]
 
 
 def perturb(name: str, messages: list[Message], *, seed: int, pool: Sequence[list[Message]],
             gold: str | None = None) -> Perturbed:
-    """The conversation with its final assistant turn perturbed by `name` (a new list; input untouched), and what
-    changed.
+    """The conversation (a new list) with its final assistant turn perturbed by `name`, and what changed.
 
-    `pool` holds `swap` candidates in order of preference (see `SwapRing`): swap takes the assistant turn of the
-    first one whose final assistant turn differs from this conversation's. `gold`: the item's reference answer
-    (`wrong_answer` needs a numeric one). Raises UserError for an unknown name and PerturbationNotApplicable (a
-    ValueError) when the conversation cannot take the perturbation without misfiring.
+    `pool`: `swap` candidates in order of preference (`SwapRing`); swap takes the first final assistant turn that
+    differs from this one. `gold`: the item's reference answer (`wrong_answer` needs a numeric one). Raises UserError
+    for an unknown name, PerturbationNotApplicable (a ValueError) where the perturbation would misfire.
     """
     validate([name])
     if name == "none":
         return Perturbed(list(messages))
-    last = _assistant(messages)
+    if not messages or messages[-1].role != "assistant":
+        raise PerturbationNotApplicable("the conversation does not end with an assistant turn")
+    last = messages[-1]
     if name == "remove":
         return Perturbed(list(messages[:-1]), {"removed_chars": len(last.content)})
     if name == "generic":
@@ -189,9 +151,8 @@ def perturb(name: str, messages: list[Message], *, seed: int, pool: Sequence[lis
 
 
 class SwapRing:
-    """The dataset's item ids in a seeded hash order, read as a ring: an item's swap candidates are the ids after
-    it, in ring order. The order depends only on the run seed and the set of ids (never on file order, --limit or
-    --shuffle-seed), so an item keeps its partner however the run selects items."""
+    """The dataset's item ids in an order hashed from the run seed, read as a ring: an item's swap candidates are
+    the ids after it. The order ignores file order, --limit and --shuffle-seed, so an item keeps its partner."""
 
     def __init__(self, seed: int, ids: Iterable[str]) -> None:
         def rank(item_id: str) -> tuple[bytes, str]:

@@ -3,13 +3,14 @@ and the swap partner of each item."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.requests import RequestBuilder
 
 from userturn.core.errors import UserError
-from userturn.core.fingerprint import ConfigMismatch, ExistingConfigs
+from userturn.core.fingerprint import ConfigMismatch, check_unfingerprinted
+from userturn.core.fingerprint import check_resume as check_config
 from userturn.core.records import check_key_format, condition_suffix, key_prefix, key_prefixes, record_key
 from userturn.core.resume_index import ResumeIndex
 
@@ -54,11 +55,12 @@ class Planner(RequestBuilder):
             raise ConfigMismatch(f"{self.out_path} holds records of configuration {missing[0]} but no configuration "
                                  f"line for it, so its settings cannot be compared with this run's; "
                                  f"{self.resume_hint}")
-        found = ExistingConfigs()
-        found.configs = existing.ok_configs
-        found.unfingerprinted = existing.unfingerprinted_keys
-        planned: Collection[str] = set(self.iter_keys()) if found.unfingerprinted else ()
-        found.check(self.configs.values(), planned, path=self.out_path, hint=self.resume_hint)
+        configs = existing.ok_configs
+        for config in self.configs.values():
+            check_config(configs, config, path=self.out_path, hint=self.resume_hint)
+        if existing.unfingerprinted_keys:
+            check_unfingerprinted(sorted(existing.unfingerprinted_keys), set(self.iter_keys()), path=self.out_path,
+                                  hint=self.resume_hint)
 
     def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]]
                           ) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:

@@ -1,8 +1,7 @@
 """Task accuracy of the assistant turn: GSM8K final-number match, IFEval verifiable instructions.
 
-`score(dataset, item, response) -> (correct, task_scores)`; (None, None) where there is no scorer.
-The scorer comes from `item.meta["scorer"]` (set by the built-in loaders, or in a local JSONL), else from
-the dataset name (`gsm8k`, `gsm8k:train`, `ifeval`, ...). Reasoning (`<think>...</think>`) is removed first.
+`score(dataset, item, response) -> (correct, task_scores)`, (None, None) without a scorer; the scorer comes from
+`item.meta["scorer"]`, else the dataset name (`gsm8k:train` -> gsm8k). Reasoning is removed first.
 """
 
 from __future__ import annotations
@@ -69,23 +68,15 @@ def _number_right_after(text: str, pos: int, rule: str) -> FinalNumber | None:
     return _number_at(number, 0, rule)
 
 
-def _last_line(text: str) -> tuple[str, int] | None:
-    """(last non-empty line, its offset) when it can be a conclusion: not inside a code block, not a list item,
-    heading, table row, quote or fence, and not ending like code (`;`, `{`, `}`)."""
+def _from_last_line(text: str) -> FinalNumber | None:
+    """The number the last non-empty line concludes on, when that line can be a conclusion: not inside a code block,
+    not a list item, heading, table row, quote or fence, and not ending like code (`;`, `{`, `}`)."""
     stripped = text.rstrip()
-    start = stripped.rfind("\n") + 1
-    line = stripped[start:]
-    if (not line.strip() or stripped[:start].count("```") % 2 or _NOT_A_CONCLUSION.match(line)
+    offset = stripped.rfind("\n") + 1
+    line = stripped[offset:]
+    if (not line.strip() or stripped[:offset].count("```") % 2 or _NOT_A_CONCLUSION.match(line)
             or line.rstrip().endswith((";", "{", "}"))):
         return None
-    return line, start
-
-
-def _from_last_line(text: str) -> FinalNumber | None:
-    found = _last_line(text)
-    if found is None:
-        return None
-    line, offset = found
     numbers = list(NUMBER.finditer(line))
     if len(numbers) == 1:  # the line's only number, and no other digit on it
         only = numbers[0]
@@ -102,21 +93,10 @@ def _from_last_line(text: str) -> FinalNumber | None:
 
 
 def stated_answer(text: str) -> FinalNumber | None:
-    """The final answer a response states, when it states a number as one; the first rule that applies decides:
-
-    1. `####`: the number right after the last `####` (nothing else, when something else follows it);
-    2. `\\boxed{}`: the last box, when its content is a number (an optional `$`, `%` or trailing `.` aside);
-    3. answer phrase: the number right after the last "final answer" or "answer" + is/was/:/= (any case, e.g.
-       "The answer is 18.", "**Answer:** 18", "Final answer = 18");
-    4. last line (when none of the markers above occurs): the last non-empty line, unless it is inside a code
-       block, is a list item, heading, table row, quote or fence, or ends on `;`, `{` or `}`, when it holds exactly
-       one number, standing alone (space, `$` or `**` before it; space, `%`, `**` or punctuation after it: not O(1),
-       20px), and no other digit ("So, 38 people got on the bus."), or ends on "is/was/are/equals/=" and a number
-       ("... = $12000.").
-
-    None when the response does not state a numeric final answer this way (a number merely ending the text does
-    not count: `find_final_number` falls back to it for scoring).
-    """
+    """The numeric final answer a response states, or None. The first of these that occurs decides: the last
+    `####`, the last `\\boxed{}`, the last answer phrase ("final answer", "answer" + is/was/:/=), else a last line
+    that concludes on one number (the rules: docs/perturbations-and-labels.md, "Stated answer"). A number merely
+    ending the text does not count (`find_final_number` falls back to it for scoring)."""
     hashes = list(HASHES.finditer(text))
     if hashes:
         return _number_right_after(text, hashes[-1].end(), "####")

@@ -1,24 +1,12 @@
-"""One configuration per result: the settings that shape a generation, their fingerprint, and the resume check.
+"""The configuration of a generation, its fingerprint, and the resume check.
 
-Every record carries `config_fingerprint` (the first 16 hex digits of the sha256 of the readable settings below as
-canonical JSON: sorted keys, no spaces); the settings themselves are in the results file's configuration line of
-that fingerprint (`records.ConfigLine`, with how prompts were rendered and the run that wrote it: `run_info`). Two
-records with the same fingerprint were generated the same way; only their identity (item, temperature, sample)
-differs.
-
-What is in the configuration (`generation_config`): the model name sent, the dataset name, the mode, the
-perturbation, where the assistant turn came from (and for a model-written one, its model), the rendered template's
-identity (engine, template sha256, template variables; the role-flip instruction in chat mode), the stops and stop
-token ids sent, extra body fields (`GenerationContext`), and every option whose role records it
-(`userturn.core.options`: max tokens, top_p, the run seed, a model-written assistant turn's temperature and max
-tokens, and any sampling option added later, once set). Not in it: temperature and sample (per-record identity),
-concurrency, rate limits, timeouts, retries and --limit (they do not shape outputs).
-
-Resuming into a file holding ok records of the same model, dataset, mode and perturbation made with another
-configuration is refused (`check_resume`); error records do not count (they hold no result, and a rerun replaces
-those it plans again). Records without a fingerprint (files written before userturn recorded
-one) are refused only where their keys are ones this run plans (`check_unfingerprinted`): their settings cannot be
-compared, so they can neither be skipped as done nor be pooled with new ones.
+`generation_config`: what shapes a generation (what is probed, where the assistant turn comes from, the prompt's
+identity: template, its variables, stops, extra body) plus every option whose role records it
+(`userturn.core.options`); not temperature and sample (a record's identity), nor concurrency, rate limits,
+timeouts, retries or --limit. `fingerprint`: its sha256 as canonical JSON, carried by every record; the settings
+are in the file's configuration line (`records.ConfigLine`). Resuming is refused where ok records of the same model,
+dataset, mode and perturbation were made with other settings (`check_resume`), or carry no fingerprint (older files)
+and have a key this run plans (`check_unfingerprinted`).
 """
 
 from __future__ import annotations
@@ -164,31 +152,6 @@ def check_unfingerprinted(keys: Iterable[str], planned: Collection[str], *, path
                                  f"{hint}")
 
 
-class ExistingConfigs:
-    """What the resume check needs from a results file, collected record by record (works on a streaming scan)."""
-
-    def __init__(self) -> None:
-        self.configs: dict[str, dict[str, Any]] = {}
-        self.unfingerprinted: set[str] = set()
-
-    def add(self, key: str, config_fingerprint: str | None, config: Mapping[str, Any] | None,
-            status: str = "ok") -> None:
-        """One record of the file (the last line of its key); error records hold no result and are left out."""
-        if status != "ok":
-            return
-        if config_fingerprint is None or config is None:
-            self.unfingerprinted.add(key)
-        else:
-            self.configs.setdefault(config_fingerprint, dict(config))
-
-    def check(self, current: Iterable[Mapping[str, Any]], planned: Collection[str], *, path: str,
-              hint: str = "use another --out") -> None:
-        """`check_resume` for each current configuration, then `check_unfingerprinted` against the planned keys."""
-        for config in current:
-            check_resume(self.configs, config, path=path, hint=hint)
-        check_unfingerprinted(sorted(self.unfingerprinted), planned, path=path, hint=hint)
-
-
-__all__ = ["ASSISTANT_SETTINGS", "SCOPE", "ConfigMismatch", "ExistingConfigs", "GenerationContext", "check_resume",
+__all__ = ["ASSISTANT_SETTINGS", "SCOPE", "ConfigMismatch", "GenerationContext", "check_resume",
            "check_unfingerprinted", "fingerprint", "first_difference", "generation_config", "redacted_command",
            "run_info"]

@@ -1,19 +1,11 @@
-"""The one options model of a probe run: how prompts are rendered, how user turns are sampled, how hard the endpoint
-is pushed. Declared once, here; every source of settings is an `Options` and the probe runs with `ProbeOptions`.
+"""The one options model of a probe run: how prompts are rendered, how user turns are sampled, how hard the
+endpoint is pushed.
 
-- `Options`: every field optional, None = "not set here". The CLI flags, an experiment's model entry, the experiment,
-  a post-training file and a manifest's `probe:` section each give one (the experiment, model entry, post-training
-  and manifest schemas extend this class, so they take its keys without declaring them again).
-- `merge(other)`: the later layer's set fields win; `chat_template_kwargs` merge key by key (inspect_ai's
-  `GenerateConfig.merge`).
-- `resolve(layers)`: the layers merged in precedence order, then the defaults filled in: `ProbeOptions`, whose only
-  declarations are the default values (`userturn/core/defaults.py`).
-
-Each field says in its annotation what it shapes (`Role`): a `SENT` option goes as is, under its own name, into every
-user-turn request body when set (`Options.request_fields`) and is recorded in the run's configuration
-(`Options.recorded`, hashed into the fingerprint); a new sampling setting (min_p, top_k, ...) is one `SENT` field
-here plus its flag. An option recorded before it could be unset (top_p) stays in the configuration as null when unset;
-a newer one enters it only when set, so the fingerprints of existing results files do not change.
+Every source of settings (CLI flags, an experiment and its model entries, a post-training file, a manifest's
+`probe:` section) is an `Options`, None meaning "not set here"; `resolve` merges them by precedence and fills in the
+defaults (`ProbeOptions`). Each field's `Role` says whether it is sent in every user-turn request body and recorded
+in the configuration (and fingerprint). An option recorded before it could be unset (top_p) is recorded as null
+when unset; a newer one only once set, so existing files' fingerprints do not change.
 """
 
 from __future__ import annotations
@@ -37,10 +29,8 @@ Probability = Annotated[float, Field(gt=0, le=1)]
 
 @dataclass(frozen=True)
 class Role:
-    """What an option shapes, kept in its annotation. `sent`: sent as is in every user-turn request body when set.
-    `recorded`: part of the run's configuration (and fingerprint). `null_recorded`: recorded as null when unset (the
-    options the configuration has always named). `assistant`: recorded only when the model writes the assistant turn
-    (null otherwise)."""
+    """What an option shapes, kept in its annotation. `null_recorded`: recorded as null when unset; `assistant`:
+    recorded only when the model writes the assistant turn."""
 
     sent: bool = False
     recorded: bool = False
@@ -149,8 +139,7 @@ def sent_names() -> tuple[str, ...]:
 
 
 class ProbeOptions(Options):
-    """The options a probe runs with: every layer merged, then the defaults (`userturn/core/defaults.py`) filled in.
-    Only the options with a default are declared again, with it; the others stay None when no layer sets them."""
+    """The options a probe runs with: every layer merged, then the defaults (`userturn/core/defaults.py`)."""
 
     renderer: RendererName = "auto"
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)

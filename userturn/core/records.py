@@ -1,11 +1,6 @@
 """The results file's schema: one JSON line per generated user turn (`ProbeRecord`) and one configuration line
-(`ConfigLine`, `"type": "config"`) per configuration, before the first record made with it.
-
-A record names its configuration by `config_fingerprint`; the configuration line holds the settings themselves,
-how prompts were rendered (with the template text) and the run that wrote it. So a file, or `cat` of several,
-describes itself. Records are plain `model_dump_json` lines; the fields a resume needs come first on each line
-(`userturn.core.resume_index` reads only a line's head). The writer, the resume reader, the judge and the report all use
-these models.
+(`ConfigLine`) per configuration, before the first record made with it, so a file (or `cat` of several) describes
+itself. The fields a resume reads come first on each record line (`userturn.core.resume_index`).
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ SCHEMA_VERSION = 3  # 3: the configuration in configuration lines, no longer in 
 KEY_FORMAT_SINCE = 2  # schema 1 keys joined fields unescaped and rounded the temperature (`:g`)
 KEY_SEPARATOR = "|"
 _KEY_ESCAPES = str.maketrans({"%": "%25", "|": "%7C"})
-
 
 
 class Message(BaseModel):
@@ -110,8 +104,7 @@ class ProbeRecord(BaseModel):
 
 
 class GroupKey(NamedTuple):
-    """The condition records are counted under: one report row per key (with its configuration and judge panel),
-    one rerank group, and, with the item id, one export context. The one definition of it: every reader groups by
+    """The condition records are counted under (one report row, one rerank group); every reader groups by
     `group_key` (records) or `line_group_key` (results lines as dicts)."""
 
     model: str
@@ -223,10 +216,9 @@ def key_prefixes(model: str, dataset: str, perturbation: str, mode: str = "raw")
     """`key_prefix` for the items of one run and perturbation: the run's fields are escaped once, not per item."""
     head = KEY_SEPARATOR.join([key_field(model), key_field(dataset), ""])
     tail = KEY_SEPARATOR.join(["", key_field(mode), key_field(perturbation), ""])
-    escapes = _KEY_ESCAPES
 
     def prefix(item_id: str) -> str:
-        return head + item_id.translate(escapes) + tail
+        return head + item_id.translate(_KEY_ESCAPES) + tail
 
     return prefix
 
