@@ -1,10 +1,8 @@
 """Keep API keys out of everything userturn prints or stores.
 
-Every `Endpoint` registers the key it sends (`register_secret`); every server-provided text (response bodies,
-reason phrases, exception texts) passes through `redact` / `redact_bytes` before it can reach stderr, a log or a
-record. A key is replaced wherever it appears literally (so also inside `Bearer <key>` or `Authorization: ...`
-echoes), percent-encoded, JSON-escaped or base64-encoded. Values shorter than `MIN_SECRET_LENGTH` (placeholders
-such as `EMPTY` that local servers accept) are not treated as secrets: scrubbing them would rewrite ordinary text.
+Every `Endpoint` registers the key it sends; server-provided text passes through `redact` / `redact_bytes` before it
+can reach stderr, a log or a record. A key is replaced as is, percent-encoded, JSON-escaped or base64-encoded.
+Values shorter than `MIN_SECRET_LENGTH` (placeholders such as `EMPTY`) are not secrets.
 """
 
 from __future__ import annotations

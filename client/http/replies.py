@@ -111,10 +111,6 @@ def one_line(text: str, limit: int = 300) -> str:
 
 def server_message(reply: HttpReply) -> str:
     """The server's own error message, shortened to one line, with API keys scrubbed."""
-    return redact(_server_message(reply))
-
-
-def _server_message(reply: HttpReply) -> str:
     text = reply.content.decode("utf-8", "replace").strip()
     try:
         body = orjson.loads(text)
@@ -125,4 +121,4 @@ def _server_message(reply: HttpReply) -> str:
             text = str(body["detail"])
     except (orjson.JSONDecodeError, AttributeError):
         pass
-    return one_line(text) or reply.reason or "no message"
+    return redact(one_line(text) or reply.reason or "no message")

@@ -1,10 +1,6 @@
-"""Live progress, one view for `probe`, `judge` and `run`: a rich view on a terminal, periodic plain lines otherwise.
-`--no-progress` means the same everywhere: plain lines (every 10 s, and one at the end of a run that finished)
-instead of the live view, on a terminal too; a run stopped by a fatal error ends with that error's line alone.
-
-Totals are honest: samples already done in the results file (resumed) and samples whose perturbation does not
-apply to their item are counted apart, outside the total, so a finished run reads N/N. The ETA is the remaining
-samples at this run's own rate. Judge requests in flight are shown beside the probe's.
+"""Live progress, one view for `probe`, `judge` and `run`: a rich view on a terminal, plain lines otherwise (and with
+`--no-progress`: every 10 s, and one at the end of a finished run). Resumed samples and samples whose perturbation
+does not apply are counted apart, outside the total, so a finished run reads N/N.
 """
 
 from __future__ import annotations
@@ -96,34 +92,25 @@ class Progress:
         self.kind = kind  # "probe" (probe and run) or "judge": the judge's own fields, its requests' rate
         self.requests_before = requests_before  # judge requests sent before the run (the endpoint check)
 
+    def _shared(self, stats: list[EndpointStats], elapsed: float) -> dict[str, float | None]:
+        """What both views show: done of planned, the ETA at this run's own rate, the requests in flight."""
+        c = self.counters
+        remaining = max(0, c.planned - c.done)
+        return {"done": c.done, "total": c.planned, "skipped": c.skipped, "elapsed_s": elapsed,
+                "eta_s": 0.0 if remaining == 0 else (remaining / (c.done / elapsed) if c.done else None),
+                "inflight": sum(len(s.inflight) for s in stats),
+                "oldest_s": max((s.oldest_inflight_age() for s in stats), default=0.0)}
+
     def snapshot(self) -> dict[str, float | None]:
         c = self.counters
-        stats = self._stats()
-        judge_stats = self._judge_stats()
+        stats, judge_stats = self._stats(), self._judge_stats()
         elapsed = c.elapsed()
         tokens = sum(s.completion_tokens for s in (stats or judge_stats))  # the probe's own tokens when it has any
-        planned = c.planned
-        rate = c.done / elapsed
-        remaining = max(0, planned - c.done)
-        return {
-            "done": c.done,
-            "total": planned,
-            "skipped": c.skipped,
-            "not_applicable": c.not_applicable,
-            "ok": c.ok,
-            "errors": c.errors,
-            "req_s": rate,
-            "tok_s": tokens / elapsed,
-            "retries": sum(s.retries for s in stats + judge_stats),
-            "inflight": sum(len(s.inflight) for s in stats),
-            "oldest_s": max((s.oldest_inflight_age() for s in stats), default=0.0),
-            "judge_inflight": sum(len(s.inflight) for s in judge_stats),
-            "judged": c.judged,
-            "judge_failures": c.judge_failures,
-            "rule_labels": c.rule_labels,
-            "elapsed_s": elapsed,
-            "eta_s": 0.0 if remaining == 0 else (remaining / rate if c.done else None),
-        }
+        return {**self._shared(stats, elapsed), "not_applicable": c.not_applicable, "ok": c.ok, "errors": c.errors,
+                "req_s": c.done / elapsed, "tok_s": tokens / elapsed,
+                "retries": sum(s.retries for s in stats + judge_stats),
+                "judge_inflight": sum(len(s.inflight) for s in judge_stats), "judged": c.judged,
+                "judge_failures": c.judge_failures, "rule_labels": c.rule_labels}
 
     def judge_snapshot(self) -> dict[str, float | None]:
         """The judge view's numbers: records done, judge requests actually sent and their rate (verdicts carried
@@ -132,13 +119,9 @@ class Progress:
         stats = self._judge_stats()
         elapsed = c.elapsed()
         requests = sum(s.requests for s in stats) - self.requests_before
-        remaining = max(0, c.planned - c.done)
-        return {"done": c.done, "total": c.planned, "skipped": c.skipped, "judged": c.judged, "kept": c.kept,
-                "rule_labels": c.rule_labels, "judge_failures": c.judge_failures, "requests": requests,
-                "req_s": requests / elapsed, "retries": sum(s.retries for s in stats),
-                "inflight": sum(len(s.inflight) for s in stats),
-                "oldest_s": max((s.oldest_inflight_age() for s in stats), default=0.0), "elapsed_s": elapsed,
-                "eta_s": 0.0 if remaining == 0 else (remaining / (c.done / elapsed) if c.done else None)}
+        return {**self._shared(stats, elapsed), "judged": c.judged, "kept": c.kept, "rule_labels": c.rule_labels,
+                "judge_failures": c.judge_failures, "requests": requests, "req_s": requests / elapsed,
+                "retries": sum(s.retries for s in stats)}
 
     def _judge_line(self) -> str:
         s = self.judge_snapshot()

@@ -1,6 +1,5 @@
-"""What a probe run is asked to do (`ProbeSettings`, checked by `check_extra_body`), what it is given (the
-renderer, judge, perturbation and scoring shapes) and the small values its stages pass on (`Job`,
-`AssistantTurn`, `ProbeSummary`)."""
+"""What a probe run is asked to do (`ProbeSettings`), what it is given (renderer, judge, perturbation and scoring
+shapes) and the small values its stages pass on (`Job`, `AssistantTurn`, `ProbeSummary`)."""
 
 from __future__ import annotations
 
@@ -38,11 +37,9 @@ class JudgeCounts(Protocol):
 
 
 class JudgeHook(Protocol):
-    """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`), and counts what it labelled: the run
-    reports those counts (`counters`, read before and after), it does not count labels again. A hook that also has
-    `pending_judgements(path, keys)` (returning a `judges.backlog.JudgingScan`: a panel decides by its identity)
-    gets the ok records of the file it has not labelled yet judged again on a rerun; the pipeline itself never
-    imports the judges (see the layering in README "Code map")."""
+    """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`) and counts what it labelled (the run
+    reports `counters`). A hook that also has `pending_judgements(path, keys)` (a `judges.backlog.JudgingScan`) gets
+    the file's ok records it has not labelled yet judged on a rerun. The pipeline never imports the judges."""
 
     @property
     def counters(self) -> JudgeCounts: ...
@@ -51,18 +48,13 @@ class JudgeHook(Protocol):
 
 
 PerturbFn = Callable[..., Perturbed | list[Message]]
-
-
 ScoreFn = Callable[[str, DatasetItem, str], tuple[bool | None, dict[str, float] | None]]
-
-
 RoleFlipFn = Callable[[list[Message]], list[Message]]
 
 
 class ProbeSettings(ProbeOptions):
-    """Everything that decides what is sent; part of the run's identity: the resolved options
-    (`userturn.core.options.ProbeOptions`, defaults in `userturn.core.defaults`) plus what is probed and what the target
-    adds (its stops and extra body)."""
+    """Everything that decides what is sent: the resolved options plus what is probed and what the target adds (its
+    stops and extra body)."""
 
     model: str
     dataset: str

@@ -1,8 +1,6 @@
 """The state of one probe run, set up once: settings, endpoints, renderer, stops, rate limiter, counters, the
-configuration (and fingerprint) of each planned perturbation, and the swap ring.
-
-`ProbeRun` (client/probe/pipeline.py) is built in layers, one module each, read in this order: `RunState` (here),
-`RequestBuilder` (requests.py), `Planner` (planning.py), `AssistantTurns` (assistant_turns.py), `ProbeRun`."""
+configuration (and fingerprint) of each planned perturbation, and the swap ring. The first of `ProbeRun`'s layers:
+`RunState`, `RequestBuilder` (requests.py), `Planner` (planning.py), `AssistantTurns`, `ProbeRun` (pipeline.py)."""
 
 from __future__ import annotations
 

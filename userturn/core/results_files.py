@@ -1,14 +1,9 @@
 """Several results files read as one: the files and folders a command names, and their records.
 
-`report`, `judge`, `show`, `export`, `rerank` and `compact` take any number of results files and folders (a sharded
-run writes one file per shard). A folder stands for its `*.jsonl` files in name order (not its subfolders, not
-hidden files). The records of several files count exactly as those of their concatenation in the order named: the
-last line of a key and configuration wins, wherever it is; configuration lines of one fingerprint are one
-configuration.
-
-`judge RESULTS` writes its labels to `RESULTS.judged.jsonl` beside the input, so a folder may hold a file and its
-judged copy. Readers of records (`prefer_judged`) read the judged copy in place of the file it was made from;
-`judge` itself (`skip_judged`) reads the files that are not judged copies.
+A folder stands for its `*.jsonl` files in name order (not subfolders, not hidden files). Several files count
+exactly as their concatenation in the order named. A folder may hold a file and its judged copy
+(`RESULTS.judged.jsonl`): readers of records (`prefer_judged`) read the copy in place of its source; `judge` itself
+(`skip_judged`) reads only files that are not judged copies.
 """
 
 from __future__ import annotations

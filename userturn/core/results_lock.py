@@ -1,16 +1,9 @@
 """One writer per results file: an exclusive advisory lock on a sidecar `<results>.lock`.
 
-The lock is `flock(LOCK_EX | LOCK_NB)` on the sidecar, so the kernel releases it when the holder exits in any way,
-`kill -9` included. The holder writes its pid, host, command line and start time into the sidecar; a second writer
-fails at once with `ResultsLocked` (exit 2) naming them, before it reads or sends anything. The sidecar is removed
-on a clean release; one left by a killed process holds no lock and is simply taken over.
-
-Locks are re-entrant within a process: `userturn run` holds its results file for the whole grid while each probe
-run inside it takes the same lock again.
-
-flock is only as good as the file system: on a network file system (NFS, Lustre, GPFS, CephFS, ...) it may hold on
-one node only, so two writers on two nodes could both get it. Taking a lock there prints one warning line (once per
-file and process); the type comes from /proc/mounts (the longest mount point above the file).
+`flock(LOCK_EX | LOCK_NB)`, so the kernel releases it however the holder exits. The holder writes its pid, host,
+command and start time into the sidecar; a second writer fails at once with `ResultsLocked` (exit 2) naming them.
+Re-entrant within a process (`userturn run` holds the file while each probe inside it takes it again). On a network
+file system (type from /proc/mounts) flock may hold on one node only: taking a lock there warns once.
 """
 
 from __future__ import annotations

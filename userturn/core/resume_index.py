@@ -1,17 +1,10 @@
 """What a resume needs from a results file, read in one streaming pass: the file is the only state.
 
-`scan_results(path)` keeps the keys whose last line is an ok record (a later error line of a key takes it out
-again) and the configurations the file describes (its configuration lines, `records.ConfigLine`). A record line
-starts with the fields a resume reads (`records.ProbeRecord`), so each line is first matched against `RECORD_HEAD`:
-those five fields of the current schema, in order, written compactly as the writer writes them, with plain strings
-(no escape, no control character). Every other line (a configuration line, an older schema, a key with escapes, a
-hand-made line) is parsed whole, and both paths read the same state from a line (tests/test_resume_index.py holds
-them to it). A final line without a newline that does not parse is a torn write (reported, not an error); any
-other line that does not parse is a UserError naming file:line. (A record line is trusted past its head: the writer
-writes whole lines only, and the judge and the report parse every line whole.)
-
-Memory is the ok keys themselves (a set of str, ~120 bytes a key of ~30 characters) and one buffer: a process
-that scanned 1,000,000 records peaked at 165 MB (benchmarks/bench_scale.py: docs/results-format.md).
+`scan_results(path)` keeps the keys whose last line is ok and the file's configurations. Each line is first matched
+against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings); any
+other line is parsed whole and gives the same state (tests/test_resume_index.py). A torn final line is reported; any
+other line that does not parse is a UserError naming file:line. Memory: the ok keys and one buffer (1,000,000
+records peaked at 165 MB: docs/results-format.md).
 """
 
 from __future__ import annotations

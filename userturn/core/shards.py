@@ -1,16 +1,11 @@
 """Sharded runs (`probe --shard I/N`, `run --shard I/N`, `run --workers N`): which items a shard probes and where it
 writes.
 
-An item belongs to shard `sha256(item id) mod N` (counted from 1): stable across processes, machines and Python
-versions (never `hash()`, which is salted per process), and independent of the item's position, so the cut is
-made after item selection (--limit, --shuffle-seed) without moving an item to another shard. Everything a run
-derives from an item (seeds, swap partners, model-written assistant turns) depends on its id only, so the shards
-of a run together write the records of the unsharded run. The shard is no setting of the generation: it is not in
-the configuration fingerprint, and the shards of one configuration merge into one report row.
-
-Each shard writes its own file beside the unsharded one: `results.jsonl` -> `results.shard-1-of-2.jsonl`. A split
-is resumed with the same N; starting another split next to files of a different one (or of the unsharded run) is
-refused (`check_split`), since the two would probe the same items into different files.
+An item belongs to shard `sha256(item id) mod N` (counted from 1): stable across processes and machines and
+independent of the item's position. Everything a run derives from an item depends on its id only, so the shards
+together write the records of the unsharded run; the shard is not in the configuration fingerprint. Each shard writes
+its own file beside the unsharded one (`results.shard-1-of-2.jsonl`); starting a split beside files of another split
+is refused (`check_split`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Manifests and experiments shipped with userturn, usable by name from any directory after a wheel install.
-
-The repository's `manifests/` and `experiments/` folders install as the data packages `userturn.manifests` and
-`userturn.experiments` (with `experiments/data/`). A name resolves as an existing path first, else as a shipped
-file: `quickstart-cpu`, `quickstart-cpu.yaml` and `manifests/quickstart-cpu.yaml` all name the same manifest when
-no such file exists where the command runs.
+"""Manifests and experiments shipped with userturn (the data packages `userturn.manifests`, `userturn.experiments`),
+usable by name from any directory: `quickstart-cpu`, `quickstart-cpu.yaml` and `manifests/quickstart-cpu.yaml` name
+the same manifest when no such path exists.
 """
 
 from __future__ import annotations

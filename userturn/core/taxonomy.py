@@ -1,9 +1,5 @@
 """The label taxonomy for generated user turns: the one list of labels, their descriptions and short names.
-
-Only `genuine_followup` is a follow-up (the report's rate); `related_new_query` (added with judge prompt v3) is a
-new question on the conversation's topic that does not react to the answer: labelled, counted in n, not a follow-up.
-Files judged before it hold only the other labels and read as before.
-"""
+Only `genuine_followup` counts as a follow-up."""
 
 from __future__ import annotations
 
