@@ -155,8 +155,6 @@ class AssistantTurns(Planner):
         if "<think>" in content or "</think>" in content:
             reasoning = reasoning or reasoning_of(content)
             content = strip_reasoning(content)
-            if content.startswith("<think>") and "</think>" not in content:  # reasoning cut before any answer
-                reasoning, content = reasoning or content.removeprefix("<think>").strip(), ""
         finish = choice.get("finish_reason")
         finish = finish if isinstance(finish, str) else None
         if not content.strip():

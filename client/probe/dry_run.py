@@ -16,23 +16,18 @@ PLACEHOLDER_ANSWER = "(the probed model's own answer goes here)"
 SHOWN_CHARS = 600  # the end of the prompt (where the open user header is) is what a reader checks
 
 
-def preview_messages(item: DatasetItem, assistant_from: Literal["dataset", "model"]) -> list[dict[str, str]]:
-    """The conversation one probe of `item` renders; a model-written answer is a placeholder here."""
-    messages = [{"role": m.role, "content": m.content} for m in item.messages]
+def render_preview(renderer: PromptRenderer, items: Sequence[DatasetItem],
+                   assistant_from: Literal["dataset", "model"]) -> str:
+    """The raw prompt of the first item, ending at the open user header (a model-written answer is a placeholder);
+    UserError when the template cannot render it."""
+    if not items:
+        raise UserError("the dataset has no items to render")
+    messages = [{"role": m.role, "content": m.content} for m in items[0].messages]
     if assistant_from == "model":
         while messages and messages[-1]["role"] == "assistant":  # the model answers the last user turn itself
             messages.pop()
         messages.append({"role": "assistant", "content": PLACEHOLDER_ANSWER})
-    return messages
-
-
-def render_preview(renderer: PromptRenderer, items: Sequence[DatasetItem],
-                   assistant_from: Literal["dataset", "model"]) -> str:
-    """The raw prompt of the first item, ending at the open user header (UserError when the template cannot
-    render it, or renders no user header to end at)."""
-    if not items:
-        raise UserError("the dataset has no items to render")
-    prompt = renderer.user_turn_prompt(preview_messages(items[0], assistant_from))
+    prompt = renderer.user_turn_prompt(messages)
     if not prompt.strip():
         raise UserError(f"the chat template rendered an empty prompt for item {items[0].id!r}")
     return prompt

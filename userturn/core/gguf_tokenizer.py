@@ -28,16 +28,12 @@ def gguf_file(name: str) -> Path:
     return path.resolve()
 
 
-def cache_dir_for(path: Path) -> Path:
-    stat = path.stat()
-    digest = hashlib.sha256(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    return cache_root() / "gguf-tokenizers" / f"{path.stem}-{digest}"
-
-
 def gguf_tokenizer_dir(name: str) -> Path:
     """A tokenizer directory converted from the GGUF file `name` (cached; converted on first use)."""
     path = gguf_file(name)
-    target = cache_dir_for(path)
+    stat = path.stat()
+    digest = hashlib.sha256(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    target = cache_root() / "gguf-tokenizers" / f"{path.stem}-{digest}"
     if (target / MARKER).is_file():
         return target
     for module in ("gguf", "transformers"):

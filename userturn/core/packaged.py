@@ -23,8 +23,9 @@ def install_hint(package: str) -> str:
     return f"pip install --no-deps {wheel}"
 
 
-def package_dir(package: str) -> Path:
-    """The directory of an installed top-level package, found without importing it."""
+def package_file(package: str, inner: str) -> Path:
+    """`inner` (a relative path) inside the installed `package`, found without importing it; a UserError if either
+    is missing."""
     if not package.isidentifier():
         raise UserError(f"{PKG_PREFIX}{package}: not a Python package name")
     try:
@@ -34,24 +35,15 @@ def package_dir(package: str) -> Path:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:
         raise UserError(f"package {package!r} is not installed; install it with: {install_hint(package)}")
-    return Path(locations[0])
-
-
-def package_file(package: str, inner: str) -> Path:
-    """`inner` (a relative path) inside the installed `package`; a UserError if either is missing."""
-    path = package_dir(package) / inner
+    path = Path(locations[0]) / inner
     if not path.exists():
         raise UserError(f"{PKG_PREFIX}{package}/{inner}: no such file in the installed package ({path})")
     return path
 
 
-def is_packaged(name: str) -> bool:
-    return name.startswith(PKG_PREFIX)
-
-
 def resolve(name: str) -> str:
     """A `pkg:PACKAGE/path` name -> the file's absolute path; any other name is returned unchanged."""
-    if not is_packaged(name):
+    if not name.startswith(PKG_PREFIX):
         return name
     package, sep, inner = name[len(PKG_PREFIX):].partition("/")
     if not sep or not inner:

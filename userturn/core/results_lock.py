@@ -53,11 +53,6 @@ NETWORK_FS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "ceph", "fuse.ceph", "c
                         "orangefs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "wekafs", "panfs"})
 
 
-def _unescape(field: str) -> str:
-    """/proc/mounts writes space, tab, newline and backslash in paths as octal escapes (\\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def filesystem_type(path: str | Path, mounts: str | None = None) -> str | None:
     """The type of the file system holding `path` (the longest mount point above its real path), None if unknown."""
     target = os.path.realpath(path)
@@ -69,7 +64,7 @@ def filesystem_type(path: str | Path, mounts: str | None = None) -> str | None:
                 parts = line.split()
                 if len(parts) < 3:
                     continue
-                point = _unescape(parts[1])
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1])  # octal escapes
                 inside = target == point or target.startswith(point.rstrip("/") + "/")
                 if inside and len(point) >= best:
                     best, kind = len(point), parts[2]
