@@ -7,11 +7,8 @@ import time
 
 
 class TokenBucket:
-    """A bucket holding up to `capacity` units, refilled at `per_minute / 60` units per second.
-
-    `acquire(n)` waits until `n` units are available; requests larger than the capacity are clamped
-    to the capacity so a single huge request can still pass (after waiting for a full bucket).
-    """
+    """A bucket holding up to `capacity` units, refilled at `per_minute / 60` units per second. `acquire(n)` waits
+    for `n` units, at most the capacity (a huge request passes after waiting for a full bucket)."""
 
     def __init__(self, per_minute: float, capacity: float | None = None) -> None:
         if per_minute <= 0:

@@ -34,8 +34,6 @@ def parse_retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    if when is None:
-        return None
     return max(0.0, min(when.timestamp() - time.time(), MAX_RETRY_AFTER_S))
 
 

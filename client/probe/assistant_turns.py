@@ -84,9 +84,8 @@ class AssistantTurns(Planner):
 
     def _reusable_answers(self) -> dict[str, tuple[str, str | None]]:
         """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
-        earlier runs (its own records' `meta.assistant_turn`, and swap records' partner turns), so a resumed run
-        probes the same turns. An item's own record wins over a partner's (it alone has the finish reason), whatever
-        the order of the file (the shards of a run write their records in other orders: userturn.core.shards)."""
+        earlier runs (records' `meta.assistant_turn`, swap records' partner turns), so a resumed run probes the same
+        turns. An item's own record wins over a partner's (it alone has the finish reason) in any file order."""
         s = self.settings
         mine = self.configs[s.perturbations[0]]
         reuse: dict[str, tuple[str, str | None]] = {}

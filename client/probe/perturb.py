@@ -56,11 +56,8 @@ def validate(names: Sequence[str]) -> list[str]:
 
 
 def wrong_number(text: str, seed: int, gold: str | None) -> tuple[str, dict[str, Any]]:
-    """(the text with its stated final answer replaced by a different number, what changed).
-
-    The new number keeps the format (thousands separators, decimals, sign) and moves the magnitude by 1 to 9 (seeded;
-    down only while it stays non-negative); it is never the gold answer and never the original value.
-    """
+    """(the text with the magnitude of its stated final answer moved by 1 to 9, seeded, in the same format and sign,
+    never to the gold answer; what changed)."""
     reference = parse_number(gold) if gold is not None else None
     if reference is None:
         raise PerturbationNotApplicable("wrong_answer: the item has no numeric gold answer")

@@ -65,9 +65,7 @@ class Planner(RequestBuilder):
     def _unfinished_items(self, done: ResumeIndex, conditions: list[tuple[float, int]]
                           ) -> Iterator[tuple[DatasetItem, list[tuple[str, list[str], list[int]]]]]:
         """(item, [(perturbation, its keys, positions of the keys not yet ok)]) in run order, less the items whose
-        every planned key is already ok (counted as skipped here), which are never read: a resume over a dataset
-        kept on disk parses only the items it still has to probe. Keys share one escaped prefix per item and
-        perturbation; the `t=T|s=K` suffixes are built once."""
+        every key is already ok (counted as skipped, never read: a dataset kept on disk parses only what is left)."""
         s = self.settings
         suffixes = [condition_suffix(t, k) for t, k in conditions]
         planned = len(s.perturbations) * len(suffixes)
@@ -75,9 +73,7 @@ class Planner(RequestBuilder):
         prefixes = [(p, key_prefixes(s.model, s.dataset, p, s.mode)) for p in s.perturbations]
 
         def unfinished() -> Iterator[tuple[int, list[tuple[str, list[str], list[int]]]]]:
-            ids = self._ids()
-            for index in range(len(ids)):
-                item_id = ids[index]
+            for index, item_id in enumerate(self._ids()):
                 plans = []
                 for perturbation, prefix in prefixes:
                     start = prefix(item_id)
@@ -93,10 +89,9 @@ class Planner(RequestBuilder):
         return read(unfinished()) if read is not None else ((self.items[i], plans) for i, plans in unfinished())
 
     def _partner(self, item: DatasetItem) -> str | None:
-        """The item whose assistant turn `swap` puts in: the first after this one on the seeded ring
-        (client.probe.perturb.SwapRing) that is not a sample of the same query, is of the item's `meta.category` when it
-        has one, and, for dataset turns, ends with an assistant turn other than this one's. None when no item
-        qualifies (or `swap` is not planned)."""
+        """The item whose assistant turn `swap` puts in (README "Perturbations"): the first after this one on the
+        `SwapRing` of another query, of the same `meta.category` and, for dataset turns, with another assistant turn;
+        None when none qualifies or `swap` is not planned."""
         if self._ring is None:
             return None
         query = (item.meta or {}).get("query_id", item.id)

@@ -124,12 +124,9 @@ class ConfigMismatch(UserError):
 
 def check_resume(existing: Mapping[str, Mapping[str, Any]], current: Mapping[str, Any], *, path: str,
                  hint: str = "use another --out") -> None:
-    """Refuse to resume when `existing` ({fingerprint: config} of the records already in `path`) holds a
-    configuration of the same model, dataset, mode and perturbation as `current` that differs from it.
-
-    The message names the first differing setting, e.g. `runs/x.jsonl holds records made with max_tokens=256,
-    this run has max_tokens=64; use another --out`.
-    """
+    """Refuse to resume when `existing` ({fingerprint: config} of the records in `path`) holds a configuration of
+    the same model, dataset, mode and perturbation as `current` that differs from it; the message names the first
+    differing setting."""
     mine = fingerprint(current)
     for other_print, other in existing.items():
         if other_print == mine or any(other.get(k) != current.get(k) for k in SCOPE):

@@ -12,15 +12,9 @@ _OPEN = re.compile(rf"<(?:{_TAGS})>", re.IGNORECASE)
 
 
 def strip_reasoning(text: str) -> str:
-    """The answer in a reply, without its reasoning, stripped of surrounding whitespace.
-
-    - complete `<think>…</think>` blocks (also `<thinking>`, `<reasoning>`, any case) are removed;
-    - a lone closing tag ends reasoning whose opening tag was in the prompt: only the text after the last one counts;
-    - an unclosed opening tag starts reasoning cut off by the token limit: it and everything after it are dropped
-      (a reply that is all cut reasoning leaves "").
-
-    Every tag starts with `<`: a text without one (one memchr) has nothing to remove.
-    """
+    """The answer in a reply, stripped: complete `<think>…</think>` blocks (also `<thinking>`, `<reasoning>`, any
+    case) removed; only the text after the last lone closing tag (reasoning opened in the prompt); an unclosed
+    opening tag (reasoning cut by the token limit) and everything after it dropped."""
     if "<" not in text:
         return text.strip()
     text = _BLOCK.sub("", text)
