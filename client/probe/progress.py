@@ -96,7 +96,8 @@ class Progress:
         """What both views show: done of planned, the ETA at this run's own rate, the requests in flight."""
         c = self.counters
         remaining = max(0, c.planned - c.done)
-        return {"done": c.done, "total": c.planned, "skipped": c.skipped, "elapsed_s": elapsed,
+        return {"done": c.done, "total": c.planned, "pct": 100.0 * c.done / c.planned if c.planned else 100.0,
+                "skipped": c.skipped, "elapsed_s": elapsed,
                 "eta_s": 0.0 if remaining == 0 else (remaining / (c.done / elapsed) if c.done else None),
                 "inflight": sum(len(s.inflight) for s in stats),
                 "oldest_s": max((s.oldest_inflight_age() for s in stats), default=0.0)}
@@ -125,8 +126,7 @@ class Progress:
 
     def _judge_line(self) -> str:
         s = self.judge_snapshot()
-        pct = 100.0 * s["done"] / s["total"] if s["total"] else 100.0  # type: ignore[operator]
-        text = (f"{self.title}: {s['done']:.0f}/{s['total']:.0f} records ({pct:.0f}%), ETA "
+        text = (f"{self.title}: {s['done']:.0f}/{s['total']:.0f} records ({s['pct']:.0f}%), ETA "
                 f"{fmt_duration(s['eta_s'])}, newly judged {s['judged']:.0f}, kept from input {s['kept']:.0f}, "
                 f"rules {s['rule_labels']:.0f}, judge failures {s['judge_failures']:.0f}; {s['requests']:.0f} "
                 f"judge requests ({s['req_s']:.1f} req/s), retries {s['retries']:.0f}, in flight "
@@ -140,8 +140,7 @@ class Progress:
         table = Table(title=self.title, title_justify="left", show_header=False, box=None, pad_edge=False)
         table.add_column(style="bold")
         table.add_column()
-        pct = 100.0 * s["done"] / s["total"] if s["total"] else 100.0  # type: ignore[operator]
-        table.add_row("records", f"{s['done']:.0f}/{s['total']:.0f} ({pct:.1f}%)"
+        table.add_row("records", f"{s['done']:.0f}/{s['total']:.0f} ({s['pct']:.1f}%)"
                       + (f"; already done {s['skipped']:.0f}" if s["skipped"] else ""))
         table.add_row("elapsed / ETA", f"{fmt_duration(s['elapsed_s'])} / {fmt_duration(s['eta_s'])}")
         table.add_row("newly judged", f"{s['judged']:.0f}")
@@ -165,10 +164,10 @@ class Progress:
         if self.kind == "judge":
             return self._judge_line()
         s = self.snapshot()
-        pct = 100.0 * s["done"] / s["total"] if s["total"] else 100.0  # type: ignore[operator]
-        text = (f"{self.title}: {s['done']:.0f}/{s['total']:.0f} done ({pct:.0f}%), ETA {fmt_duration(s['eta_s'])}, "
-                f"{s['req_s']:.1f} req/s, {s['tok_s']:.0f} tok/s, retries {s['retries']:.0f}, "
-                f"errors {s['errors']:.0f}, in flight {s['inflight']:.0f} (oldest {s['oldest_s']:.1f}s)")
+        text = (f"{self.title}: {s['done']:.0f}/{s['total']:.0f} done ({s['pct']:.0f}%), ETA "
+                f"{fmt_duration(s['eta_s'])}, {s['req_s']:.1f} req/s, {s['tok_s']:.0f} tok/s, retries "
+                f"{s['retries']:.0f}, errors {s['errors']:.0f}, in flight {s['inflight']:.0f} (oldest "
+                f"{s['oldest_s']:.1f}s)")
         if s["judge_inflight"] or s["judged"] or s["judge_failures"] or s["rule_labels"]:
             text += (f", judge in flight {s['judge_inflight']:.0f}, judged {s['judged']:.0f} (rules "
                      f"{s['rule_labels']:.0f}, judge failures {s['judge_failures']:.0f})")
@@ -184,8 +183,7 @@ class Progress:
         table = Table(title=self.title, title_justify="left", show_header=False, box=None, pad_edge=False)
         table.add_column(style="bold")
         table.add_column()
-        pct = 100.0 * s["done"] / s["total"] if s["total"] else 100.0  # type: ignore[operator]
-        table.add_row("done", f"{s['done']:.0f}/{s['total']:.0f} ({pct:.1f}%)")
+        table.add_row("done", f"{s['done']:.0f}/{s['total']:.0f} ({s['pct']:.1f}%)")
         skipped = self._skipped_text(s)
         if skipped:
             table.add_row("skipped", skipped)

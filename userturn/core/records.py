@@ -60,9 +60,8 @@ class ProbeRecord(BaseModel):
     # What a resume reads: first on the line (userturn.core.resume_index).
     status: Literal["ok", "error"]
     judge_status: Literal["ok", "error"] | None = None
-    config_fingerprint: str | None = Field(default=None, description="16 hex digits: sha256 of the configuration "
-                                           "as canonical JSON (userturn.core.fingerprint), whose `ConfigLine` is "
-                                           "in the same file; None in files from before it")
+    config_fingerprint: str | None = Field(default=None, description="names the file's `ConfigLine` of this "
+                                           "record (userturn.core.fingerprint); None in files from before it")
     model: str
     dataset: str
     item_id: str

@@ -73,17 +73,15 @@ def filesystem_type(path: str | Path, mounts: str | None = None) -> str | None:
     return kind
 
 
-def warn_if_network_fs(lock_path: Path, mounts: str | None = None) -> str | None:
-    """One warning line on stderr (once per file) when `lock_path` is on a network file system; returns it."""
+def warn_if_network_fs(lock_path: Path) -> None:
+    """One warning line on stderr (once per file) when `lock_path` is on a network file system."""
     name = os.path.realpath(lock_path)
-    kind = filesystem_type(lock_path.parent, mounts)
+    kind = filesystem_type(lock_path.parent)
     if name in _warned or kind not in NETWORK_FS:
-        return None
+        return
     _warned.add(name)
-    line = (f"userturn: warning: {lock_path} is on {kind}, where the writer lock (flock) may hold on one node only: "
-            "run one writer per results file across nodes")
-    print(line, file=sys.stderr, flush=True)
-    return line
+    print(f"userturn: warning: {lock_path} is on {kind}, where the writer lock (flock) may hold on one node only: "
+          "run one writer per results file across nodes", file=sys.stderr, flush=True)
 
 
 def lock_path_for(path: str | Path) -> Path:
