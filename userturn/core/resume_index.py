@@ -2,9 +2,9 @@
 
 `scan_results(path)` keeps the keys whose last line is ok and the file's configurations. Each line is first matched
 against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings); any
-other line is parsed whole and gives the same state (tests/test_resume_index.py). A torn final line is reported; any
-other line that does not parse is a UserError naming file:line. Memory: the ok keys and one buffer (1,000,000
-records peaked at 165 MB: docs/results-format.md).
+other line is parsed whole and gives the same state (tests/test_resume_index.py). A torn final line is skipped
+(`torn_tail`); any other line that does not parse is a UserError naming file:line. Memory: the ok keys and one
+buffer (1,000,000 records peaked at 165 MB: docs/results-format.md).
 """
 
 from __future__ import annotations
