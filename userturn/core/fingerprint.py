@@ -96,19 +96,14 @@ def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> 
     out: list[str] = []
     hide_next = False
     for arg in argv:
+        flag = None if hide_next else _SECRET_FLAG.match(arg)
         if hide_next:
             out.append("[redacted]")
-            hide_next = False
-            continue
-        flag = _SECRET_FLAG.match(arg)
-        if flag:
-            if flag.group(2):
-                out.append(f"{flag.group(1)}=[redacted]")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(scrub(_URL_CREDENTIALS.sub("[redacted]@", arg)))
+        elif flag:
+            out.append(f"{flag.group(1)}=[redacted]" if flag.group(2) else arg)
+        else:
+            out.append(scrub(_URL_CREDENTIALS.sub("[redacted]@", arg)))
+        hide_next = flag is not None and not flag.group(2)
     return out
 
 
