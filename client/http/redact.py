@@ -18,24 +18,14 @@ _forms: dict[str, str] = {}  # an encoded form of a key -> its replacement
 _byte_forms: dict[bytes, bytes] = {}
 
 
-def _encodings(value: str) -> set[str]:
-    escaped = orjson.dumps(value).decode()[1:-1]
-    return {
-        value,
-        urllib.parse.quote(value, safe=""),
-        urllib.parse.quote_plus(value, safe=""),
-        escaped,
-        escaped.replace("/", "\\/"),
-        base64.b64encode(value.encode()).decode(),
-    }
-
-
 def register_secret(value: str | None, label: str) -> None:
     """Scrub `value` (and its encoded forms) from now on, replaced by `[redacted $label]`."""
     if not value or len(value) < MIN_SECRET_LENGTH or value in _forms:
         return
     replacement = f"[redacted ${label}]"
-    for form in _encodings(value):
+    escaped = orjson.dumps(value).decode()[1:-1]
+    for form in (value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value, safe=""), escaped,
+                 escaped.replace("/", "\\/"), base64.b64encode(value.encode()).decode()):
         _forms.setdefault(form, replacement)
     ordered = sorted(_forms.items(), key=lambda item: len(item[0]), reverse=True)  # longest first: no partial hits
     _forms.clear()

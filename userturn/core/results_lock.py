@@ -96,15 +96,6 @@ def _command() -> str:
     return " ".join([name, *sys.argv[1:]])
 
 
-def _holder_info() -> bytes:
-    return orjson.dumps({
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "command": _command()[:200],
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
-
-
 def describe_holder(lock_path: Path) -> str:
     """`pid 123 on host, `userturn probe ...`, since 2025-01-01T00:00:00Z` from a sidecar, or what is known."""
     try:
@@ -144,7 +135,8 @@ def acquire(path: str | Path) -> None:
                 break
             os.close(fd)
         os.ftruncate(fd, 0)
-        os.write(fd, _holder_info() + b"\n")
+        os.write(fd, orjson.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": _command()[:200],
+                                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + b"\n")
     except OSError as exc:
         raise ResultsWriteError(f"cannot lock {lock_path}: {exc.strerror or exc}") from None
     _held[name] = _Held(fd, lock_path, 1)
