@@ -16,7 +16,7 @@ def _failure(proc: ServerProcess, what: str) -> ServerStartError:
     return ServerStartError(f"{proc.spec.name}: {what} (log: {proc.log_path}){lines}")
 
 
-def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: float = POLL_INTERVAL_S) -> None:
+def wait_until_ready(proc: ServerProcess, deadline: float) -> None:
     """Block until every health path of `proc` answers 200 in order; raise ServerStartError if it dies or the
     monotonic `deadline` passes. Never hangs: each request is bounded by the time left."""
     spec = proc.spec
@@ -41,4 +41,4 @@ def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: flo
                         break
                 except httpx.HTTPError:
                     pass
-                time.sleep(min(poll_interval, max(deadline - time.monotonic(), 0)))
+                time.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0)))

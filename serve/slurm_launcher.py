@@ -54,17 +54,17 @@ class Endpoint(BaseModel):
 
 
 class Backoff:
-    """Delays that double from `low` to `high` while nothing changes; `reset()` when something did."""
+    """Delays that double from SQUEUE_MIN_S to SQUEUE_MAX_S while nothing changes; `reset()` when something did."""
 
-    def __init__(self, low: float = SQUEUE_MIN_S, high: float = SQUEUE_MAX_S) -> None:
-        self.low, self.high, self._next = low, high, low
+    def __init__(self) -> None:
+        self._next = SQUEUE_MIN_S
 
     def next(self) -> float:
-        delay, self._next = self._next, min(self._next * 2, self.high)
+        delay, self._next = self._next, min(self._next * 2, SQUEUE_MAX_S)
         return delay
 
     def reset(self) -> None:
-        self._next = self.low
+        self._next = SQUEUE_MIN_S
 
 
 class StateWatch:
@@ -235,11 +235,11 @@ class SlurmJob:
             return None
         return self.describe(states)
 
-    def cancel(self, wait_s: float = CANCEL_WAIT_S) -> None:
+    def cancel(self) -> None:
         """scancel the job (every array task) and wait until SLURM no longer lists it as active."""
         with contextlib.suppress(UserError):
             run_slurm_command(["scancel", self.job_id])
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + CANCEL_WAIT_S
         with contextlib.suppress(UserError):
             while self.active() and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -287,8 +287,8 @@ def _late(job: SlurmJob, running_since: dict[int, float], now: float, timeout_s:
 
 
 def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_timeout: float | None = None,
-                       clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                       file_poll_s: float = FILE_POLL_S) -> list[Endpoint]:
+                       clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> list[Endpoint]:
     """Block until the job is ready (see `SlurmJob.ready`); ServerStartError if it ends, if a running task is not
     ready `timeout_s` after it started running, or (with `queue_timeout`) if it is still queued after that long."""
     watch = StateWatch(job, clock)
@@ -329,7 +329,7 @@ def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_ti
             say(f"slurm job {job.job_id}: {state}; {len(job.endpoints())}/{job.tasks} ready{router}{clock_note}"
                 + (f"; log: {tail[0][:160]}" if tail else ""))
             last_state, last_report = state, now
-        sleep(file_poll_s)
+        sleep(FILE_POLL_S)
 
 
 @contextlib.contextmanager

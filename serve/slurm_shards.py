@@ -26,6 +26,7 @@ from userturn.core.errors import UserError
 
 SHARD = "__USERTURN_SHARD__"  # the word of the command the task fills in with "I/N"
 NO_STATUS = 1  # the exit code of a task that ended without writing one
+REPORT_EVERY_S = 60.0
 
 
 class ShardArrayError(UserError):
@@ -115,8 +116,8 @@ def submit_shards(command: Sequence[str], count: int, run_dir: Path, *, name: st
     return ShardArray(SlurmJob(job_id=job_id, tasks=count, run_dir=run_dir), count, status_dir)
 
 
-def wait_for_shards(array: ShardArray, say: Callable[[str], None], *, sleep: Callable[[float], None] = time.sleep,
-                    report_every_s: float = 60.0) -> list[int]:
+def wait_for_shards(array: ShardArray, say: Callable[[str], None], *,
+                    sleep: Callable[[float], None] = time.sleep) -> list[int]:
     """Block until no task of the array is queued or running (squeue with backoff); each task's exit code, in task
     order (NO_STATUS for a task that wrote none). The array is cancelled if this is interrupted."""
     backoff = Backoff()
@@ -127,7 +128,7 @@ def wait_for_shards(array: ShardArray, say: Callable[[str], None], *, sleep: Cal
             if states is not None and not any(s.split()[0] in ACTIVE_STATES for s in states.values()):
                 break
             shown = array.job.describe(states)
-            if shown != last or time.monotonic() - last_said >= report_every_s:
+            if shown != last or time.monotonic() - last_said >= REPORT_EVERY_S:
                 done = sum(array.exit_code(t) is not None for t in range(1, array.count + 1))
                 say(f"slurm job array {array.job.job_id}: {done}/{array.count} shards done; {shown}")
                 last, last_said = shown, time.monotonic()
