@@ -5,15 +5,13 @@ from __future__ import annotations
 import time
 
 import httpx
-from userturn.serve.process import ABORT, ServerProcess, ServerStartError
+from userturn.serve.process import ABORT, ServerProcess, ServerStartError, start_error
 
 POLL_INTERVAL_S = 0.5
 
 
 def _failure(proc: ServerProcess, what: str) -> ServerStartError:
-    tail = proc.tail()
-    lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
-    return ServerStartError(f"{proc.spec.name}: {what} (log: {proc.log_path}){lines}")
+    return start_error(f"{proc.spec.name}: {what}", proc.log_path, proc.tail())
 
 
 def wait_until_ready(proc: ServerProcess, deadline: float) -> None:

@@ -1,13 +1,8 @@
 """`--launcher slurm`: sbatch a manifest's script, wait for the job's endpoint JSON, hand out its base URLs, scancel.
 
-While waiting it shows the job state and the last log line. Queue time is free: `startup_timeout` counts from when
-squeue shows a task RUNNING (up to one backoff step, 30 s, after it started; a requeued task starts its count
-again), so only `cluster.slurm.queue_timeout`, when set, limits the wait in the queue. With a router the job is
-ready once the router answers in front of the first ready replica (the others join it as they come); without one
-every replica must be ready. A job that ends, or a running task not ready by its deadline, raises ServerStartError
-(exit 4) with the state and the log tail. `squeue` is asked with backoff (1 s doubling to 30 s while nothing
-changes); the endpoint files, which cost nothing, every second. The job is cancelled on exit, on errors, on Ctrl-C
-and on SIGTERM, and the launcher waits until SLURM reports it gone.
+`startup_timeout` counts from when squeue shows a task RUNNING (queue time is limited only by
+`cluster.slurm.queue_timeout`). squeue is asked with backoff, the endpoint files every second. The job is cancelled
+on exit, error, Ctrl-C or SIGTERM, and the launcher waits until SLURM reports it gone.
 """
 
 from __future__ import annotations
@@ -18,14 +13,13 @@ import os
 import shutil
 import subprocess
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from userturn.serve.manifest import Manifest
-from userturn.serve.process import ABORT, ServerStartError
+from userturn.serve.process import ABORT, ServerStartError, log_tail, start_error
 from userturn.serve.slurm_script import render_slurm, slug
 
 from userturn.core.errors import UserError
@@ -84,6 +78,11 @@ class StateWatch:
             self.states = new
             self._due = now + self.backoff.next()
         return self.states
+
+
+def active(states: dict[str, str] | None) -> bool:
+    """Some task is queued or running (or squeue failed: None)."""
+    return states is None or any(s.split()[0] in ACTIVE_STATES for s in states.values())
 
 
 def task_of(key: str, job_id: str) -> int | None:
@@ -186,22 +185,10 @@ class SlurmJob:
                 out[parts[0]] = parts[1] + reason
         return out
 
-    def active(self) -> bool:
-        states = self.states()
-        return states is None or any(s.split()[0] in ACTIVE_STATES for s in states.values())
-
-    def _read_tail(self, task: int, lines: int) -> list[str]:
-        try:
-            with open(self.log_path(task), encoding="utf-8", errors="replace") as fh:
-                return list(deque((ln.rstrip() for ln in fh if ln.strip()), maxlen=lines))
-        except OSError:
-            return []
-
     def tail(self, lines: int = 8, task: int | None = None) -> list[str]:
         """Last non-blank lines of `task`'s log, else of the first log that has any."""
         for t in ([task] if task is not None else []) + list(range(self.tasks)):
-            last = self._read_tail(t, lines)
-            if last:
+            if last := log_tail(self.log_path(t), lines):
                 return last
         return []
 
@@ -215,9 +202,7 @@ class SlurmJob:
 
     def failure(self, what: str) -> ServerStartError:
         task = self.failed_task() if self.tasks > 1 else None
-        tail = self.tail(task=task)
-        lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
-        return ServerStartError(f"slurm job {self.job_id}: {what} (log: {self.log_path(task or 0)}){lines}")
+        return start_error(f"slurm job {self.job_id}: {what}", self.log_path(task or 0), self.tail(task=task))
 
     def describe(self, states: dict[str, str] | None = None) -> str:
         """`RUNNING`, `PENDING (Resources)`, or per array task `77_0 RUNNING, 77_[1-2] PENDING (Priority)`."""
@@ -241,7 +226,7 @@ class SlurmJob:
             run_slurm_command(["scancel", self.job_id])
         deadline = time.monotonic() + CANCEL_WAIT_S
         with contextlib.suppress(UserError):
-            while self.active() and time.monotonic() < deadline:
+            while active(self.states()) and time.monotonic() < deadline:
                 time.sleep(0.5)
 
 

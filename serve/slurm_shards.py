@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from userturn.serve.slurm_launcher import ACTIVE_STATES, Backoff, SlurmJob, sbatch
+from userturn.serve.slurm_launcher import Backoff, SlurmJob, active, sbatch
 from userturn.serve.slurm_script import slug
 
 from userturn.core.errors import UserError
@@ -125,7 +125,7 @@ def wait_for_shards(array: ShardArray, say: Callable[[str], None], *,
     try:
         while True:
             states = array.job.states()
-            if states is not None and not any(s.split()[0] in ACTIVE_STATES for s in states.values()):
+            if not active(states):
                 break
             shown = array.job.describe(states)
             if shown != last or time.monotonic() - last_said >= REPORT_EVERY_S:
