@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from userturn.serve.commands import ROUTER_MODULE, server_argv, sglang_argv
+from userturn.serve.commands import ROUTER_MODULE, server_argv
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
 
@@ -51,12 +51,8 @@ API_KEY_REF = "$(USERTURN_API_KEY)"  # expanded by Kubernetes from the container
 
 
 def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = None) -> list[str]:
-    port = m.port or CLUSTER_PORT
-    key = API_KEY_REF if m.api_key else None
-    if m.engine == "sglang" and not m.command:
-        return sglang_argv(m, port=port, host="0.0.0.0", python="python3", node_rank=node_rank,
-                           dist_init_addr=dist_addr, api_key=key)
-    return server_argv(m, port=port, host="0.0.0.0", python="python3", api_key=key)
+    return server_argv(m, port=m.port or CLUSTER_PORT, host="0.0.0.0", python="python3", node_rank=node_rank,
+                       dist_init_addr=dist_addr, api_key=API_KEY_REF if m.api_key else None)
 
 
 def _probes(path: str, port: int, startup_s: float | None = None) -> dict[str, Any]:

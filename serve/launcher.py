@@ -26,7 +26,7 @@ from typing import Literal
 from userturn.serve.commands import LLAMA_SERVER, VLLM, LaunchSpec, replica_specs, router_spec
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
-from userturn.serve.process import ABORT, ServerProcess, ServerStartError, pick_ports
+from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
 
 from userturn.core.errors import UserError
 from userturn.core.packaged import is_gguf, resolve
@@ -126,9 +126,8 @@ def check_installed(m: Manifest) -> None:
 
 
 def server_api_key(m: Manifest) -> tuple[str, str] | None:
-    """(the env var the probe reads it from, the key) when the manifest's server requires an API key: `generate`
-    puts a fresh random key into $USERTURN_API_KEY_<n> of this process (n counts launches, so servers launched side
-    by side keep their own keys), `env` takes the one in `api_key_env`."""
+    """(env var, key) when the server requires an API key: `generate` puts a fresh key into $USERTURN_API_KEY_<n>
+    of this process (one per launch), `env` takes the one in `api_key_env`."""
     if m.api_key is None:
         return None
     if m.api_key == "env":
@@ -201,9 +200,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
             yield server
         return
     check_installed(m)
-    model = None
-    if m.engine == "transformers" and not m.command:
-        model = resolve_cpu_model(m)
+    model = resolve_cpu_model(m) if m.engine == "transformers" and not m.command else None
     key = server_api_key(m)
     specs, router = plan(m, model=model, api_key=key[1] if key else None)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
@@ -268,4 +265,4 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         yield server
 
 
-__all__ = ["ABORT", "Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]
+__all__ = ["Server", "ServerStartError", "launch", "plan", "resolve_cpu_model"]

@@ -153,15 +153,9 @@ class SlurmJob:
         """The router's endpoint (task 0 writes it once every replica is ready and the router answers)."""
         return self._read("router") if self.router else None
 
-    def ready(self) -> bool:
-        """With a router: the router answers (in front of at least one replica); else: every replica answers."""
-        if self.router:
-            return self.router_endpoint() is not None
-        return len(self.endpoints()) == self.tasks
-
     def base_urls(self) -> list[str] | None:
-        """Where clients go now: the router's URL, else every replica's; None while not all are written (a requeued
-        job removes its endpoint when it stops and writes the new one once its server answers again)."""
+        """Where clients go now: the router's URL, else every replica's; None until the router (in front of at least
+        one replica), else every replica, has written its endpoint (a requeued task rewrites its own)."""
         if self.router:
             router = self.router_endpoint()
             return [router.base_url] if router else None
@@ -274,14 +268,14 @@ def _late(job: SlurmJob, running_since: dict[int, float], now: float, timeout_s:
 def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_timeout: float | None = None,
                        clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], None] = time.sleep) -> list[Endpoint]:
-    """Block until the job is ready (see `SlurmJob.ready`); ServerStartError if it ends, if a running task is not
+    """Block until the job is ready (`SlurmJob.base_urls`); ServerStartError if it ends, if a running task is not
     ready `timeout_s` after it started running, or (with `queue_timeout`) if it is still queued after that long."""
     watch = StateWatch(job, clock)
     submitted = last_report = clock()
     running_since: dict[int, float] = {}
     last_state = ""
     while True:
-        if job.ready():
+        if job.base_urls() is not None:
             return job.endpoints()
         if ABORT.is_set():
             raise ServerStartError(f"slurm job {job.job_id}: launch cancelled")
@@ -289,7 +283,7 @@ def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_ti
         now = clock()
         ended = job.ended(states, fresh=False)
         if ended is not None:
-            if job.ready():  # written just before it ended?
+            if job.base_urls() is not None:  # written just before it ended?
                 return job.endpoints()
             raise job.failure(f"ended before its server was ready: {ended}")
         for key, state in (states or {}).items():
