@@ -86,8 +86,6 @@ class SamplingRequest(BaseModel):
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_list(cls, v: Any) -> Any:
-        if v is None:
-            return []
         return [v] if isinstance(v, str) else v
 
     @field_validator("stop")

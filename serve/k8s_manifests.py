@@ -1,10 +1,6 @@
 """Kubernetes YAML for a manifest: a Deployment + Service, or for nnodes > 1 a LeaderWorkerSet + leader Service;
-with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label.
-
-What makes it start on a real cluster: an image that has the engine (SGLang's or vLLM's by default; every other
-engine must name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint
-tolerated, probe timeouts that survive a busy server, a model cache volume (for multi-node a ReadWriteMany PVC or a
-pre-staged hostPath, never an emptyDir), and HF_TOKEN from a Secret (optional).
+with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label. GPU Deployments
+roll out with `Recreate` (no spare GPUs needed); multi-node needs a shared model cache, never an emptyDir.
 """
 
 from __future__ import annotations
@@ -36,7 +32,8 @@ class _NoAliasDumper(yaml.SafeDumper):
 
 
 def image(m: Manifest) -> str:
-    """The container image: the manifest's, else SGLang's for engine sglang; a one-line UserError otherwise."""
+    """The container image: the manifest's, else SGLang's or vLLM's for those engines; a one-line UserError
+    otherwise."""
     k = m.cluster.k8s
     if k.image:
         return k.image

@@ -68,14 +68,12 @@ class SlurmConfig(_Strict):
                            description="port for --dist-init-addr on the first node; 0 picks a free one at run time")
     endpoint_dir: str | None = Field(default=None, description="shared folder the job writes its endpoint JSON to; "
                                      "default: $USERTURN_ENDPOINT_DIR, else userturn-endpoints/ in the submit dir")
-    hf_home: str | None = Field(default=None, description="HF_HOME in the job: where the hub cache is on the nodes "
-                                "(a shared or scratch folder); default: the job's own environment "
-                                "(HF_HOME, else ~/.cache/huggingface)")
+    hf_home: str | None = Field(default=None, description="HF_HOME in the job (the hub cache on the nodes: a shared "
+                                "or scratch folder); default: the job's own environment")
     hf_hub_offline: bool | None = Field(default=None, description="HF_HUB_OFFLINE in the job (true: weights must be "
                                         "in the cache already); default: the job's own environment")
     queue_timeout: float | None = Field(default=None, gt=0, description="--launcher slurm: seconds a job may wait "
-                                        "in the queue before it is cancelled; default: no limit (startup_timeout "
-                                        "counts only from when the job runs)")
+                                        "in the queue (startup_timeout counts from when it runs); default: no limit")
 
 
 class K8sConfig(_Strict):
@@ -89,9 +87,8 @@ class K8sConfig(_Strict):
                                 "server's key (key 'key'; you create it, the pods wait for it)")
     cache_pvc: str | None = Field(default=None, description="PVC for the model cache at /root/.cache/huggingface "
                                   "(ReadWriteMany for multi-node); default for one node: an emptyDir")
-    cache_host_path: str | None = Field(default=None, description="a folder on every node with the hub cache "
-                                        "pre-staged (hostPath, mounted at /root/.cache/huggingface); the pods run "
-                                        "offline (HF_HUB_OFFLINE=1)")
+    cache_host_path: str | None = Field(default=None, description="a hostPath on every node with the hub cache "
+                                        "pre-staged (mounted at /root/.cache/huggingface; the pods run offline)")
 
     shm_size: str = "32Gi"
     node_selector: dict[str, str] = Field(default_factory=dict)

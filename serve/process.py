@@ -147,16 +147,11 @@ def pick_ports(host: str, port: int, count: int, *, where: str = "manifest") -> 
     """`count` ports: consecutive from `port`, or free ones chosen by the OS when `port` is 0."""
     if port == 0:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        socks = []
-        try:
-            for _ in range(count):
-                s = socket.socket(family, socket.SOCK_STREAM)
-                s.bind((host, 0))
-                socks.append(s)
-            return [s.getsockname()[1] for s in socks]
-        finally:
+        with contextlib.ExitStack() as stack:  # every socket held until all are bound: distinct ports
+            socks = [stack.enter_context(socket.socket(family, socket.SOCK_STREAM)) for _ in range(count)]
             for s in socks:
-                s.close()
+                s.bind((host, 0))
+            return [s.getsockname()[1] for s in socks]
     ports = [port + i for i in range(count)]
     for p in ports:
         if p > 65535:

@@ -8,7 +8,6 @@ on exit, error, Ctrl-C or SIGTERM, and the launcher waits until SLURM reports it
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from userturn.serve.manifest import Manifest
 from userturn.serve.process import ABORT, ServerStartError, log_tail, start_error
 from userturn.serve.slurm_script import render_slurm, slug
@@ -140,9 +139,8 @@ class SlurmJob:
 
     def _read(self, name: str) -> Endpoint | None:
         try:
-            text = (self.endpoint_dir / f"{self.job_id}_{name}.json").read_text(encoding="utf-8")
-            return Endpoint.model_validate(json.loads(text))
-        except (OSError, ValueError, ValidationError):
+            return Endpoint.model_validate_json((self.endpoint_dir / f"{self.job_id}_{name}.json").read_bytes())
+        except (OSError, ValueError):  # not written yet (or not an endpoint)
             return None
 
     def endpoints(self) -> list[Endpoint]:

@@ -1,12 +1,8 @@
-"""`userturn run EXPERIMENT --workers N --launcher slurm`: the N shards of a run (userturn.core.shards) as one SLURM
-job array, task I running `run EXPERIMENT --shard I/N`.
+"""`userturn run EXPERIMENT --workers N --launcher slurm`: the N shards of a run as one SLURM job array, task I
+running `run EXPERIMENT --shard I/N` (same installation and file system as the submitting node).
 
-The script runs the shard's command unchanged on any SLURM cluster (it needs the same userturn installation and
-file system as the submitting node, as the server scripts do) and writes the command's exit status to
-`$USERTURN_SHARD_EXIT_DIR/<task>` when it ends, so the submitting process can say how each shard ended without
-SLURM accounting (`sacct` is often not set up). The submitting process waits for the array (squeue with the
-launcher's backoff: 1 s doubling to 30 s while nothing changes), and cancels it on Ctrl-C, SIGTERM or any error.
-A task that ended without writing its status (cancelled, timed out, its node failed) counts as exit 1.
+Each task writes its exit status to `$USERTURN_SHARD_EXIT_DIR/<task>` (no `sacct` needed; none written counts as
+exit 1). The submitting process waits for the array (squeue with backoff) and cancels it on Ctrl-C, SIGTERM or error.
 """
 
 from __future__ import annotations
