@@ -178,12 +178,12 @@ class Row:
 class DecodeBatch:
     """The rows being decoded and their shared KV cache (left-padded; `mask` marks the real columns)."""
 
-    def __init__(self, model: Any, pad_id: int) -> None:
+    def __init__(self, model: Any) -> None:
         import inspect
 
         import torch
 
-        self.torch, self.model, self.pad_id = torch, model, pad_id
+        self.torch, self.model = torch, model
         # transformers 5 renamed forward's `past_key_values` to `cache`
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         from transformers import DynamicCache
@@ -328,9 +328,9 @@ class BatchWorker:
     """The thread that owns the model: gathers jobs (`window_s` after the first, up to `max_rows` rows), decodes
     them together, admits new ones between steps; packs the linears (`pack_linears`) at its first multi-row batch."""
 
-    def __init__(self, model: Any, pad_id: int, *, max_rows: int, window_s: float,
+    def __init__(self, model: Any, *, max_rows: int, window_s: float,
                  note: Callable[[str], None] = lambda _: None) -> None:
-        self.batch = DecodeBatch(model, pad_id)
+        self.batch = DecodeBatch(model)
         self.max_rows = max_rows if self.batch.pads_rows else 1  # else one request (its n samples) at a time
         self.model, self.note, self.packed = model, note, self.max_rows == 1  # one row at a time: nothing to pack
         self.window_s = window_s

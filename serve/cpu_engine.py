@@ -125,21 +125,16 @@ def finish_sequence(
     stop_token_ids: set[int],
     stop_strings: list[str],
     max_tokens: int,
-    pad_token_id: int | None,
     decode: Any,
 ) -> Sequence:
     """Cut a generated token list at the first stop token, then at the earliest stop string (both excluded)."""
-    ids = list(token_ids)
+    ids, used = token_ids, len(token_ids)
     matched: str | int | None = None
     reason: str | None = None
     for i, tok in enumerate(ids):
         if tok in stop_token_ids:
             matched, reason, ids, used = tok, "stop", ids[:i], i + 1
             break
-    else:
-        while ids and pad_token_id is not None and ids[-1] == pad_token_id:
-            ids.pop()  # padding after a sequence that a stop string finished early
-        used = len(ids)
     text = decode(ids)
     hits = [(text.find(s), s) for s in stop_strings if s in text]
     if hits:
@@ -207,10 +202,9 @@ class Generator:
         if self.tokenizer.eos_token_id is not None:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids: list[int] = sorted(set(eos))
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos or [0])[0]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.context_length: int | None = cfg.context_length or limit
-        self.worker = BatchWorker(self.model, self.pad_id, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000,
+        self.worker = BatchWorker(self.model, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000,
                                   note=lambda msg: print(f"cpu_engine: {msg}", flush=True))
 
     def _max_tokens(self, req: SamplingRequest, prompt_len: int) -> int:
@@ -242,7 +236,7 @@ class Generator:
 
         def finish(outputs: list[list[int]]) -> None:
             seqs = [finish_sequence(ids, stop_token_ids=set(job.params.stop_token_ids), stop_strings=req.stop,
-                                    max_tokens=job.params.max_tokens, pad_token_id=None, decode=decode)
+                                    max_tokens=job.params.max_tokens, decode=decode)
                     for ids in outputs]
             done(seqs, len(job.prompt_ids))
 
