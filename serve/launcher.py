@@ -26,7 +26,7 @@ from typing import Literal
 from userturn.serve.commands import LLAMA_SERVER, VLLM, LaunchSpec, replica_specs, router_spec
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
-from userturn.serve.process import ServerProcess, ServerStartError, pick_ports
+from userturn.serve.process import ServerProcess, ServerStartError, pick_ports, start_error
 
 from userturn.core.errors import UserError
 from userturn.core.packaged import is_gguf, resolve
@@ -67,8 +67,7 @@ class Server:
         """One line saying why the deployment stopped serving (a process or the SLURM job ended), else None."""
         for p in self.processes:
             if not p.alive:
-                return (f"{p.spec.name} exited with code {p.returncode()} (log: {p.log_path}); "
-                        f"last log lines: {' | '.join(p.tail())}")
+                return str(start_error(f"{p.spec.name} exited with code {p.returncode()}", p.log_path, p.tail()))
         return self.watch() if self.watch is not None else None
 
 
@@ -245,7 +244,7 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         states = StateWatch(job)  # squeue with backoff while serving, too
 
         def watch() -> str | None:
-            ended = job.ended(states.poll(), fresh=False)
+            ended = job.ended(states.poll())
             return None if ended is None else str(job.failure(f"stopped serving: {ended}"))
 
         server = Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=first.model,

@@ -196,18 +196,16 @@ class SlurmJob:
         task = self.failed_task() if self.tasks > 1 else None
         return start_error(f"slurm job {self.job_id}: {what}", self.log_path(task or 0), self.tail(task=task))
 
-    def describe(self, states: dict[str, str] | None = None) -> str:
+    def describe(self, states: dict[str, str] | None) -> str:
         """`RUNNING`, `PENDING (Resources)`, or per array task `77_0 RUNNING, 77_[1-2] PENDING (Priority)`."""
-        states = self.states() if states is None else states
         if states is None:
             return "state unknown (squeue failed)"
         if not states:
             return "no longer in the queue"
         return ", ".join(v if k == self.job_id else f"{k} {v}" for k, v in sorted(states.items()))
 
-    def ended(self, states: dict[str, str] | None = None, *, fresh: bool = True) -> str | None:
-        """None while every task is active; else a description of the states (`fresh`: ask squeue now)."""
-        states = self.states() if fresh else states
+    def ended(self, states: dict[str, str] | None) -> str | None:
+        """None while every task is active (or squeue failed: None); else a description of the states."""
         if states is None or (states and all(s.split()[0] in ACTIVE_STATES for s in states.values())):
             return None
         return self.describe(states)
@@ -246,13 +244,10 @@ def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
 
 def _late(job: SlurmJob, running_since: dict[int, float], now: float, timeout_s: float) -> str | None:
     """Why the job missed its startup deadline, counted from when its tasks run, else None."""
-    if job.router:
-        # the router runs in task 0, in front of the first replica that is ready
-        if 0 not in running_since:
-            return None
-        limit = timeout_s + ROUTER_GRACE_S
-        if now - running_since[0] > limit and job.router_endpoint() is None:
-            return (f"no router after {now - running_since[0]:.0f}s running (startup_timeout {timeout_s:.0f}s for "
+    if job.router:  # the router runs in task 0, in front of the first replica that is ready
+        since = running_since.get(0)
+        if since is not None and now - since > timeout_s + ROUTER_GRACE_S and job.router_endpoint() is None:
+            return (f"no router after {now - since:.0f}s running (startup_timeout {timeout_s:.0f}s for "
                     f"the first replica + {ROUTER_GRACE_S:.0f}s for the router)")
         return None
     ready = {e.array_task_id for e in job.endpoints()}
@@ -279,14 +274,13 @@ def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_ti
             raise ServerStartError(f"slurm job {job.job_id}: launch cancelled")
         states = watch.poll()
         now = clock()
-        ended = job.ended(states, fresh=False)
+        ended = job.ended(states)
         if ended is not None:
             if job.base_urls() is not None:  # written just before it ended?
                 return job.endpoints()
             raise job.failure(f"ended before its server was ready: {ended}")
         for key, state in (states or {}).items():
-            task = task_of(key, job.job_id)
-            if task is None:
+            if (task := task_of(key, job.job_id)) is None:
                 continue
             if state.split()[0] == "RUNNING":
                 running_since.setdefault(task, now)

@@ -152,11 +152,6 @@ def resources(m: Manifest) -> tuple[int, str]:
     return cpus, mem
 
 
-def log_name(m: Manifest) -> str:
-    """`userturn-LABEL-%j.log`, or `-%A_%a.log` for a job array (one log per replica)."""
-    return f"userturn-{slug(m.label)}-{'%A_%a' if m.replicas > 1 else '%j'}.log"
-
-
 def _shell(argv: list[str]) -> str:
     """`argv` as one shell line, its placeholder words replaced by their "$VAR"."""
     line = shlex.join(argv)
@@ -204,7 +199,7 @@ def _router_lines(m: Manifest) -> list[str]:
     ]
 
 
-def _model_lines(m: Manifest, python: str) -> list[str]:
+def _model_lines(m: Manifest) -> list[str]:
     """MODEL / SERVED: fixed, or (CPU engine) resolved in the job: a local path, a package's GGUF, hub or cache."""
     model = m.resolve_path(m.model) or ""
     if m.engine == "transformers" and not m.command:
@@ -250,7 +245,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     lines += [f"#SBATCH --{key}={getattr(s, key)}" for key in ("partition", "account", "qos") if getattr(s, key)]
     if m.replicas > 1:
         lines.append(f"#SBATCH --array=0-{m.replicas - 1}")
-    lines.append(f"#SBATCH --output={log_name(m)}")
+    lines.append(f"#SBATCH --output=userturn-{label}-{'%A_%a' if m.replicas > 1 else '%j'}.log")  # one per task
     lines.append("#SBATCH --open-mode=append")  # a requeued job adds to its log instead of overwriting it
     lines += [f"#SBATCH {a}" for a in s.sbatch_args]
     lines += [
@@ -286,7 +281,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     if m.nnodes > 1:
         dist = str(s.dist_port) if s.dist_port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
         lines.append(f'export USERTURN_DIST_INIT_ADDR="$HEAD_NODE:{dist}"')
-    lines += _model_lines(m, py)
+    lines += _model_lines(m)
     lines += [
         'echo "userturn: job $JOB task $TASK on $HEAD_NODE port $PORT (model: $SERVED;'
         ' restart ${SLURM_RESTART_COUNT:-0})"',
