@@ -147,7 +147,7 @@ def dry_run_key(m: Manifest) -> str | None:
     return "<generated at launch>" if m.api_key == "generate" else f"<${m.api_key_env}>"
 
 
-def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable,
+def plan(m: Manifest, *, model: str | None = None,
          api_key: str | None = None) -> tuple[list[LaunchSpec], LaunchSpec | None]:
     """The processes `launch` would start (ports resolved), without starting them: used by --dry-run."""
     where = str(m.source) if m.source else "manifest"
@@ -157,8 +157,8 @@ def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable,
         while m.router.port == 0 and router_port in ports:  # the OS may hand back a replica's port
             router_port = pick_ports(m.host, 0, 1)[0]
         ports.append(router_port)
-    specs = replica_specs(m, ports[: m.replicas], model=model, python=python, api_key=api_key)
-    router = router_spec(m, specs, ports[-1], python=python) if m.router is not None else None
+    specs = replica_specs(m, ports[: m.replicas], model=model, api_key=api_key)
+    router = router_spec(m, specs, ports[-1]) if m.router is not None else None
     return specs, router
 
 
