@@ -180,7 +180,6 @@ def _router_lines(m: Manifest) -> list[str]:
     assert m.router is not None
     argv = router_argv(m, ["__USERTURN_WORKERS__"], port="__USERTURN_ROUTER_PORT__", python="__USERTURN_PY__")
     argv[argv.index("--host") + 1] = "0.0.0.0"
-    line = _shell(argv)
     port = str(m.router.port) if m.router.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
     return [
         'if [ "$TASK" = 0 ]; then  # the router: on this node, once a replica has written its endpoint',
@@ -188,7 +187,7 @@ def _router_lines(m: Manifest) -> list[str]:
         f"    export ROUTER_PORT={port}",
         "    trap 'rm -f \"$ENDPOINT_FILE\" \"$ROUTER_FILE\"' EXIT",
         '    echo "userturn: router on $HEAD_NODE port $ROUTER_PORT for $WORKERS"',
-        f"    {line} &",
+        f"    {_shell(argv)} &",
         "    ROUTER=$!",
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
