@@ -132,8 +132,7 @@ def custom_argv(m: Manifest, *, port: int | str, host: str | None = None, model:
 def server_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
                 model: str | None = None, threads: int | str | None = None, api_key: str | None = None,
                 node_rank: int | str | None = None, dist_init_addr: str | None = None) -> list[str]:
-    """The argv that starts one replica (one node of it for sglang) of this manifest's server (`api_key`: the key it
-    requires)."""
+    """The argv of one replica (one node of it, for multi-node sglang) of this manifest's server."""
     if m.command:
         return custom_argv(m, port=port, host=host, model=model, api_key=api_key)
     if m.engine == "sglang":

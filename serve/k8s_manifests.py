@@ -32,8 +32,7 @@ class _NoAliasDumper(yaml.SafeDumper):
 
 
 def image(m: Manifest) -> str:
-    """The container image: the manifest's, else SGLang's or vLLM's for those engines; a one-line UserError
-    otherwise."""
+    """The container image: the manifest's, else SGLang's / vLLM's for those engines, else a one-line UserError."""
     k = m.cluster.k8s
     if k.image:
         return k.image

@@ -94,8 +94,7 @@ def task_of(key: str, job_id: str) -> int | None:
 
 
 def sbatch(script: Path, *, output: str | Path, chdir: Path, export: str, error: type[Exception]) -> str:
-    """Submit `script` (its log appended to `output`, run in `chdir`, with `export`); its job id, else `error` in one
-    line."""
+    """Submit `script` (log appended to `output`, run in `chdir` with `export`): its job id, else a one-line `error`."""
     argv = ["sbatch", "--parsable", f"--output={output}", "--open-mode=append", f"--chdir={chdir}",
             f"--export={export}", str(script)]
     proc = run_slurm_command(argv)

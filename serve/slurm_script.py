@@ -1,8 +1,6 @@
-"""The sbatch script for a manifest: runs unchanged on any SLURM cluster, for every engine. One job (a job array for
-`replicas: N`); one srun task per node. At run time the script picks a free port, resolves the CPU engine's model (a
-local path, an installed package's GGUF file, or the hub and its cache), starts the server, polls its readiness
-routes and then writes the endpoint as JSON to `$USERTURN_ENDPOINT_DIR/<job>_<task>.json` (what `--launcher slurm`
-waits for).
+"""The sbatch script for a manifest, for any SLURM cluster and engine: one job (an array for `replicas: N`), one srun
+task per node. At run time it picks a free port, resolves the CPU engine's model, starts the server, polls its
+readiness routes and writes the endpoint JSON to `$USERTURN_ENDPOINT_DIR/<job>_<task>.json` (`--launcher slurm`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """A tiny random-weight Qwen3 model with a locally trained ChatML tokenizer: smoke tests without a download.
 
-Outputs of this model are noise: it serves the tests, which need a real engine but no real model.
-Usage: `python -m userturn.serve.tiny_model OUT_DIR` (or `build_tiny_model(out_dir)`).
+Its outputs are noise. Usage: `python -m userturn.serve.tiny_model OUT_DIR` (or `build_tiny_model(out_dir)`).
 """
 
 from __future__ import annotations
