@@ -134,7 +134,7 @@ def split_run(model: Any, prompt_ids: list[list[int]], together: bool, new_token
     prefill = decode = 0.0
     steps = 0
     for group in [prompt_ids] if together else [[p] for p in prompt_ids]:
-        batch = DecodeBatch(model, 0)
+        batch = DecodeBatch(model)
         jobs = [Job(p, SamplingParams(max_tokens=new_tokens), [0], decode=str, on_done=lambda _: None,
                     on_error=lambda exc: None) for p in group]
         started = time.monotonic()

@@ -101,7 +101,7 @@ def vllm_argv(m: Manifest, *, port: int | str, host: str | None = None, model: s
 
 
 def cpu_engine_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
-                    model: str | None = None, threads: int | None = None) -> list[str]:
+                    model: str | None = None, threads: int | str | None = None) -> list[str]:
     """`python -m userturn.serve.cpu_engine ...` (the embedded transformers engine)."""
     return [python, "-m", CPU_ENGINE_MODULE, *flag_args(
         ("--model", model or m.resolve_path(m.model) or ""), ("--tokenizer", m.resolve_path(m.tokenizer)),
@@ -130,12 +130,14 @@ def custom_argv(m: Manifest, *, port: int | str, host: str | None = None, model:
 
 
 def server_argv(m: Manifest, *, port: int | str, host: str | None = None, python: str = sys.executable,
-                model: str | None = None, threads: int | None = None, api_key: str | None = None) -> list[str]:
-    """The argv that starts one replica of this manifest's server (`api_key`: the key it requires)."""
+                model: str | None = None, threads: int | str | None = None, api_key: str | None = None,
+                node_rank: int | str | None = None, dist_init_addr: str | None = None) -> list[str]:
+    """The argv of one replica (one node of it, for multi-node sglang) of this manifest's server."""
     if m.command:
         return custom_argv(m, port=port, host=host, model=model, api_key=api_key)
     if m.engine == "sglang":
-        return sglang_argv(m, port=port, host=host, python=python, model=model, api_key=api_key)
+        return sglang_argv(m, port=port, host=host, python=python, model=model, node_rank=node_rank,
+                           dist_init_addr=dist_init_addr, api_key=api_key)
     if m.engine == "vllm":
         return vllm_argv(m, port=port, host=host, model=model, api_key=api_key)
     if m.engine == "transformers":
@@ -145,7 +147,7 @@ def server_argv(m: Manifest, *, port: int | str, host: str | None = None, python
     raise UserError(f"{m.source or 'manifest'}: engine 'external' launches nothing")
 
 
-def router_argv(m: Manifest, worker_urls: list[str], *, port: int, python: str = sys.executable) -> list[str]:
+def router_argv(m: Manifest, worker_urls: list[str], *, port: int | str, python: str = sys.executable) -> list[str]:
     """`python -m sglang_router.launch_router --worker-urls ...` in front of the replicas."""
     assert m.router is not None
     return [python, "-m", ROUTER_MODULE, "--worker-urls", *worker_urls, "--host", m.host, "--port", str(port),

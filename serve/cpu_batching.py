@@ -1,14 +1,8 @@
-"""Requests decoded together: a small decode loop over a causal LM's forward with a KV cache, and its worker thread.
+"""Requests decoded together: a decode loop over a causal LM with a shared, left-padded KV cache, on one thread.
 
-Every row of a batch is one sequence (one sample of one prompt) with its own sampling settings, stops, token budget
-and `torch.Generator`, so a seeded row draws the same tokens whatever else is in the batch. Rows of different
-prompt lengths share one cache by left padding: a 2-D attention mask says which cached columns are real, each row
-keeps its own position ids. Prompts are prefilled without padding (those of one length together) and then joined;
-the k samples of one prompt are prefilled once and their cache rows copied.
-Finished rows leave the batch at once (their cache rows are dropped, and leading columns that no row needs any
-more are trimmed); requests that arrive while a batch runs join it between two decode steps, up to the row cap.
-`BatchWorker` owns the model on one thread: the event loop only hands it jobs and awaits their futures; at its
-first batch of two or more rows it packs the linear layers' weights for oneDNN (`pack_linears`).
+Each row (one sample of one prompt) has its own sampling settings, stops, budget and `torch.Generator`, so a seeded
+row draws the same tokens whatever else is in the batch. Prompts of one length are prefilled together without
+padding, a prompt's samples share its prefill; finished rows leave at once, new requests join between decode steps.
 """
 
 from __future__ import annotations
@@ -27,11 +21,9 @@ PACKED_ROWS = range(2, 33)  # inputs of this many rows use the oneDNN-packed wei
 
 
 def pack_linears(model: Any) -> int:
-    """Give every `nn.Linear` of a float32 CPU model a second copy of its weight, packed once in oneDNN's blocked
-    layout (for 8 rows), used for inputs of `PACKED_ROWS` rows: a decode step of a batch, 10-15% faster at 4-8 rows
-    than `F.linear`'s MKL sgemm (docs/cpu-engine.md). One row (a lone request) and prefills keep the plain weight,
-    where MKL is as fast or faster. Returns the bytes added; 0 where oneDNN is missing or its result differs from
-    `F.linear` by more than float32 rounding on a probe input."""
+    """Give every float32 CPU `nn.Linear` a oneDNN-packed copy of its weight for decode steps of `PACKED_ROWS` rows
+    (10-15% faster than MKL at 4-8 rows, docs/cpu-engine.md); one row and prefills keep the plain weight. Returns
+    the bytes added; 0 where oneDNN is missing or differs from `F.linear` beyond float32 rounding on a probe."""
     import torch
 
     ops: Any = getattr(torch.ops, "mkldnn", None)
@@ -66,14 +58,13 @@ def pack_linears(model: Any) -> int:
 
 
 def growing_cache(config: Any) -> Any:
-    """A `DynamicCache` whose layers append into spare room instead of copying the whole cache at every step
-    (`torch.cat` was ~20% of a decode step at 8 rows); a layer whose tensors were replaced (rows dropped or
-    joined) copies them into a new buffer at its next update."""
+    """A `DynamicCache` whose layers append into spare room instead of `torch.cat` at every step; a layer whose
+    tensors were replaced (rows dropped or joined) copies them into a new buffer at its next update."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
-        buffers: tuple[Any, Any] | None = None
+        buffers: tuple[Any, ...] | None = None
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
             import torch
@@ -82,20 +73,18 @@ def growing_cache(config: Any) -> Any:
                 self.lazy_initialization(key_states, value_states)
             cached: tuple[Any, Any] = (self.keys, self.values)
             used, new = (cached[0].shape[-2] if cached[0].numel() else 0), key_states.shape[-2]
-            kept = self.buffers is not None and self.buffers[0].shape[-2] >= used + new and all(
-                t.data_ptr() == b.data_ptr() and t.stride() == b.stride() and t.shape[:-2] == b.shape[:-2]
-                for t, b in zip(cached, self.buffers, strict=True))  # still views of our buffers
-            if not kept:
+            buffers = self.buffers
+            if buffers is None or buffers[0].shape[-2] < used + new or not all(
+                    t.data_ptr() == b.data_ptr() and t.stride() == b.stride() and t.shape[:-2] == b.shape[:-2]
+                    for t, b in zip(cached, buffers, strict=True)):  # no longer views of our buffers
                 room = used + new + max(64, (used + new) // 4)
-                self.buffers = tuple(  # type: ignore[assignment]
+                buffers = self.buffers = tuple(
                     torch.empty((*s.shape[:-2], room, s.shape[-1]), dtype=s.dtype) for s in (key_states, value_states))
-                assert self.buffers is not None
-                for buffer, old in zip(self.buffers, cached, strict=True):
+                for buffer, old in zip(buffers, cached, strict=True):
                     if used:
                         buffer[..., :used, :] = old
-            assert self.buffers is not None
             out = []
-            for buffer, states in zip(self.buffers, (key_states, value_states), strict=True):
+            for buffer, states in zip(buffers, (key_states, value_states), strict=True):
                 buffer[..., used:used + new, :] = states
                 out.append(buffer[..., :used + new, :])
             self.keys, self.values = out
@@ -120,8 +109,8 @@ class SamplingParams:
 
 
 def sample_seeds(seed: int | None, n: int) -> list[int]:
-    """One generator seed per sample: sample 0 uses the request's seed itself (so `n=1` and the first of `n=k`
-    agree), sample j>0 a hash of (seed, j); no seed: fresh random seeds."""
+    """One generator seed per sample: the request's seed for sample 0 (so `n=1` and `n=k` agree on it), a hash of
+    (seed, j) for sample j; no seed: fresh random seeds."""
     if seed is None:
         return [random.SystemRandom().getrandbits(63) for _ in range(n)]
     out = [seed % 2**64]
@@ -153,8 +142,8 @@ def sample_token(logits: Any, params: SamplingParams, generator: Any) -> int:
 
 @dataclass
 class Job:
-    """One prompt of one request: `len(seeds)` rows. On the worker thread: `prepare()` (may fill in `prompt_ids`
-    and `params`) before admission, then `on_done(token lists)` or `on_error(exc)`; `decode` reads stop strings."""
+    """One prompt of one request, `len(seeds)` rows; on the worker: `prepare()` (may set `prompt_ids`, `params`),
+    then `on_done(token lists)` or `on_error(exc)`."""
 
     prompt_ids: list[int]
     params: SamplingParams
@@ -189,12 +178,12 @@ class Row:
 class DecodeBatch:
     """The rows being decoded and their shared KV cache (left-padded; `mask` marks the real columns)."""
 
-    def __init__(self, model: Any, pad_id: int) -> None:
+    def __init__(self, model: Any) -> None:
         import inspect
 
         import torch
 
-        self.torch, self.model, self.pad_id = torch, model, pad_id
+        self.torch, self.model = torch, model
         # transformers 5 renamed forward's `past_key_values` to `cache`
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         from transformers import DynamicCache
@@ -209,8 +198,6 @@ class DecodeBatch:
 
     def __len__(self) -> int:
         return len(self.rows)
-
-    # ----- admission -----
 
     def admit(self, jobs: list[Job]) -> None:
         """Prefill the jobs' distinct prompts once each, copy their cache rows per sample, sample each row's first
@@ -276,8 +263,6 @@ class DecodeBatch:
         mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m in parts])
         return first, mask
 
-    # ----- decoding -----
-
     def step(self) -> None:
         """Feed every row its last token, sample the next one, retire finished rows."""
         torch = self.torch
@@ -340,13 +325,12 @@ class DecodeBatch:
 
 
 class BatchWorker:
-    """One thread that owns the model: gathers jobs (`window_s` after the first, up to `max_rows` rows), decodes
-    them together, and admits newly arrived jobs between decode steps while rows are free. The first time two or
-    more rows are decoded together it packs the model's linear layers (`pack_linears`) and tells `note`."""
+    """The thread that owns the model: gathers jobs (`window_s` after the first, up to `max_rows` rows), decodes
+    them together, admits new ones between steps; packs the linears (`pack_linears`) at its first multi-row batch."""
 
-    def __init__(self, model: Any, pad_id: int, *, max_rows: int, window_s: float,
+    def __init__(self, model: Any, *, max_rows: int, window_s: float,
                  note: Callable[[str], None] = lambda _: None) -> None:
-        self.batch = DecodeBatch(model, pad_id)
+        self.batch = DecodeBatch(model)
         self.max_rows = max_rows if self.batch.pads_rows else 1  # else one request (its n samples) at a time
         self.model, self.note, self.packed = model, note, self.max_rows == 1  # one row at a time: nothing to pack
         self.window_s = window_s

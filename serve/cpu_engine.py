@@ -1,13 +1,9 @@
 """The embedded CPU engine: an OpenAI-compatible server around a `transformers` causal LM (no GPU needed).
 
-Routes: GET /health, GET /health_generate, GET /v1/models, POST /v1/completions (text prompt; stop strings and
-stop token ids, n, seed, max_tokens, temperature, top_p, top_k; returns finish_reason, matched_stop and usage, like
-SGLang), POST /v1/chat/completions (the model's chat template, `chat_template_kwargs`).
-Requests that arrive together are decoded together (`serve.cpu_batching`: one worker thread owns the model, a
-short gathering window, up to `--max-batch` rows, per-request seeds, stops and budgets); the event loop only parses,
-renders chat templates and awaits. `--model` may be a GGUF file (a path, or `pkg:PACKAGE/file.gguf` inside an
-installed package): transformers dequantises it once and the result is cached on disk (`serve.gguf_model_cache`);
-the tokenizer and chat template come from its metadata (`client.gguf_tokenizer`).
+Routes: /health, /health_generate, /v1/models, /v1/completions and /v1/chat/completions (stop strings and token ids,
+n, seed, top_p, top_k; finish_reason, matched_stop and usage like SGLang). Requests that arrive together are decoded
+together on one worker thread (`serve.cpu_batching`). A GGUF `--model` (a path or `pkg:PACKAGE/file.gguf`) is
+dequantised once and cached (`serve.gguf_model_cache`), its tokenizer taken from its metadata.
 Run: `python -m userturn.serve.cpu_engine --model PATH_OR_HUB_ID --port 8000` (extra: `pip install 'userturn[cpu]'`).
 """
 
@@ -90,8 +86,6 @@ class SamplingRequest(BaseModel):
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_list(cls, v: Any) -> Any:
-        if v is None:
-            return []
         return [v] if isinstance(v, str) else v
 
     @field_validator("stop")
@@ -131,21 +125,16 @@ def finish_sequence(
     stop_token_ids: set[int],
     stop_strings: list[str],
     max_tokens: int,
-    pad_token_id: int | None,
     decode: Any,
 ) -> Sequence:
     """Cut a generated token list at the first stop token, then at the earliest stop string (both excluded)."""
-    ids = list(token_ids)
+    ids, used = token_ids, len(token_ids)
     matched: str | int | None = None
     reason: str | None = None
     for i, tok in enumerate(ids):
         if tok in stop_token_ids:
             matched, reason, ids, used = tok, "stop", ids[:i], i + 1
             break
-    else:
-        while ids and pad_token_id is not None and ids[-1] == pad_token_id:
-            ids.pop()  # padding after a sequence that a stop string finished early
-        used = len(ids)
     text = decode(ids)
     hits = [(text.find(s), s) for s in stop_strings if s in text]
     if hits:
@@ -185,11 +174,10 @@ class Generator:
         dtype = {"auto": torch.float32, "half": torch.float16, "float16": torch.float16,
                  "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
         kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
-        model_source, model_kw = cfg.model, dict(kw)
         converted: Path | None = None  # the GGUF's converted checkpoint folder
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
-            from userturn.serve.gguf_model_cache import converted_model_dir, folder_size
+            from userturn.serve.gguf_model_cache import converted_model_dir, folder_size, load_converted
 
             from userturn.core.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
 
@@ -197,30 +185,26 @@ class Generator:
             if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike
                 tokenizer_source = str(gguf_tokenizer_dir(cfg.model))
             started = time.monotonic()
-            folder, hit = converted_model_dir(path, dtype, str(dtype))
-            converted = folder
-            size = f"{folder_size(folder) / 1e6:.0f} MB"
-            self.notes.append(f"converted model from cache {folder} ({size})" if hit else
-                              f"converted {path.name} in {time.monotonic() - started:.1f}s, cached at {folder} "
+            converted, hit = converted_model_dir(path, dtype, str(dtype))
+            size = f"{folder_size(converted) / 1e6:.0f} MB"
+            self.notes.append(f"converted model from cache {converted} ({size})" if hit else
+                              f"converted {path.name} in {time.monotonic() - started:.1f}s, cached at {converted} "
                               f"({size})")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **kw)
         if cfg.chat_template:
             self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
         if converted is not None:  # a folder we wrote ourselves: loaded straight from its safetensors file
-            from userturn.serve.gguf_model_cache import load_converted
-
             self.model = load_converted(converted, dtype)
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(model_source, dtype=dtype, **model_kw).eval()
+            self.model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype, **kw).eval()
         gen_eos = self.model.generation_config.eos_token_id
         eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
         if self.tokenizer.eos_token_id is not None:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids: list[int] = sorted(set(eos))
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos or [0])[0]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.context_length: int | None = cfg.context_length or limit
-        self.worker = BatchWorker(self.model, self.pad_id, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000,
+        self.worker = BatchWorker(self.model, max_rows=cfg.max_batch, window_s=cfg.batch_window_ms / 1000,
                                   note=lambda msg: print(f"cpu_engine: {msg}", flush=True))
 
     def _max_tokens(self, req: SamplingRequest, prompt_len: int) -> int:
@@ -241,10 +225,6 @@ class Generator:
         def decode(ids: list[int]) -> str:
             return str(self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens))
 
-        job = Job(prompt_ids=[], params=SamplingParams(max_tokens=1), seeds=sample_seeds(
-            req.seed if req.seed is not None else self.cfg.seed, req.n), decode=decode, on_done=lambda _: None,
-            on_error=error)
-
         def prepare() -> None:
             job.prompt_ids = list(self.tokenizer(prompt)["input_ids"])
             stop_ids = set() if req.ignore_eos else set(self.eos_ids)
@@ -256,11 +236,13 @@ class Generator:
 
         def finish(outputs: list[list[int]]) -> None:
             seqs = [finish_sequence(ids, stop_token_ids=set(job.params.stop_token_ids), stop_strings=req.stop,
-                                    max_tokens=job.params.max_tokens, pad_token_id=None, decode=decode)
+                                    max_tokens=job.params.max_tokens, decode=decode)
                     for ids in outputs]
             done(seqs, len(job.prompt_ids))
 
-        job.prepare, job.on_done = prepare, finish
+        job = Job(prompt_ids=[], params=SamplingParams(max_tokens=1), seeds=sample_seeds(
+            req.seed if req.seed is not None else self.cfg.seed, req.n), decode=decode, on_done=finish,
+            on_error=error, prepare=prepare)
         return job
 
     async def run(self, prompt: str, req: SamplingRequest) -> tuple[list[Sequence], int]:
@@ -291,14 +273,18 @@ class Generator:
             raise ApiError(400, f"chat template failed: {exc}") from None
 
 
-def _usage(prompt_tokens: int, seqs: list[Sequence]) -> dict[str, int]:
-    completion = sum(s.completion_tokens for s in seqs)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
-
-
-def _error(status: int, message: str, code: str = "invalid_request_error") -> web.Response:
-    body = {"object": "error", "error": {"message": message, "type": code, "code": status}, "message": message}
-    return web.json_response(body, status=status)
+def response_body(kind: str, model: str, results: list[tuple[list[Sequence], int]], n: int) -> dict[str, Any]:
+    """The OpenAI response (`kind` "text_completion" or "chat.completion") for each prompt's (sequences, prompt
+    tokens); choice `p * n + j` is sample j of prompt p."""
+    choices = [{"index": p * n + j, **({"text": s.text} if kind == "text_completion" else
+                                       {"message": {"role": "assistant", "content": s.text}}),
+                "logprobs": None, "finish_reason": s.finish_reason, "matched_stop": s.matched_stop}
+               for p, (seqs, _) in enumerate(results) for j, s in enumerate(seqs)]
+    prompt = sum(n_prompt for _, n_prompt in results)
+    completion = sum(s.completion_tokens for seqs, _ in results for s in seqs)
+    return {"id": f"{'cmpl' if kind == 'text_completion' else 'chatcmpl'}-{uuid.uuid4().hex}", "object": kind,
+            "created": int(time.time()), "model": model, "choices": choices,
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
 
 
 def build_app(gen: Generator) -> web.Application:
@@ -326,14 +312,14 @@ def build_app(gen: Generator) -> web.Application:
         try:
             return await handler(request)
         except ApiError as exc:
-            return _error(exc.status, exc.message, exc.code)
+            error = {"message": exc.message, "type": exc.code, "code": exc.status}
+            return web.json_response({"object": "error", "error": error, "message": exc.message}, status=exc.status)
 
     async def health(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def health_generate(_: web.Request) -> web.Response:
-        req = SamplingRequest(max_tokens=1, temperature=0)
-        await gen.run("ping", req)
+        await gen.run("ping", SamplingRequest(max_tokens=1, temperature=0))
         return web.json_response({"status": "ok"})
 
     async def models(_: web.Request) -> web.Response:
@@ -344,31 +330,13 @@ def build_app(gen: Generator) -> web.Application:
     async def completions(request: web.Request) -> web.Response:
         req: CompletionRequest = await parse(request, CompletionRequest)
         prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
-        choices: list[dict[str, Any]] = []
-        all_seqs: list[Sequence] = []
-        prompt_tokens = 0
         results = await asyncio.gather(*(gen.run(prompt, req) for prompt in prompts))  # decoded together
-        for p_index, (seqs, n_prompt) in enumerate(results):
-            prompt_tokens += n_prompt
-            all_seqs += seqs
-            for j, s in enumerate(seqs):
-                choices.append({"index": p_index * req.n + j, "text": s.text, "logprobs": None,
-                                "finish_reason": s.finish_reason, "matched_stop": s.matched_stop})
-        return web.json_response({
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": cfg.name, "choices": choices, "usage": _usage(prompt_tokens, all_seqs),
-        })
+        return web.json_response(response_body("text_completion", cfg.name, list(results), req.n))
 
     async def chat(request: web.Request) -> web.Response:
         req: ChatRequest = await parse(request, ChatRequest)
-        prompt = gen.render_chat(req)
-        seqs, n_prompt = await gen.run(prompt, req)
-        choices = [{"index": j, "message": {"role": "assistant", "content": s.text}, "logprobs": None,
-                    "finish_reason": s.finish_reason, "matched_stop": s.matched_stop} for j, s in enumerate(seqs)]
-        return web.json_response({
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": cfg.name, "choices": choices, "usage": _usage(n_prompt, seqs),
-        })
+        result = await gen.run(gen.render_chat(req), req)
+        return web.json_response(response_body("chat.completion", cfg.name, [result], req.n))
 
     app = web.Application(middlewares=[errors], client_max_size=64 * 1024 * 1024)
     app.router.add_get("/health", health)

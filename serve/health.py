@@ -5,18 +5,16 @@ from __future__ import annotations
 import time
 
 import httpx
-from userturn.serve.process import ABORT, ServerProcess, ServerStartError
+from userturn.serve.process import ABORT, ServerProcess, ServerStartError, start_error
 
 POLL_INTERVAL_S = 0.5
 
 
 def _failure(proc: ServerProcess, what: str) -> ServerStartError:
-    tail = proc.tail()
-    lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
-    return ServerStartError(f"{proc.spec.name}: {what} (log: {proc.log_path}){lines}")
+    return start_error(f"{proc.spec.name}: {what}", proc.log_path, proc.tail())
 
 
-def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: float = POLL_INTERVAL_S) -> None:
+def wait_until_ready(proc: ServerProcess, deadline: float) -> None:
     """Block until every health path of `proc` answers 200 in order; raise ServerStartError if it dies or the
     monotonic `deadline` passes. Never hangs: each request is bounded by the time left."""
     spec = proc.spec
@@ -41,4 +39,4 @@ def wait_until_ready(proc: ServerProcess, deadline: float, *, poll_interval: flo
                         break
                 except httpx.HTTPError:
                     pass
-                time.sleep(min(poll_interval, max(deadline - time.monotonic(), 0)))
+                time.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0)))

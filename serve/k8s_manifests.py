@@ -1,10 +1,6 @@
 """Kubernetes YAML for a manifest: a Deployment + Service, or for nnodes > 1 a LeaderWorkerSet + leader Service;
-with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label.
-
-What makes it start on a real cluster: an image that has the engine (SGLang's or vLLM's by default; every other
-engine must name one), `Recreate` rollouts for GPU Deployments (no spare GPUs needed), the nvidia.com/gpu taint
-tolerated, probe timeouts that survive a busy server, a model cache volume (for multi-node a ReadWriteMany PVC or a
-pre-staged hostPath, never an emptyDir), and HF_TOKEN from a Secret (optional).
+with `router:` also an sglang-router Deployment + Service that discovers the serving pods by label. GPU Deployments
+roll out with `Recreate` (no spare GPUs needed); multi-node needs a shared model cache, never an emptyDir.
 """
 
 from __future__ import annotations
@@ -12,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from userturn.serve.commands import ROUTER_MODULE, server_argv, sglang_argv
+from userturn.serve.commands import ROUTER_MODULE, server_argv
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
 
@@ -36,7 +32,7 @@ class _NoAliasDumper(yaml.SafeDumper):
 
 
 def image(m: Manifest) -> str:
-    """The container image: the manifest's, else SGLang's for engine sglang; a one-line UserError otherwise."""
+    """The container image: the manifest's, else SGLang's / vLLM's for those engines, else a one-line UserError."""
     k = m.cluster.k8s
     if k.image:
         return k.image
@@ -51,12 +47,8 @@ API_KEY_REF = "$(USERTURN_API_KEY)"  # expanded by Kubernetes from the container
 
 
 def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = None) -> list[str]:
-    port = m.port or CLUSTER_PORT
-    key = API_KEY_REF if m.api_key else None
-    if m.engine == "sglang" and not m.command:
-        return sglang_argv(m, port=port, host="0.0.0.0", python="python3", node_rank=node_rank,
-                           dist_init_addr=dist_addr, api_key=key)
-    return server_argv(m, port=port, host="0.0.0.0", python="python3", api_key=key)
+    return server_argv(m, port=m.port or CLUSTER_PORT, host="0.0.0.0", python="python3", node_rank=node_rank,
+                       dist_init_addr=dist_addr, api_key=API_KEY_REF if m.api_key else None)
 
 
 def _probes(path: str, port: int, startup_s: float | None = None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Literal
 from userturn.serve.commands import LLAMA_SERVER, VLLM, LaunchSpec, replica_specs, router_spec
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
-from userturn.serve.process import ABORT, ServerProcess, ServerStartError, pick_ports
+from userturn.serve.process import ServerProcess, ServerStartError, pick_ports, start_error
 
 from userturn.core.errors import UserError
 from userturn.core.packaged import is_gguf, resolve
@@ -67,8 +67,7 @@ class Server:
         """One line saying why the deployment stopped serving (a process or the SLURM job ended), else None."""
         for p in self.processes:
             if not p.alive:
-                return (f"{p.spec.name} exited with code {p.returncode()} (log: {p.log_path}); "
-                        f"last log lines: {' | '.join(p.tail())}")
+                return str(start_error(f"{p.spec.name} exited with code {p.returncode()}", p.log_path, p.tail()))
         return self.watch() if self.watch is not None else None
 
 
@@ -126,9 +125,8 @@ def check_installed(m: Manifest) -> None:
 
 
 def server_api_key(m: Manifest) -> tuple[str, str] | None:
-    """(the env var the probe reads it from, the key) when the manifest's server requires an API key: `generate`
-    puts a fresh random key into $USERTURN_API_KEY_<n> of this process (n counts launches, so servers launched side
-    by side keep their own keys), `env` takes the one in `api_key_env`."""
+    """(env var, key) when the server requires an API key: `generate` puts a fresh key into $USERTURN_API_KEY_<n>
+    of this process (one per launch), `env` takes the one in `api_key_env`."""
     if m.api_key is None:
         return None
     if m.api_key == "env":
@@ -149,7 +147,7 @@ def dry_run_key(m: Manifest) -> str | None:
     return "<generated at launch>" if m.api_key == "generate" else f"<${m.api_key_env}>"
 
 
-def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable,
+def plan(m: Manifest, *, model: str | None = None,
          api_key: str | None = None) -> tuple[list[LaunchSpec], LaunchSpec | None]:
     """The processes `launch` would start (ports resolved), without starting them: used by --dry-run."""
     where = str(m.source) if m.source else "manifest"
@@ -159,8 +157,8 @@ def plan(m: Manifest, *, model: str | None = None, python: str = sys.executable,
         while m.router.port == 0 and router_port in ports:  # the OS may hand back a replica's port
             router_port = pick_ports(m.host, 0, 1)[0]
         ports.append(router_port)
-    specs = replica_specs(m, ports[: m.replicas], model=model, python=python, api_key=api_key)
-    router = router_spec(m, specs, ports[-1], python=python) if m.router is not None else None
+    specs = replica_specs(m, ports[: m.replicas], model=model, api_key=api_key)
+    router = router_spec(m, specs, ports[-1]) if m.router is not None else None
     return specs, router
 
 
@@ -201,9 +199,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
             yield server
         return
     check_installed(m)
-    model = None
-    if m.engine == "transformers" and not m.command:
-        model = resolve_cpu_model(m)
+    model = resolve_cpu_model(m) if m.engine == "transformers" and not m.command else None
     key = server_api_key(m)
     specs, router = plan(m, model=model, api_key=key[1] if key else None)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
@@ -248,7 +244,7 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         states = StateWatch(job)  # squeue with backoff while serving, too
 
         def watch() -> str | None:
-            ended = job.ended(states.poll(), fresh=False)
+            ended = job.ended(states.poll())
             return None if ended is None else str(job.failure(f"stopped serving: {ended}"))
 
         server = Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=first.model,
@@ -268,4 +264,4 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         yield server
 
 
-__all__ = ["ABORT", "Server", "ServerStartError", "launch", "load_manifest", "plan", "resolve_cpu_model"]
+__all__ = ["Server", "ServerStartError", "launch", "plan", "resolve_cpu_model"]

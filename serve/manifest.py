@@ -68,14 +68,12 @@ class SlurmConfig(_Strict):
                            description="port for --dist-init-addr on the first node; 0 picks a free one at run time")
     endpoint_dir: str | None = Field(default=None, description="shared folder the job writes its endpoint JSON to; "
                                      "default: $USERTURN_ENDPOINT_DIR, else userturn-endpoints/ in the submit dir")
-    hf_home: str | None = Field(default=None, description="HF_HOME in the job: where the hub cache is on the nodes "
-                                "(a shared or scratch folder); default: the job's own environment "
-                                "(HF_HOME, else ~/.cache/huggingface)")
+    hf_home: str | None = Field(default=None, description="HF_HOME in the job (the hub cache on the nodes: a shared "
+                                "or scratch folder); default: the job's own environment")
     hf_hub_offline: bool | None = Field(default=None, description="HF_HUB_OFFLINE in the job (true: weights must be "
                                         "in the cache already); default: the job's own environment")
     queue_timeout: float | None = Field(default=None, gt=0, description="--launcher slurm: seconds a job may wait "
-                                        "in the queue before it is cancelled; default: no limit (startup_timeout "
-                                        "counts only from when the job runs)")
+                                        "in the queue (startup_timeout counts from when it runs); default: no limit")
 
 
 class K8sConfig(_Strict):
@@ -89,9 +87,16 @@ class K8sConfig(_Strict):
                                 "server's key (key 'key'; you create it, the pods wait for it)")
     cache_pvc: str | None = Field(default=None, description="PVC for the model cache at /root/.cache/huggingface "
                                   "(ReadWriteMany for multi-node); default for one node: an emptyDir")
-    cache_host_path: str | None = Field(default=None, description="a folder on every node with the hub cache "
-                                        "pre-staged (hostPath, mounted at /root/.cache/huggingface); the pods run "
-                                        "offline (HF_HUB_OFFLINE=1)")
+    cache_host_path: str | None = Field(default=None, description="a hostPath on every node with the hub cache "
+                                        "pre-staged (mounted at /root/.cache/huggingface; the pods run offline)")
+
+    shm_size: str = "32Gi"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, description="pod tolerations; default for GPU pods: tolerate the nvidia.com/gpu taint")
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    cpu: str | None = None
+    memory: str | None = None
 
     @model_validator(mode="after")
     def _one_cache(self) -> K8sConfig:
@@ -100,13 +105,6 @@ class K8sConfig(_Strict):
         if self.cache_host_path is not None and not self.cache_host_path.startswith("/"):
             raise ValueError(f"cache_host_path {self.cache_host_path!r} must be an absolute path on the nodes")
         return self
-    shm_size: str = "32Gi"
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] | None = Field(
-        default=None, description="pod tolerations; default for GPU pods: tolerate the nvidia.com/gpu taint")
-    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
-    cpu: str | None = None
-    memory: str | None = None
 
 
 class ClusterConfig(_Strict):
@@ -164,10 +162,9 @@ class Manifest(_Strict):
     @field_validator("health_paths")
     @classmethod
     def _paths_start_with_slash(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None:
-            for p in v:
-                if not p.startswith("/"):
-                    raise ValueError(f"health path {p!r} must start with '/'")
+        for p in v or []:
+            if not p.startswith("/"):
+                raise ValueError(f"health path {p!r} must start with '/'")
         return v
 
     @model_validator(mode="after")
@@ -184,11 +181,9 @@ class Manifest(_Strict):
             if not self.model and not self.command:
                 raise ValueError(f"engine '{e}' needs model (a path or hub id)")
         if e not in PARALLEL_ENGINES and not self.command:
-            for field, default in (("tp_size", 1), ("dp_size", 1)):
-                if getattr(self, field) != default:
-                    raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
-            for field in ("mem_fraction_static", "reasoning_parser", "load_format"):
-                if getattr(self, field) is not None:
+            for field, unset in (("tp_size", 1), ("dp_size", 1), ("mem_fraction_static", None),
+                                 ("reasoning_parser", None), ("load_format", None)):
+                if getattr(self, field) != unset:
                     raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
         if e != "sglang" and not self.command:
             if self.nnodes != 1:
@@ -212,7 +207,7 @@ class Manifest(_Strict):
             raise ValueError("router is only supported with engine 'sglang'")
         if self.nnodes > 1 and self.replicas > 1:
             raise ValueError("multi-node (nnodes > 1) serves one replica: use replicas: 1")
-        if self.gpus is not None and self.gpus and self.gpus < self.tp_size:
+        if self.gpus and self.gpus < self.tp_size:
             raise ValueError(f"gpus ({self.gpus}) is smaller than tp_size ({self.tp_size})")
         if self.gpus is not None and self.gpus % self.nnodes:
             raise ValueError(f"gpus ({self.gpus}) must split evenly over nnodes ({self.nnodes})")
@@ -265,16 +260,11 @@ class Manifest(_Strict):
         return value
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p.startswith("function-"))]
-    return ".".join(parts) or "(top level)"
-
-
 def format_validation_error(path: Path | str, exc: ValidationError) -> str:
     """One line: `file: key.path: message` (first error, with a count of the others)."""
     errors = exc.errors()
     first = errors[0]
-    loc = _loc(first["loc"])
+    loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-")) or "(top level)"
     msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{path}: {loc}: {msg}{more}"

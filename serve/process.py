@@ -66,15 +66,8 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def tail(self, lines: int = 8) -> list[str]:
-        """The last non-blank lines of the log (our own '# userturn:' header excluded)."""
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                last = deque((ln.rstrip() for ln in fh if ln.strip() and not ln.startswith("# userturn:")),
-                             maxlen=lines)
-        except OSError:
-            return []
-        return list(last)
+    def tail(self) -> list[str]:
+        return log_tail(self.log_path)
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
         """SIGTERM the process group, wait up to `grace_s`, then SIGKILL what is left; reap the leader."""
@@ -102,6 +95,22 @@ class ServerProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=5)
         _LIVE.discard(self)
+
+
+def log_tail(path: Path, lines: int = 8) -> list[str]:
+    """The last non-blank lines of a log (our own '# userturn:' header excluded); [] when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return list(deque((ln.rstrip() for ln in fh if ln.strip() and not ln.startswith("# userturn:")),
+                              maxlen=lines))
+    except OSError:
+        return []
+
+
+def start_error(what: str, log: Path, tail: list[str]) -> ServerStartError:
+    """`what (log: LOG); last log lines: a | b` (or `; the log is empty`)."""
+    lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
+    return ServerStartError(f"{what} (log: {log}){lines}")
 
 
 def _descendants(pid: int) -> list:
@@ -138,16 +147,11 @@ def pick_ports(host: str, port: int, count: int, *, where: str = "manifest") -> 
     """`count` ports: consecutive from `port`, or free ones chosen by the OS when `port` is 0."""
     if port == 0:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        socks = []
-        try:
-            for _ in range(count):
-                s = socket.socket(family, socket.SOCK_STREAM)
-                s.bind((host, 0))
-                socks.append(s)
-            return [s.getsockname()[1] for s in socks]
-        finally:
+        with contextlib.ExitStack() as stack:  # every socket held until all are bound: distinct ports
+            socks = [stack.enter_context(socket.socket(family, socket.SOCK_STREAM)) for _ in range(count)]
             for s in socks:
-                s.close()
+                s.bind((host, 0))
+            return [s.getsockname()[1] for s in socks]
     ports = [port + i for i in range(count)]
     for p in ports:
         if p > 65535:

@@ -1,8 +1,6 @@
-"""Helpers the sbatch script runs inside the job: `python -m userturn.serve.slurm_job resolve-model ...`.
-
-`resolve-model` prints shell `export` lines (MODEL, SERVED) for the CPU engine: a local dir or GGUF file as is, a
-`pkg:` GGUF file inside its installed package (resolved in the job's own environment), a hub id downloaded (or
-taken from the cache). A model that cannot be had is one line on stderr and exit 2.
+"""`python -m userturn.serve.slurm_job resolve-model ...`, run inside the sbatch script: prints `export MODEL=...
+SERVED=...` for the CPU engine, the model resolved in the job's own environment (`launcher.resolve_cpu_model`); a
+model that cannot be had is one line on stderr and exit 2.
 """
 
 from __future__ import annotations

@@ -1,31 +1,24 @@
 """`--launcher slurm`: sbatch a manifest's script, wait for the job's endpoint JSON, hand out its base URLs, scancel.
 
-While waiting it shows the job state and the last log line. Queue time is free: `startup_timeout` counts from when
-squeue shows a task RUNNING (up to one backoff step, 30 s, after it started; a requeued task starts its count
-again), so only `cluster.slurm.queue_timeout`, when set, limits the wait in the queue. With a router the job is
-ready once the router answers in front of the first ready replica (the others join it as they come); without one
-every replica must be ready. A job that ends, or a running task not ready by its deadline, raises ServerStartError
-(exit 4) with the state and the log tail. `squeue` is asked with backoff (1 s doubling to 30 s while nothing
-changes); the endpoint files, which cost nothing, every second. The job is cancelled on exit, on errors, on Ctrl-C
-and on SIGTERM, and the launcher waits until SLURM reports it gone.
+`startup_timeout` counts from when squeue shows a task RUNNING (queue time is limited only by
+`cluster.slurm.queue_timeout`). squeue is asked with backoff, the endpoint files every second. The job is cancelled
+on exit, error, Ctrl-C or SIGTERM, and the launcher waits until SLURM reports it gone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from userturn.serve.manifest import Manifest
-from userturn.serve.process import ABORT, ServerStartError
+from userturn.serve.process import ABORT, ServerStartError, log_tail, start_error
 from userturn.serve.slurm_script import render_slurm, slug
 
 from userturn.core.errors import UserError
@@ -54,17 +47,17 @@ class Endpoint(BaseModel):
 
 
 class Backoff:
-    """Delays that double from `low` to `high` while nothing changes; `reset()` when something did."""
+    """Delays that double from SQUEUE_MIN_S to SQUEUE_MAX_S while nothing changes; `reset()` when something did."""
 
-    def __init__(self, low: float = SQUEUE_MIN_S, high: float = SQUEUE_MAX_S) -> None:
-        self.low, self.high, self._next = low, high, low
+    def __init__(self) -> None:
+        self._next = SQUEUE_MIN_S
 
     def next(self) -> float:
-        delay, self._next = self._next, min(self._next * 2, self.high)
+        delay, self._next = self._next, min(self._next * 2, SQUEUE_MAX_S)
         return delay
 
     def reset(self) -> None:
-        self._next = self.low
+        self._next = SQUEUE_MIN_S
 
 
 class StateWatch:
@@ -86,6 +79,11 @@ class StateWatch:
         return self.states
 
 
+def active(states: dict[str, str] | None) -> bool:
+    """Some task is queued or running (or squeue failed: None)."""
+    return states is None or any(s.split()[0] in ACTIVE_STATES for s in states.values())
+
+
 def task_of(key: str, job_id: str) -> int | None:
     """`77` -> 0, `77_3` -> 3; a pending range (`77_[1-2]`) -> None."""
     if key == job_id:
@@ -96,8 +94,7 @@ def task_of(key: str, job_id: str) -> int | None:
 
 
 def sbatch(script: Path, *, output: str | Path, chdir: Path, export: str, error: type[Exception]) -> str:
-    """Submit `script` (its log appended to `output`, run in `chdir`, with `export`); its job id, else `error` in one
-    line."""
+    """Submit `script` (log appended to `output`, run in `chdir` with `export`): its job id, else a one-line `error`."""
     argv = ["sbatch", "--parsable", f"--output={output}", "--open-mode=append", f"--chdir={chdir}",
             f"--export={export}", str(script)]
     proc = run_slurm_command(argv)
@@ -141,9 +138,8 @@ class SlurmJob:
 
     def _read(self, name: str) -> Endpoint | None:
         try:
-            text = (self.endpoint_dir / f"{self.job_id}_{name}.json").read_text(encoding="utf-8")
-            return Endpoint.model_validate(json.loads(text))
-        except (OSError, ValueError, ValidationError):
+            return Endpoint.model_validate_json((self.endpoint_dir / f"{self.job_id}_{name}.json").read_bytes())
+        except (OSError, ValueError):  # not written yet (or not an endpoint)
             return None
 
     def endpoints(self) -> list[Endpoint]:
@@ -154,15 +150,9 @@ class SlurmJob:
         """The router's endpoint (task 0 writes it once every replica is ready and the router answers)."""
         return self._read("router") if self.router else None
 
-    def ready(self) -> bool:
-        """With a router: the router answers (in front of at least one replica); else: every replica answers."""
-        if self.router:
-            return self.router_endpoint() is not None
-        return len(self.endpoints()) == self.tasks
-
     def base_urls(self) -> list[str] | None:
-        """Where clients go now: the router's URL, else every replica's; None while not all are written (a requeued
-        job removes its endpoint when it stops and writes the new one once its server answers again)."""
+        """Where clients go now: the router's URL, else every replica's; None until the router (in front of at least
+        one replica), else every replica, has written its endpoint (a requeued task rewrites its own)."""
         if self.router:
             router = self.router_endpoint()
             return [router.base_url] if router else None
@@ -186,22 +176,10 @@ class SlurmJob:
                 out[parts[0]] = parts[1] + reason
         return out
 
-    def active(self) -> bool:
-        states = self.states()
-        return states is None or any(s.split()[0] in ACTIVE_STATES for s in states.values())
-
-    def _read_tail(self, task: int, lines: int) -> list[str]:
-        try:
-            with open(self.log_path(task), encoding="utf-8", errors="replace") as fh:
-                return list(deque((ln.rstrip() for ln in fh if ln.strip()), maxlen=lines))
-        except OSError:
-            return []
-
     def tail(self, lines: int = 8, task: int | None = None) -> list[str]:
         """Last non-blank lines of `task`'s log, else of the first log that has any."""
         for t in ([task] if task is not None else []) + list(range(self.tasks)):
-            last = self._read_tail(t, lines)
-            if last:
+            if last := log_tail(self.log_path(t), lines):
                 return last
         return []
 
@@ -215,33 +193,29 @@ class SlurmJob:
 
     def failure(self, what: str) -> ServerStartError:
         task = self.failed_task() if self.tasks > 1 else None
-        tail = self.tail(task=task)
-        lines = f"; last log lines: {' | '.join(tail)}" if tail else "; the log is empty"
-        return ServerStartError(f"slurm job {self.job_id}: {what} (log: {self.log_path(task or 0)}){lines}")
+        return start_error(f"slurm job {self.job_id}: {what}", self.log_path(task or 0), self.tail(task=task))
 
-    def describe(self, states: dict[str, str] | None = None) -> str:
+    def describe(self, states: dict[str, str] | None) -> str:
         """`RUNNING`, `PENDING (Resources)`, or per array task `77_0 RUNNING, 77_[1-2] PENDING (Priority)`."""
-        states = self.states() if states is None else states
         if states is None:
             return "state unknown (squeue failed)"
         if not states:
             return "no longer in the queue"
         return ", ".join(v if k == self.job_id else f"{k} {v}" for k, v in sorted(states.items()))
 
-    def ended(self, states: dict[str, str] | None = None, *, fresh: bool = True) -> str | None:
-        """None while every task is active; else a description of the states (`fresh`: ask squeue now)."""
-        states = self.states() if fresh else states
+    def ended(self, states: dict[str, str] | None) -> str | None:
+        """None while every task is active (or squeue failed: None); else a description of the states."""
         if states is None or (states and all(s.split()[0] in ACTIVE_STATES for s in states.values())):
             return None
         return self.describe(states)
 
-    def cancel(self, wait_s: float = CANCEL_WAIT_S) -> None:
+    def cancel(self) -> None:
         """scancel the job (every array task) and wait until SLURM no longer lists it as active."""
         with contextlib.suppress(UserError):
             run_slurm_command(["scancel", self.job_id])
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + CANCEL_WAIT_S
         with contextlib.suppress(UserError):
-            while self.active() and time.monotonic() < deadline:
+            while active(self.states()) and time.monotonic() < deadline:
                 time.sleep(0.5)
 
 
@@ -269,13 +243,10 @@ def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
 
 def _late(job: SlurmJob, running_since: dict[int, float], now: float, timeout_s: float) -> str | None:
     """Why the job missed its startup deadline, counted from when its tasks run, else None."""
-    if job.router:
-        # the router runs in task 0, in front of the first replica that is ready
-        if 0 not in running_since:
-            return None
-        limit = timeout_s + ROUTER_GRACE_S
-        if now - running_since[0] > limit and job.router_endpoint() is None:
-            return (f"no router after {now - running_since[0]:.0f}s running (startup_timeout {timeout_s:.0f}s for "
+    if job.router:  # the router runs in task 0, in front of the first replica that is ready
+        since = running_since.get(0)
+        if since is not None and now - since > timeout_s + ROUTER_GRACE_S and job.router_endpoint() is None:
+            return (f"no router after {now - since:.0f}s running (startup_timeout {timeout_s:.0f}s for "
                     f"the first replica + {ROUTER_GRACE_S:.0f}s for the router)")
         return None
     ready = {e.array_task_id for e in job.endpoints()}
@@ -287,29 +258,28 @@ def _late(job: SlurmJob, running_since: dict[int, float], now: float, timeout_s:
 
 
 def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_timeout: float | None = None,
-                       clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                       file_poll_s: float = FILE_POLL_S) -> list[Endpoint]:
-    """Block until the job is ready (see `SlurmJob.ready`); ServerStartError if it ends, if a running task is not
+                       clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> list[Endpoint]:
+    """Block until the job is ready (`SlurmJob.base_urls`); ServerStartError if it ends, if a running task is not
     ready `timeout_s` after it started running, or (with `queue_timeout`) if it is still queued after that long."""
     watch = StateWatch(job, clock)
     submitted = last_report = clock()
     running_since: dict[int, float] = {}
     last_state = ""
     while True:
-        if job.ready():
+        if job.base_urls() is not None:
             return job.endpoints()
         if ABORT.is_set():
             raise ServerStartError(f"slurm job {job.job_id}: launch cancelled")
         states = watch.poll()
         now = clock()
-        ended = job.ended(states, fresh=False)
+        ended = job.ended(states)
         if ended is not None:
-            if job.ready():  # written just before it ended?
+            if job.base_urls() is not None:  # written just before it ended?
                 return job.endpoints()
             raise job.failure(f"ended before its server was ready: {ended}")
         for key, state in (states or {}).items():
-            task = task_of(key, job.job_id)
-            if task is None:
+            if (task := task_of(key, job.job_id)) is None:
                 continue
             if state.split()[0] == "RUNNING":
                 running_since.setdefault(task, now)
@@ -329,7 +299,7 @@ def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_ti
             say(f"slurm job {job.job_id}: {state}; {len(job.endpoints())}/{job.tasks} ready{router}{clock_note}"
                 + (f"; log: {tail[0][:160]}" if tail else ""))
             last_state, last_report = state, now
-        sleep(file_poll_s)
+        sleep(FILE_POLL_S)
 
 
 @contextlib.contextmanager

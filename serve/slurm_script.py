@@ -1,8 +1,6 @@
-"""The sbatch script for a manifest: runs unchanged on any SLURM cluster, for every engine. One job (a job array for
-`replicas: N`); one srun task per node. At run time the script picks a free port, resolves the CPU engine's model (a
-local path, an installed package's GGUF file, or the hub and its cache), starts the server, polls its readiness
-routes and then writes the endpoint as JSON to `$USERTURN_ENDPOINT_DIR/<job>_<task>.json` (what `--launcher slurm`
-waits for).
+"""The sbatch script for a manifest, for any SLURM cluster and engine: one job (an array for `replicas: N`), one srun
+task per node. At run time it picks a free port, resolves the CPU engine's model, starts the server, polls its
+readiness routes and writes the endpoint JSON to `$USERTURN_ENDPOINT_DIR/<job>_<task>.json` (`--launcher slurm`).
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ import re
 import shlex
 import sys
 
-from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv, sglang_argv
+from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv
 from userturn.serve.manifest import Manifest
 
 from userturn.core.errors import UserError
@@ -152,42 +150,34 @@ def resources(m: Manifest) -> tuple[int, str]:
     return cpus, mem
 
 
-def log_name(m: Manifest) -> str:
-    """`userturn-LABEL-%j.log`, or `-%A_%a.log` for a job array (one log per replica)."""
-    return f"userturn-{slug(m.label)}-{'%A_%a' if m.replicas > 1 else '%j'}.log"
+def _shell(argv: list[str]) -> str:
+    """`argv` as one shell line, its placeholder words replaced by their "$VAR"."""
+    line = shlex.join(argv)
+    for word, var in PLACEHOLDERS.items():
+        line = line.replace(word, var)
+    return line
 
 
 def _server_line(m: Manifest) -> str:
     """`srun ... bash -c '<server argv>'` with the run-time values as "$VAR"."""
-    py = "__USERTURN_PY__"
-    key = "__USERTURN_API_KEY__" if m.api_key else None
-    if m.engine == "sglang" and not m.command:
-        argv = sglang_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model="__USERTURN_MODEL__",
-                           node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__", api_key=key)
-    else:
-        threads = "__USERTURN_THREADS__" if m.engine == "transformers" else None
-        # llama.cpp keeps its own -m/-hf choice; the CPU engine and vLLM load "$MODEL"
-        model = "__USERTURN_MODEL__" if m.engine in ("transformers", "vllm") and not m.command else None
-        argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python=py, model=model,
-                           threads=threads, api_key=key)  # type: ignore[arg-type]
+    # llama.cpp keeps its own -m/-hf choice; the other engines load "$MODEL"
+    model = "__USERTURN_MODEL__" if m.engine != "llamacpp" and not m.command else None
+    argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python="__USERTURN_PY__", model=model,
+                       threads="__USERTURN_THREADS__" if m.engine == "transformers" else None,
+                       api_key="__USERTURN_API_KEY__" if m.api_key else None,
+                       node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__")
     for flag in ("--served-model-name", "--alias"):  # the name the job resolved ($SERVED)
         if flag in argv and not m.command:
             argv[argv.index(flag) + 1] = "__USERTURN_SERVED__"
-    inner = shlex.join(argv)
-    for word, var in PLACEHOLDERS.items():
-        inner = inner.replace(word, var)
     return (f'srun --nodes={m.nnodes} --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" '
-            f"--kill-on-bad-exit=1 bash -c {shlex.quote(inner)} &")
+            f"--kill-on-bad-exit=1 bash -c {shlex.quote(_shell(argv))} &")
 
 
 def _router_lines(m: Manifest) -> list[str]:
     """Task 0 also runs the sglang-router on its node, in front of every replica's endpoint."""
     assert m.router is not None
-    argv = router_argv(m, ["__USERTURN_WORKERS__"], port="__USERTURN_ROUTER_PORT__", python="__USERTURN_PY__")  # type: ignore[arg-type]
+    argv = router_argv(m, ["__USERTURN_WORKERS__"], port="__USERTURN_ROUTER_PORT__", python="__USERTURN_PY__")
     argv[argv.index("--host") + 1] = "0.0.0.0"
-    line = shlex.join(argv)
-    for word, var in PLACEHOLDERS.items():
-        line = line.replace(word, var)
     port = str(m.router.port) if m.router.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
     return [
         'if [ "$TASK" = 0 ]; then  # the router: on this node, once a replica has written its endpoint',
@@ -195,7 +185,7 @@ def _router_lines(m: Manifest) -> list[str]:
         f"    export ROUTER_PORT={port}",
         "    trap 'rm -f \"$ENDPOINT_FILE\" \"$ROUTER_FILE\"' EXIT",
         '    echo "userturn: router on $HEAD_NODE port $ROUTER_PORT for $WORKERS"',
-        f"    {line} &",
+        f"    {_shell(argv)} &",
         "    ROUTER=$!",
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
@@ -206,7 +196,7 @@ def _router_lines(m: Manifest) -> list[str]:
     ]
 
 
-def _model_lines(m: Manifest, python: str) -> list[str]:
+def _model_lines(m: Manifest) -> list[str]:
     """MODEL / SERVED: fixed, or (CPU engine) resolved in the job: a local path, a package's GGUF, hub or cache."""
     model = m.resolve_path(m.model) or ""
     if m.engine == "transformers" and not m.command:
@@ -249,12 +239,10 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     if m.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={m.gpus_per_node}")
     lines.append(f"#SBATCH --time={s.time}")
-    for key in ("partition", "account", "qos"):
-        if getattr(s, key):
-            lines.append(f"#SBATCH --{key}={getattr(s, key)}")
+    lines += [f"#SBATCH --{key}={getattr(s, key)}" for key in ("partition", "account", "qos") if getattr(s, key)]
     if m.replicas > 1:
         lines.append(f"#SBATCH --array=0-{m.replicas - 1}")
-    lines.append(f"#SBATCH --output={log_name(m)}")
+    lines.append(f"#SBATCH --output=userturn-{label}-{'%A_%a' if m.replicas > 1 else '%j'}.log")  # one per task
     lines.append("#SBATCH --open-mode=append")  # a requeued job adds to its log instead of overwriting it
     lines += [f"#SBATCH {a}" for a in s.sbatch_args]
     lines += [
@@ -290,7 +278,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     if m.nnodes > 1:
         dist = str(s.dist_port) if s.dist_port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
         lines.append(f'export USERTURN_DIST_INIT_ADDR="$HEAD_NODE:{dist}"')
-    lines += _model_lines(m, py)
+    lines += _model_lines(m)
     lines += [
         'echo "userturn: job $JOB task $TASK on $HEAD_NODE port $PORT (model: $SERVED;'
         ' restart ${SLURM_RESTART_COUNT:-0})"',

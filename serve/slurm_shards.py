@@ -1,12 +1,8 @@
-"""`userturn run EXPERIMENT --workers N --launcher slurm`: the N shards of a run (userturn.core.shards) as one SLURM
-job array, task I running `run EXPERIMENT --shard I/N`.
+"""`userturn run EXPERIMENT --workers N --launcher slurm`: the N shards of a run as one SLURM job array, task I
+running `run EXPERIMENT --shard I/N` (same installation and file system as the submitting node).
 
-The script runs the shard's command unchanged on any SLURM cluster (it needs the same userturn installation and
-file system as the submitting node, as the server scripts do) and writes the command's exit status to
-`$USERTURN_SHARD_EXIT_DIR/<task>` when it ends, so the submitting process can say how each shard ended without
-SLURM accounting (`sacct` is often not set up). The submitting process waits for the array (squeue with the
-launcher's backoff: 1 s doubling to 30 s while nothing changes), and cancels it on Ctrl-C, SIGTERM or any error.
-A task that ended without writing its status (cancelled, timed out, its node failed) counts as exit 1.
+Each task writes its exit status to `$USERTURN_SHARD_EXIT_DIR/<task>` (no `sacct` needed; none written counts as
+exit 1). The submitting process waits for the array (squeue with backoff) and cancels it on Ctrl-C, SIGTERM or error.
 """
 
 from __future__ import annotations
@@ -19,13 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from userturn.serve.slurm_launcher import ACTIVE_STATES, Backoff, SlurmJob, sbatch
+from userturn.serve.slurm_launcher import Backoff, SlurmJob, active, sbatch
 from userturn.serve.slurm_script import slug
 
 from userturn.core.errors import UserError
 
 SHARD = "__USERTURN_SHARD__"  # the word of the command the task fills in with "I/N"
 NO_STATUS = 1  # the exit code of a task that ended without writing one
+REPORT_EVERY_S = 60.0
 
 
 class ShardArrayError(UserError):
@@ -115,8 +112,8 @@ def submit_shards(command: Sequence[str], count: int, run_dir: Path, *, name: st
     return ShardArray(SlurmJob(job_id=job_id, tasks=count, run_dir=run_dir), count, status_dir)
 
 
-def wait_for_shards(array: ShardArray, say: Callable[[str], None], *, sleep: Callable[[float], None] = time.sleep,
-                    report_every_s: float = 60.0) -> list[int]:
+def wait_for_shards(array: ShardArray, say: Callable[[str], None], *,
+                    sleep: Callable[[float], None] = time.sleep) -> list[int]:
     """Block until no task of the array is queued or running (squeue with backoff); each task's exit code, in task
     order (NO_STATUS for a task that wrote none). The array is cancelled if this is interrupted."""
     backoff = Backoff()
@@ -124,10 +121,10 @@ def wait_for_shards(array: ShardArray, say: Callable[[str], None], *, sleep: Cal
     try:
         while True:
             states = array.job.states()
-            if states is not None and not any(s.split()[0] in ACTIVE_STATES for s in states.values()):
+            if not active(states):
                 break
             shown = array.job.describe(states)
-            if shown != last or time.monotonic() - last_said >= report_every_s:
+            if shown != last or time.monotonic() - last_said >= REPORT_EVERY_S:
                 done = sum(array.exit_code(t) is not None for t in range(1, array.count + 1))
                 say(f"slurm job array {array.job.job_id}: {done}/{array.count} shards done; {shown}")
                 last, last_said = shown, time.monotonic()

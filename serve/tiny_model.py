@@ -1,7 +1,6 @@
 """A tiny random-weight Qwen3 model with a locally trained ChatML tokenizer: smoke tests without a download.
 
-Outputs of this model are noise: it serves the tests, which need a real engine but no real model.
-Usage: `python -m userturn.serve.tiny_model OUT_DIR` (or `build_tiny_model(out_dir)`).
+Its outputs are noise. Usage: `python -m userturn.serve.tiny_model OUT_DIR` (or `build_tiny_model(out_dir)`).
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ def training_corpus(lines: int = 400, seed: int = 0) -> list[str]:
     return out
 
 
-def build_tokenizer(vocab_size: int = 512):
+def build_tokenizer():
     """A byte-level BPE trained on `training_corpus()`, with the ChatML special tokens and template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -61,7 +60,7 @@ def build_tokenizer(vocab_size: int = 512):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=512,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -77,7 +76,7 @@ def build_tokenizer(vocab_size: int = 512):
     return fast
 
 
-def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 32, num_layers: int = 2) -> Path:
+def build_tiny_model(out_dir: str | Path, *, seed: int = 0) -> Path:
     """Write a random-weight Qwen3 causal LM + tokenizer to `out_dir` (seconds, a few hundred KB). Idempotent."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
@@ -92,12 +91,12 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 3
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=hidden_size // 4,
+        head_dim=8,
         max_position_embeddings=4096,
         tie_word_embeddings=False,
         bos_token_id=pad_id,

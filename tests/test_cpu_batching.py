@@ -45,7 +45,7 @@ def decode_all(lm: tuple[Any, Any], specs: list[tuple[str, SamplingParams, list[
     import torch
 
     model, tok = lm
-    batch = DecodeBatch(model, tok.pad_token_id)
+    batch = DecodeBatch(model)
     out: dict[int, Any] = {}
     with torch.inference_mode():
         batch.admit([make_job(tok, text, params, seeds, out, k) for k, (text, params, seeds) in enumerate(specs)])
@@ -142,7 +142,7 @@ def test_worker_admits_arrivals_into_a_running_batch(lm: tuple[Any, Any]) -> Non
     model, tok = lm
     long = SamplingParams(max_tokens=40)
     expected = [decode_all(lm, [(TEXTS[0], long, [0])])[0], decode_all(lm, [(TEXTS[2], SAMPLED, [3, 4])])[0]]
-    worker = BatchWorker(model, tok.pad_token_id, max_rows=4, window_s=0.0)
+    worker = BatchWorker(model, max_rows=4, window_s=0.0)
     out: dict[int, Any] = {}
     finished = threading.Event()
     first = make_job(tok, TEXTS[0], long, [0], out, 0)
@@ -210,7 +210,7 @@ def test_worker_packs_the_linear_layers_at_its_first_batch_of_two_rows(tiny_mode
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     notes: list[str] = []
-    worker = BatchWorker(model, tok.pad_token_id, max_rows=4, window_s=0.0, note=notes.append)
+    worker = BatchWorker(model, max_rows=4, window_s=0.0, note=notes.append)
 
     def run(seeds: list[int]) -> None:
         done = threading.Event()
