@@ -157,8 +157,12 @@ class Job:
     settled: bool = False  # on_done or on_error has run
 
     def finish(self) -> None:
+        """Hand the outputs over; an `on_done` that raises (e.g. in decoding) fails this job alone."""
         self.settled = True
-        self.on_done(self.outputs)
+        try:
+            self.on_done(self.outputs)
+        except Exception as exc:  # noqa: BLE001 - the request gets the error instead of no answer
+            self.on_error(exc)
 
     def fail(self, exc: BaseException) -> None:
         if not self.settled:

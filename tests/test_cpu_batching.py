@@ -225,3 +225,24 @@ def test_worker_packs_the_linear_layers_at_its_first_batch_of_two_rows(tiny_mode
     run([1, 2])
     assert len(notes) == 1 and notes[0].startswith("packed the linear layers for batched steps in ")
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
+
+
+def test_a_job_whose_on_done_raises_fails_alone(lm: tuple[Any, Any]) -> None:
+    """A job whose completion callback raises (say, in decoding) gets that error; its batch mates still finish."""
+    import torch
+
+    model, tok = lm
+    out: dict[int, Any] = {}
+
+    def broken(outputs: list[list[int]]) -> None:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    bad = Job(prompt_ids=tok(TEXTS[0])["input_ids"], params=GREEDY, seeds=[1], decode=tok.decode, on_done=broken,
+              on_error=lambda exc: out.__setitem__(0, exc))
+    batch = DecodeBatch(model)
+    with torch.inference_mode():
+        batch.admit([bad, make_job(tok, TEXTS[1], GREEDY, [1], out, 1)])
+        while len(batch):
+            batch.step()
+    assert isinstance(out[0], UnicodeDecodeError)
+    assert isinstance(out[1], list) and len(out[1]) == 1 and out[1][0]
