@@ -18,7 +18,7 @@ to an evaluation set. Everything here is pure (no torch, no transformers): the e
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -215,13 +215,6 @@ class RenderStats:
                                   default=None)}
 
 
-def _full_text(renderer: PromptRenderer, messages: Sequence[Message | Mapping[str, Any]]) -> str:
-    text = renderer.backend.render(template_messages(messages), add_generation_prompt=False)
-    if renderer.strip_prefix and text.startswith(renderer.strip_prefix):
-        text = text[len(renderer.strip_prefix):]
-    return text
-
-
 def user_turn_texts(renderer: PromptRenderer, context: Sequence[Message], turn: str) -> tuple[str, str]:
     """(prompt, target): the probe prompt for `context`, and `turn` followed by the template's end-of-turn marker.
 
@@ -230,7 +223,8 @@ def user_turn_texts(renderer: PromptRenderer, context: Sequence[Message], turn: 
     rewrites it) is an error naming the template.
     """
     prompt = renderer.user_turn_prompt(context)
-    full = _full_text(renderer, [*context, Message(role="user", content=turn)])
+    full = renderer.without_prefix(renderer.backend.render(
+        template_messages([*context, Message(role="user", content=turn)]), add_generation_prompt=False))
     if not full.startswith(prompt):
         raise UserError(f"chat template of {renderer.name}: the conversation with its final user turn does not "
                         "start with the probe prompt; cannot place the user turn")
