@@ -7,6 +7,7 @@ The tokenizer adds its end-of-sequence tokens (tokenizer_config `eos_token`, gen
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -92,25 +93,14 @@ def eos_stops(
 ) -> list[str]:
     """End-of-sequence token texts: tokenizer_config `eos_token`, then generation_config `eos_token_id`(s)."""
     by_id = {tok.id: tok.content for tok in tokens.values()}
-    out: list[str] = []
-    eos = token_text(config.get("eos_token"))
-    if eos:
-        out.append(eos)
     ids = (generation_config or {}).get("eos_token_id")
-    for token_id in ids if isinstance(ids, list) else [ids]:
-        if isinstance(token_id, int) and token_id in by_id and by_id[token_id] not in out:
-            out.append(by_id[token_id])
-    return out
+    from_ids = [by_id[i] for i in (ids if isinstance(ids, list) else [ids]) if isinstance(i, int) and i in by_id]
+    return merge_stops([token_text(config.get("eos_token")) or ""], from_ids)
 
 
 def merge_stops(*groups: Iterable[str]) -> list[str]:
     """Concatenate stop lists in order, without duplicates or empty strings."""
-    out: list[str] = []
-    for group in groups:
-        for stop in group:
-            if stop and stop not in out:
-                out.append(stop)
-    return out
+    return [stop for stop in dict.fromkeys(itertools.chain(*groups)) if stop]
 
 
 def stop_token_ids(stops: Iterable[str], tokens: Mapping[str, AddedToken]) -> list[int]:
