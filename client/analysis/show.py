@@ -1,10 +1,5 @@
-"""Generated user turns as a table, each beside the human's real next turn where the dataset has one (MT-Bench).
-
-`userturn show RESULTS.jsonl` prints them, each with its short key (`client.short_keys`), filtered by model, label,
-perturbation or item (`ShowFilter`); `userturn run` prints the first few under its report.
-`userturn show RESULTS.jsonl KEY` prints one record whole (`record_view`), with its prompt rebuilt exactly
-(`client.render.prompt_replay`).
-"""
+"""`userturn show`: generated user turns as a table beside the human's real next turn where the dataset has one
+(`turns_table`), or one record whole with its exact prompt (`record_view`)."""
 
 from __future__ import annotations
 
@@ -47,6 +42,13 @@ def label_of(record: ProbeRecord) -> str:
     return record.label or "unjudged"
 
 
+def verdict_of(record: ProbeRecord) -> str:
+    """The label and its source (`genuine (judge)`), or `judge failed`, or `unjudged`."""
+    if record.label:
+        return f"{record.label} ({record.label_source})" if record.label_source else record.label
+    return "judge failed" if record.judge_status == "error" else "unjudged"
+
+
 def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
     """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
     from userturn.client.terminal import matching
@@ -77,11 +79,9 @@ def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, tit
         table.add_column(name, overflow="fold", no_wrap=name in ("key", "T", "s"))
     for r in shown:
         human = (clip(human_turn(r), width),) if with_human else ()
-        label = f"{r.label} ({r.label_source})" if r.label else ("judge failed" if r.judge_status == "error"
-                                                                 else "unjudged")
         table.add_row(keys.get(r.key, r.key), wrap_name(r.model, MODEL_WIDTH), r.item_id, f"{r.temperature:g}",
                       str(r.sample), r.perturbation, clip(last_user_query(r), width // 2), clip(r.user_turn, width),
-                      *human, label)
+                      *human, verdict_of(r))
     return table
 
 
@@ -136,8 +136,7 @@ def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_probl
     if record.reference_answer is not None:
         correct = {True: "correct", False: "wrong", None: "not scored"}[record.correct]
         lines += [_section(f"reference answer (assistant turn {correct})"), record.reference_answer]
-    label = record.label or ("judge failed" if record.judge_status == "error" else "unjudged")
-    lines.append(_section(f"verdicts: {label}" + (f" ({record.label_source})" if record.label_source else "")))
+    lines.append(_section(f"verdicts: {verdict_of(record)}"))
     if not record.judges:
         lines.append("(no verdicts)")
     for v in record.judges:
