@@ -56,21 +56,9 @@ def leading_special_tokens(gap: str, specials: Iterable[str]) -> list[str]:
     ordered = sorted(set(specials), key=len, reverse=True)
     if not ordered:
         return []
-    pattern = re.compile("|".join(re.escape(tok) for tok in ordered))
-    first = pattern.search(gap)
-    if first is None:
-        return []
-    run: list[str] = []
-    pos = first.start()
-    while True:
-        while pos < len(gap) and gap[pos].isspace():
-            pos += 1
-        match = pattern.match(gap, pos)
-        if match is None:
-            return run
-        if match.group() not in run:
-            run.append(match.group())
-        pos = match.end()
+    token = "|".join(map(re.escape, ordered))
+    run = re.search(rf"(?:{token})(?:\s*(?:{token}))*", gap)
+    return list(dict.fromkeys(re.findall(rf"\s*({token})", run.group()))) if run else []
 
 
 def end_of_turn_stops(gap: str, tokens: Mapping[str, AddedToken]) -> list[str]:
@@ -80,10 +68,7 @@ def end_of_turn_stops(gap: str, tokens: Mapping[str, AddedToken]) -> list[str]:
     markers such as `### Assistant:`) gives the first non-blank line of the gap instead.
     """
     run = leading_special_tokens(gap, (tok.content for tok in tokens.values() if tok.special))
-    if run:
-        return run
-    lines = [line.strip() for line in gap.strip().splitlines() if line.strip()]
-    return lines[:1]
+    return run or [line.strip() for line in gap.splitlines() if line.strip()][:1]
 
 
 def eos_stops(
