@@ -18,9 +18,9 @@ import orjson
 from pydantic import ValidationError
 from userturn.client.render.chat_mode import role_flip_messages
 from userturn.client.render.templates import PromptRenderer
+from userturn.client.short_keys import keyed_lines
 
 from userturn.core.errors import UserError, first_error
-from userturn.core.jsonl import iter_lines
 from userturn.core.records import ConfigLine, ProbeRecord, sha256_text
 from userturn.core.results_files import as_paths
 
@@ -108,20 +108,13 @@ def find_record(paths: str | Path | Sequence[str | Path], key: str, *, suggestio
     found: tuple[Path, int, bytes] | None = None
     fingerprints: set[object] = set()
     keys: set[str] = set()
-    for path in files:
-        for number, raw, complete in iter_lines(path):
-            try:
-                obj = orjson.loads(raw)
-                value = obj.get("key")
-            except (orjson.JSONDecodeError, AttributeError):
-                if not complete:
-                    continue  # a torn final line, as every reader skips it
-                raise UserError(f"{path}:{number}: not a userturn record (invalid JSON)") from None
-            if value == key:
-                found = (path, number, raw)
-                fingerprints.add(obj.get("config_fingerprint"))
-            elif isinstance(value, str):
-                keys.add(value)
+    for path, number, raw, obj in keyed_lines(files):
+        value = obj.get("key")
+        if value == key:
+            found = (path, number, raw)
+            fingerprints.add(obj.get("config_fingerprint"))
+        elif isinstance(value, str):
+            keys.add(value)
     where = " ".join(map(str, files))
     if len(fingerprints) > 1:
         shown = ", ".join(sorted(str(f) for f in fingerprints))
