@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 from userturn.client.render.jinja_env import REASONING_FIELDS
 
 from userturn.core.errors import UserError, first_error
+from userturn.core.files import json_error
 from userturn.core.records import Message
 
 MAX_LINE_BYTES = 16 << 20  # 16 MiB: ~4M tokens of text, far beyond any context window
@@ -134,7 +135,7 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(raw)  # strict: valid UTF-8 only, no lone surrogates, no NaN, depth <= 1024
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON ({str(exc).splitlines()[0]})") from None
+        raise ValueError(f"invalid JSON ({json_error(exc)})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     depth, keys = shape(obj, MAX_DEPTH)

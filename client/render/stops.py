@@ -46,13 +46,9 @@ def added_tokens(config: Mapping[str, Any], tokenizer_json: Mapping[str, Any] | 
 
 
 def leading_special_tokens(gap: str, specials: Iterable[str]) -> list[str]:
-    """The run of special tokens starting at the first one in `gap`, separated by whitespace only.
-
-    `gap` is the text between the end of a user message and the start of the assistant's reply. The run stops
-    at the first non-special text (a role name, `<think>`): Qwen3 `<|im_end|>\\n<|im_start|>assistant\\n` gives
-    `<|im_end|>`, `<|im_start|>`. Starting at the first special token skips text a template appends to user turns
-    (GLM's `/nothink`).
-    """
+    """The run of special tokens, separated by whitespace only, from the first one in `gap` (the text between a
+    user message and the assistant's reply) to the first other text: Qwen3 `<|im_end|>\\n<|im_start|>assistant`
+    gives `<|im_end|>`, `<|im_start|>`; text before the first (GLM's `/nothink`) is skipped."""
     ordered = sorted(set(specials), key=len, reverse=True)
     if not ordered:
         return []
@@ -62,11 +58,8 @@ def leading_special_tokens(gap: str, specials: Iterable[str]) -> list[str]:
 
 
 def end_of_turn_stops(gap: str, tokens: Mapping[str, AddedToken]) -> list[str]:
-    """Stops that end a user turn, read from the text between a user message and the assistant reply.
-
-    Special tokens first (see `leading_special_tokens`); a template without special tokens (plain-text role
-    markers such as `### Assistant:`) gives the first non-blank line of the gap instead.
-    """
+    """Stops that end a user turn: `leading_special_tokens` of the gap between a user message and the reply, or
+    for plain-text role markers (`### Assistant:`) the gap's first non-blank line."""
     run = leading_special_tokens(gap, (tok.content for tok in tokens.values() if tok.special))
     return run or [line.strip() for line in gap.splitlines() if line.strip()][:1]
 

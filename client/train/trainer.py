@@ -149,12 +149,10 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
     dtype = torch.bfloat16 if bf16 else torch.float32
     started = time.monotonic()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(source)
-    kwargs: dict[str, Any] = {"dtype": dtype, "revision": source.revision,
-                              "trust_remote_code": source.trust_remote_code}
-    if source.gguf_file:
-        kwargs["gguf_file"] = source.gguf_file
     try:
-        model = AutoModelForCausalLM.from_pretrained(source.model, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source.model, dtype=dtype, revision=source.revision,
+                                                     trust_remote_code=source.trust_remote_code,
+                                                     gguf_file=source.gguf_file)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot load the base model {source.model}: {str(exc).splitlines()[0]}") from None
     if source.gguf_file:
@@ -171,16 +169,12 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
     dataset = datasets.Dataset.from_list([e.model_dump() for e in examples])
     with tempfile.TemporaryDirectory(prefix="userturn-train-") as scratch:
         args = _training_args(settings, scratch, on_gpu, bf16)
-        if settings.method == "sft":
-            from trl import SFTConfig, SFTTrainer
+        from trl import DPOConfig, SFTConfig, SFTTrainer
 
-            trainer = SFTTrainer(model=model, args=SFTConfig(**args), train_dataset=dataset,
-                                 processing_class=tokenizer, peft_config=lora, callbacks=list(callbacks))
-        else:
-            from trl import DPOConfig
-
-            trainer = _pretokenized_dpo()(model=model, args=DPOConfig(**args), train_dataset=dataset,
-                                          processing_class=tokenizer, peft_config=lora, callbacks=list(callbacks))
+        trainer_class: Any = SFTTrainer if settings.method == "sft" else _pretokenized_dpo()
+        config = SFTConfig(**args) if settings.method == "sft" else DPOConfig(**args)
+        trainer = trainer_class(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                                peft_config=lora, callbacks=list(callbacks))
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         for quiet in (PrinterCallback, ProgressCallback):  # the progress callbacks passed in report instead
