@@ -126,9 +126,6 @@ def human_sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[d
 def export_rows(records: Iterable[ProbeRecord], fmt: Format) -> tuple[list[dict[str, Any]], ExportStats]:
     """Training rows in `fmt` plus counts of what was skipped."""
     stats = ExportStats()
-    if fmt == "sft-human":
-        rows = human_sft_rows(records, stats)
-    else:
-        rows = sft_rows(records, stats) if fmt == "sft" else preference_rows(records, stats)
+    rows = {"sft": sft_rows, "preference": preference_rows, "sft-human": human_sft_rows}[fmt](records, stats)
     stats.written = len(rows)
     return rows, stats

@@ -161,7 +161,7 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
     from transformers import set_seed
 
     set_seed(settings.seed)  # the LoRA initialisation and the data order
-    lora = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha,
+    lora = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha or 2 * settings.lora_r,
                       lora_dropout=settings.lora_dropout, target_modules="all-linear", task_type="CAUSAL_LM")
     import datasets
 
