@@ -121,11 +121,8 @@ def _message_strings(message: BaseModel | Mapping[str, Any]) -> Iterator[tuple[s
     """(field, text) of every string in one message: fields and extra keys, nested values walked."""
     if isinstance(message, BaseModel):  # the attributes directly: ~10x cheaper than iterating the model
         extra = message.__pydantic_extra__
-        fields: Iterable[tuple[str, Any]] = [*message.__dict__.items(), *extra.items()] if extra \
-            else message.__dict__.items()
-    else:
-        fields = message.items()
-    for key, value in fields:
+        message = {**message.__dict__, **extra} if extra else message.__dict__
+    for key, value in message.items():
         if isinstance(value, str):
             yield key, value
         elif isinstance(value, Mapping | list | tuple):
