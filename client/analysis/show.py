@@ -85,10 +85,6 @@ def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, tit
     return table
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# One record by key (`userturn show RESULTS.jsonl KEY`): plain text, the prompt byte for byte
-
-
 def _section(title: str) -> str:
     return f"── {title} " + "─" * max(3, 76 - len(title))
 

@@ -111,9 +111,6 @@ def read_rows(path: str | Path, method: Method) -> DataFile:
     return DataFile(path=p, sha256=file_sha256(p), rows=rows, lines=lines)
 
 
-# ----- held-out items ------------------------------------------------------------------------------------------
-
-
 def _first_user_text(messages: Sequence[Message]) -> str | None:
     return next((" ".join(m.content.split()) for m in messages if m.role == "user"), None)
 
@@ -155,9 +152,6 @@ def overlapping_row(data: DataFile, eval_sets: Sequence[EvalSet]) -> str | None:
                 return (f"{data.where(index)}: its conversation is item {es.first_user[text]} of the evaluation set "
                         f"{es.name} (same first user message; held-out items are never trained on)")
     return None
-
-
-# ----- rendering -----------------------------------------------------------------------------------------------
 
 
 class SftExample(BaseModel):
