@@ -91,10 +91,8 @@ def _section(title: str) -> str:
 
 def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_problem: str | None = None,
                 config: ConfigLine | None = None) -> str:
-    """The record as a person reads it: identity, the run that wrote its configuration (`config`, the file's
-    configuration line), the exact prompt as sent (between two rules, unaltered), the generated turn, the human
-    next turn where the dataset has one, the reference answer, every verdict with its rationale. `prompt_problem`
-    says why there is no prompt (shown in its place)."""
+    """The record as a person reads it: identity, the run of its configuration line, the exact prompt as sent
+    (between two rules; else `prompt_problem`), the generated and human turns, the reference, every verdict."""
     lines = [f"record       {record.key}",
              f"model        {record.model}    dataset {record.dataset}    item {record.item_id}",
              f"mode         {record.mode}    perturbation {record.perturbation}    temperature {record.temperature!r}"

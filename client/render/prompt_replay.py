@@ -100,10 +100,8 @@ class Replayer:
 
 
 def find_record(paths: str | Path | Sequence[str | Path], key: str, *, suggestions: int = 3) -> ProbeRecord:
-    """The last record with `key` in a results file, or in several read as one, read line by line (a file of
-    millions of lines is never held; only its keys are, for the suggestions). Unknown key: UserError with the
-    closest keys. A key recorded with two configurations is a UserError naming both (a concatenation of two runs:
-    read them apart)."""
+    """The last record with `key` in results files read line by line (only the keys are held, for suggestions).
+    UserError for an unknown key (with the closest keys) or a key recorded with two configurations."""
     files = as_paths(paths)
     found: tuple[Path, int, bytes] | None = None
     fingerprints: set[object] = set()

@@ -76,10 +76,8 @@ def _post_processor_prefix(processor: Mapping[str, Any] | None) -> list[str]:
 
 
 def tokenizer_prefix(files: TokenizerFiles, bos_token: str | None) -> str:
-    """The text of the tokens the tokenizer itself puts in front of a prompt (BOS), '' if none.
-
-    `add_bos_token` in tokenizer_config decides when present; otherwise the tokenizer.json post-processor does.
-    """
+    """The text of the tokens the tokenizer itself puts in front of a prompt (BOS), '' if none: tokenizer_config's
+    `add_bos_token` decides when present, else the tokenizer.json post-processor."""
     add_bos = files.config.get("add_bos_token")
     from_processor = _post_processor_prefix((files.tokenizer_json or {}).get("post_processor"))
     if add_bos is False:
@@ -125,10 +123,8 @@ def _remember(cache: OrderedDict[Any, Any], key: Hashable, value: object) -> Non
 
 
 class PromptRenderer:
-    """A model's chat template, loaded once, rendering probe prompts that end at an open user header.
-
-    `info` renders the same prompts again (the results file's configuration line keeps it).
-    """
+    """A model's chat template, loaded once, rendering probe prompts that end at an open user header; `info` (kept
+    in the results file's configuration line) renders the same prompts again."""
 
     def __init__(self, info: RendererInfo, backend: _Backend, *, stop: list[str] | None = None,
                  stop_token_ids: list[int] | None = None, tokenizer_json_path: Path | None = None,

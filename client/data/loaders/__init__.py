@@ -110,10 +110,8 @@ def load_dataset_spec(spec: str, *, limit: int | None,
 
 def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None, whole: bool = False,
                ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
-    """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`).
-
-    `swap` takes its partners from every item of the dataset, so --limit and --shuffle-seed never change them.
-    """
+    """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`: `swap`
+    takes its partners from them, so --limit and --shuffle-seed never change them)."""
     if not whole:
         return (*load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed), None)
     name, every = load_dataset_spec(spec, limit=None, shuffle_seed=None)
