@@ -25,16 +25,16 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def short_keys(keys: Iterable[str], digits: int = MIN_DIGITS) -> dict[str, str]:
-    """{key: its shortest hash prefix (at least `digits` long) that no other of `keys` shares}."""
+def short_keys(keys: Iterable[str]) -> dict[str, str]:
+    """{key: its shortest hash prefix (at least `MIN_DIGITS` long) that no other of `keys` shares}."""
     hashes = {key: key_hash(key) for key in set(keys)}
     ordered = sorted(hashes.values())
     needed: dict[str, int] = {}
     for before, after in itertools.pairwise(ordered):
         common = next((i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b), len(before))
         for h in (before, after):
-            needed[h] = max(needed.get(h, digits), common + 1)
-    return {key: h[: needed.get(h, digits)] for key, h in hashes.items()}
+            needed[h] = max(needed.get(h, MIN_DIGITS), common + 1)
+    return {key: h[: needed.get(h, MIN_DIGITS)] for key, h in hashes.items()}
 
 
 def keyed_lines(files: Sequence[Path]) -> Iterator[tuple[Path, int, bytes, dict[str, Any]]]:

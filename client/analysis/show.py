@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 from pydantic import BaseModel
 from rich.table import Table
 from userturn.client.analysis.export import human_turn
 from userturn.client.render.prompt_replay import ReplayedPrompt
-from userturn.client.short_keys import short_keys
 
 from userturn.core.records import ConfigLine, ProbeRecord
 
@@ -61,15 +60,13 @@ def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[Pro
             and r.item_id in items]
 
 
-def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, title: str = "generated user turns",
-                width: int = CLIP, keys: Mapping[str, str] | None = None) -> Table:
-    """One row per ok record (in file order): short key (`keys`: {key: short key}, default: unique among
-    `records`), model, item, T, sample, perturbation, query, generated turn, human turn, label."""
+def turns_table(records: Sequence[ProbeRecord], *, keys: Mapping[str, str], title: str,
+                limit: int | None = None) -> Table:
+    """One row per ok record (in file order): short key (`keys`: {key: short key}), model, item, T, sample,
+    perturbation, query, generated turn, human turn, label."""
     from userturn.client.terminal import wrap_name
 
-    records = list(records)
     rows = [r for r in records if r.status == "ok"]
-    keys = keys if keys is not None else short_keys(r.key for r in records)
     shown = rows[:limit] if limit is not None else rows
     with_human = any(human_turn(r) for r in shown)
     more = f" (first {len(shown)} of {len(rows)})" if len(shown) < len(rows) else ""
@@ -78,9 +75,9 @@ def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, tit
                  *(("human next turn",) if with_human else ()), "label"):
         table.add_column(name, overflow="fold", no_wrap=name in ("key", "T", "s"))
     for r in shown:
-        human = (clip(human_turn(r), width),) if with_human else ()
+        human = (clip(human_turn(r)),) if with_human else ()
         table.add_row(keys.get(r.key, r.key), wrap_name(r.model, MODEL_WIDTH), r.item_id, f"{r.temperature:g}",
-                      str(r.sample), r.perturbation, clip(last_user_query(r), width // 2), clip(r.user_turn, width),
+                      str(r.sample), r.perturbation, clip(last_user_query(r), CLIP // 2), clip(r.user_turn),
                       *human, verdict_of(r))
     return table
 

@@ -99,7 +99,7 @@ class Replayer:
         return ReplayedPrompt("raw", text, sha256_text(text), record.prompt_sha256)
 
 
-def find_record(paths: str | Path | Sequence[str | Path], key: str, *, suggestions: int = 3) -> ProbeRecord:
+def find_record(paths: str | Path | Sequence[str | Path], key: str) -> ProbeRecord:
     """The last record with `key` in results files read line by line (only the keys are held, for suggestions).
     UserError for an unknown key (with the closest keys) or a key recorded with two configurations."""
     files = as_paths(paths)
@@ -119,7 +119,7 @@ def find_record(paths: str | Path | Sequence[str | Path], key: str, *, suggestio
         raise UserError(f"{where}: key {key!r} is recorded with {len(fingerprints)} configurations ({shown}); "
                         "read each configuration's files apart")
     if found is None:
-        close = difflib.get_close_matches(key, list(keys), n=suggestions, cutoff=0.5)
+        close = difflib.get_close_matches(key, list(keys), n=3, cutoff=0.5)
         hint = f"; closest: {', '.join(close)}" if close else f" ({len(keys)} keys in the file{'s' * (len(files) > 1)})"
         raise UserError(f"{where}: no record with key {key!r}{hint}")
     path, number, raw = found

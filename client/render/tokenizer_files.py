@@ -109,7 +109,7 @@ def _local_files(folder: Path) -> TokenizerFiles:
 HUB_PROBE_TIMEOUT = 3.0  # seconds the one reachability request of a hub tokenizer may take
 
 
-def hub_unreachable(repo_id: str, revision: str | None = None) -> str | None:
+def hub_unreachable(repo_id: str) -> str | None:
     """Why the hub cannot be reached, from one HEAD request without retries (`hf_hub_download` retries a refused
     connection for ~24 s), or None when it answers (even with an error: the download reports that) or when
     HF_HUB_OFFLINE is set."""
@@ -119,8 +119,8 @@ def hub_unreachable(repo_id: str, revision: str | None = None) -> str | None:
     if constants.HF_HUB_OFFLINE:
         return None
     try:
-        get_hf_file_metadata(hf_hub_url(repo_id, "tokenizer_config.json", revision=revision),
-                             timeout=HUB_PROBE_TIMEOUT, retry_on_errors=False)
+        get_hf_file_metadata(hf_hub_url(repo_id, "tokenizer_config.json"), timeout=HUB_PROBE_TIMEOUT,
+                             retry_on_errors=False)
     except HfHubHTTPError:
         return None
     except Exception as exc:  # the hub client's transport errors (refused, DNS, timeout) share no base here
@@ -128,7 +128,7 @@ def hub_unreachable(repo_id: str, revision: str | None = None) -> str | None:
     return None
 
 
-def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
+def _hub_files(repo_id: str) -> TokenizerFiles:
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -139,12 +139,11 @@ def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
         RevisionNotFoundError,
     )
 
-    unreachable = hub_unreachable(repo_id, revision)  # offline: the local cache only, no retries
+    unreachable = hub_unreachable(repo_id)  # offline: the local cache only, no retries
     paths: dict[str, Path | None] = {}
     for name in TOKENIZER_FILES:
         try:
-            paths[name] = Path(hf_hub_download(repo_id, name, revision=revision,
-                                               local_files_only=unreachable is not None))
+            paths[name] = Path(hf_hub_download(repo_id, name, local_files_only=unreachable is not None))
         except (EntryNotFoundError, LocalEntryNotFoundError) as exc:
             if name == "tokenizer_config.json":
                 if unreachable is not None:
