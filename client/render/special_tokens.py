@@ -105,7 +105,7 @@ class SpecialTokens:
 
 
 def _texts(messages: Sequence[BaseModel | Mapping[str, Any]]) -> list[str]:
-    """Every string of the messages; read straight off models of string fields only without extras (most)."""
+    """Every string of the messages, read directly off models whose fields are all strings (most messages)."""
     texts: list[str] = []
     for message in messages:
         if isinstance(message, BaseModel) and not message.__pydantic_extra__:
