@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -24,16 +25,31 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def short_keys(keys: Iterable[str], digits: int = MIN_DIGITS) -> dict[str, str]:
-    """{key: its shortest hash prefix (at least `digits` long) that no other of `keys` shares}."""
+def short_keys(keys: Iterable[str]) -> dict[str, str]:
+    """{key: its shortest hash prefix (at least `MIN_DIGITS` long) that no other of `keys` shares}."""
     hashes = {key: key_hash(key) for key in set(keys)}
     ordered = sorted(hashes.values())
     needed: dict[str, int] = {}
     for before, after in itertools.pairwise(ordered):
         common = next((i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b), len(before))
         for h in (before, after):
-            needed[h] = max(needed.get(h, digits), common + 1)
-    return {key: h[: needed.get(h, digits)] for key, h in hashes.items()}
+            needed[h] = max(needed.get(h, MIN_DIGITS), common + 1)
+    return {key: h[: needed.get(h, MIN_DIGITS)] for key, h in hashes.items()}
+
+
+def keyed_lines(files: Sequence[Path]) -> Iterator[tuple[Path, int, bytes, dict[str, Any]]]:
+    """(file, line number, raw line, object) of each line of results files, read one at a time; a line that is not a
+    JSON object is a UserError naming file:line (a torn final line is skipped, as every reader skips it)."""
+    for path in files:
+        for number, raw, complete in iter_lines(path):
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                yield path, number, raw, obj
+            elif complete:
+                raise UserError(f"{path}:{number}: not a userturn record (invalid JSON)")
 
 
 def resolve_key(paths: str | Path | Sequence[str | Path], text: str) -> str:
@@ -45,16 +61,12 @@ def resolve_key(paths: str | Path | Sequence[str | Path], text: str) -> str:
     files = as_paths(paths)
     matches: set[str] = set()
     lowered = text.lower()
-    for path in files:
-        for _, raw, _ in iter_lines(path):
-            try:
-                key = orjson.loads(raw).get("key")
-            except (orjson.JSONDecodeError, AttributeError):
-                continue  # the lookup that follows names a bad line
-            if key == text:
-                return text
-            if isinstance(key, str) and (key.startswith(text) or key_hash(key).startswith(lowered)):
-                matches.add(key)
+    for _, _, _, obj in keyed_lines(files):
+        key = obj.get("key")
+        if key == text:
+            return text
+        if isinstance(key, str) and (key.startswith(text) or key_hash(key).startswith(lowered)):
+            matches.add(key)
     if len(matches) > 1:
         shown = ", ".join(sorted(short_keys(matches).values())[:3])
         raise UserError(f"{' '.join(map(str, files))}: key prefix {text!r} is ambiguous: {len(matches)} records "

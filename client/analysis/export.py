@@ -1,13 +1,10 @@
-"""Judged conversations as training data (TRL conversational JSONL) for collaboration-oriented post-training.
+"""Judged conversations as training data (TRL conversational JSONL).
 
-* `sft`:        {"id", "messages": [...probed conversation, {"role": "user", "content": <genuine follow-up>}]}
-* `preference`: {"id", "prompt": [...probed conversation], "chosen": [{"role": "user", ...genuine}],
-                 "rejected": [{"role": "user", ...degenerate}]} for the same context (same key minus sample):
-                 the i-th genuine sample is paired with the i-th degenerate one, so each record is used once.
-* `sft-human`:  {"id", "messages": [...probed conversation, {"role": "user", "content": <what a real user said next>}]}
-                 from datasets that carry the human's next turn in `meta.second_turn` (MT-Bench): one row per
-                 distinct conversation (samples, temperatures and models that saw the same one share it), labels
-                 not needed. Perturbed conversations are skipped: the human wrote the turn after the original answer.
+* `sft`: `messages` = the probed conversation + the genuine follow-up as a user message.
+* `preference`: `prompt`, `chosen` (genuine) and `rejected` (degenerate) user turns of one context, the i-th genuine
+  sample paired with the i-th degenerate one.
+* `sft-human`: the conversation + the human's real next turn (`meta.second_turn`, MT-Bench), once per distinct
+  unperturbed conversation; labels not needed.
 """
 
 from __future__ import annotations
@@ -129,9 +126,6 @@ def human_sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[d
 def export_rows(records: Iterable[ProbeRecord], fmt: Format) -> tuple[list[dict[str, Any]], ExportStats]:
     """Training rows in `fmt` plus counts of what was skipped."""
     stats = ExportStats()
-    if fmt == "sft-human":
-        rows = human_sft_rows(records, stats)
-    else:
-        rows = sft_rows(records, stats) if fmt == "sft" else preference_rows(records, stats)
+    rows = {"sft": sft_rows, "preference": preference_rows, "sft-human": human_sft_rows}[fmt](records, stats)
     stats.written = len(rows)
     return rows, stats

@@ -1,15 +1,10 @@
 """Does the follow-up rate a response elicits rank responses the way task correctness does?
 
-Records of one query (model, dataset, query, mode, perturbation, temperature) whose assistant turns differ -
-told apart by `meta.assistant_sample` (else by the assistant text) - are N candidate responses. The query is
-`meta.query_id` where set (items copied once per assistant sample, see `client.experiment`), else the item id. Each gets
-its genuine follow-up rate over its labeled samples and its correctness (`record.correct`). Reported per
-(model, dataset, mode, perturbation, temperature):
-
-* `auroc`        - P(rate of a correct response > rate of an incorrect one), ties 1/2, pooled over queries;
-* `within_auroc` - the same over (correct, incorrect) pairs of the same query only (query difficulty cancels);
-* `top1`         - over queries with both kinds: chance that the highest-rate response (ties split evenly)
-                   is correct, next to `top1_random`, the chance of a uniformly random pick.
+The records of one query (`meta.query_id`, else the item id) with different assistant turns (`meta.assistant_sample`,
+else the text) are candidate responses, each with its genuine follow-up rate and its correctness. Per (model,
+dataset, mode, perturbation, temperature): `auroc` P(rate of a correct response > an incorrect one's), ties 1/2;
+`within_auroc` the same over pairs of one query; `top1` the chance that a query's highest-rate response (ties split)
+is correct, next to `top1_random`, a uniformly random pick's (both over queries with both kinds).
 """
 
 from __future__ import annotations
@@ -66,12 +61,16 @@ def response_id(record: ProbeRecord) -> str:
     return "text:" + sha256_text(str(meta.get("assistant_turn", assistant)))[:12]
 
 
+def _wins(positives: list[float], negatives: list[float]) -> float:
+    """(positive, negative) pairs where the positive is higher, ties counting 1/2."""
+    return sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in positives for n in negatives)
+
+
 def auroc(positives: list[float], negatives: list[float]) -> float | None:
     """Mann-Whitney AUROC (ties count 1/2); None without both classes."""
     if not positives or not negatives:
         return None
-    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in positives for n in negatives)
-    return wins / (len(positives) * len(negatives))
+    return _wins(positives, negatives) / (len(positives) * len(negatives))
 
 
 def collect(records: Iterable[ProbeRecord]) -> dict[GroupKey, dict[str, dict[str, Response]]]:
@@ -106,7 +105,7 @@ def rerank(records: Iterable[ProbeRecord]) -> list[RerankRow]:
             if good and bad:
                 mixed += 1
                 within_pairs += len(good) * len(bad)
-                within_wins += sum(1.0 if g > b else 0.5 if g == b else 0.0 for g in good for b in bad)
+                within_wins += _wins(good, bad)
                 best = max(r.rate for r in query.values())
                 tied = [r for r in query.values() if r.rate == best]
                 top1 += sum(r.correct for r in tied) / len(tied)

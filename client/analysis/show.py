@@ -1,22 +1,16 @@
-"""Generated user turns as a table, each beside the human's real next turn where the dataset has one (MT-Bench).
-
-`userturn show RESULTS.jsonl` prints them, each with its short key (`client.short_keys`), filtered by model, label,
-perturbation or item (`ShowFilter`); `userturn run` prints the first few under its report.
-`userturn show RESULTS.jsonl KEY` prints one record whole (`record_view`), with its prompt rebuilt exactly
-(`client.render.prompt_replay`).
-"""
+"""`userturn show`: generated user turns as a table beside the human's real next turn where the dataset has one
+(`turns_table`), or one record whole with its exact prompt (`record_view`)."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 from pydantic import BaseModel
 from rich.table import Table
 from userturn.client.analysis.export import human_turn
 from userturn.client.render.prompt_replay import ReplayedPrompt
-from userturn.client.short_keys import short_keys
 
 from userturn.core.records import ConfigLine, ProbeRecord
 
@@ -47,6 +41,13 @@ def label_of(record: ProbeRecord) -> str:
     return record.label or "unjudged"
 
 
+def verdict_of(record: ProbeRecord) -> str:
+    """The label and its source (`genuine (judge)`), or `judge failed`, or `unjudged`."""
+    if record.label:
+        return f"{record.label} ({record.label_source})" if record.label_source else record.label
+    return "judge failed" if record.judge_status == "error" else "unjudged"
+
+
 def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
     """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
     from userturn.client.terminal import matching
@@ -59,15 +60,13 @@ def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[Pro
             and r.item_id in items]
 
 
-def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, title: str = "generated user turns",
-                width: int = CLIP, keys: Mapping[str, str] | None = None) -> Table:
-    """One row per ok record (in file order): short key (`keys`: {key: short key}, default: unique among
-    `records`), model, item, T, sample, perturbation, query, generated turn, human turn, label."""
+def turns_table(records: Sequence[ProbeRecord], *, keys: Mapping[str, str], title: str,
+                limit: int | None = None) -> Table:
+    """One row per ok record (in file order): short key (`keys`: {key: short key}), model, item, T, sample,
+    perturbation, query, generated turn, human turn, label."""
     from userturn.client.terminal import wrap_name
 
-    records = list(records)
     rows = [r for r in records if r.status == "ok"]
-    keys = keys if keys is not None else short_keys(r.key for r in records)
     shown = rows[:limit] if limit is not None else rows
     with_human = any(human_turn(r) for r in shown)
     more = f" (first {len(shown)} of {len(rows)})" if len(shown) < len(rows) else ""
@@ -76,17 +75,11 @@ def turns_table(records: Iterable[ProbeRecord], *, limit: int | None = None, tit
                  *(("human next turn",) if with_human else ()), "label"):
         table.add_column(name, overflow="fold", no_wrap=name in ("key", "T", "s"))
     for r in shown:
-        human = (clip(human_turn(r), width),) if with_human else ()
-        label = f"{r.label} ({r.label_source})" if r.label else ("judge failed" if r.judge_status == "error"
-                                                                 else "unjudged")
+        human = (clip(human_turn(r)),) if with_human else ()
         table.add_row(keys.get(r.key, r.key), wrap_name(r.model, MODEL_WIDTH), r.item_id, f"{r.temperature:g}",
-                      str(r.sample), r.perturbation, clip(last_user_query(r), width // 2), clip(r.user_turn, width),
-                      *human, label)
+                      str(r.sample), r.perturbation, clip(last_user_query(r), CLIP // 2), clip(r.user_turn),
+                      *human, verdict_of(r))
     return table
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# One record by key (`userturn show RESULTS.jsonl KEY`): plain text, the prompt byte for byte
 
 
 def _section(title: str) -> str:
@@ -95,10 +88,8 @@ def _section(title: str) -> str:
 
 def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_problem: str | None = None,
                 config: ConfigLine | None = None) -> str:
-    """The record as a person reads it: identity, the run that wrote its configuration (`config`, the file's
-    configuration line), the exact prompt as sent (between two rules, unaltered), the generated turn, the human
-    next turn where the dataset has one, the reference answer, every verdict with its rationale. `prompt_problem`
-    says why there is no prompt (shown in its place)."""
+    """The record as a person reads it: identity, the run of its configuration line, the exact prompt as sent
+    (between two rules; else `prompt_problem`), the generated and human turns, the reference, every verdict."""
     lines = [f"record       {record.key}",
              f"model        {record.model}    dataset {record.dataset}    item {record.item_id}",
              f"mode         {record.mode}    perturbation {record.perturbation}    temperature {record.temperature!r}"
@@ -136,8 +127,7 @@ def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_probl
     if record.reference_answer is not None:
         correct = {True: "correct", False: "wrong", None: "not scored"}[record.correct]
         lines += [_section(f"reference answer (assistant turn {correct})"), record.reference_answer]
-    label = record.label or ("judge failed" if record.judge_status == "error" else "unjudged")
-    lines.append(_section(f"verdicts: {label}" + (f" ({record.label_source})" if record.label_source else "")))
+    lines.append(_section(f"verdicts: {verdict_of(record)}"))
     if not record.judges:
         lines.append("(no verdicts)")
     for v in record.judges:

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
+from userturn.client.render.jinja_env import REASONING_FIELDS
 
 from userturn.core.errors import UserError, first_error
+from userturn.core.files import json_error
 from userturn.core.records import Message
 
 MAX_LINE_BYTES = 16 << 20  # 16 MiB: ~4M tokens of text, far beyond any context window
 MAX_DEPTH = 32  # objects/arrays nested in one line; a conversation with tool calls needs ~6
 MAX_ID_CHARS = 1024
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -42,8 +44,7 @@ class DatasetItem(BaseModel):
     messages: list[Message] = Field(min_length=1)
     answer: str | None = None
     meta: dict[str, Any] | None = None
-    # Where the item was read: a plain slot, not a pydantic private attribute (those cost ~3 us per validation, and
-    # an item is validated twice per probed sample at one sample per item). Copies and pickles do not carry it.
+    # Where the item was read: a plain slot (a pydantic private attribute costs ~3 us per validation).
     __slots__ = ("__weakref__", "_read_at")
 
     @field_validator("id")
@@ -97,10 +98,8 @@ class DatasetItem(BaseModel):
 
 
 def shape(value: Any, limit: int) -> tuple[int, int]:
-    """(nesting depth of objects/arrays, number of object keys), counted without recursion; stops past `limit`.
-
-    A flat object has depth 1.
-    """
+    """(nesting depth of objects/arrays (a flat object: 1), number of object keys), without recursion; stops past
+    `limit`."""
     deepest, keys, stack = 0, 0, [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -123,11 +122,8 @@ _KEY_END = re.compile(rb'"\s*:')  # every key ends so (strings may too, so this 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"key {key!r} appears twice in one object")
-            seen.add(key)
+        twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise ValueError(f"key {twice!r} appears twice in one object")
     return obj
 
 
@@ -139,7 +135,7 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(raw)  # strict: valid UTF-8 only, no lone surrogates, no NaN, depth <= 1024
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON ({str(exc).splitlines()[0]})") from None
+        raise ValueError(f"invalid JSON ({json_error(exc)})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     depth, keys = shape(obj, MAX_DEPTH)

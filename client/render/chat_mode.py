@@ -1,8 +1,5 @@
 """Chat mode: elicit the next user turn from a chat-only endpoint by replaying the conversation with roles
-swapped, so the model's own reply IS the next user message.
-
-The instruction text is versioned; records in chat mode carry mode "chat" and are never pooled with raw
-mode (the report splits by mode). Bump `CHAT_MODE_PROMPT_VERSION` when the text changes.
+swapped, so the model's own reply is the next user message. Bump `CHAT_MODE_PROMPT_VERSION` when the text changes.
 """
 
 from __future__ import annotations
@@ -25,11 +22,8 @@ FLIP = {"user": "assistant", "assistant": "user", "tool": "user"}
 def role_flip_messages(messages: list[Message]) -> list[Message]:
     """[system instruction] + the conversation with user/assistant swapped, ending on a 'user' message.
 
-    The original system/developer messages configured the assistant, so they are quoted inside the
-    instruction rather than kept as the flipped model's own system prompt. Tool results sit on the
-    assistant's side and become 'user' messages. If the conversation ends with the user (no assistant
-    turn, e.g. the `remove` perturbation), a fixed `NO_REPLY` message from the assistant's side is added so
-    the reply requested is still the user's next message.
+    System/developer messages are quoted in the instruction; tool results become 'user' messages; a conversation
+    ending with the user (the `remove` perturbation) gets the assistant's `NO_REPLY`.
     """
     setup = [m.content for m in messages if m.role in ("system", "developer") and m.content.strip()]
     instruction = CHAT_MODE_PROMPT

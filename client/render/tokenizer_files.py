@@ -23,10 +23,6 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 CACHE_SIZE = 4096
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Tokenizer files
-
-
 @dataclass
 class TokenizerFiles:
     """The small files of a tokenizer that rendering needs (never weights)."""
@@ -83,11 +79,8 @@ _MODEL_KEY = b'\n  "model": '  # tokenizers writes the (large) vocabulary last, 
 
 
 def _read_tokenizer_json_head(path: Path) -> dict[str, Any]:
-    """tokenizer.json without its `model` (vocabulary/merges): added tokens and post-processor are all we need.
-
-    Parsing only the part before the vocabulary costs kilobytes instead of ~10 MB and ~60 MB of memory; any file
-    laid out differently is parsed whole.
-    """
+    """tokenizer.json without its `model` (the ~10 MB vocabulary): added tokens and post-processor are all we need.
+    A file laid out differently is parsed whole."""
     try:
         with path.open("rb") as fh:
             head = fh.read(4 << 20)
@@ -116,19 +109,18 @@ def _local_files(folder: Path) -> TokenizerFiles:
 HUB_PROBE_TIMEOUT = 3.0  # seconds the one reachability request of a hub tokenizer may take
 
 
-def hub_unreachable(repo_id: str, revision: str | None = None) -> str | None:
-    """Why the hub cannot be reached, from one HEAD request without retries (huggingface_hub's own metadata call,
-    `HUB_PROBE_TIMEOUT`), or None when it answers (even with an error such as not found: the download reports that)
-    or HF_HUB_OFFLINE is set (then the cache alone is read). `hf_hub_download` itself retries a refused connection
-    for ~24 s with a warning per try; this check lets an offline machine fail at once."""
+def hub_unreachable(repo_id: str) -> str | None:
+    """Why the hub cannot be reached, from one HEAD request without retries (`hf_hub_download` retries a refused
+    connection for ~24 s), or None when it answers (even with an error: the download reports that) or when
+    HF_HUB_OFFLINE is set."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import HfHubHTTPError
 
     if constants.HF_HUB_OFFLINE:
         return None
     try:
-        get_hf_file_metadata(hf_hub_url(repo_id, "tokenizer_config.json", revision=revision),
-                             timeout=HUB_PROBE_TIMEOUT, retry_on_errors=False)
+        get_hf_file_metadata(hf_hub_url(repo_id, "tokenizer_config.json"), timeout=HUB_PROBE_TIMEOUT,
+                             retry_on_errors=False)
     except HfHubHTTPError:
         return None
     except Exception as exc:  # the hub client's transport errors (refused, DNS, timeout) share no base here
@@ -136,7 +128,7 @@ def hub_unreachable(repo_id: str, revision: str | None = None) -> str | None:
     return None
 
 
-def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
+def _hub_files(repo_id: str) -> TokenizerFiles:
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -147,12 +139,11 @@ def _hub_files(repo_id: str, revision: str | None = None) -> TokenizerFiles:
         RevisionNotFoundError,
     )
 
-    unreachable = hub_unreachable(repo_id, revision)  # offline: the local cache only, no retries
+    unreachable = hub_unreachable(repo_id)  # offline: the local cache only, no retries
     paths: dict[str, Path | None] = {}
     for name in TOKENIZER_FILES:
         try:
-            paths[name] = Path(hf_hub_download(repo_id, name, revision=revision,
-                                               local_files_only=unreachable is not None))
+            paths[name] = Path(hf_hub_download(repo_id, name, local_files_only=unreachable is not None))
         except (EntryNotFoundError, LocalEntryNotFoundError) as exc:
             if name == "tokenizer_config.json":
                 if unreachable is not None:

@@ -1,30 +1,21 @@
-"""Training rows -> token ids rendered exactly like probe prompts, with the loss on the final user turn only.
+"""Training rows (what `userturn export` writes: SFT `messages`, DPO `prompt`/`chosen`/`rejected`) -> token ids.
 
-Rows are what `userturn export` writes (TRL conversational JSONL):
-
-* SFT (`--format sft` / `sft-human`): `{"id"?, "messages": [...conversation, {"role": "user", "content": T}]}`
-* DPO (`--format preference`): `{"id"?, "prompt": [...], "chosen": [{"role": "user", ...}], "rejected": [...]}`
-
-An example's prompt is `PromptRenderer.user_turn_prompt(conversation)`: the model's own chat template cut at the
-open user header, byte for byte what the probe sends. Its target is the user turn's text followed by the end-of-turn
-marker the template writes after a user message (`<|im_end|>` for ChatML), so the model learns to write the turn
-and to stop. The prompt is tokenized as the serving engine tokenizes a prompt (with the tokenizer's own special
-tokens, e.g. a BOS), the target without; the loss mask is 0 on every prompt token and 1 on every target token.
-
-Held-out items are never trained on: `overlapping_row` finds a row whose `id`, or whose first user message, belongs
-to an evaluation set. Everything here is pure (no torch, no transformers): the encoder is passed in.
+An example's prompt is the probe prompt (`PromptRenderer.user_turn_prompt`), tokenized as the server does (with
+the tokenizer's BOS); its target, the only tokens with loss, is the user turn followed by the end-of-turn marker
+the template writes after it (`<|im_end|>` for ChatML). Rows of an evaluation set are refused (`overlapping_row`).
+Pure: no torch, no transformers (the encoder is passed in).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from userturn.client.data.dataset import ItemId
+from userturn.client.data.dataset import MAX_LINE_BYTES, ItemId
 from userturn.client.render.templates import PromptRenderer, template_messages
 
 from userturn.core.errors import UserError, first_error
@@ -32,7 +23,6 @@ from userturn.core.files import jsonl_objects
 from userturn.core.records import Message
 
 Method = Literal["sft", "dpo"]
-MAX_LINE_BYTES = 16 << 20
 
 
 class Encoder(Protocol):
@@ -121,14 +111,8 @@ def read_rows(path: str | Path, method: Method) -> DataFile:
     return DataFile(path=p, sha256=file_sha256(p), rows=rows, lines=lines)
 
 
-# ----- held-out items ------------------------------------------------------------------------------------------
-
-
 def _first_user_text(messages: Sequence[Message]) -> str | None:
-    for m in messages:
-        if m.role == "user":
-            return " ".join(m.content.split())
-    return None
+    return next((" ".join(m.content.split()) for m in messages if m.role == "user"), None)
 
 
 def _context(row: Row) -> list[Message]:
@@ -156,11 +140,8 @@ class EvalSet:
 
 
 def overlapping_row(data: DataFile, eval_sets: Sequence[EvalSet]) -> str | None:
-    """A one-line reason naming the first row that belongs to an evaluation set, or None.
-
-    A row belongs to a set when its `id` is one of the set's item ids, or when its conversation opens with the
-    same user message as one of the set's items (rows without ids, or ids renamed, are caught too).
-    """
+    """A one-line reason naming the first row that belongs to an evaluation set (by its `id`, or by the same first
+    user message: rows without ids, or ids renamed, are caught too), or None."""
     for index, row in enumerate(data.rows):
         text = _first_user_text(_context(row))
         for es in eval_sets:
@@ -171,9 +152,6 @@ def overlapping_row(data: DataFile, eval_sets: Sequence[EvalSet]) -> str | None:
                 return (f"{data.where(index)}: its conversation is item {es.first_user[text]} of the evaluation set "
                         f"{es.name} (same first user message; held-out items are never trained on)")
     return None
-
-
-# ----- rendering -----------------------------------------------------------------------------------------------
 
 
 class SftExample(BaseModel):
@@ -215,22 +193,12 @@ class RenderStats:
                                   default=None)}
 
 
-def _full_text(renderer: PromptRenderer, messages: Sequence[Message | Mapping[str, Any]]) -> str:
-    text = renderer.backend.render(template_messages(messages), add_generation_prompt=False)
-    if renderer.strip_prefix and text.startswith(renderer.strip_prefix):
-        text = text[len(renderer.strip_prefix):]
-    return text
-
-
 def user_turn_texts(renderer: PromptRenderer, context: Sequence[Message], turn: str) -> tuple[str, str]:
-    """(prompt, target): the probe prompt for `context`, and `turn` followed by the template's end-of-turn marker.
-
-    The marker is read off the template: the full conversation (context + the user turn) must render as the prompt,
-    then the turn's text, then one of the renderer's stops. A template that writes the turn differently (strips or
-    rewrites it) is an error naming the template.
-    """
+    """(prompt, target): the probe prompt for `context`, and `turn` followed by the template's end-of-turn marker
+    (context + turn must render as the prompt, the turn's text, then one of the renderer's stops; else UserError)."""
     prompt = renderer.user_turn_prompt(context)
-    full = _full_text(renderer, [*context, Message(role="user", content=turn)])
+    full = renderer.without_prefix(renderer.backend.render(
+        template_messages([*context, Message(role="user", content=turn)]), add_generation_prompt=False))
     if not full.startswith(prompt):
         raise UserError(f"chat template of {renderer.name}: the conversation with its final user turn does not "
                         "start with the probe prompt; cannot place the user turn")

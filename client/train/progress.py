@@ -33,7 +33,6 @@ class RichProgress(TrainerCallback):
         self._progress: Any = None
         self._task: Any = None
 
-    # -- numbers ------------------------------------------------------------------------------------------------
     def seconds_per_step(self, step: int) -> float | None:
         """Mean seconds per step so far (the first step, with its warm-up, counted from the start)."""
         if step <= 0:
@@ -48,7 +47,6 @@ class RichProgress(TrainerCallback):
         spent = _clock(time.monotonic() - self.started)
         return f"{self.title}: step {step}/{total}, {loss}, {rate}, {eta}, elapsed {spent}"
 
-    # -- callback -----------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = time.monotonic()
         if self.live:

@@ -1,12 +1,7 @@
-"""Fine-tune a causal LM with LoRA on rendered user-turn examples (TRL `SFTTrainer` / `DPOTrainer`), then merge.
+"""Fine-tune a causal LM with LoRA (TRL `SFTTrainer` / `DPOTrainer`) on the examples `client.train.data` tokenized,
+then merge the adapters: the output is an ordinary transformers checkpoint any engine serves as is.
 
-The examples come from `client.train.data` already tokenized, with the loss mask on the final user turn (SFT) or
-the chosen/rejected user turns (DPO), so TRL never re-renders or re-tokenizes them. The LoRA adapters (peft, on
-every linear layer but the output head) are merged into the weights at the end: the output directory is an
-ordinary transformers checkpoint (config, safetensors, tokenizer) that the CPU engine, SGLang or vLLM serve as is.
-
-CPU when no GPU is present (float32, `threads` torch threads), the GPU otherwise (bfloat16 where supported).
-Needs the `train` extra: `pip install 'userturn[train]'` (trl, peft, accelerate, datasets).
+GPU when present (bfloat16 where supported), else CPU (float32). Needs `pip install 'userturn[train]'`.
 """
 
 from __future__ import annotations
@@ -113,11 +108,9 @@ def _training_args(settings: TrainSettings, output_dir: str, on_gpu: bool, bf16:
         "data_seed": settings.seed, "logging_steps": 1, "save_strategy": "no", "report_to": [],
         "disable_tqdm": True, "use_cpu": not on_gpu, "bf16": bf16, "dataloader_num_workers": 0,
         "lr_scheduler_type": "linear", "warmup_steps": 0, "max_length": settings.max_length,
-        # TRL turns activation checkpointing on by default: it recomputes the forward pass (~1/3 more time) to save
-        # memory a small model on a CPU does not need; keep it for GPUs, where bigger models train.
+        # TRL's default activation checkpointing costs ~1/3 more time: only GPUs, where bigger models train, need it
         "gradient_checkpointing": on_gpu,
-        # SFT batches of similar lengths: padding is most of the work when one long prompt joins short ones (DPO
-        # rows carry prompt/chosen/rejected ids, no `input_ids` the length sampler could measure)
+        # SFT batches of similar lengths: less padding (DPO rows have no `input_ids` for the length sampler)
         "train_sampling_strategy": "group_by_length" if settings.batch_size > 1 and settings.method == "sft"
         else "random",
     }
@@ -156,12 +149,10 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
     dtype = torch.bfloat16 if bf16 else torch.float32
     started = time.monotonic()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(source)
-    kwargs: dict[str, Any] = {"dtype": dtype, "revision": source.revision,
-                              "trust_remote_code": source.trust_remote_code}
-    if source.gguf_file:
-        kwargs["gguf_file"] = source.gguf_file
     try:
-        model = AutoModelForCausalLM.from_pretrained(source.model, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source.model, dtype=dtype, revision=source.revision,
+                                                     trust_remote_code=source.trust_remote_code,
+                                                     gguf_file=source.gguf_file)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot load the base model {source.model}: {str(exc).splitlines()[0]}") from None
     if source.gguf_file:
@@ -178,16 +169,12 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
     dataset = datasets.Dataset.from_list([e.model_dump() for e in examples])
     with tempfile.TemporaryDirectory(prefix="userturn-train-") as scratch:
         args = _training_args(settings, scratch, on_gpu, bf16)
-        if settings.method == "sft":
-            from trl import SFTConfig, SFTTrainer
+        from trl import DPOConfig, SFTConfig, SFTTrainer
 
-            trainer = SFTTrainer(model=model, args=SFTConfig(**args), train_dataset=dataset,
-                                 processing_class=tokenizer, peft_config=lora, callbacks=list(callbacks))
-        else:
-            from trl import DPOConfig
-
-            trainer = _pretokenized_dpo()(model=model, args=DPOConfig(**args), train_dataset=dataset,
-                                          processing_class=tokenizer, peft_config=lora, callbacks=list(callbacks))
+        trainer_class: Any = SFTTrainer if settings.method == "sft" else _pretokenized_dpo()
+        config = SFTConfig(**args) if settings.method == "sft" else DPOConfig(**args)
+        trainer = trainer_class(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                                peft_config=lora, callbacks=list(callbacks))
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         for quiet in (PrinterCallback, ProgressCallback):  # the progress callbacks passed in report instead
@@ -217,9 +204,8 @@ def _train(source: BaseModelSource, examples: Sequence[SftExample | DpoExample],
 
 
 def _drop_gguf_quantizer(model: Any, source: BaseModelSource) -> None:
-    """A GGUF file loads dequantised into plain float tensors, but transformers still marks the model quantized (and
-    refuses to train it). With every weight a float tensor nothing quantized is left: drop the mark, so training runs
-    and the saved checkpoint is an ordinary one."""
+    """Drop the quantized mark transformers leaves on a GGUF model loaded dequantised (it refuses to train one), so
+    the saved checkpoint is an ordinary one; UserError if a weight is still quantized."""
     if not all(p.is_floating_point() for p in model.parameters()):
         raise UserError(f"{source.model}/{source.gguf_file}: transformers kept the GGUF weights quantized; training "
                         "needs them dequantized (uninstall `kernels`, or train from a safetensors checkpoint)")

@@ -38,10 +38,6 @@ def _looks_like_path(spec: str) -> bool:
     return path.suffix in (".jsonl", ".json") or path.exists() or "/" in spec or "\\" in spec
 
 
-def _notice(message: str) -> None:
-    print(f"userturn: {message}", file=sys.stderr, flush=True)
-
-
 def _rows(dataset: BuiltinDataset, source: HubSource | PackagedSource,
           split_name: str) -> tuple[Iterable[dict[str, Any]], str, RowMapper]:
     """(rows, where they come from, mapping): the hub split, else its packaged copy (said in one line)."""
@@ -58,8 +54,8 @@ def _rows(dataset: BuiltinDataset, source: HubSource | PackagedSource,
             rows = packaged.rows()
         except UserError as missing:
             raise UserError(f"{exc}; the packaged copy failed too: {missing}") from None
-        _notice(f"{dataset.display_name(split_name)}: hub copy unavailable ({str(exc)[:200]}); "
-                f"using the packaged copy from {packaged.where}")
+        print(f"userturn: {dataset.display_name(split_name)}: hub copy unavailable ({str(exc)[:200]}); using the "
+              f"packaged copy from {packaged.where}", file=sys.stderr, flush=True)
         return rows, packaged.where, packaged.map_row or dataset.map_row
 
 
@@ -93,8 +89,7 @@ def select(items: Sequence[DatasetItem], *, limit: int | None, shuffle_seed: int
         raise UserError(f"--limit must be at least 1 (got {limit})")
     if isinstance(items, JsonlItems):  # a file kept on disk: shuffle and cut its index, parse nothing
         items = items.shuffled(shuffle_seed) if shuffle_seed is not None else items
-        return items[:limit] if limit is not None else items
-    if shuffle_seed is not None:
+    elif shuffle_seed is not None:
         items = list(items)
         random.Random(shuffle_seed).shuffle(items)
     return items[:limit] if limit is not None else items
@@ -115,10 +110,8 @@ def load_dataset_spec(spec: str, *, limit: int | None,
 
 def load_items(spec: str, *, limit: int | None, shuffle_seed: int | None, whole: bool = False,
                ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
-    """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`).
-
-    `swap` takes its partners from every item of the dataset, so --limit and --shuffle-seed never change them.
-    """
+    """A local JSONL file or a built-in dataset name -> (dataset name, items, every item when `whole`: `swap`
+    takes its partners from them, so --limit and --shuffle-seed never change them)."""
     if not whole:
         return (*load_dataset_spec(spec, limit=limit, shuffle_seed=shuffle_seed), None)
     name, every = load_dataset_spec(spec, limit=None, shuffle_seed=None)

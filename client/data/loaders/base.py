@@ -28,11 +28,8 @@ RowMapper = Callable[[dict[str, Any], int, str], DatasetItem | None]
 
 @dataclass(frozen=True)
 class PackagedSource:
-    """A split read from files inside an installed package: works without the hub.
-
-    `rows()` yields rows in the shape `map_row` expects (a UserError when the package is missing); `map_row`
-    overrides the dataset's mapping for this split (None: the dataset's own).
-    """
+    """A split read from files inside an installed package (no hub): `rows()` in the shape `map_row` expects (a
+    UserError when the package is missing); `map_row` overrides the dataset's own mapping."""
 
     where: str
     rows: Callable[[], Iterable[dict[str, Any]]]
@@ -42,10 +39,8 @@ class PackagedSource:
 
 @dataclass(frozen=True)
 class BuiltinDataset:
-    """A dataset userturn knows by name. `map_row(row, index, split)` returns None to skip a row.
-
-    `offline` holds packaged copies of hub splits, read when the hub copy cannot be loaded (said in one line).
-    """
+    """A dataset userturn knows by name. `map_row(row, index, split)` returns None to skip a row; `offline` holds
+    packaged copies of hub splits, read when the hub copy cannot be loaded."""
 
     name: str
     summary: str

