@@ -37,6 +37,11 @@ def read_yaml_mapping(path: str | Path, kind: str = "file", what: str = "keys") 
     return data
 
 
+def json_error(exc: orjson.JSONDecodeError) -> str:
+    """The first line of a JSON decoding error (orjson's messages can span several)."""
+    return str(exc).splitlines()[0]
+
+
 def jsonl_objects(path: str | Path, max_line_bytes: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of a JSONL file; a line that is not a JSON object (or is
     longer than `max_line_bytes`) is a UserError naming `path:line`."""
@@ -56,7 +61,7 @@ def jsonl_objects(path: str | Path, max_line_bytes: int | None = None) -> Iterat
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                raise UserError(f"{p}:{number}: invalid JSON ({str(exc).splitlines()[0]})") from None
+                raise UserError(f"{p}:{number}: invalid JSON ({json_error(exc)})") from None
             if not isinstance(obj, dict):
                 raise UserError(f"{p}:{number}: expected a JSON object, got {type(obj).__name__}")
             yield number, obj
