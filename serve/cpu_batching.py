@@ -161,7 +161,7 @@ class Job:
         self.settled = True
         try:
             self.on_done(self.outputs)
-        except Exception as exc:  # noqa: BLE001 - the request gets the error instead of no answer
+        except Exception as exc:  # the request gets the error instead of no answer
             self.on_error(exc)
 
     def fail(self, exc: BaseException) -> None:
