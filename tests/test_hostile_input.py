@@ -173,9 +173,11 @@ def completion(request: httpx.Request) -> httpx.Response:
 
 
 async def probe(out: Path, items: list[DatasetItem], renderer, *, dataset: str = "d",
-                temperatures: tuple[float, ...] = (0.0,), **kw) -> tuple[int, object]:
+                temperatures: tuple[float, ...] = (0.0,), allow_special_tokens: bool = False,
+                **kw) -> tuple[int, object]:
     """Run one probe into `out`; returns (requests sent, summary)."""
-    settings = ProbeSettings(model="m", dataset=dataset, temperatures=list(temperatures), concurrency=2)
+    settings = ProbeSettings(model="m", dataset=dataset, temperatures=list(temperatures), concurrency=2,
+                             allow_special_tokens=allow_special_tokens)
     endpoint = Endpoint(EndpointConfig(base_url=BASE, max_retries=0, request_timeout=5))
     try:
         with respx.mock(using="httpx", base_url=BASE, assert_all_called=False) as mock:

@@ -98,7 +98,7 @@ class ProbeRun(AssistantTurns):
         return out
 
     async def run(self) -> ProbeSummary:
-        check_items(self.items, self.special_tokens, allow=self.allow_special_tokens,
+        check_items(self.items, self.special_tokens, allow=self.settings.allow_special_tokens,
                     tokenizer=getattr(self.renderer, "name", self.settings.model))
         self._check_plan()
         with results_lock(self.out_path):  # exit 2 if another process writes this file; held through the run

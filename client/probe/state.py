@@ -48,7 +48,6 @@ class RunState:
         role_flip: RoleFlipFn | None = None,
         progress: bool = True,
         progress_title: str | None = None,
-        allow_special_tokens: bool = False,
         swap_pool: Sequence[DatasetItem] | None = None,
         resume_hint: str = "use another --out",
     ) -> None:
@@ -69,7 +68,6 @@ class RunState:
         self.scorer = scorer
         self.role_flip = role_flip
         self.limiter = RateLimiter(settings.rpm, settings.tpm)
-        self.allow_special_tokens = allow_special_tokens
         self.special_tokens: SpecialTokens | None = getattr(renderer, "special_tokens", None) \
             if settings.mode == "raw" else None
         self.counters = RunCounters()

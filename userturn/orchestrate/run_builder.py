@@ -234,7 +234,7 @@ class TargetSession:
                                              assistant_from=assistant_from),
                         endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
                         out_path=out_path, judge=judge, progress=progress, progress_title=progress_title,
-                        allow_special_tokens=self.options.allow_special_tokens, swap_pool=swap_pool,
+                        swap_pool=swap_pool,
                         **pipeline_hooks(), **extra)
 
 
