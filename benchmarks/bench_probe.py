@@ -401,6 +401,8 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
         cmd = [sys.executable, "-m", "cProfile", "-o", str(work / "userturn.prof"), "-m", "userturn", *args]
     elif profile == "py-spy":
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if not Path(py_spy).exists():
+            sys.exit("bench_probe: --profile py-spy needs py-spy (pip install py-spy), or use --profile cprofile")
         cmd = [py_spy, "record", "--format", "raw", "-o", str(work / "userturn.pyspy.txt"), "--rate", "250",
                "--", *userturn_cmd, *args]
     else:
