@@ -28,7 +28,9 @@ Reported per client: process wall time (start to exit, what a user waits for) an
 (raw: its own timer; userturn: the rate in its final summary line), peak RSS of its process tree (VmHWM polled,
 plus the private memory of each process it forks, pages shared with the parent counted once: today's probe forks
 none, an older build or a wrapper command may) and its CPU time per request (user + system from wait4, children
-included). The userturn results file is checked: N ok records.
+included), of which garbage collection (every collection timed by benchmarks/gc_timing/sitecustomize.py, which
+leads both clients' PYTHONPATH: measurement only, the collector runs as it would). The userturn results file is
+checked: N ok records.
 
 Bytecode: before measuring, the checkout's sources (the packages, the loopback server, this script) are compiled
 to __pycache__, as installing a wheel does. Without that, an editable install under PYTHONDONTWRITEBYTECODE=1 (set
@@ -106,6 +108,7 @@ class ClientRun:
     inner_req_s: float | None
     peak_rss_mb: float
     cpu_s: float  # user + system CPU time of the client process (wait4), robust to a busy host
+    gc_s: float | None = None  # CPU time in garbage collections (benchmarks/gc_timing), None when not measured
 
     @property
     def cpu_us_per_request(self) -> float:
@@ -114,6 +117,10 @@ class ClientRun:
     @property
     def wall_req_s(self) -> float:
         return self.requests / self.wall_s
+
+    @property
+    def gc_us_per_request(self) -> float | None:
+        return None if self.gc_s is None else self.gc_s / self.requests * 1e6
 
 
 @dataclass
@@ -379,15 +386,34 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
     return wall, (peak or usage.ru_maxrss) / 1024, usage.ru_utime + usage.ru_stime, out, err
 
 
+GC_TIMING = Path(__file__).resolve().parent / "gc_timing"
+
+
+def client_env(gc_out: Path) -> dict[str, str]:
+    """A client process's environment: the checkout importable, its garbage collections timed into `gc_out`."""
+    return {**os.environ, "PYTHONPATH": f"{GC_TIMING}{os.pathsep}{REPO}", "BENCH_GC_OUT": str(gc_out)}
+
+
+def gc_seconds(gc_out: Path) -> float | None:
+    """What benchmarks/gc_timing wrote (None when the process wrote nothing), removing the file."""
+    try:
+        return float(json.loads(gc_out.read_text())["gc_s"])
+    except (OSError, ValueError, KeyError):
+        return None
+    finally:
+        gc_out.unlink(missing_ok=True)
+
+
 def run_raw(server: LoopbackServer, payloads: Path, requests: int, concurrency: int,
             client: str = "httpx") -> ClientRun:
     cmd = [sys.executable, __file__, "--raw-worker", "--url", f"{server.base_url}/completions",
            "--payloads", str(payloads), "--concurrency", str(concurrency), "--client", client]
-    wall, rss, cpu, out, _ = run_measured(cmd, {**os.environ, "PYTHONPATH": str(REPO)})
+    gc_out = payloads.with_name(f"gc-{time.monotonic_ns()}.json")
+    wall, rss, cpu, out, _ = run_measured(cmd, client_env(gc_out))
     result = json.loads(out.strip().splitlines()[-1])
     if result["ok"] != requests:
         sys.exit(f"bench_probe: raw loop got {result['ok']} good answers of {requests}")
-    return ClientRun(f"raw {client}", requests, wall, requests / result["elapsed_s"], rss, cpu)
+    return ClientRun(f"raw {client}", requests, wall, requests / result["elapsed_s"], rss, cpu, gc_seconds(gc_out))
 
 
 def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int, requests: int, concurrency: int,
@@ -407,8 +433,8 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
                "--", *userturn_cmd, *args]
     else:
         cmd = [*userturn_cmd, *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    wall, rss, cpu, stdout, stderr = run_measured(cmd, env)
+    gc_out = work / f"gc-{time.monotonic_ns()}.json"
+    wall, rss, cpu, stdout, stderr = run_measured(cmd, client_env(gc_out))
     match = SUMMARY_RATE.search(stdout + stderr)
     from userturn.core.jsonl import read_records
 
@@ -417,7 +443,8 @@ def run_userturn(server: LoopbackServer, dataset: Path, work: Path, samples: int
     if good != requests:
         sys.exit(f"bench_probe: userturn wrote {good} ok records of {requests}:\n{stderr[-2000:]}")
     out.unlink()
-    return ClientRun("userturn probe", requests, wall, float(match.group(1)) if match else None, rss, cpu)
+    return ClientRun("userturn probe", requests, wall, float(match.group(1)) if match else None, rss, cpu,
+                     gc_seconds(gc_out))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -499,6 +526,9 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
           f"raw / userturn {cpu_ratio:.2f}x; CPU steal by the host during the runs {result.steal_pct:.0f}%")
     print(f"  paired CPU ratios raw / userturn (each repetition's two runs): {', '.join(f'{p:.2f}' for p in cpu_pairs)}"
           f"; median {cpu_paired:.2f}x")
+    raw_gc, ut_gc = median_gc_us(result.raw), median_gc_us(result.userturn)
+    if raw_gc is not None and ut_gc is not None:
+        print(f"  of that CPU, garbage collection per request (median): raw {raw_gc:.0f} us, userturn {ut_gc:.0f} us")
     target = s.target(result.samples)
     checks = [f">= {target}x raw: {verdict(paired >= target)} (paired median, wall), {verdict(cpu_paired >= target)} "
               "(paired median, CPU)"]
@@ -507,6 +537,7 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
     print("  targets: " + "; ".join(checks))
     return {"scenario": asdict(s), "samples": result.samples, "items": items,
             "peak_rss_mb": ut.peak_rss_mb, "raw_cpu_us": raw_cpu, "userturn_cpu_us": ut_cpu,
+            "raw_gc_us": raw_gc, "userturn_gc_us": ut_gc,
             "raw": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw],
             "userturn": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.userturn],
             "raw_aiohttp": [asdict(r) | {"wall_req_s": r.wall_req_s} for r in result.raw_aiohttp],
@@ -519,12 +550,17 @@ def print_scenario(result: ScenarioResult) -> dict[str, Any]:
             "baseline_cpu_ratio_paired_median": baseline_cpu_paired, "steal_pct": result.steal_pct}
 
 
+def median_gc_us(runs: list[ClientRun]) -> float | None:
+    values = [r.gc_us_per_request for r in runs if r.gc_us_per_request is not None]
+    return statistics.median(values) if values else None
+
+
 def print_summary(rows: list[dict[str, Any]]) -> None:
     """Every workload x scenario of this run on one table: the ratios measured side by side, each checked against the
     target (wall: paired median of req/s; CPU: paired median of raw CPU / userturn CPU)."""
     print("\nSummary (paired medians over repetitions; CPU per request and peak RSS of the userturn process)")
     print(f"  {'workload':<22}{'scenario':<16}{'raw req/s':>10}{'userturn':>10}{'wall':>7}{'CPU':>7}{'target':>8}"
-          f"{'wall':>6}{'CPU':>6}{'CPU us raw/ut':>15}{'RSS MB':>8}")
+          f"{'wall':>6}{'CPU':>6}{'CPU us raw/ut':>15}{'GC us raw/ut':>14}{'RSS MB':>8}")
     for row in rows:
         s = row["scenario"]
         raw = max(r["wall_req_s"] for r in row["raw"])
@@ -534,11 +570,16 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
         print(f"  {row['items']:>6,} x {row['samples']:<2} samples  {s['latency_ms']:>3g} ms c={s['concurrency']:<6}"
               f"{raw:>10,.0f}{ut:>10,.0f}{wall:>6.2f}x{cpu:>6.2f}x{target:>8.1f}{verdict(wall >= target):>6}"
               f"{verdict(cpu >= target):>6}{row['raw_cpu_us']:>8.0f}/{row['userturn_cpu_us']:<6.0f}"
-              f"{row['peak_rss_mb']:>8.0f}")
+              f"{gc_pair(row):>14}{row['peak_rss_mb']:>8.0f}")
         if row["baseline"]:
             print(f"  {'':<38}{'baseline':>10}{max(b['wall_req_s'] for b in row['baseline']):>10,.0f}"
                   f"{row['baseline_ratio_paired_median']:>6.2f}x{row['baseline_cpu_ratio_paired_median']:>6.2f}x"
-                  f"{'':>20}{'':>8} {row['baseline_cpu_us']:<6.0f}{row['baseline_peak_rss_mb']:>8.0f}")
+                  f"{'':>20}{'':>8} {row['baseline_cpu_us']:<6.0f}{'':>14}{row['baseline_peak_rss_mb']:>8.0f}")
+
+
+def gc_pair(row: dict[str, Any]) -> str:
+    raw, ut = row.get("raw_gc_us"), row.get("userturn_gc_us")
+    return "-" if raw is None or ut is None else f"{raw:.0f}/{ut:.0f}"
 
 
 def print_profile(work: Path, kind: str) -> None:
