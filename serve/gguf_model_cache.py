@@ -11,21 +11,15 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from userturn.core.files import cache_root
+from userturn.core.files import cache_root, file_sha256, publish_folder
 
 MARKER = "userturn_gguf_model.txt"
 LIBRARIES = ("torch", "transformers", "gguf", "safetensors")
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def remembered_sha256(path: Path) -> str:
@@ -90,18 +84,8 @@ def converted_model_dir(path: Path, dtype: Any, dtype_name: str,
     target = cache_root() / "gguf-models" / f"{path.stem}-{cache_key(path, dtype_name)}"
     if (target / MARKER).is_file():
         return target, True
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        convert(path, dtype, staging)
-        (staging / MARKER).write_text(f"{path}\n{dtype_name}\n{library_versions()}\n", encoding="utf-8")
-        try:
-            staging.rename(target)
-        except OSError:  # another engine renamed its conversion first: the same bytes, keep that one
-            if not (target / MARKER).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    publish_folder(target, lambda staging: convert(path, dtype, staging), MARKER,
+                   f"{path}\n{dtype_name}\n{library_versions()}\n")
     return target, False
 
 

@@ -8,7 +8,6 @@ Pure: no torch, no transformers (the encoder is passed in).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from userturn.client.data.dataset import MAX_LINE_BYTES, ItemId
 from userturn.client.render.templates import PromptRenderer, template_messages
 
 from userturn.core.errors import UserError, first_error
-from userturn.core.files import jsonl_objects
+from userturn.core.files import file_sha256, jsonl_objects
 from userturn.core.records import Message
 
 Method = Literal["sft", "dpo"]
@@ -81,11 +80,6 @@ class DataFile:
 
     def where(self, index: int) -> str:
         return f"{self.path}:{self.lines[index]}"
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def read_rows(path: str | Path, method: Method) -> DataFile:

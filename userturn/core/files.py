@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterator
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +76,25 @@ def cache_root() -> Path:
     if root := os.environ.get("USERTURN_CACHE_DIR"):
         return Path(root).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "userturn"
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def publish_folder(target: Path, fill: Callable[[Path], None], marker: str, marker_text: str) -> None:
+    """Make the cache folder `target`: `fill` a staging folder beside it, write `marker` last, rename it into place.
+    Of two processes making the same folder at once the first rename wins and the other's copy is dropped."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        fill(staging)
+        (staging / marker).write_text(marker_text, encoding="utf-8")
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / marker).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

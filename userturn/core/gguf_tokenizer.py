@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import shutil
-import tempfile
 from pathlib import Path
 
 from userturn.core.errors import UserError
-from userturn.core.files import cache_root
+from userturn.core.files import cache_root, publish_folder
 from userturn.core.packaged import resolve
 
 MARKER = "userturn_gguf_source.txt"
@@ -47,16 +45,5 @@ def gguf_tokenizer_dir(name: str) -> Path:
     except Exception as exc:  # an unreadable or unsupported file: one line naming it
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{name}: cannot read the tokenizer from the GGUF metadata: {reason}") from None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        tokenizer.save_pretrained(str(staging))
-        (staging / MARKER).write_text(f"{path}\n", encoding="utf-8")
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished first: its copy is the same conversion
-            if not (target / MARKER).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    publish_folder(target, lambda staging: tokenizer.save_pretrained(str(staging)), MARKER, f"{path}\n")
     return target
