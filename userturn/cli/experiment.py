@@ -119,7 +119,7 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.core.shards import sharded_path
     from userturn.core.shipped import resolve_named
     from userturn.orchestrate.experiment import check_files, load_experiment, results_path
-    from userturn.orchestrate.grid import ModelFailures, run_experiment
+    from userturn.orchestrate.grid import run_experiment
 
     check_flags(args)
     configure_network(args)
@@ -134,7 +134,7 @@ def run_command(args: argparse.Namespace) -> int:
         return workers_command(args, exp, source)
     from userturn.serve.launcher import terminate_on_sigterm
 
-    failures = ModelFailures([]) if args.keep_going else None
+    failures: list[str] | None = [] if args.keep_going else None
     # held for the whole grid (exit 2 if another run has it); SIGTERM tears down servers launched in threads, too
     with results_lock(sharded_path(results_path(exp, args.out_dir), args.shard)), terminate_on_sigterm():
         results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
@@ -164,10 +164,10 @@ def run_command(args: argparse.Namespace) -> int:
 
         print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
         status = 1
-    if failures is not None and failures.lines:
-        print(f"userturn: {len(failures.lines)} of {len(exp.models)} models failed (--keep-going went on with the "
+    if failures:
+        print(f"userturn: {len(failures)} of {len(exp.models)} models failed (--keep-going went on with the "
               "others; rerun the same command to resume them):", file=sys.stderr)
-        for line in failures.lines:
+        for line in failures:
             print(f"userturn: failed: {line}", file=sys.stderr)
         status = 3
     if args.shard is not None and args.shard.count > 1:
@@ -185,7 +185,6 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
         assistant_source,
         load_items,
         naming_entry,
-        plan,
         planned_records,
         target_source,
     )
@@ -207,7 +206,8 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
                 prompts.append((entry.label, datasets[0][0], prompt))
     grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
     title = exp.name if shard is None else f"{exp.name} (shard {shard})"
-    print(f"{title}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
+    runs = len(exp.models) * len(exp.datasets) * len(exp.modes)
+    print(f"{title}: {runs} probe runs, {planned_records(exp, counts, options)} records planned "
           f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
           f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
           "samples)")
@@ -222,16 +222,16 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
 
     endpoints = sum(entry.base_url is not None for entry in exp.models)
     judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
-    problems = aio.run(check_endpoints(exp, base, source))
+    model_problems, judge_problems = aio.run(check_endpoints(exp, base, source))
     launched = len(exp.models) - endpoints
-    parts = [f"{endpoints - len(problems.models)} of {endpoints} base_url models reachable and serving their model"
+    parts = [f"{endpoints - len(model_problems)} of {endpoints} base_url models reachable and serving their model"
              ] if endpoints else []
-    parts += [f"{judges - len(problems.judges)} of {judges} judges reachable and serving theirs"] if judges else []
+    parts += [f"{judges - len(judge_problems)} of {judges} judges reachable and serving theirs"] if judges else []
     parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
     print("endpoints: " + "; ".join(parts))
-    for problem in problems.lines:
+    for problem in model_problems + judge_problems:
         print(f"userturn: {problem}", file=sys.stderr)
-    return 3 if problems.lines else 0
+    return 3 if model_problems or judge_problems else 0
 
 
 def _records(named: list[str]) -> list:

@@ -1,22 +1,15 @@
-"""Experiments as files: a YAML grid of models x datasets x modes (x temperatures, samples, perturbations)
-run into one resumable results file, `<out_dir>/<name>/results.jsonl`, then reported.
-
-Models are serving manifests (launched for the duration, see `serve`) or plain endpoints. Every model x dataset x mode
-is one `client.probe.pipeline.ProbeRun`, built by `userturn.orchestrate.run_builder` exactly as `userturn probe` builds
-its run, appending to the same file; rerunning skips records that are already `ok`, so an interrupted experiment resumes
-where it stopped. Settings left out here come from the model's manifest, else the defaults (each is an
-`userturn.core.options.Options` layer: experiment model entry > experiment > manifest > default).
+"""Experiment files: a YAML grid of models x datasets x modes (x temperatures, samples, perturbations) run into
+one resumable results file, `<out_dir>/<name>/results.jsonl`. Each model x dataset x mode is one `ProbeRun` built
+by `run_builder` as `userturn probe` builds it; option layers: model entry > experiment > manifest > default.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -174,21 +167,6 @@ def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
         raise UserError(_describe(path, exc)) from None
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One `ProbeRun`: a model on a dataset in one mode."""
-
-    model_index: int
-    dataset_index: int
-    mode: Mode
-
-
-def plan(exp: Experiment) -> list[Unit]:
-    """The grid in run order: per model (one server launch), every dataset, every mode."""
-    return [Unit(m, d, mode) for m, d, mode in itertools.product(
-        range(len(exp.models)), range(len(exp.datasets)), exp.modes)]
-
-
 def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequence[ProbeOptions]) -> int:
     """Records the grid plans, with each model's resolved options (`model_options`)."""
     per_model = sum(len(o.temperatures) * o.samples for o in options)
@@ -196,14 +174,19 @@ def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequ
 
 
 @contextlib.contextmanager
-def naming_entry(source: Path, index: int, entry: ModelEntry) -> Iterator[None]:
-    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`."""
+def naming_entry(source: Path, index: int, entry: ModelEntry, failures: list[str] | None = None) -> Iterator[None]:
+    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`. With
+    `failures` (`run --keep-going`) its line is added there instead, unless the results file itself failed."""
+    from userturn.core.results_lock import ResultsLocked, ResultsWriteError
+
     try:
         yield
     except UserError as exc:
         named = UserError(f"{source}: models.{index} ({entry.label}): {exc}")
         named.exit_code = exc.exit_code
-        raise named from None
+        if failures is None or isinstance(exc, ResultsWriteError | ResultsLocked):
+            raise named from None
+        failures.append(str(named))
 
 
 def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOptions:
@@ -225,23 +208,9 @@ def check_files(exp: Experiment, source: Path) -> None:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
 
 
-@dataclass(frozen=True)
-class EndpointProblems:
-    """`check_endpoints`' findings: one line per model, and per judge, that is not usable."""
-
-    models: list[str]
-    judges: list[str]
-
-    @property
-    def lines(self) -> list[str]:
-        return self.models + self.judges
-
-
-async def check_endpoints(exp: Experiment, base: Path, source: Path) -> EndpointProblems:
-    """`run --dry-run`: every model given by `base_url` is reached and asked for its model list, with the probe's
-    own preflight (`TargetSession.check`: reachable, API key accepted, the model served); manifests, which would be
-    launched, are not; then every judge endpoint of `judges:`. One line per model or judge that fails, naming its
-    entry."""
+async def check_endpoints(exp: Experiment, base: Path, source: Path) -> tuple[list[str], list[str]]:
+    """`run --dry-run`: the probe's preflight (`TargetSession.check`) on every `base_url` model (manifests are not
+    launched), then every judge endpoint -> (model problems, judge problems), one line each naming its entry."""
     from userturn.orchestrate.run_builder import TargetSession, open_target
 
     problems = []
@@ -255,12 +224,11 @@ async def check_endpoints(exp: Experiment, base: Path, source: Path) -> Endpoint
                     await session.check()
         except UserError as exc:
             problems.append(str(exc))
-    return EndpointProblems(problems, await _check_judges(exp, source))
+    return problems, await _check_judges(exp, source)
 
 
 async def _check_judges(exp: Experiment, source: Path) -> list[str]:
-    """The judge endpoints of `judges:` (not `self`, which is the model's own, nor `rules`): reachable and serving
-    the judge model (the judges' own preflight, `Endpoint.check`). One line per judge that fails."""
+    """`Endpoint.check` on each judge of `judges:` but `self` and `rules`; one line per judge that fails."""
     from userturn.client.http.endpoint import Endpoint, EndpointConfig
 
     problems = []
@@ -277,19 +245,9 @@ async def _check_judges(exp: Experiment, source: Path) -> list[str]:
     return problems
 
 
-@overload
-def resolve(base: Path, value: str, *, absolute: bool = False) -> str: ...
-
-
-@overload
-def resolve(base: Path, value: None, *, absolute: bool = False) -> None: ...
-
-
-def resolve(base: Path, value: str | None, *, absolute: bool = False) -> str | None:
+def resolve(base: Path, value: str, *, absolute: bool = False) -> str:
     """A path relative to the experiment file (absolute paths, hub ids and names are left alone); `absolute`: the
     found file as an absolute path."""
-    if value is None:
-        return None
     candidate = base / value
     if Path(value).is_absolute() or not candidate.exists():
         return value
@@ -304,7 +262,7 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
     from userturn.client.data.loaders import parse_spec
 
     builtin, _ = parse_spec(entry.spec)
-    spec = entry.spec if builtin is not None else (resolve(base, entry.spec) or entry.spec)
+    spec = entry.spec if builtin is not None else resolve(base, entry.spec)
     name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
                                    else exp.shuffle_seed, whole="swap" in exp.perturbations)
@@ -350,8 +308,8 @@ def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str 
     """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the
     experiment's)."""
     return TargetSource(
-        manifest=resolve(base, entry.manifest), base_urls=[entry.base_url] if entry.base_url else None,
-        model=entry.model, api_key_env=entry.api_key_env,
+        manifest=None if entry.manifest is None else resolve(base, entry.manifest),
+        base_urls=[entry.base_url] if entry.base_url else None, model=entry.model, api_key_env=entry.api_key_env,
         launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
     )
 

@@ -29,31 +29,15 @@ from userturn.orchestrate.experiment import (
 from userturn.orchestrate.run_builder import ProbeOptions
 
 
-@dataclass
-class ModelFailures:
-    """`run --keep-going`: the models that failed (unreachable, not served, failed to start), one line each, while
-    the grid went on with the others."""
-
-    lines: list[str]
-
-    def keep(self, exc: UserError) -> None:
-        """Record a model's failure, or raise `exc` again when it is not one model's (the results file's)."""
-        from userturn.core.results_lock import ResultsLocked, ResultsWriteError
-
-        if isinstance(exc, ResultsWriteError | ResultsLocked):
-            raise exc
-        self.lines.append(str(exc))
-
-
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True, rejudge: bool = False, launcher: str | None = None,
-                         parallel_models: int = 1, failures: ModelFailures | None = None,
+                         parallel_models: int = 1, failures: list[str] | None = None,
                          shard: Shard | None = None) -> tuple[Path, list[Any]]:
     """Run the whole grid into `<out_dir>/<name>/results.jsonl` (with `shard`, that shard's items into its own
     file beside it: `userturn.core.shards`); returns (results path, run summaries).
     `parallel_models` > 1 keeps that many models' servers launching (queued, starting) or serving at once, and
     probes them one at a time as they become ready (see `_models_ahead`). With `failures` (`--keep-going`), a model
-    that fails (a UserError naming its entry) is recorded there and the grid goes on with the next one."""
+    that fails is recorded there (`naming_entry`) and the grid goes on with the next one."""
     from userturn.client.probe import scoring
     from userturn.orchestrate.run_builder import open_target
 
@@ -79,14 +63,9 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         return results, summaries
     for index, entry in enumerate(exp.models):
         layers = [entry.layer(), exp.layer()]
-        try:
-            with naming_entry(source, index, entry), \
-                    open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
-                summaries += await grid.probe_model(target, options)
-        except UserError as exc:
-            if failures is None:
-                raise
-            failures.keep(exc)
+        with naming_entry(source, index, entry, failures), \
+                open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
+            summaries += await grid.probe_model(target, options)
     return results, summaries
 
 
@@ -150,7 +129,7 @@ class _Grid:
 
 
 async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str | None, window: int, grid: _Grid,
-                        summaries: list[Any], failures: ModelFailures | None = None) -> None:
+                        summaries: list[Any], failures: list[str] | None = None) -> None:
     """Up to `window` models' targets entered at once, each in a thread of its own (a launch blocks while its job is
     queued and its server starts); the ready ones are probed one at a time in the order they became ready, so the
     results file keeps one writer, and each is stopped (its job cancelled) before the next model is launched. On an
@@ -185,18 +164,11 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
             {f for f in entering if f.done()}, None)
         for future in sorted(done, key=lambda f: entering[f][0]):
             index, cm = entering.pop(future)
-            try:
-                try:
-                    ready.append((index, cm, future.result()))
-                except UserError as exc:
-                    with naming_entry(source, index, exp.models[index]):
-                        raise exc from None
-            except UserError as exc:
-                if failures is None:
-                    raise
-                failures.keep(exc)  # this launch failed: the others go on
-                if (nxt := next(upcoming, None)) is not None:
-                    start(*nxt)
+            with naming_entry(source, index, exp.models[index], failures):
+                ready.append((index, cm, future.result()))
+                continue
+            if (nxt := next(upcoming, None)) is not None:  # this launch failed (`--keep-going`): the others go on
+                start(*nxt)
 
     try:
         for _ in range(window):
@@ -208,12 +180,8 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
                 continue  # every launch that finished failed (`--keep-going`)
             index, cm, (target, options) = ready.pop(0)
             try:
-                with naming_entry(source, index, exp.models[index]):
+                with naming_entry(source, index, exp.models[index], failures):
                     summaries += await grid.probe_model(target, options)
-            except UserError as exc:
-                if failures is None:
-                    raise
-                failures.keep(exc)
             finally:
                 await leave(cm)
             if (nxt := next(upcoming, None)) is not None:
