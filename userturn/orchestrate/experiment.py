@@ -20,10 +20,9 @@ from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
 from userturn.core.options import Options, ProbeOptions
 from userturn.core.shipped import resolve_named
-from userturn.orchestrate.run_builder import TargetSource
+from userturn.orchestrate.run_builder import Mode, TargetSource
 from userturn.orchestrate.run_builder import assistant_source as auto_source
 
-Mode = Literal["raw", "chat"]
 RESUME_HINT = "use another --out-dir or experiment name"
 
 
