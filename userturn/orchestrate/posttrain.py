@@ -1,20 +1,8 @@
-"""Post-training experiments: probe the base model -> judge -> export -> train -> probe the trained model on held-out
-items -> report base vs trained, with the paired difference (trained - base) and its item-clustered interval.
-
-One YAML file (`experiments/posttrain.yaml`) describes it; `userturn posttrain FILE` runs it into
-`<out_dir>/<name>/`:
-
-| path | stage |
-| --- | --- |
-| `split.json`, `train-items.jsonl`, `held-out.jsonl` | the dataset split by a seeded hash of the item ids |
-| `base-train/results.jsonl` | the base model probed (and judged inline) on the training items |
-| `train.jsonl` | `export` rows of the training items (`sft-human`, `sft`, `preference`) |
-| `model/` | `userturn train` output: merged model, `training.json`, `manifest.yaml` |
-| `base-held-out/`, `trained-held-out/results.jsonl` | both models probed with the same settings on the held-out items |
-| `report.json`, `stages.json` | the comparison, and the seconds each stage took |
-
-Every stage resumes: probes skip records already written, training is kept when `model/` holds the same training
-(base, data hash and settings), so a rerun only does what is missing.
+"""Post-training experiments (`userturn posttrain FILE`, e.g. `experiments/posttrain.yaml`): split the dataset by
+a seeded hash of the item ids, probe and judge the base model on the training items (`base-train/`), export training
+rows (`train.jsonl`), train (`model/`), probe both models on the held-out items (`base-held-out/`,
+`trained-held-out/`), and write base vs trained with the paired difference and its item-clustered interval
+(`report.json`; seconds per stage in `stages.json`). Every stage resumes: a rerun only does what is missing.
 """
 
 from __future__ import annotations
@@ -201,7 +189,6 @@ class Stages:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.seconds: dict[str, float] = {}
-        self.notes: dict[str, str] = {}
 
     def run(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.monotonic()
@@ -209,8 +196,7 @@ class Stages:
         result = fn(*args, **kwargs)
         self.seconds[name] = round(time.monotonic() - started, 1)
         log.info("posttrain: %s done in %.1fs", name, self.seconds[name])
-        self.path.write_text(json.dumps({"seconds": self.seconds, "notes": self.notes}, indent=2) + "\n",
-                             encoding="utf-8")
+        self.path.write_text(json.dumps({"seconds": self.seconds}, indent=2) + "\n", encoding="utf-8")
         return result
 
 

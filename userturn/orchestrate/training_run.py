@@ -1,11 +1,7 @@
-"""What `userturn train` does (its parser and its settings from the command line are in `userturn.cli.train`): the base
-model's source and renderer, the held-out check, and the run that writes `DIR`.
-
-`DIR` gets the merged model (transformers checkpoint + tokenizer), `training.json` (settings, data hash, base model,
-losses, timings, library versions) and `manifest.yaml`: the base manifest with the model swapped for `DIR`, a
-distinct served model name, and `probe.record_meta.trained` (the provenance), which the probe copies into the meta
-of every record it writes for this model. `userturn probe --manifest DIR/manifest.yaml` and experiment files use it
-as they use any manifest.
+"""What `userturn train` does (its flags are in `userturn.cli.train`): check, render and train, then write `DIR`:
+the merged model, `training.json` (settings, data hash, base, losses, timings, versions) and `manifest.yaml` (the base
+manifest serving `DIR` under a distinct name, with `probe.record_meta.trained`, which the probe copies into every
+record's meta).
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from userturn.client.train.data import DataFile, EvalSet, RenderStats
+from userturn.client.train.data import DataFile, EvalSet
 from userturn.client.train.trainer import BaseModelSource, TrainResult, TrainSettings
 from userturn.core.errors import UserError
 from userturn.serve.manifest import Manifest, load_manifest
@@ -30,10 +26,6 @@ from userturn.serve.manifest import Manifest, load_manifest
 TRAINABLE_ENGINES = ("transformers", "sglang")  # engines that serve a transformers checkpoint directory
 TRAINING_FILE = "training.json"
 MANIFEST_FILE = "manifest.yaml"
-
-
-
-# ----- the base model ------------------------------------------------------------------------------------------
 
 
 def base_source(manifest: Manifest) -> BaseModelSource:
@@ -68,9 +60,6 @@ def probe_renderer(manifest: Manifest) -> Any:
         fields["tokenizer"] = manifest.resolve_path(manifest.tokenizer) or manifest.resolve_path(manifest.model)
     return load_renderer(ProbeTarget(base_urls=[], model=manifest.served_model_name or manifest.model or "", **fields),
                          options)
-
-
-# ----- the run ---------------------------------------------------------------------------------------------------
 
 
 class TrainOutcome(BaseModel):
@@ -178,12 +167,8 @@ def run_train(manifest_path: Path, data_path: Path, settings: TrainSettings, out
     renderer = probe_renderer(base)
     tokenizer = load_tokenizer(source)
     encode = encoder(tokenizer)
-    stats: RenderStats
-    examples: list[Any]
-    if settings.method == "sft":
-        examples, stats = sft_examples(data.rows, renderer, encode, settings.max_length)  # type: ignore[arg-type]
-    else:
-        examples, stats = dpo_examples(data.rows, renderer, encode, settings.max_length)  # type: ignore[arg-type]
+    build = sft_examples if settings.method == "sft" else dpo_examples
+    examples, stats = build(data.rows, renderer, encode, settings.max_length)  # type: ignore[arg-type]
     if not examples:
         raise UserError(f"{data_path}: every row is longer than --max-length {settings.max_length} in its user "
                         "turn alone; nothing to train on")
