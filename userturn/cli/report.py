@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -46,11 +44,13 @@ def run_report(args: argparse.Namespace) -> int:
         if args.plots:
             status = _write_plots(figures, skipped, why, args.plots)
         if args.html:
+            from userturn.client.render.prompt_replay import Replayer
             from userturn.judges.html_report import render_html, select_examples, write_html
 
             examples = select_examples(paths, report.keep)
+            replay = Replayer(args.tokenizer, args.chat_template, configs=configs_of(paths))  # raw-mode prompts
             html = render_html(groups, report.agreements, examples, report.records, figures, source, why,
-                               prompt_of=_replayer(args, paths).prompt, skipped=skipped, filters=rows.describe())
+                               prompt_of=replay.prompt, skipped=skipped, filters=rows.describe())
             print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -110,11 +110,3 @@ def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], 
     print(f"userturn report: wrote {len(figures)} figure{'s' if len(figures) != 1 else ''} ({len(paths)} files: "
           f"PNG, PDF, SVG) to {directory}{left_out}", file=sys.stderr)
     return 0
-
-
-def _replayer(args: argparse.Namespace, paths: list[Path]) -> Any:
-    """Rebuilds prompts for the HTML sample table (raw mode: from the files' configuration lines, or --tokenizer)."""
-    from userturn.client.render.prompt_replay import Replayer
-
-    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None),
-                    configs=configs_of(paths))
