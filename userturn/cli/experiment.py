@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from userturn.cli.argtypes import positive_int
-from userturn.cli.probe import add_network_arguments, configure_network, shard_arg
+from userturn.cli.probe import add_network_arguments, configure_network, print_failures, shard_arg
 from userturn.cli.results_args import add_results_argument
 from userturn.cli.show import add_arguments as add_show_arguments
 from userturn.cli.show import show_record, wants_record
@@ -149,21 +149,8 @@ def run_command(args: argparse.Namespace) -> int:
         print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
-    not_applicable = sum(s.not_applicable for s in summaries)
-    if not_applicable:
-        print(f"userturn: {not_applicable} samples skipped: their perturbation does not apply to the item "
-              "(e.g. wrong_answer without a number)", file=sys.stderr)
-    status = 0
-    if errors:
-        print(f"userturn: {errors} samples failed (see `error` in {results}); rerun the same command to retry them",
-              file=sys.stderr)
-        status = 1
-    judge_failures = sum(s.judge_failures for s in summaries)
-    if judge_failures:
-        from userturn.judges.panel import judge_failure_line
-
-        print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
-        status = 1
+    status = print_failures(sum(s.not_applicable for s in summaries), errors,
+                            sum(s.judge_failures for s in summaries), str(results))
     if failures:
         print(f"userturn: {len(failures)} of {len(exp.models)} models failed (--keep-going went on with the "
               "others; rerun the same command to resume them):", file=sys.stderr)

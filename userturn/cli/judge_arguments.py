@@ -85,15 +85,15 @@ def _per_judge(values: list[str] | None, n: int, flag: str, default: str | None)
 
 def panel_config(args: argparse.Namespace) -> PanelConfig | None:
     """The typed panel the judge flags describe (what `judges.panel.make_panel` takes); None without --judge-model.
-    The only place that reads the judge flags."""
-    from userturn.judges.llm_judge import JudgeConfig
-    from userturn.judges.panel import PanelConfig
-
+    The only place that reads the judge flags; loads the judge modules only when there are judges."""
     models: list[str] | None = args.judge_model
     if not models:
         if args.judge_base_url:
             raise UserError("--judge-base-url given without --judge-model")
         return None
+    from userturn.judges.llm_judge import JudgeConfig
+    from userturn.judges.panel import PanelConfig
+
     urls = _per_judge(args.judge_base_url, len(models), "--judge-base-url", None)
     keys = _per_judge(args.judge_api_key_env, len(models), "--judge-api-key-env", defaults.API_KEY_ENV)
     judges = [

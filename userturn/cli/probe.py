@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
+from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command r
     from userturn.client.probe.pipeline import ProbeSummary
     from userturn.core.options import Options, ProbeOptions
     from userturn.core.shards import Shard
-    from userturn.orchestrate.run_builder import ProbeTarget, TargetSource
+    from userturn.orchestrate.run_builder import ProbeTarget
 
 NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
 
@@ -148,15 +149,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_endpoint_arguments(parser)
     add_probe_arguments(parser)
-    _add_judge_arguments(parser)
-    parser.set_defaults(func=probe_command)
-
-
-def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    from userturn.cli.judge_arguments import add_judge_arguments
-
     add_judge_arguments(parser)
-
+    parser.set_defaults(func=probe_command)
 
 
 def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
@@ -183,13 +177,6 @@ def flag_layer(args: argparse.Namespace) -> Options:
                  enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "true",
                  chat_template_kwargs=parse_template_kwargs(args.template_kwarg) or None)
     return Options(**given)
-
-
-def target_source(args: argparse.Namespace) -> TargetSource:
-    from userturn.orchestrate.run_builder import TargetSource
-
-    return TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
-                        api_key_env=args.api_key_env, launcher=args.launcher)
 
 
 def check_conflicts(args: argparse.Namespace) -> None:
@@ -226,7 +213,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.probe.scoring import preflight
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
-    from userturn.orchestrate.run_builder import assistant_source, open_target
+    from userturn.orchestrate.run_builder import TargetSource, assistant_source, open_target
 
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
@@ -242,9 +229,10 @@ async def probe_main(args: argparse.Namespace) -> int:
         args.out = str(sharded_path(args.out, args.shard))
         print(f"userturn: shard {args.shard}: {len(items)} of the {selected} selected items, into {args.out}",
               file=sys.stderr)
-    layers = [flag_layer(args)]
+    source = TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
+                          api_key_env=args.api_key_env, launcher=args.launcher)
     # the lock first: a second writer stops before any launch
-    with results_lock(args.out), open_target(target_source(args), layers) as (target, options):
+    with results_lock(args.out), open_target(source, [flag_layer(args)]) as (target, options):
         summary = await execute(items, target, options, args, dataset_name=dataset_name,
                                 perturbations=perturbations, swap_pool=every)
     return report_summary(summary, args.out)
@@ -255,7 +243,6 @@ async def execute(items: Sequence[DatasetItem], target: ProbeTarget, options: Pr
                   swap_pool: Sequence[DatasetItem] | None = None) -> ProbeSummary:
     from userturn.orchestrate.run_builder import TargetSession, assistant_source
 
-    judge = None
     async with TargetSession(target, options) as session:
         if args.mode == "raw":
             session.renderer  # noqa: B018 - load the chat template before any request: a bad one stops here
@@ -273,14 +260,11 @@ async def execute(items: Sequence[DatasetItem], target: ProbeTarget, options: Pr
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
     """The inline judge panel from --judge-* flags, checked before any generation; None without judges."""
-    if not args.judge_model and not args.judge_base_url:
-        return None  # nothing to judge with: skip loading the judge modules (start-up time)
-    from userturn.cli.judge_arguments import panel_config
-    from userturn.judges import make_panel
-
     config = panel_config(args)
     if config is None:
         return None
+    from userturn.judges import make_panel
+
     panel = make_panel(config)
     await panel.check()
     return panel
@@ -292,24 +276,28 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
         f"already done {summary.skipped}) in {summary.elapsed_s:.1f}s ({summary.req_per_s:.1f} req/s)",
         file=sys.stderr,
     )
-    if summary.not_applicable:
-        print(f"userturn: {summary.not_applicable} samples skipped: their perturbation does not apply to the item "
-              "(e.g. wrong_answer without a number)", file=sys.stderr)
     if summary.rejudged:
         print(f"userturn: judged {summary.rejudged} records of earlier runs that had no complete label from this "
               "judge panel (their generations were kept)", file=sys.stderr)
-    status = 0
-    if summary.errors:
-        print(f"userturn: {summary.errors} samples failed (see `error` in {out}); rerun the same command to retry "
-              "them", file=sys.stderr)
-        status = 1
-    if summary.judge_failures:
-        from userturn.judges.panel import judge_failure_line
-
-        print(judge_failure_line("userturn", summary.judge_failures, out), file=sys.stderr)
-        status = 1
+    status = print_failures(summary.not_applicable, summary.errors, summary.judge_failures, out)
     print(next_step(summary, out), file=sys.stderr)
     return status
+
+
+def print_failures(not_applicable: int, errors: int, judge_failures: int, out: str) -> int:
+    """The lines on skipped samples, failed samples and failed judgements of a probe or run (on stderr); 1 when a
+    sample or a judgement failed, else 0."""
+    if not_applicable:
+        print(f"userturn: {not_applicable} samples skipped: their perturbation does not apply to the item "
+              "(e.g. wrong_answer without a number)", file=sys.stderr)
+    if errors:
+        print(f"userturn: {errors} samples failed (see `error` in {out}); rerun the same command to retry them",
+              file=sys.stderr)
+    if judge_failures:
+        from userturn.judges.panel import judge_failure_line
+
+        print(judge_failure_line("userturn", judge_failures, out), file=sys.stderr)
+    return 1 if errors or judge_failures else 0
 
 
 def next_step(summary: ProbeSummary, out: str) -> str:
