@@ -39,10 +39,13 @@ def input_file(path: str | Path, what: str) -> Path:
     return p
 
 
-def _make_dir(d: Path, what: str) -> None:
+def _make_dir(d: Path, what: str, create: bool = True) -> None:
+    """Refuse a file on the way to `d`; with `create`, make `d` and check it can be written in."""
     for parent in (d, *d.parents):
         if parent.exists() and not parent.is_dir():
             raise UserError(f"{what}: cannot write there: {parent} is a file, not a directory")
+    if not create:
+        return
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -66,12 +69,7 @@ def output_dir(path: str | Path, what: str, *, create: bool = True) -> Path:
     """`path` as a directory that exists (created if missing) and can be written, else a UserError. Without
     `create`, only what is already there is checked (nothing on the way is a file)."""
     p = Path(path)
-    if create:
-        _make_dir(p, f"{what} {p}")
-    else:
-        for parent in (p, *p.parents):
-            if parent.exists() and not parent.is_dir():
-                raise UserError(f"{what} {p}: {parent} is a file, not a directory")
+    _make_dir(p, f"{what} {p}", create)
     return p
 
 
