@@ -8,7 +8,7 @@ import difflib
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -16,19 +16,6 @@ from pydantic import ValidationError
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.version import __version__
-
-Registrar = Callable[[argparse._SubParsersAction], None]
-
-
-def _registrars() -> list[Registrar]:
-    from userturn.cli.experiment import register as register_experiment
-    from userturn.cli.judges import register as register_judges
-    from userturn.cli.list import register as register_list
-    from userturn.cli.probe import register as register_probe
-    from userturn.cli.serve import register as register_serve
-    from userturn.cli.train import register as register_train
-
-    return [register_probe, register_judges, register_serve, register_experiment, register_list, register_train]
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -91,16 +78,18 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from userturn.cli import experiment, judges, probe, serve, train
+    from userturn.cli import list as list_command
+    from userturn.cli.help_text import epilog
+
     parser = Parser(
         prog="userturn",
         description="Measure interaction awareness: have a model write the next user turn, judge it, report.",
     )
     parser.add_argument("--version", action="version", version=f"userturn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in _registrars():
-        register(sub)
-    from userturn.cli.help_text import epilog
-
+    for module in (probe, judges, serve, experiment, list_command, train):
+        module.register(sub)
     parser.epilog = epilog(None)
     for name, command in sub.choices.items():
         command.epilog = epilog(name)

@@ -237,8 +237,7 @@ def export_command(args: argparse.Namespace) -> int:
     rows, stats = export_rows(_records(args.results), args.format)
     data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_bytes(data)
+        Path(args.out).write_bytes(data)  # its folder is made by `cli.paths`
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

@@ -9,8 +9,6 @@ from typing import TextIO
 
 from userturn.core.errors import UserError
 
-SECTIONS = ("manifests", "experiments", "datasets", "perturbations")
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `list` to the `userturn` parser."""
@@ -18,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="List what can be named on the command line from any directory: manifests "
                                    "(`userturn serve NAME`, `probe --manifest NAME`), experiments (`userturn run "
                                    "NAME`), datasets (`probe --dataset NAME[:split]`) and perturbations (`--perturb`).")
-    p.add_argument("section", nargs="?", choices=SECTIONS, default=None, help="one section only (default: all)")
+    p.add_argument("section", nargs="?", choices=list(SECTIONS), default=None, help="one section only (default: all)")
     p.set_defaults(func=list_command)
 
 
@@ -80,12 +78,14 @@ def perturbation_rows() -> list[tuple[str, str]]:
     return list(SUMMARIES.items())
 
 
+SECTIONS = {"manifests": manifest_rows, "experiments": experiment_rows, "datasets": dataset_rows,
+            "perturbations": perturbation_rows}
+
+
 def list_command(args: argparse.Namespace) -> int:
-    sections = {"manifests": manifest_rows, "experiments": experiment_rows, "datasets": dataset_rows,
-                "perturbations": perturbation_rows}
     chosen = [args.section] if args.section else list(SECTIONS)
     for index, section in enumerate(chosen):
         if index:
             sys.stdout.write("\n")
-        _rows(sys.stdout, section, sections[section]())
+        _rows(sys.stdout, section, SECTIONS[section]())
     return 0

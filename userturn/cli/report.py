@@ -16,12 +16,6 @@ from userturn.judges.report_filter import RowFilter, select_groups
 from userturn.judges.report_table import print_report
 
 
-def row_filter(args: argparse.Namespace) -> RowFilter:
-    """The row filters and model order the report flags set."""
-    return RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
-                     temperatures=args.temperature or [], model_order=args.model_order or [])
-
-
 def run_report(args: argparse.Namespace) -> int:
     """The report command: one streaming pass for the numbers, a second one only for the HTML examples. Exit 1 when
     --plots could not draw (matplotlib missing); everything else asked for is still written."""
@@ -32,7 +26,8 @@ def run_report(args: argparse.Namespace) -> int:
     paths = results_files(args.results)
     source = describe(args.results)
     report = summarise_file(paths)
-    rows = row_filter(args)
+    rows = RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
+                     temperatures=args.temperature or [], model_order=args.model_order or [])
     groups = select_groups(report.groups, rows)
     status = 0
     figures: dict[str, dict[str, bytes]] | None = None

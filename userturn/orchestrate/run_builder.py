@@ -108,8 +108,6 @@ def preview(source: TargetSource, layers: Sequence[Options]) -> tuple[dict[str, 
 def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tuple[ProbeTarget, ProbeOptions]]:
     """Resolve the target and options; with a manifest, its server runs (and is stopped) around the block."""
     if source.manifest is None:
-        if source.launcher:
-            raise UserError("--launcher goes with --manifest")
         if not source.base_urls:
             raise UserError("--base-url or --manifest is required")
         if not source.model:
