@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command r
     from userturn.client.probe.pipeline import ProbeSummary
     from userturn.core.options import Options, ProbeOptions
     from userturn.core.shards import Shard
-    from userturn.orchestrate.run_builder import ProbeTarget
+    from userturn.orchestrate.run_builder import ProbeTarget, TargetSource
 
 NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
 
@@ -179,6 +179,13 @@ def flag_layer(args: argparse.Namespace) -> Options:
     return Options(**given)
 
 
+def target_source(args: argparse.Namespace) -> TargetSource:
+    from userturn.orchestrate.run_builder import TargetSource
+
+    return TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
+                        api_key_env=args.api_key_env, launcher=args.launcher)
+
+
 def check_conflicts(args: argparse.Namespace) -> None:
     """Flags that contradict each other, refused before any dataset loads or any server launches."""
     if args.manifest and args.base_url:
@@ -213,7 +220,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.probe.scoring import preflight
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
-    from userturn.orchestrate.run_builder import TargetSource, assistant_source, open_target
+    from userturn.orchestrate.run_builder import assistant_source, open_target
 
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
@@ -229,10 +236,8 @@ async def probe_main(args: argparse.Namespace) -> int:
         args.out = str(sharded_path(args.out, args.shard))
         print(f"userturn: shard {args.shard}: {len(items)} of the {selected} selected items, into {args.out}",
               file=sys.stderr)
-    source = TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
-                          api_key_env=args.api_key_env, launcher=args.launcher)
     # the lock first: a second writer stops before any launch
-    with results_lock(args.out), open_target(source, [flag_layer(args)]) as (target, options):
+    with results_lock(args.out), open_target(target_source(args), [flag_layer(args)]) as (target, options):
         summary = await execute(items, target, options, args, dataset_name=dataset_name,
                                 perturbations=perturbations, swap_pool=every)
     return report_summary(summary, args.out)

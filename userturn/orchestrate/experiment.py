@@ -64,11 +64,8 @@ class DatasetEntry(_Strict):
 
 
 class JudgeEntry(_Strict):
-    """One judge of the panel (see judges.llm_judge.JudgeConfig for all fields).
-
-    `model: self` judges with the model under test on its own endpoint (the report flags it self-judged);
-    `model: rules` alone labels with the deterministic rules only (no judge model; other records stay unjudged).
-    """
+    """One judge of the panel (fields as in judges.llm_judge.JudgeConfig). `model: self`: the model under test on
+    its own endpoint (flagged self-judged); `model: rules` alone: the deterministic rules only."""
 
     model: str
     base_url: str | None = Field(default=None, description="judge endpoint; not needed for `model: self`")
@@ -87,9 +84,8 @@ class JudgeEntry(_Strict):
 
 
 class Experiment(Options):
-    """The whole grid. Unknown keys are errors (typos must not silently change an experiment). Its options
-    (`userturn.core.options.Options`: temperatures, samples, max_tokens, top_p, seed, concurrency, ...) apply to every
-    model below each model entry's own; one left out (None) comes from each model's manifest, else the default."""
+    """The whole grid; unknown keys are errors. Its options apply to every model, below the model entry's own and
+    above the model's manifest."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
@@ -148,14 +144,13 @@ def _describe(path: Path, exc: ValidationError) -> str:
 
 
 def is_posttrain_file(data: dict[str, Any]) -> bool:
-    """Whether a parsed experiment file is a post-training one (`base` + `train`, run by `userturn posttrain`)
-    rather than a probe grid."""
+    """Whether a parsed experiment file is a post-training one (`base` + `train`: `userturn posttrain`)."""
     return "train" in data and "base" in data and "models" not in data
 
 
 def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
-    """Parse and validate an experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory).
-    Errors name the file and key."""
+    """An experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory); errors name the file
+    and key."""
     path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
     if is_posttrain_file(data):
@@ -196,8 +191,7 @@ def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOption
 
 
 def check_files(exp: Experiment, source: Path) -> None:
-    """Every manifest the experiment names exists, as a file (relative to the experiment file or the working
-    directory) or a shipped name (an error names the file and key)."""
+    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name."""
     for index, entry in enumerate(exp.models):
         if entry.manifest is None or (source.parent / entry.manifest).is_file():
             continue
@@ -212,17 +206,14 @@ async def check_endpoints(exp: Experiment, base: Path, source: Path) -> tuple[li
     launched), then every judge endpoint -> (model problems, judge problems), one line each naming its entry."""
     from userturn.orchestrate.run_builder import TargetSession, open_target
 
-    problems = []
+    problems: list[str] = []
     for index, entry in enumerate(exp.models):
         if entry.base_url is None:
             continue
-        try:
-            with naming_entry(source, index, entry), \
-                    open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
-                async with TargetSession(target, options) as session:
-                    await session.check()
-        except UserError as exc:
-            problems.append(str(exc))
+        with naming_entry(source, index, entry, problems), \
+                open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
+            async with TargetSession(target, options) as session:
+                await session.check()
     return problems, await _check_judges(exp, source)
 
 
@@ -255,8 +246,7 @@ def resolve(base: Path, value: str, *, absolute: bool = False) -> str:
 
 def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
                ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
-    """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
-    from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
+    """(recorded name, the items to probe, every item when `swap` is planned: partners unchanged by `limit`)."""
     from userturn.client.data.loaders import load_items as load_spec
     from userturn.client.data.loaders import parse_spec
 
@@ -276,8 +266,8 @@ def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[Datas
 
 
 def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
-    """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample) so the model answers each
-    query N times with different seeds; `userturn rerank` groups them back by query_id."""
+    """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample), each answered by the model with its
+    own seed; `userturn rerank` groups them back by query_id."""
     if n == 1:
         return items
     out = []
@@ -289,8 +279,7 @@ def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[D
 
 
 def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
-    """Keep the resolved experiment next to its results (provenance of the run); written whole or not at all, since
-    the shards of a run (`run --workers`) write it at the same time."""
+    """The resolved experiment beside its results (`experiment.json`), written atomically: shards write it at once."""
     import os
     import tempfile
 
@@ -304,8 +293,7 @@ def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
 
 
 def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> TargetSource:
-    """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the
-    experiment's)."""
+    """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the file's)."""
     return TargetSource(
         manifest=None if entry.manifest is None else resolve(base, entry.manifest),
         base_urls=[entry.base_url] if entry.base_url else None, model=entry.model, api_key_env=entry.api_key_env,
@@ -314,8 +302,7 @@ def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str 
 
 
 def judge_panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:
-    """The judge panel for one served model; `model: self` entries point at that model's own endpoint. Judges use
-    the model's resolved request timeout and retries."""
+    """The judge panel for one served model (`model: self` on its endpoint), with its request timeout and retries."""
     if not exp.judges:
         return None
     models = [j for j in exp.judges if j.model != "rules"]  # a judge panel runs the rules first anyway

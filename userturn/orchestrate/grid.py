@@ -1,6 +1,5 @@
-"""Running an experiment's grid: every model (launched or reached) probed on every dataset x mode into one results
-file, one model at a time or with up to K models' servers launching at once (`run --parallel-models`), and
-`run --keep-going` (a failing model is recorded, the others go on)."""
+"""Running an experiment's grid: every model probed on every dataset x mode into one results file, one model at a
+time or with up to K servers launching at once (`run --parallel-models`)."""
 
 from __future__ import annotations
 
@@ -33,11 +32,9 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                          progress: bool = True, rejudge: bool = False, launcher: str | None = None,
                          parallel_models: int = 1, failures: list[str] | None = None,
                          shard: Shard | None = None) -> tuple[Path, list[Any]]:
-    """Run the whole grid into `<out_dir>/<name>/results.jsonl` (with `shard`, that shard's items into its own
-    file beside it: `userturn.core.shards`); returns (results path, run summaries).
-    `parallel_models` > 1 keeps that many models' servers launching (queued, starting) or serving at once, and
-    probes them one at a time as they become ready (see `_models_ahead`). With `failures` (`--keep-going`), a model
-    that fails is recorded there (`naming_entry`) and the grid goes on with the next one."""
+    """Run the whole grid into `<out_dir>/<name>/results.jsonl` (a `shard`: its items into its own file beside it)
+    -> (results path, run summaries). With `failures` (`--keep-going`) a failing model is recorded there and the grid
+    goes on."""
     from userturn.client.probe import scoring
     from userturn.orchestrate.run_builder import open_target
 
@@ -71,8 +68,7 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
 
 @dataclass(frozen=True)
 class _Dataset:
-    """One dataset of the grid: its recorded name, the items this run probes (a shard's, or all selected), every
-    item when `swap` is planned (its partners), and where the assistant turns come from."""
+    """One dataset of the grid: recorded name, items probed, every item when `swap` is planned, assistant source."""
 
     name: str
     items: Sequence[DatasetItem]
@@ -96,7 +92,6 @@ class _Grid:
         from userturn.orchestrate.run_builder import TargetSession
 
         exp, results = self.exp, self.results
-        summaries: list[Any] = []
         panel = judge_panel(exp, target.model, target.base_urls[0], options, self.rejudge)
         try:
             if panel is not None:
@@ -120,12 +115,10 @@ class _Grid:
                 existing = scan_results(results)
                 for run in runs:  # every run of this model is checked before any of them writes
                     run.check_resume(existing)
-                for run in runs:
-                    summaries.append(await run.run())
+                return [await run.run() for run in runs]
         finally:
             if panel is not None:
                 await panel.aclose()
-        return summaries
 
 
 async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str | None, window: int, grid: _Grid,

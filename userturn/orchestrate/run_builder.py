@@ -35,8 +35,8 @@ TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeTarget:
-    """Where requests go and how their prompts are rendered, resolved. `stop`, `stop_token_ids` and `extra_body`
-    come from the manifest (added to the template's stops, merged into every request)."""
+    """Where requests go and how their prompts are rendered; `stop`, `stop_token_ids` and `extra_body` come from the
+    manifest."""
 
     base_urls: list[str]
     model: str
@@ -50,8 +50,7 @@ class ProbeTarget:
 
 
 class TargetSource(NamedTuple):
-    """What names the target: a manifest (launched for the run), or base URLs and a model name. A manifest may
-    still be given base URLs or a model name: they win over the launched server's."""
+    """A manifest (launched for the run), or base URLs and a model name (given with a manifest, they win)."""
 
     manifest: str | None = None
     base_urls: Sequence[str] | None = None
@@ -61,8 +60,7 @@ class TargetSource(NamedTuple):
 
 
 def resolve(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
-    """(target fields, options) from `layers`, highest precedence first (`userturn.core.options.resolve`); the target
-    fields are the rendering options that are set."""
+    """(the rendering options set, all options) from `layers`, highest precedence first."""
     options = resolve_options(layers)
     return {name: getattr(options, name) for name in TARGET_FIELDS if name in options.model_fields_set}, options
 
@@ -84,8 +82,7 @@ def warn_greedy_samples(options: ProbeOptions) -> None:
 
 
 def manifest_layer(manifest: Manifest) -> Options:
-    """A manifest's `probe:` section as a layer: its paths relative to the manifest (a GGUF model is its own
-    tokenizer)."""
+    """A manifest's `probe:` section as a layer, its paths resolved (a GGUF model is its own tokenizer)."""
     from userturn.core.packaged import is_gguf
 
     probe = manifest.probe
@@ -169,8 +166,8 @@ class TargetSession:
         return self._renderer
 
     async def check(self) -> None:
-        """Every endpoint answers (EndpointError otherwise) and serves the model (UserError otherwise), before
-        anything is generated; a served model loaded from other weights than the tokenizer's is warned about."""
+        """Every endpoint answers and serves the model (else an error) before anything is generated; warns when
+        the served weights are not the tokenizer's."""
         from userturn.client.http.endpoint import root_mismatch
 
         for endpoint in self.endpoints:
