@@ -86,5 +86,3 @@ async def run_workers(workers: Sequence[Worker], *, stdout: TextIO | None = None
         await asyncio.shield(_stop(started))
         raise
 
-
-__all__ = ["Worker", "WorkerExit", "run_workers"]
