@@ -1,6 +1,5 @@
-"""`userturn train` and `userturn posttrain`: their parsers. The work is in `userturn.orchestrate.training_run` and
-`userturn.orchestrate.posttrain`, imported when a command runs (training pulls in pydantic models of TRL settings,
-templates and manifests: none of that belongs to the start-up of every other command)."""
+"""`userturn train` and `userturn posttrain`: their parsers; the work (`userturn.orchestrate.training_run`,
+`.posttrain`) is imported only when a command runs."""
 
 from __future__ import annotations
 

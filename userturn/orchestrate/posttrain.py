@@ -32,16 +32,14 @@ ExportFormat = Literal["sft-human", "sft", "preference"]
 log = logging.getLogger("userturn")
 
 
-# A post-training run probes a small model on the CPU: sampled (T=1, 4 samples per held-out item), in short user turns
-# (48 tokens), two requests at a time with a patient timeout. These sit under the file's own options and above the
-# base manifest's (`probe_options`).
+# A small model on the CPU: sampled, short user turns, two requests at a time with a patient timeout. Under the file's
+# own options, above the base manifest's (`probe_options`).
 POSTTRAIN_LAYER = Options(temperatures=[1.0], samples=4, max_tokens=48, concurrency=2, request_timeout=600.0)
 
 
 class PostTrainExperiment(Options):
-    """A post-training experiment file. Unknown keys are errors; paths are relative to the file. Its options
-    (`userturn.core.options.Options`: temperatures, samples per held-out item, max_tokens, top_p, seed, concurrency,
-    ...) sit above `POSTTRAIN_LAYER`, then the base manifest's, then the defaults."""
+    """A post-training experiment file; unknown keys are errors, paths are relative to the file. Its options sit
+    above `POSTTRAIN_LAYER`, then the base manifest's, then the defaults."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
@@ -77,8 +75,8 @@ class PostTrainExperiment(Options):
 
 
 def load_posttrain(path: str | Path) -> tuple[PostTrainExperiment, Path]:
-    """Parse and validate a post-training experiment file, or a shipped one by name (`posttrain`) -> (experiment,
-    its path). Errors name the file and key."""
+    """A post-training experiment file, or a shipped one by name (`posttrain`) -> (experiment, its path); errors
+    name the file and key."""
     path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
     try:
@@ -90,14 +88,9 @@ def load_posttrain(path: str | Path) -> tuple[PostTrainExperiment, Path]:
         raise UserError(f"{path}: {loc + ': ' if loc else ''}{msg}") from None
 
 
-# ----- the split -------------------------------------------------------------------------------------------------
-
-
 def split_items(items: Sequence[Any], held_out: int, seed: int) -> tuple[list[Any], list[Any]]:
-    """(training items, held-out items): the `held_out` items first in the order of blake2b(seed, id).
-
-    Depends only on the ids and the seed, never on the items' order or on `limit`'s neighbours.
-    """
+    """(training items, held-out items): the `held_out` items first in the order of blake2b(seed, id), so the split
+    depends only on the ids and the seed."""
     if held_out >= len(items):
         raise UserError(f"held_out ({held_out}) must leave training items: the dataset selection has {len(items)}")
 
@@ -111,9 +104,6 @@ def split_items(items: Sequence[Any], held_out: int, seed: int) -> tuple[list[An
 def _write_items(path: Path, items: Iterable[Any]) -> None:
     path.write_bytes(b"".join(orjson.dumps(item.model_dump(mode="json", exclude_none=True)) + b"\n"
                               for item in items))
-
-
-# ----- the comparison --------------------------------------------------------------------------------------------
 
 
 class Metric(BaseModel):
@@ -178,9 +168,6 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
                               trained_n=rt.n if rt else 0, items=diff.items, delta=diff.delta, ci_low=diff.ci_low,
                               ci_high=diff.ci_high, note=note or diff.reason))
     return out
-
-
-# ----- the run ---------------------------------------------------------------------------------------------------
 
 
 class Stages:

@@ -107,10 +107,8 @@ def _versions() -> dict[str, str]:
 
 
 def trained_manifest(base: Manifest, provenance: dict[str, Any], model_name: str, label: str) -> dict[str, Any]:
-    """The base manifest serving `./` (the output directory) under `model_name`, with the provenance to record.
-
-    Paths the base wrote relative to its own folder are made absolute (the new file lives elsewhere).
-    """
+    """The base manifest serving `./` (the output directory) under `model_name`, with the provenance to record;
+    paths relative to the base's folder made absolute."""
     data = base.model_dump(mode="json", exclude_unset=True)
     for key in ("revision", "tokenizer", "load_format"):
         data.pop(key, None)
