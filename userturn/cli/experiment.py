@@ -19,7 +19,7 @@ from userturn.core.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `run`, `export` and `rerank` to the `userturn` parser."""
+    """Add `run`, `export`, `show`, `compact` and `rerank` to the `userturn` parser."""
     run = sub.add_parser("run", help="run an experiment file (models x datasets x ... grid), then report",
                          description="Run every model x dataset x mode of an experiment YAML into one resumable "
                                      "results file, <out_dir>/<name>/results.jsonl, and print the report. "

@@ -58,24 +58,19 @@ def run_report(args: argparse.Namespace) -> int:
         if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
             title += " (rules only: no rate below is a measurement)"
         print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
-        _print_notice(groups, source)
+        from rich.markup import escape
+
+        from userturn.client.terminal import print_trimmed
+        from userturn.judges.rules_only import unjudged_notice
+
+        if notice := unjudged_notice(groups, source):
+            print_trimmed(console(), escape(notice))
     if report.superseded:
         across = " (within or across the files)" if len(paths) > 1 else ""
         print(f"userturn report: {report.superseded} superseded lines in {source} not counted (a later line of "
               f"the same key and configuration replaced each{across}, e.g. a re-judged record); `userturn compact` "
               "drops them within a file", file=sys.stderr)
     return status
-
-
-def _print_notice(groups: list[GroupSummary], results: str) -> None:
-    from rich.markup import escape
-
-    from userturn.client.terminal import print_trimmed
-    from userturn.judges.rules_only import unjudged_notice
-
-    notice = unjudged_notice(groups, results)
-    if notice:
-        print_trimmed(console(), escape(notice))
 
 
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],

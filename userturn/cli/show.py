@@ -51,11 +51,10 @@ def replayer(args: argparse.Namespace, paths: list[Path]) -> Any:
 
     tokenizer, chat_template, renderer = args.tokenizer, args.chat_template, args.renderer
     if args.manifest is not None:
-        from userturn.core.shipped import resolve_named
         from userturn.orchestrate.run_builder import manifest_layer
         from userturn.serve.manifest import load_manifest
 
-        layer = manifest_layer(load_manifest(resolve_named(args.manifest, "manifests")))
+        layer = manifest_layer(load_manifest(args.manifest))  # a file, or a shipped manifest by name
         tokenizer = tokenizer or layer.tokenizer
         chat_template = chat_template or layer.chat_template
         renderer = renderer or layer.renderer

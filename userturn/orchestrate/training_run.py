@@ -79,16 +79,6 @@ class TrainOutcome(BaseModel):
                 f"(probe it: userturn probe --manifest {self.out / MANIFEST_FILE} ...)")
 
 
-def load_eval_sets(specs: list[str]) -> list[EvalSet]:
-    from userturn.client.data.loaders import load_items
-
-    sets = []
-    for spec in specs:
-        name, items, _ = load_items(spec, limit=None, shuffle_seed=None)
-        sets.append(EvalSet.from_items(name if name == spec else f"{name} ({spec})", items))
-    return sets
-
-
 def train_tag(base: Manifest, data_sha256: str, settings: TrainSettings) -> str:
     """8 hex digits naming this training: base model, data and settings."""
     blob = json.dumps([base.model, base.request_model_name, data_sha256, settings.model_dump(mode="json")],
@@ -143,6 +133,7 @@ def run_train(manifest_path: Path, data_path: Path, settings: TrainSettings, out
               reuse: bool = False) -> TrainOutcome:
     """Check, render, train, and write `out` (model, training.json, manifest.yaml). `reuse`: an `out` that already
     holds the same training is kept (posttrain resumes); otherwise `out` must not exist or be empty."""
+    from userturn.client.data.loaders import load_items
     from userturn.client.train.data import dpo_examples, overlapping_row, read_rows, sft_examples
     from userturn.client.train.progress import RichProgress
     from userturn.client.train.trainer import encoder, load_tokenizer, require_train_extra, train
@@ -151,7 +142,10 @@ def run_train(manifest_path: Path, data_path: Path, settings: TrainSettings, out
     base = load_manifest(manifest_path)
     source = base_source(base)
     data: DataFile = read_rows(data_path, settings.method)
-    sets = list(eval_sets or []) + load_eval_sets(list(eval_specs or []))
+    sets = list(eval_sets or [])
+    for spec in eval_specs or []:
+        name, items, _ = load_items(spec, limit=None, shuffle_seed=None)
+        sets.append(EvalSet.from_items(name if name == spec else f"{name} ({spec})", items))
     if (reason := overlapping_row(data, sets)) is not None:
         raise UserError(reason)
     tag = train_tag(base, data.sha256, settings)
