@@ -164,9 +164,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
-    """Validate the grid without launching anything: datasets load, each model's settings resolve, and in raw mode
-    each model's chat template renders one real prompt (printed) that ends at the open user header. With `shard`,
-    the counts are that shard's."""
+    """Validate the grid without launching anything: datasets load, settings resolve, each model's chat template
+    renders one real prompt (raw mode; printed), and `base_url` models and judges are checked (`shard`'s counts)."""
     from userturn.client.probe.dry_run import render_preview, shown
     from userturn.orchestrate.experiment import (
         assistant_source,

@@ -84,8 +84,7 @@ class JudgeEntry(_Strict):
 
 
 class Experiment(Options):
-    """The whole grid; unknown keys are errors. Its options apply to every model, below the model entry's own and
-    above the model's manifest."""
+    """The whole grid; unknown keys are errors. Its options sit below a model entry's, above its manifest's."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
@@ -149,8 +148,7 @@ def is_posttrain_file(data: dict[str, Any]) -> bool:
 
 
 def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
-    """An experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory); errors name the file
-    and key."""
+    """An experiment file or shipped name (`smoke`) -> (experiment, its directory); errors name the file and key."""
     path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
     if is_posttrain_file(data):

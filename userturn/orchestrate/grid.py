@@ -32,9 +32,8 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                          progress: bool = True, rejudge: bool = False, launcher: str | None = None,
                          parallel_models: int = 1, failures: list[str] | None = None,
                          shard: Shard | None = None) -> tuple[Path, list[Any]]:
-    """Run the whole grid into `<out_dir>/<name>/results.jsonl` (a `shard`: its items into its own file beside it)
-    -> (results path, run summaries). With `failures` (`--keep-going`) a failing model is recorded there and the grid
-    goes on."""
+    """Run the grid into `<out_dir>/<name>/results.jsonl` (a `shard`'s items into its own file beside it) -> (results
+    path, run summaries). With `failures` (`--keep-going`), a failing model is recorded there and the grid goes on."""
     from userturn.client.probe import scoring
     from userturn.orchestrate.run_builder import open_target
 

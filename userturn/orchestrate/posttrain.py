@@ -75,8 +75,7 @@ class PostTrainExperiment(Options):
 
 
 def load_posttrain(path: str | Path) -> tuple[PostTrainExperiment, Path]:
-    """A post-training experiment file, or a shipped one by name (`posttrain`) -> (experiment, its path); errors
-    name the file and key."""
+    """A post-training file or shipped name (`posttrain`) -> (experiment, its path); errors name the file and key."""
     path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
     try:

@@ -35,8 +35,7 @@ TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeTarget:
-    """Where requests go and how their prompts are rendered; `stop`, `stop_token_ids` and `extra_body` come from the
-    manifest."""
+    """Where requests go and how their prompts are rendered (stops and `extra_body` from the manifest)."""
 
     base_urls: list[str]
     model: str
@@ -142,8 +141,7 @@ def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:
 
 
 class TargetSession:
-    """The endpoints and renderer of one target, shared by every run built on it (`async with`, then
-    `probe_run`)."""
+    """The endpoints and renderer of one target, shared by every run built on it (`async with`, `probe_run`)."""
 
     def __init__(self, target: ProbeTarget, options: ProbeOptions) -> None:
         from userturn.client.http.endpoint import Endpoint, EndpointConfig
