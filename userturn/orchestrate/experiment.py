@@ -182,7 +182,7 @@ def naming_entry(source: Path, index: int, entry: ModelEntry, failures: list[str
 
 
 def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOptions:
-    """The options one model's runs will use (its manifest read, nothing launched): for `--dry-run`."""
+    """The options one model's runs will use (its manifest read, nothing launched)."""
     from userturn.orchestrate.run_builder import preview
 
     return preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])[1]

@@ -30,9 +30,6 @@ Mode = Literal["raw", "chat"]
 log = logging.getLogger("userturn")
 
 
-TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
-
-
 @dataclass(frozen=True, kw_only=True)
 class ProbeTarget:
     """Where requests go and how their prompts are rendered (stops and `extra_body` from the manifest)."""
@@ -61,7 +58,8 @@ class TargetSource(NamedTuple):
 def resolve(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
     """(the rendering options set, all options) from `layers`, highest precedence first."""
     options = resolve_options(layers)
-    return {name: getattr(options, name) for name in TARGET_FIELDS if name in options.model_fields_set}, options
+    fields = ("tokenizer", "chat_template", "renderer")
+    return {name: getattr(options, name) for name in fields if name in options.model_fields_set}, options
 
 
 def greedy_samples_warning(options: ProbeOptions) -> str | None:
