@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
@@ -14,11 +13,10 @@ from userturn.core import defaults
 from userturn.core.errors import UserError
 
 if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command runs, not when the parser is built
-    from userturn.client.data.dataset import DatasetItem
     from userturn.client.probe.pipeline import ProbeSummary
-    from userturn.core.options import Options, ProbeOptions
+    from userturn.core.options import Options
     from userturn.core.shards import Shard
-    from userturn.orchestrate.run_builder import ProbeTarget, TargetSource
+    from userturn.orchestrate.run_builder import TargetSource
 
 NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
 
@@ -220,7 +218,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.probe.scoring import preflight
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
-    from userturn.orchestrate.run_builder import assistant_source, open_target
+    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target
 
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
@@ -238,29 +236,20 @@ async def probe_main(args: argparse.Namespace) -> int:
               file=sys.stderr)
     # the lock first: a second writer stops before any launch
     with results_lock(args.out), open_target(target_source(args), [flag_layer(args)]) as (target, options):
-        summary = await execute(items, target, options, args, dataset_name=dataset_name,
-                                perturbations=perturbations, swap_pool=every)
+        async with TargetSession(target, options) as session:
+            if args.mode == "raw":
+                session.renderer  # noqa: B018 - load the chat template before any request: a bad one stops here
+            await session.check()
+            judge = await _judge_panel(args)
+            try:
+                run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
+                                        assistant_from=args.assistant_from, out_path=args.out, judge=judge,
+                                        progress=not args.no_progress, swap_pool=every)
+                summary = await run.run()
+            finally:
+                if judge is not None:
+                    await judge.aclose()
     return report_summary(summary, args.out)
-
-
-async def execute(items: Sequence[DatasetItem], target: ProbeTarget, options: ProbeOptions,
-                  args: argparse.Namespace, *, dataset_name: str, perturbations: list[str],
-                  swap_pool: Sequence[DatasetItem] | None = None) -> ProbeSummary:
-    from userturn.orchestrate.run_builder import TargetSession, assistant_source
-
-    async with TargetSession(target, options) as session:
-        if args.mode == "raw":
-            session.renderer  # noqa: B018 - load the chat template before any request: a bad one stops here
-        await session.check()
-        judge = await _judge_panel(args)
-        try:
-            run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
-                                    assistant_from=assistant_source(items, args.assistant_from), out_path=args.out,
-                                    judge=judge, progress=not args.no_progress, swap_pool=swap_pool)
-            return await run.run()
-        finally:
-            if judge is not None:
-                await judge.aclose()
 
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
