@@ -15,7 +15,6 @@ from userturn.core.shards import Shard, check_split, sharded_path
 from userturn.orchestrate.experiment import (
     RESUME_HINT,
     Experiment,
-    ModelEntry,
     assistant_source,
     expand_assistant_samples,
     judge_panel,
@@ -141,9 +140,12 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
     ready: list[tuple[int, Any, Any]] = []  # (model index, context, (target, options)), in the order they came
     upcoming = iter(enumerate(exp.models))
 
-    def start(index: int, entry: ModelEntry) -> None:
-        cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
-        entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)
+    def start_next() -> None:
+        """Enter the next model's target in a thread of the pool, if a model is left."""
+        if (nxt := next(upcoming, None)) is not None:
+            index, entry = nxt
+            cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
+            entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)
 
     async def leave(cm: Any) -> None:
         """Stop the model's servers (cancel its job) in a thread: that waits for the processes or for SLURM."""
@@ -159,13 +161,11 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
             with naming_entry(source, index, exp.models[index], failures):
                 ready.append((index, cm, future.result()))
                 continue
-            if (nxt := next(upcoming, None)) is not None:  # this launch failed (`--keep-going`): the others go on
-                start(*nxt)
+            start_next()  # this launch failed (`--keep-going`): the others go on
 
     try:
         for _ in range(window):
-            if (nxt := next(upcoming, None)) is not None:
-                start(*nxt)
+            start_next()
         while entering or ready:
             await take_ready(wait=not ready)
             if not ready:
@@ -176,8 +176,7 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
                     summaries += await grid.probe_model(target, options)
             finally:
                 await leave(cm)
-            if (nxt := next(upcoming, None)) is not None:
-                start(*nxt)
+            start_next()
             await take_ready(wait=False)
     except BaseException:
         ABORT.set()  # launches still waiting for their servers give up within a second
