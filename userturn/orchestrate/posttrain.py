@@ -154,10 +154,9 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
     out = []
     for t in temperatures:
         for metric in METRICS:
-            tb, tt = _tallies(base, t, metric), _tallies(trained, t, metric)
-            rb = clustered_rate([v[0] for v in tb.values()], [v[1] for v in tb.values()])
-            rt = clustered_rate([v[0] for v in tt.values()], [v[1] for v in tt.values()])
-            diff = paired_difference(ItemTallies.from_mapping(tt), ItemTallies.from_mapping(tb))
+            tb, tt = (ItemTallies.from_mapping(_tallies(records, t, metric)) for records in (base, trained))
+            rb, rt = (clustered_rate(x.followups, x.labelled) for x in (tb, tt))
+            diff = paired_difference(tt, tb)
             note = None
             if metric == GENUINE and not any(r.label == GENUINE for r in [*base, *trained]) \
                     and all(r.label_source in (None, "rule") for r in [*base, *trained]):
