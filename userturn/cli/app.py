@@ -26,7 +26,7 @@ class DefaultsFormatter(argparse.HelpFormatter):
         if (not action.option_strings or action.required or action.default in (None, False, [], argparse.SUPPRESS)
                 or "default" in text.lower() or text == argparse.SUPPRESS):
             return action.help
-        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+        return f"{text} (default: %(default)s)"  # argparse asks only for non-empty help
 
 
 CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
 
 from userturn.core.errors import UserError
 
@@ -18,13 +17,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "NAME`), datasets (`probe --dataset NAME[:split]`) and perturbations (`--perturb`).")
     p.add_argument("section", nargs="?", choices=list(SECTIONS), default=None, help="one section only (default: all)")
     p.set_defaults(func=list_command)
-
-
-def _rows(out: TextIO, title: str, rows: list[tuple[str, str]]) -> None:
-    width = max((len(name) for name, _ in rows), default=0)
-    out.write(f"{title}:\n")
-    for name, text in rows:
-        out.write(f"  {name.ljust(width)}  {text}\n")
 
 
 def manifest_rows() -> list[tuple[str, str]]:
@@ -85,7 +77,9 @@ SECTIONS = {"manifests": manifest_rows, "experiments": experiment_rows, "dataset
 def list_command(args: argparse.Namespace) -> int:
     chosen = [args.section] if args.section else list(SECTIONS)
     for index, section in enumerate(chosen):
-        if index:
-            sys.stdout.write("\n")
-        _rows(sys.stdout, section, SECTIONS[section]())
+        rows = SECTIONS[section]()
+        width = max((len(name) for name, _ in rows), default=0)
+        sys.stdout.write(("\n" if index else "") + f"{section}:\n")
+        for name, text in rows:
+            sys.stdout.write(f"  {name.ljust(width)}  {text}\n")
     return 0
