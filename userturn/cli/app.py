@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import os
 import re
 import signal
 import sys
@@ -134,7 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from userturn.cli.paths import check_paths
 
         check_paths(args)  # every bad path is one line and exit 2, before anything loads or launches
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that went away (`| head`) is found here, not at exit
+        return status
+    except BrokenPipeError:  # stop quietly, as shell tools do; Python's own flush at exit goes to /dev/null
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except UserError as exc:
         print(f"userturn: error: {exc}", file=sys.stderr)
         return exc.exit_code
