@@ -119,3 +119,16 @@ def test_sigterm_while_a_server_is_launched_still_gives_the_resume_hint(
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert "terminated (SIGTERM); completed records are kept, rerun the same command" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    """`userturn list | head -1`: exit 141 as a shell tool would, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "userturn", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the listing is written
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 128 + signal.SIGPIPE and err == "", err

@@ -13,12 +13,13 @@ from userturn.cli import main
 from userturn.core.errors import UserError
 from userturn.orchestrate.experiment import (
     Experiment,
+    ModelEntry,
     assistant_source,
     check_files,
     expand_assistant_samples,
     load_experiment,
     model_options,
-    plan,
+    naming_entry,
     planned_records,
 )
 
@@ -98,16 +99,12 @@ def test_missing_manifest_is_named(tmp_path: Path):
     check_files(exp, path)
 
 
-def test_plan_order_and_size():
+def test_planned_records():
     exp = Experiment.model_validate({
         "name": "g", "models": [{"base_url": "u", "model": "a"}, {"base_url": "u", "model": "b"}],
         "datasets": ["x", "y"], "modes": ["raw", "chat"], "temperatures": [0, 1], "samples": 3,
         "perturbations": ["none", "generic"],
     })
-    units = plan(exp)
-    assert len(units) == 8
-    assert [(u.model_index, u.dataset_index, u.mode) for u in units[:3]] == [(0, 0, "raw"), (0, 0, "chat"),
-                                                                           (0, 1, "raw")]
     options = [model_options(entry, exp, Path(".")) for entry in exp.models]
     assert [(o.temperatures, o.samples) for o in options] == [([0, 1], 3)] * 2
     assert planned_records(exp, [10, 5], options) == 2 * 2 * (2 * 3 * 2) * 15
@@ -329,3 +326,16 @@ def test_keep_going_reports_the_finished_part_and_one_line_per_failed_model(tmp_
         assert main(["run", str(path), "--out-dir", str(tmp_path / "runs2"), "--no-progress"]) == 3
         assert not (tmp_path / "runs2" / "kg" / "results.jsonl").exists() or \
             not read_records(tmp_path / "runs2" / "kg" / "results.jsonl")[0]
+
+
+def test_keep_going_records_a_models_failure_but_never_a_results_file_error():
+    from userturn.core.results_lock import ResultsWriteError
+
+    entry, failures = ModelEntry(base_url="http://h/v1", model="m"), []
+    with naming_entry(Path("x.yaml"), 1, entry, failures):
+        raise UserError("not served")
+    assert failures == ["x.yaml: models.1 (m): not served"]
+    with pytest.raises(UserError, match=r"x.yaml: models.1 \(m\): disk full") as raised, \
+            naming_entry(Path("x.yaml"), 1, entry, failures):
+        raise ResultsWriteError("disk full")
+    assert raised.value.exit_code == 5 and len(failures) == 1

@@ -1,14 +1,8 @@
 """userturn: measure interaction awareness by making a model write the next user turn.
 
-The distribution installs one import name. The top-level folders of the repository map onto it:
-``client/`` → ``userturn.client``, ``serve/`` → ``userturn.serve``, ``judges/`` → ``userturn.judges``, and the data
-folders ``manifests/`` → ``userturn.manifests``, ``experiments/`` → ``userturn.experiments``
-(``userturn.core.shipped``).
-Inside ``userturn/``: ``core/`` (imported by everything, imports nothing else of userturn), ``cli/`` (the only
-argparse code) and ``orchestrate/`` (experiments, post-training runs, target sessions).
-
-The public API is importable from here (``from userturn import ProbeRun, PromptRenderer, launch``); each name loads
-its module on first use (PEP 562), so ``import userturn`` stays cheap.
+The repository's ``client/``, ``serve/`` and ``judges/`` folders install as ``userturn.client``, ``.serve`` and
+``.judges``; ``userturn/`` holds ``core/`` (imports nothing else of userturn), ``cli/`` and ``orchestrate/``.
+The public API is importable from here; each name loads its module on first use (PEP 562).
 """
 
 from __future__ import annotations

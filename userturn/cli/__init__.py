@@ -1,8 +1,5 @@
-"""The command line: the only argparse code of the package (`userturn COMMAND`, `python -m userturn`).
-
-`main(argv)`, `entry()` and `build_parser()` live in `userturn.cli.app` and load on first use, so importing a
-subcommand's module (say `userturn.cli.probe`) does not build the whole parser.
-"""
+"""The command line, the package's only argparse code. `main`, `entry` and `build_parser` (`userturn.cli.app`) load
+on first use, so importing one subcommand's module stays cheap."""
 
 from __future__ import annotations
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -16,19 +17,6 @@ from pydantic import ValidationError
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.version import __version__
-
-Registrar = Callable[[argparse._SubParsersAction], None]
-
-
-def _registrars() -> list[Registrar]:
-    from userturn.cli.experiment import register as register_experiment
-    from userturn.cli.judges import register as register_judges
-    from userturn.cli.list import register as register_list
-    from userturn.cli.probe import register as register_probe
-    from userturn.cli.serve import register as register_serve
-    from userturn.cli.train import register as register_train
-
-    return [register_probe, register_judges, register_serve, register_experiment, register_list, register_train]
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -39,7 +27,7 @@ class DefaultsFormatter(argparse.HelpFormatter):
         if (not action.option_strings or action.required or action.default in (None, False, [], argparse.SUPPRESS)
                 or "default" in text.lower() or text == argparse.SUPPRESS):
             return action.help
-        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+        return f"{text} (default: %(default)s)"  # argparse asks only for non-empty help
 
 
 CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
@@ -91,16 +79,18 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from userturn.cli import experiment, judges, probe, serve, train
+    from userturn.cli import list as list_command
+    from userturn.cli.help_text import epilog
+
     parser = Parser(
         prog="userturn",
         description="Measure interaction awareness: have a model write the next user turn, judge it, report.",
     )
     parser.add_argument("--version", action="version", version=f"userturn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in _registrars():
-        register(sub)
-    from userturn.cli.help_text import epilog
-
+    for module in (probe, judges, serve, experiment, list_command, train):
+        module.register(sub)
     parser.epilog = epilog(None)
     for name, command in sub.choices.items():
         command.epilog = epilog(name)
@@ -145,7 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from userturn.cli.paths import check_paths
 
         check_paths(args)  # every bad path is one line and exit 2, before anything loads or launches
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that went away (`| head`) is found here, not at exit
+        return status
+    except BrokenPipeError:  # stop quietly, as shell tools do; Python's own flush at exit goes to /dev/null
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except UserError as exc:
         print(f"userturn: error: {exc}", file=sys.stderr)
         return exc.exit_code

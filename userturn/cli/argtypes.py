@@ -11,51 +11,32 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _number(text: str, kind: type[int] | type[float]) -> Any:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-    if kind is float and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def at_least(minimum: int, why: str = "") -> Callable[[str], int]:
-    """An integer type with a lower bound; `why` is added to the message."""
-    def parse(text: str) -> int:
-        value: int = _number(text, int)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}{why}, got {value}")
-        return value
-    parse.__name__ = f"at_least_{minimum}"
-    return parse
-
-
-positive_int = at_least(1)
-
-
-def non_negative_int(text: str) -> int:
-    value: int = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _float_type(ok: Callable[[float], bool], must: str) -> Callable[[str], float]:
-    """A finite-number type whose values pass `ok`; the message says what the value `must` be."""
-    def parse(text: str) -> float:
-        value: float = _number(text, float)
+def _bounded(kind: type[int] | type[float], ok: Callable[[Any], bool], must: str) -> Callable[[str], Any]:
+    """A finite `kind` type whose values pass `ok`; the message says what the value `must` be."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         if not ok(value):
             raise argparse.ArgumentTypeError(f"must be {must}, got {text}")
         return value
     return parse
 
 
-positive_float = _float_type(lambda value: value > 0, "positive")
-non_negative_float = _float_type(lambda value: value >= 0, "0 or more")
-probability = _float_type(lambda value: 0 < value <= 1, "above 0 and at most 1")  # e.g. top_p
+def at_least(minimum: int, why: str = "") -> Callable[[str], int]:
+    """An integer type with a lower bound; `why` is added to the message."""
+    return _bounded(int, lambda value: value >= minimum, f"at least {minimum}{why}")
+
+
+positive_int = at_least(1)
+non_negative_int: Callable[[str], int] = _bounded(int, lambda value: value >= 0, "0 or more")
+positive_float: Callable[[str], float] = _bounded(float, lambda value: value > 0, "positive")
+non_negative_float: Callable[[str], float] = _bounded(float, lambda value: value >= 0, "0 or more")
+probability: Callable[[str], float] = _bounded(float, lambda value: 0 < value <= 1, "above 0 and at most 1")  # top_p
 
 
 def json_object(text: str) -> dict[str, Any]:

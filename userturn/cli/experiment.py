@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from userturn.cli.argtypes import positive_int
-from userturn.cli.probe import add_network_arguments, configure_network, shard_arg
+from userturn.cli.probe import add_network_arguments, configure_network, print_failures, shard_arg
 from userturn.cli.results_args import add_results_argument
 from userturn.cli.show import add_arguments as add_show_arguments
 from userturn.cli.show import show_record, wants_record
@@ -19,7 +19,7 @@ from userturn.core.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `run`, `export` and `rerank` to the `userturn` parser."""
+    """Add `run`, `export`, `show`, `compact` and `rerank` to the `userturn` parser."""
     run = sub.add_parser("run", help="run an experiment file (models x datasets x ... grid), then report",
                          description="Run every model x dataset x mode of an experiment YAML into one resumable "
                                      "results file, <out_dir>/<name>/results.jsonl, and print the report. "
@@ -119,7 +119,7 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.core.shards import sharded_path
     from userturn.core.shipped import resolve_named
     from userturn.orchestrate.experiment import check_files, load_experiment, results_path
-    from userturn.orchestrate.grid import ModelFailures, run_experiment
+    from userturn.orchestrate.grid import run_experiment
 
     check_flags(args)
     configure_network(args)
@@ -134,7 +134,7 @@ def run_command(args: argparse.Namespace) -> int:
         return workers_command(args, exp, source)
     from userturn.serve.launcher import terminate_on_sigterm
 
-    failures = ModelFailures([]) if args.keep_going else None
+    failures: list[str] | None = [] if args.keep_going else None
     # held for the whole grid (exit 2 if another run has it); SIGTERM tears down servers launched in threads, too
     with results_lock(sharded_path(results_path(exp, args.out_dir), args.shard)), terminate_on_sigterm():
         results, summaries = aio.run(run_experiment(exp, base, source, out_dir=args.out_dir,
@@ -149,25 +149,12 @@ def run_command(args: argparse.Namespace) -> int:
         print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
-    not_applicable = sum(s.not_applicable for s in summaries)
-    if not_applicable:
-        print(f"userturn: {not_applicable} samples skipped: their perturbation does not apply to the item "
-              "(e.g. wrong_answer without a number)", file=sys.stderr)
-    status = 0
-    if errors:
-        print(f"userturn: {errors} samples failed (see `error` in {results}); rerun the same command to retry them",
-              file=sys.stderr)
-        status = 1
-    judge_failures = sum(s.judge_failures for s in summaries)
-    if judge_failures:
-        from userturn.judges.panel import judge_failure_line
-
-        print(judge_failure_line("userturn", judge_failures, str(results)), file=sys.stderr)
-        status = 1
-    if failures is not None and failures.lines:
-        print(f"userturn: {len(failures.lines)} of {len(exp.models)} models failed (--keep-going went on with the "
+    status = print_failures(sum(s.not_applicable for s in summaries), errors,
+                            sum(s.judge_failures for s in summaries), str(results))
+    if failures:
+        print(f"userturn: {len(failures)} of {len(exp.models)} models failed (--keep-going went on with the "
               "others; rerun the same command to resume them):", file=sys.stderr)
-        for line in failures.lines:
+        for line in failures:
             print(f"userturn: failed: {line}", file=sys.stderr)
         status = 3
     if args.shard is not None and args.shard.count > 1:
@@ -177,15 +164,13 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
-    """Validate the grid without launching anything: datasets load, each model's settings resolve, and in raw mode
-    each model's chat template renders one real prompt (printed) that ends at the open user header. With `shard`,
-    the counts are that shard's."""
+    """Validate the grid without launching anything: datasets load, settings resolve, each model's chat template
+    renders one real prompt (raw mode; printed), and `base_url` models and judges are checked (`shard`'s counts)."""
     from userturn.client.probe.dry_run import render_preview, shown
     from userturn.orchestrate.experiment import (
         assistant_source,
         load_items,
         naming_entry,
-        plan,
         planned_records,
         target_source,
     )
@@ -207,7 +192,8 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
                 prompts.append((entry.label, datasets[0][0], prompt))
     grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
     title = exp.name if shard is None else f"{exp.name} (shard {shard})"
-    print(f"{title}: {len(plan(exp))} probe runs, {planned_records(exp, counts, options)} records planned "
+    runs = len(exp.models) * len(exp.datasets) * len(exp.modes)
+    print(f"{title}: {runs} probe runs, {planned_records(exp, counts, options)} records planned "
           f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
           f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
           "samples)")
@@ -222,16 +208,16 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
 
     endpoints = sum(entry.base_url is not None for entry in exp.models)
     judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
-    problems = aio.run(check_endpoints(exp, base, source))
+    model_problems, judge_problems = aio.run(check_endpoints(exp, base, source))
     launched = len(exp.models) - endpoints
-    parts = [f"{endpoints - len(problems.models)} of {endpoints} base_url models reachable and serving their model"
+    parts = [f"{endpoints - len(model_problems)} of {endpoints} base_url models reachable and serving their model"
              ] if endpoints else []
-    parts += [f"{judges - len(problems.judges)} of {judges} judges reachable and serving theirs"] if judges else []
+    parts += [f"{judges - len(judge_problems)} of {judges} judges reachable and serving theirs"] if judges else []
     parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
     print("endpoints: " + "; ".join(parts))
-    for problem in problems.lines:
+    for problem in model_problems + judge_problems:
         print(f"userturn: {problem}", file=sys.stderr)
-    return 3 if problems.lines else 0
+    return 3 if model_problems or judge_problems else 0
 
 
 def _records(named: list[str]) -> list:
@@ -250,8 +236,7 @@ def export_command(args: argparse.Namespace) -> int:
     rows, stats = export_rows(_records(args.results), args.format)
     data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_bytes(data)
+        Path(args.out).write_bytes(data)  # its folder is made by `cli.paths`
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

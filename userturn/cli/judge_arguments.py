@@ -1,8 +1,4 @@
-"""The judge flags, kept free of heavy imports so every subcommand parser can be built quickly.
-
-Every value is checked by its argparse type, so a bad one is a usage error (exit 2) naming the flag; nothing is
-clamped silently.
-"""
+"""The judge flags and the panel they describe (kept free of heavy imports: every parser is built at start-up)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,8 @@ from userturn.core.errors import UserError
 if TYPE_CHECKING:
     from userturn.judges.panel import PanelConfig
 
-MIN_JUDGE_MAX_TOKENS = defaults.MIN_JUDGE_MAX_TOKENS
-judge_max_tokens = at_least(MIN_JUDGE_MAX_TOKENS, " (a JSON verdict needs about 15 tokens, more for reasoning judges)")
+judge_max_tokens = at_least(defaults.MIN_JUDGE_MAX_TOKENS,
+                            " (a JSON verdict needs about 15 tokens, more for reasoning judges)")
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = False,
@@ -42,7 +38,7 @@ def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                             "judge")
     d = defaults
     group.add_argument("--judge-max-tokens", type=judge_max_tokens, default=d.JUDGE_MAX_TOKENS, metavar="N",
-                       help=f"max tokens per judge reply, at least {MIN_JUDGE_MAX_TOKENS}; leave room for reasoning "
+                       help=f"max tokens per judge reply, at least {d.MIN_JUDGE_MAX_TOKENS}; leave room for reasoning "
                             f"judges (default {d.JUDGE_MAX_TOKENS})")
     group.add_argument("--judge-temperature", type=non_negative_float, default=d.JUDGE_TEMPERATURE, metavar="T",
                        help=f"default {d.JUDGE_TEMPERATURE:g}")
@@ -85,15 +81,15 @@ def _per_judge(values: list[str] | None, n: int, flag: str, default: str | None)
 
 def panel_config(args: argparse.Namespace) -> PanelConfig | None:
     """The typed panel the judge flags describe (what `judges.panel.make_panel` takes); None without --judge-model.
-    The only place that reads the judge flags."""
-    from userturn.judges.llm_judge import JudgeConfig
-    from userturn.judges.panel import PanelConfig
-
+    The only place that reads the judge flags; loads the judge modules only when there are judges."""
     models: list[str] | None = args.judge_model
     if not models:
         if args.judge_base_url:
             raise UserError("--judge-base-url given without --judge-model")
         return None
+    from userturn.judges.llm_judge import JudgeConfig
+    from userturn.judges.panel import PanelConfig
+
     urls = _per_judge(args.judge_base_url, len(models), "--judge-base-url", None)
     keys = _per_judge(args.judge_api_key_env, len(models), "--judge-api-key-env", defaults.API_KEY_ENV)
     judges = [

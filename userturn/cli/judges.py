@@ -1,4 +1,4 @@
-"""Subcommands `userturn judge`, `userturn report` and `userturn judge-eval`, and the judge flags for `probe`."""
+"""Subcommands `userturn judge`, `userturn report` and `userturn judge-eval`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from userturn.cli.results_args import add_results_argument, judge_out_is_folder
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["add_judge_arguments", "register"]
+    from userturn.judges.evaluate import JudgeScore
 
 
 def model_order_type(text: str) -> list[str]:
@@ -174,13 +174,12 @@ def judge_eval_command(args: argparse.Namespace) -> int:
     return exit_status(scores)
 
 
-def _print_score(console: Console, s: object) -> None:
+def _print_score(console: Console, s: JudgeScore) -> None:
     from rich.table import Table
 
     from userturn.core.taxonomy import SHORT
-    from userturn.judges.evaluate import ERROR, JudgeScore
+    from userturn.judges.evaluate import ERROR
 
-    assert isinstance(s, JudgeScore)
     acc = "—" if s.accuracy is None else f"{100 * s.accuracy:.1f}%"
     kappa = "—" if s.cohen_kappa is None else f"{s.cohen_kappa:.3f}"
     console.print(f"[bold]{s.judge}[/]: accuracy {acc} on {s.scored}/{s.items} items "

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
 
 from userturn.core.errors import UserError
-
-SECTIONS = ("manifests", "experiments", "datasets", "perturbations")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,15 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="List what can be named on the command line from any directory: manifests "
                                    "(`userturn serve NAME`, `probe --manifest NAME`), experiments (`userturn run "
                                    "NAME`), datasets (`probe --dataset NAME[:split]`) and perturbations (`--perturb`).")
-    p.add_argument("section", nargs="?", choices=SECTIONS, default=None, help="one section only (default: all)")
+    p.add_argument("section", nargs="?", choices=list(SECTIONS), default=None, help="one section only (default: all)")
     p.set_defaults(func=list_command)
-
-
-def _rows(out: TextIO, title: str, rows: list[tuple[str, str]]) -> None:
-    width = max((len(name) for name, _ in rows), default=0)
-    out.write(f"{title}:\n")
-    for name, text in rows:
-        out.write(f"  {name.ljust(width)}  {text}\n")
 
 
 def manifest_rows() -> list[tuple[str, str]]:
@@ -80,12 +70,16 @@ def perturbation_rows() -> list[tuple[str, str]]:
     return list(SUMMARIES.items())
 
 
+SECTIONS = {"manifests": manifest_rows, "experiments": experiment_rows, "datasets": dataset_rows,
+            "perturbations": perturbation_rows}
+
+
 def list_command(args: argparse.Namespace) -> int:
-    sections = {"manifests": manifest_rows, "experiments": experiment_rows, "datasets": dataset_rows,
-                "perturbations": perturbation_rows}
     chosen = [args.section] if args.section else list(SECTIONS)
     for index, section in enumerate(chosen):
-        if index:
-            sys.stdout.write("\n")
-        _rows(sys.stdout, section, sections[section]())
+        rows = SECTIONS[section]()
+        width = max((len(name) for name, _ in rows), default=0)
+        sys.stdout.write(("\n" if index else "") + f"{section}:\n")
+        for name, text in rows:
+            sys.stdout.write(f"  {name.ljust(width)}  {text}\n")
     return 0

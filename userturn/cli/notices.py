@@ -1,7 +1,5 @@
-"""Where the orchestration's notices go: `userturn.orchestrate` never prints; it logs one-line notices (warnings,
-post-training stages) to the `userturn` logger, and the command line shows each as a line on stderr.
-
-Outside the command line (the Python API) Python's own last-resort handler still shows the warnings."""
+"""The `userturn` logger's one-line notices (warnings, post-training stages; `userturn.orchestrate` never prints),
+shown by the command line as lines on stderr."""
 
 from __future__ import annotations
 

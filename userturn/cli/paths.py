@@ -1,8 +1,5 @@
-"""Paths named on the command line, checked before anything launches: one line and exit 2 for each bad one.
-
-Inputs must be readable files. Output files must not be directories; their missing parent directories are created
-(a parent that is a file, or one that cannot be created or written, is the error). Output directories are created.
-"""
+"""Paths named on the command line, checked before anything launches: one line and exit 2 for each bad one. Inputs
+must be readable files; outputs must be writable, their missing directories are created."""
 
 from __future__ import annotations
 
@@ -27,8 +24,8 @@ OUTPUT_DIRS: dict[str, list[tuple[str, str]]] = {"report": [("plots", "--plots")
 CHECKED_DIRS: dict[str, list[tuple[str, str]]] = {"run": [("out_dir", "--out-dir")]}  # created when the run starts
 
 
-def input_file(path: str | Path, what: str) -> Path:
-    """`path` as a readable file, else a UserError naming it and what is wrong."""
+def input_file(path: str | Path, what: str) -> None:
+    """`path` is a readable file, else a UserError naming it and what is wrong."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"{what} not found: {p}")
@@ -36,13 +33,15 @@ def input_file(path: str | Path, what: str) -> Path:
         raise UserError(f"{what} {p}: is a directory, not a file")
     if not os.access(p, os.R_OK):
         raise UserError(f"{what} {p}: cannot read it (permission denied)")
-    return p
 
 
-def _make_dir(d: Path, what: str) -> None:
+def _make_dir(d: Path, what: str, create: bool = True) -> None:
+    """Refuse a file on the way to `d`; with `create`, make `d` and check it can be written in."""
     for parent in (d, *d.parents):
         if parent.exists() and not parent.is_dir():
             raise UserError(f"{what}: cannot write there: {parent} is a file, not a directory")
+    if not create:
+        return
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -51,28 +50,21 @@ def _make_dir(d: Path, what: str) -> None:
         raise UserError(f"{what}: cannot write in {d} (permission denied)")
 
 
-def output_file(path: str | Path, what: str) -> Path:
-    """`path` as a file that can be written (missing parents are created), else a UserError naming it."""
+def output_file(path: str | Path, what: str) -> None:
+    """`path` is a file that can be written (missing parents are created), else a UserError naming it."""
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{what} {p}: is a directory; name a file")
     _make_dir(p.parent if str(p.parent) else Path("."), f"{what} {p}")
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{what} {p}: cannot write it (permission denied)")
-    return p
 
 
-def output_dir(path: str | Path, what: str, *, create: bool = True) -> Path:
+def output_dir(path: str | Path, what: str, *, create: bool = True) -> None:
     """`path` as a directory that exists (created if missing) and can be written, else a UserError. Without
     `create`, only what is already there is checked (nothing on the way is a file)."""
     p = Path(path)
-    if create:
-        _make_dir(p, f"{what} {p}")
-    else:
-        for parent in (p, *p.parents):
-            if parent.exists() and not parent.is_dir():
-                raise UserError(f"{what} {p}: {parent} is a file, not a directory")
-    return p
+    _make_dir(p, f"{what} {p}", create)
 
 
 def check_paths(args: argparse.Namespace) -> None:

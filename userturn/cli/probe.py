@@ -5,19 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
+from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
 if TYPE_CHECKING:  # the heavy modules (pydantic, asyncio) load when a command runs, not when the parser is built
-    from userturn.client.data.dataset import DatasetItem
     from userturn.client.probe.pipeline import ProbeSummary
-    from userturn.core.options import Options, ProbeOptions
+    from userturn.core.options import Options
     from userturn.core.shards import Shard
-    from userturn.orchestrate.run_builder import ProbeTarget, TargetSource
+    from userturn.orchestrate.run_builder import TargetSource
 
 NOT_SET = "(default: the manifest's, else {})"  # help text of a flag whose unset value lets lower layers decide
 
@@ -148,15 +147,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_endpoint_arguments(parser)
     add_probe_arguments(parser)
-    _add_judge_arguments(parser)
-    parser.set_defaults(func=probe_command)
-
-
-def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    from userturn.cli.judge_arguments import add_judge_arguments
-
     add_judge_arguments(parser)
-
+    parser.set_defaults(func=probe_command)
 
 
 def parse_template_kwargs(pairs: list[str] | None) -> dict[str, Any]:
@@ -226,7 +218,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.probe.scoring import preflight
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
-    from userturn.orchestrate.run_builder import assistant_source, open_target
+    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target
 
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
@@ -242,45 +234,31 @@ async def probe_main(args: argparse.Namespace) -> int:
         args.out = str(sharded_path(args.out, args.shard))
         print(f"userturn: shard {args.shard}: {len(items)} of the {selected} selected items, into {args.out}",
               file=sys.stderr)
-    layers = [flag_layer(args)]
     # the lock first: a second writer stops before any launch
-    with results_lock(args.out), open_target(target_source(args), layers) as (target, options):
-        summary = await execute(items, target, options, args, dataset_name=dataset_name,
-                                perturbations=perturbations, swap_pool=every)
+    with results_lock(args.out), open_target(target_source(args), [flag_layer(args)]) as (target, options):
+        async with TargetSession(target, options) as session:
+            if args.mode == "raw":
+                session.renderer  # noqa: B018 - load the chat template before any request: a bad one stops here
+            await session.check()
+            judge = await _judge_panel(args)
+            try:
+                run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
+                                        assistant_from=args.assistant_from, out_path=args.out, judge=judge,
+                                        progress=not args.no_progress, swap_pool=every)
+                summary = await run.run()
+            finally:
+                if judge is not None:
+                    await judge.aclose()
     return report_summary(summary, args.out)
-
-
-async def execute(items: Sequence[DatasetItem], target: ProbeTarget, options: ProbeOptions,
-                  args: argparse.Namespace, *, dataset_name: str, perturbations: list[str],
-                  swap_pool: Sequence[DatasetItem] | None = None) -> ProbeSummary:
-    from userturn.orchestrate.run_builder import TargetSession, assistant_source
-
-    judge = None
-    async with TargetSession(target, options) as session:
-        if args.mode == "raw":
-            session.renderer  # noqa: B018 - load the chat template before any request: a bad one stops here
-        await session.check()
-        judge = await _judge_panel(args)
-        try:
-            run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
-                                    assistant_from=assistant_source(items, args.assistant_from), out_path=args.out,
-                                    judge=judge, progress=not args.no_progress, swap_pool=swap_pool)
-            return await run.run()
-        finally:
-            if judge is not None:
-                await judge.aclose()
 
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
     """The inline judge panel from --judge-* flags, checked before any generation; None without judges."""
-    if not args.judge_model and not args.judge_base_url:
-        return None  # nothing to judge with: skip loading the judge modules (start-up time)
-    from userturn.cli.judge_arguments import panel_config
-    from userturn.judges import make_panel
-
     config = panel_config(args)
     if config is None:
         return None
+    from userturn.judges import make_panel
+
     panel = make_panel(config)
     await panel.check()
     return panel
@@ -292,24 +270,28 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
         f"already done {summary.skipped}) in {summary.elapsed_s:.1f}s ({summary.req_per_s:.1f} req/s)",
         file=sys.stderr,
     )
-    if summary.not_applicable:
-        print(f"userturn: {summary.not_applicable} samples skipped: their perturbation does not apply to the item "
-              "(e.g. wrong_answer without a number)", file=sys.stderr)
     if summary.rejudged:
         print(f"userturn: judged {summary.rejudged} records of earlier runs that had no complete label from this "
               "judge panel (their generations were kept)", file=sys.stderr)
-    status = 0
-    if summary.errors:
-        print(f"userturn: {summary.errors} samples failed (see `error` in {out}); rerun the same command to retry "
-              "them", file=sys.stderr)
-        status = 1
-    if summary.judge_failures:
-        from userturn.judges.panel import judge_failure_line
-
-        print(judge_failure_line("userturn", summary.judge_failures, out), file=sys.stderr)
-        status = 1
+    status = print_failures(summary.not_applicable, summary.errors, summary.judge_failures, out)
     print(next_step(summary, out), file=sys.stderr)
     return status
+
+
+def print_failures(not_applicable: int, errors: int, judge_failures: int, out: str) -> int:
+    """The lines on skipped samples, failed samples and failed judgements of a probe or run (on stderr); 1 when a
+    sample or a judgement failed, else 0."""
+    if not_applicable:
+        print(f"userturn: {not_applicable} samples skipped: their perturbation does not apply to the item "
+              "(e.g. wrong_answer without a number)", file=sys.stderr)
+    if errors:
+        print(f"userturn: {errors} samples failed (see `error` in {out}); rerun the same command to retry them",
+              file=sys.stderr)
+    if judge_failures:
+        from userturn.judges.panel import judge_failure_line
+
+        print(judge_failure_line("userturn", judge_failures, out), file=sys.stderr)
+    return 1 if errors or judge_failures else 0
 
 
 def next_step(summary: ProbeSummary, out: str) -> str:

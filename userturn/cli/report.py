@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -16,12 +14,6 @@ from userturn.core.results_files import configs_of, describe, results_files
 from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
 from userturn.judges.report_filter import RowFilter, select_groups
 from userturn.judges.report_table import print_report
-
-
-def row_filter(args: argparse.Namespace) -> RowFilter:
-    """The row filters and model order the report flags set."""
-    return RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
-                     temperatures=args.temperature or [], model_order=args.model_order or [])
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -34,7 +26,8 @@ def run_report(args: argparse.Namespace) -> int:
     paths = results_files(args.results)
     source = describe(args.results)
     report = summarise_file(paths)
-    rows = row_filter(args)
+    rows = RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
+                     temperatures=args.temperature or [], model_order=args.model_order or [])
     groups = select_groups(report.groups, rows)
     status = 0
     figures: dict[str, dict[str, bytes]] | None = None
@@ -46,11 +39,13 @@ def run_report(args: argparse.Namespace) -> int:
         if args.plots:
             status = _write_plots(figures, skipped, why, args.plots)
         if args.html:
+            from userturn.client.render.prompt_replay import Replayer
             from userturn.judges.html_report import render_html, select_examples, write_html
 
             examples = select_examples(paths, report.keep)
+            replay = Replayer(args.tokenizer, args.chat_template, configs=configs_of(paths))  # raw-mode prompts
             html = render_html(groups, report.agreements, examples, report.records, figures, source, why,
-                               prompt_of=_replayer(args, paths).prompt, skipped=skipped, filters=rows.describe())
+                               prompt_of=replay.prompt, skipped=skipped, filters=rows.describe())
             print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -63,24 +58,19 @@ def run_report(args: argparse.Namespace) -> int:
         if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
             title += " (rules only: no rate below is a measurement)"
         print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
-        _print_notice(groups, source)
+        from rich.markup import escape
+
+        from userturn.client.terminal import print_trimmed
+        from userturn.judges.rules_only import unjudged_notice
+
+        if notice := unjudged_notice(groups, source):
+            print_trimmed(console(), escape(notice))
     if report.superseded:
         across = " (within or across the files)" if len(paths) > 1 else ""
         print(f"userturn report: {report.superseded} superseded lines in {source} not counted (a later line of "
               f"the same key and configuration replaced each{across}, e.g. a re-judged record); `userturn compact` "
               "drops them within a file", file=sys.stderr)
     return status
-
-
-def _print_notice(groups: list[GroupSummary], results: str) -> None:
-    from rich.markup import escape
-
-    from userturn.client.terminal import print_trimmed
-    from userturn.judges.rules_only import unjudged_notice
-
-    notice = unjudged_notice(groups, results)
-    if notice:
-        print_trimmed(console(), escape(notice))
 
 
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],
@@ -110,11 +100,3 @@ def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], 
     print(f"userturn report: wrote {len(figures)} figure{'s' if len(figures) != 1 else ''} ({len(paths)} files: "
           f"PNG, PDF, SVG) to {directory}{left_out}", file=sys.stderr)
     return 0
-
-
-def _replayer(args: argparse.Namespace, paths: list[Path]) -> Any:
-    """Rebuilds prompts for the HTML sample table (raw mode: from the files' configuration lines, or --tokenizer)."""
-    from userturn.client.render.prompt_replay import Replayer
-
-    return Replayer(getattr(args, "tokenizer", None), getattr(args, "chat_template", None),
-                    configs=configs_of(paths))

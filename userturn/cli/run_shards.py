@@ -103,5 +103,3 @@ def next_step(files: list[Path]) -> str:
     """How to report the shards of a run together: `report` reads the files as one (their folder holds only them)."""
     return f"next: userturn report {' '.join(shlex.quote(str(f)) for f in files)}"
 
-
-__all__ = ["FORWARDED", "PARENT_ONLY", "check_flags", "next_step", "worker_argv", "workers_command"]

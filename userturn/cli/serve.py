@@ -31,15 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="file for --emit (default: stdout)")
     p.add_argument("--log-dir", type=Path, help="where server logs go (default: $TMPDIR/userturn-serve; with "
                    "--launcher slurm ./userturn-slurm, which the compute nodes must see)")
-    add_launcher_argument(p)
+    p.add_argument("--launcher", choices=["local", "slurm"], default=None,
+                   help="where a manifest's server runs: local processes (default) or a SLURM job (sbatch the "
+                   "--emit slurm script, wait for its endpoint, scancel at the end)")
     p.set_defaults(func=run)
-
-
-def add_launcher_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """`--launcher local|slurm` (probe and run have the same flag)."""
-    parser.add_argument("--launcher", choices=["local", "slurm"], default=None,
-                        help="where a manifest's server runs: local processes (default) or a SLURM job (sbatch the "
-                        "--emit slurm script, wait for its endpoint, scancel at the end)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     if args.emit:
         text = render_slurm(m) if args.emit == "slurm" else render_k8s(m)
         if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(text, encoding="utf-8")
             print(f"wrote {args.out} ({args.emit})", file=sys.stderr)
         else:

@@ -1,9 +1,6 @@
-"""`userturn show RESULTS... KEY`: one record whole, with the exact prompt it was generated from.
-
-The prompt is rebuilt from the results files alone (`client.render.prompt_replay`): the configuration line of the
-record's fingerprint holds the chat template text, its variables and date. `--tokenizer` (and `--chat-template`,
-`--renderer`) or `--manifest` replace it (needed only for files from before configuration lines). The rebuilt
-prompt is checked against the record's `prompt_sha256`.
+"""`userturn show RESULTS... KEY`: one record whole, with the exact prompt it was generated from, rebuilt from the
+results files' configuration lines (`client.render.prompt_replay`) or from `--tokenizer` / `--manifest`, and checked
+against the record's `prompt_sha256`.
 """
 
 from __future__ import annotations
@@ -15,21 +12,11 @@ from typing import Any
 
 from userturn.core.errors import UserError
 
-EXAMPLES = """examples:
-  userturn show runs/smoke/results.jsonl
-  userturn show runs/smoke/results.jsonl --model 'smollm2*' --label unjudged --item 107
-  userturn show runs/smoke/results.jsonl 3f9a2c1          (a short key from the table's key column)
-  userturn show runs/sharded/                              (every results file of a folder, as one)
-  userturn show runs/smoke/results.jsonl 'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0'
-  userturn show results.jsonl KEY --prompt-only > prompt.txt"""
-
 
 def add_arguments(show: argparse.ArgumentParser) -> None:
-    """The KEY form's arguments on the `show` parser (and its examples, unless the parser has some)."""
+    """The KEY form's arguments on the `show` parser."""
     show.description = (show.description or "") + (" With KEY: that one record whole, its prompt exactly as sent "
                                                     "(rebuilt and checked against the record's prompt_sha256).")
-    if show.epilog is None:
-        show.epilog, show.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     show.set_defaults(key=None)  # KEY: the last of the RESULTS arguments when it names no file (results_args)
     g = show.add_argument_group("the prompt of a raw-mode record (default: rendered again from the results file's "
                                 "configuration line; these flags replace it, for files from before those lines)")
@@ -64,21 +51,26 @@ def replayer(args: argparse.Namespace, paths: list[Path]) -> Any:
 
     tokenizer, chat_template, renderer = args.tokenizer, args.chat_template, args.renderer
     if args.manifest is not None:
-        from userturn.core.shipped import resolve_named
         from userturn.orchestrate.run_builder import manifest_layer
         from userturn.serve.manifest import load_manifest
 
-        layer = manifest_layer(load_manifest(resolve_named(args.manifest, "manifests")))
+        layer = manifest_layer(load_manifest(args.manifest))  # a file, or a shipped manifest by name
         tokenizer = tokenizer or layer.tokenizer
         chat_template = chat_template or layer.chat_template
         renderer = renderer or layer.renderer
     return Replayer(tokenizer, chat_template, renderer, now=args.date, configs=configs_of(paths))
 
 
+def record_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that apply to one record (a KEY) only."""
+    return [flag for flag, given in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template),
+                                     ("--renderer", args.renderer), ("--manifest", args.manifest),
+                                     ("--date", args.date), ("--prompt-only", args.prompt_only)) if given]
+
+
 def wants_record(args: argparse.Namespace) -> bool:
     """A KEY, or a flag that only makes sense with one."""
-    return args.key is not None or any((args.tokenizer, args.chat_template, args.renderer, args.manifest,
-                                        args.date, args.prompt_only))
+    return args.key is not None or bool(record_flags(args))
 
 
 def show_record(args: argparse.Namespace) -> int:
@@ -88,11 +80,8 @@ def show_record(args: argparse.Namespace) -> int:
     from userturn.client.short_keys import resolve_key
     from userturn.core.results_files import results_files
 
-    flags = [f for f, given in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template),
-                                ("--renderer", args.renderer), ("--manifest", args.manifest),
-                                ("--date", args.date), ("--prompt-only", args.prompt_only)) if given]
     if args.key is None:
-        raise UserError(f"{flags[0]} needs a KEY: it applies to one record (userturn show RESULTS... KEY)")
+        raise UserError(f"{record_flags(args)[0]} needs a KEY: it applies to one record (userturn show RESULTS... KEY)")
     if args.limit is not None:
         raise UserError("--limit applies to the table of turns, not to one KEY")
     paths = results_files(args.results)

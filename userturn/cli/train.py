@@ -1,16 +1,11 @@
-"""`userturn train` and `userturn posttrain`: their parsers. The work is in `userturn.orchestrate.training_run` and
-`userturn.orchestrate.posttrain`, imported when a command runs (training pulls in pydantic models of TRL settings,
-templates and manifests: none of that belongs to the start-up of every other command)."""
+"""`userturn train` and `userturn posttrain`: their parsers; the work (`userturn.orchestrate.training_run`,
+`.posttrain`) is imported only when a command runs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from userturn.client.train.trainer import TrainSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,22 +50,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     pt.set_defaults(func=posttrain_command)
 
 
-def settings_from(args: argparse.Namespace) -> TrainSettings:
+def train_command(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from userturn.client.train.trainer import TrainSettings
     from userturn.core.errors import UserError, first_error
-
-    try:
-        return TrainSettings(**{name: getattr(args, name) for name in TrainSettings.model_fields if name in args})
-    except ValidationError as exc:
-        raise UserError(f"train: --{first_error(exc).replace('_', '-')}") from None
-
-
-def train_command(args: argparse.Namespace) -> int:
     from userturn.orchestrate.training_run import run_train
 
-    settings = settings_from(args)
+    try:
+        settings = TrainSettings(**{name: getattr(args, name) for name in TrainSettings.model_fields if name in args})
+    except ValidationError as exc:
+        raise UserError(f"train: --{first_error(exc).replace('_', '-')}") from None
     outcome = run_train(Path(args.manifest), Path(args.data), settings, Path(args.out), eval_specs=args.eval_set,
                         progress=not args.no_progress)
     print(outcome.summary(), file=sys.stderr)

@@ -83,7 +83,7 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def publish_folder(target: Path, fill: Callable[[Path], None], marker: str, marker_text: str) -> None:
+def publish_folder(target: Path, fill: Callable[[Path], object], marker: str, marker_text: str) -> None:
     """Make the cache folder `target`: `fill` a staging folder beside it, write `marker` last, rename it into place.
     Of two processes making the same folder at once the first rename wins and the other's copy is dropped."""
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,22 +1,15 @@
-"""Experiments as files: a YAML grid of models x datasets x modes (x temperatures, samples, perturbations)
-run into one resumable results file, `<out_dir>/<name>/results.jsonl`, then reported.
-
-Models are serving manifests (launched for the duration, see `serve`) or plain endpoints. Every model x dataset x mode
-is one `client.probe.pipeline.ProbeRun`, built by `userturn.orchestrate.run_builder` exactly as `userturn probe` builds
-its run, appending to the same file; rerunning skips records that are already `ok`, so an interrupted experiment resumes
-where it stopped. Settings left out here come from the model's manifest, else the defaults (each is an
-`userturn.core.options.Options` layer: experiment model entry > experiment > manifest > default).
+"""Experiment files: a YAML grid of models x datasets x modes (x temperatures, samples, perturbations) run into
+one resumable results file, `<out_dir>/<name>/results.jsonl`. Each model x dataset x mode is one `ProbeRun` built
+by `run_builder` as `userturn probe` builds it; option layers: model entry > experiment > manifest > default.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -27,10 +20,9 @@ from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
 from userturn.core.options import Options, ProbeOptions
 from userturn.core.shipped import resolve_named
-from userturn.orchestrate.run_builder import TargetSource
+from userturn.orchestrate.run_builder import Mode, TargetSource
 from userturn.orchestrate.run_builder import assistant_source as auto_source
 
-Mode = Literal["raw", "chat"]
 RESUME_HINT = "use another --out-dir or experiment name"
 
 
@@ -72,11 +64,8 @@ class DatasetEntry(_Strict):
 
 
 class JudgeEntry(_Strict):
-    """One judge of the panel (see judges.llm_judge.JudgeConfig for all fields).
-
-    `model: self` judges with the model under test on its own endpoint (the report flags it self-judged);
-    `model: rules` alone labels with the deterministic rules only (no judge model; other records stay unjudged).
-    """
+    """One judge of the panel (fields as in judges.llm_judge.JudgeConfig). `model: self`: the model under test on
+    its own endpoint (flagged self-judged); `model: rules` alone: the deterministic rules only."""
 
     model: str
     base_url: str | None = Field(default=None, description="judge endpoint; not needed for `model: self`")
@@ -95,9 +84,7 @@ class JudgeEntry(_Strict):
 
 
 class Experiment(Options):
-    """The whole grid. Unknown keys are errors (typos must not silently change an experiment). Its options
-    (`userturn.core.options.Options`: temperatures, samples, max_tokens, top_p, seed, concurrency, ...) apply to every
-    model below each model entry's own; one left out (None) comes from each model's manifest, else the default."""
+    """The whole grid; unknown keys are errors. Its options sit below a model entry's, above its manifest's."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
@@ -156,14 +143,12 @@ def _describe(path: Path, exc: ValidationError) -> str:
 
 
 def is_posttrain_file(data: dict[str, Any]) -> bool:
-    """Whether a parsed experiment file is a post-training one (`base` + `train`, run by `userturn posttrain`)
-    rather than a probe grid."""
+    """Whether a parsed experiment file is a post-training one (`base` + `train`: `userturn posttrain`)."""
     return "train" in data and "base" in data and "models" not in data
 
 
 def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
-    """Parse and validate an experiment file, or a shipped one by name (`smoke`) -> (experiment, its directory).
-    Errors name the file and key."""
+    """An experiment file or shipped name (`smoke`) -> (experiment, its directory); errors name the file and key."""
     path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
     if is_posttrain_file(data):
@@ -174,21 +159,6 @@ def load_experiment(path: str | Path) -> tuple[Experiment, Path]:
         raise UserError(_describe(path, exc)) from None
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One `ProbeRun`: a model on a dataset in one mode."""
-
-    model_index: int
-    dataset_index: int
-    mode: Mode
-
-
-def plan(exp: Experiment) -> list[Unit]:
-    """The grid in run order: per model (one server launch), every dataset, every mode."""
-    return [Unit(m, d, mode) for m, d, mode in itertools.product(
-        range(len(exp.models)), range(len(exp.datasets)), exp.modes)]
-
-
 def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequence[ProbeOptions]) -> int:
     """Records the grid plans, with each model's resolved options (`model_options`)."""
     per_model = sum(len(o.temperatures) * o.samples for o in options)
@@ -196,26 +166,30 @@ def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequ
 
 
 @contextlib.contextmanager
-def naming_entry(source: Path, index: int, entry: ModelEntry) -> Iterator[None]:
-    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`."""
+def naming_entry(source: Path, index: int, entry: ModelEntry, failures: list[str] | None = None) -> Iterator[None]:
+    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`. With
+    `failures` (`run --keep-going`) its line is added there instead, unless the results file itself failed."""
+    from userturn.core.results_lock import ResultsLocked, ResultsWriteError
+
     try:
         yield
     except UserError as exc:
         named = UserError(f"{source}: models.{index} ({entry.label}): {exc}")
         named.exit_code = exc.exit_code
-        raise named from None
+        if failures is None or isinstance(exc, ResultsWriteError | ResultsLocked):
+            raise named from None
+        failures.append(str(named))
 
 
 def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOptions:
-    """The options one model's runs will use (its manifest read, nothing launched): for `--dry-run`."""
+    """The options one model's runs will use (its manifest read, nothing launched)."""
     from userturn.orchestrate.run_builder import preview
 
     return preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])[1]
 
 
 def check_files(exp: Experiment, source: Path) -> None:
-    """Every manifest the experiment names exists, as a file (relative to the experiment file or the working
-    directory) or a shipped name (an error names the file and key)."""
+    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name."""
     for index, entry in enumerate(exp.models):
         if entry.manifest is None or (source.parent / entry.manifest).is_file():
             continue
@@ -225,42 +199,24 @@ def check_files(exp: Experiment, source: Path) -> None:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
 
 
-@dataclass(frozen=True)
-class EndpointProblems:
-    """`check_endpoints`' findings: one line per model, and per judge, that is not usable."""
-
-    models: list[str]
-    judges: list[str]
-
-    @property
-    def lines(self) -> list[str]:
-        return self.models + self.judges
-
-
-async def check_endpoints(exp: Experiment, base: Path, source: Path) -> EndpointProblems:
-    """`run --dry-run`: every model given by `base_url` is reached and asked for its model list, with the probe's
-    own preflight (`TargetSession.check`: reachable, API key accepted, the model served); manifests, which would be
-    launched, are not; then every judge endpoint of `judges:`. One line per model or judge that fails, naming its
-    entry."""
+async def check_endpoints(exp: Experiment, base: Path, source: Path) -> tuple[list[str], list[str]]:
+    """`run --dry-run`: the probe's preflight (`TargetSession.check`) on every `base_url` model (manifests are not
+    launched), then every judge endpoint -> (model problems, judge problems), one line each naming its entry."""
     from userturn.orchestrate.run_builder import TargetSession, open_target
 
-    problems = []
+    problems: list[str] = []
     for index, entry in enumerate(exp.models):
         if entry.base_url is None:
             continue
-        try:
-            with naming_entry(source, index, entry), \
-                    open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
-                async with TargetSession(target, options) as session:
-                    await session.check()
-        except UserError as exc:
-            problems.append(str(exc))
-    return EndpointProblems(problems, await _check_judges(exp, source))
+        with naming_entry(source, index, entry, problems), \
+                open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
+            async with TargetSession(target, options) as session:
+                await session.check()
+    return problems, await _check_judges(exp, source)
 
 
 async def _check_judges(exp: Experiment, source: Path) -> list[str]:
-    """The judge endpoints of `judges:` (not `self`, which is the model's own, nor `rules`): reachable and serving
-    the judge model (the judges' own preflight, `Endpoint.check`). One line per judge that fails."""
+    """`Endpoint.check` on each judge of `judges:` but `self` and `rules`; one line per judge that fails."""
     from userturn.client.http.endpoint import Endpoint, EndpointConfig
 
     problems = []
@@ -277,19 +233,9 @@ async def _check_judges(exp: Experiment, source: Path) -> list[str]:
     return problems
 
 
-@overload
-def resolve(base: Path, value: str, *, absolute: bool = False) -> str: ...
-
-
-@overload
-def resolve(base: Path, value: None, *, absolute: bool = False) -> None: ...
-
-
-def resolve(base: Path, value: str | None, *, absolute: bool = False) -> str | None:
+def resolve(base: Path, value: str, *, absolute: bool = False) -> str:
     """A path relative to the experiment file (absolute paths, hub ids and names are left alone); `absolute`: the
     found file as an absolute path."""
-    if value is None:
-        return None
     candidate = base / value
     if Path(value).is_absolute() or not candidate.exists():
         return value
@@ -298,13 +244,12 @@ def resolve(base: Path, value: str | None, *, absolute: bool = False) -> str | N
 
 def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
                ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
-    """(recorded name, the items to probe, every item of the dataset when `swap` is planned: its partners come
-    from the whole dataset, so `limit` and `shuffle_seed` never change them)."""
+    """(recorded name, the items to probe, every item when `swap` is planned: partners unchanged by `limit`)."""
     from userturn.client.data.loaders import load_items as load_spec
     from userturn.client.data.loaders import parse_spec
 
     builtin, _ = parse_spec(entry.spec)
-    spec = entry.spec if builtin is not None else (resolve(base, entry.spec) or entry.spec)
+    spec = entry.spec if builtin is not None else resolve(base, entry.spec)
     name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
                                    else exp.shuffle_seed, whole="swap" in exp.perturbations)
@@ -319,8 +264,8 @@ def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[Datas
 
 
 def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
-    """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample) so the model answers each
-    query N times with different seeds; `userturn rerank` groups them back by query_id."""
+    """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample), each answered by the model with its
+    own seed; `userturn rerank` groups them back by query_id."""
     if n == 1:
         return items
     out = []
@@ -332,8 +277,7 @@ def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[D
 
 
 def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
-    """Keep the resolved experiment next to its results (provenance of the run); written whole or not at all, since
-    the shards of a run (`run --workers`) write it at the same time."""
+    """The resolved experiment beside its results (`experiment.json`), written atomically: shards write it at once."""
     import os
     import tempfile
 
@@ -347,18 +291,16 @@ def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
 
 
 def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> TargetSource:
-    """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the
-    experiment's)."""
+    """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the file's)."""
     return TargetSource(
-        manifest=resolve(base, entry.manifest), base_urls=[entry.base_url] if entry.base_url else None,
-        model=entry.model, api_key_env=entry.api_key_env,
+        manifest=None if entry.manifest is None else resolve(base, entry.manifest),
+        base_urls=[entry.base_url] if entry.base_url else None, model=entry.model, api_key_env=entry.api_key_env,
         launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
     )
 
 
 def judge_panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:
-    """The judge panel for one served model; `model: self` entries point at that model's own endpoint. Judges use
-    the model's resolved request timeout and retries."""
+    """The judge panel for one served model (`model: self` on its endpoint), with its request timeout and retries."""
     if not exp.judges:
         return None
     models = [j for j in exp.judges if j.model != "rules"]  # a judge panel runs the rules first anyway

@@ -1,6 +1,5 @@
-"""Running an experiment's grid: every model (launched or reached) probed on every dataset x mode into one results
-file, one model at a time or with up to K models' servers launching at once (`run --parallel-models`), and
-`run --keep-going` (a failing model is recorded, the others go on)."""
+"""Running an experiment's grid: every model probed on every dataset x mode into one results file, one model at a
+time or with up to K servers launching at once (`run --parallel-models`)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from userturn.core.shards import Shard, check_split, sharded_path
 from userturn.orchestrate.experiment import (
     RESUME_HINT,
     Experiment,
-    ModelEntry,
     assistant_source,
     expand_assistant_samples,
     judge_panel,
@@ -29,31 +27,12 @@ from userturn.orchestrate.experiment import (
 from userturn.orchestrate.run_builder import ProbeOptions
 
 
-@dataclass
-class ModelFailures:
-    """`run --keep-going`: the models that failed (unreachable, not served, failed to start), one line each, while
-    the grid went on with the others."""
-
-    lines: list[str]
-
-    def keep(self, exc: UserError) -> None:
-        """Record a model's failure, or raise `exc` again when it is not one model's (the results file's)."""
-        from userturn.core.results_lock import ResultsLocked, ResultsWriteError
-
-        if isinstance(exc, ResultsWriteError | ResultsLocked):
-            raise exc
-        self.lines.append(str(exc))
-
-
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True, rejudge: bool = False, launcher: str | None = None,
-                         parallel_models: int = 1, failures: ModelFailures | None = None,
+                         parallel_models: int = 1, failures: list[str] | None = None,
                          shard: Shard | None = None) -> tuple[Path, list[Any]]:
-    """Run the whole grid into `<out_dir>/<name>/results.jsonl` (with `shard`, that shard's items into its own
-    file beside it: `userturn.core.shards`); returns (results path, run summaries).
-    `parallel_models` > 1 keeps that many models' servers launching (queued, starting) or serving at once, and
-    probes them one at a time as they become ready (see `_models_ahead`). With `failures` (`--keep-going`), a model
-    that fails (a UserError naming its entry) is recorded there and the grid goes on with the next one."""
+    """Run the grid into `<out_dir>/<name>/results.jsonl` (a `shard`'s items into its own file beside it) -> (results
+    path, run summaries). With `failures` (`--keep-going`), a failing model is recorded there and the grid goes on."""
     from userturn.client.probe import scoring
     from userturn.orchestrate.run_builder import open_target
 
@@ -79,21 +58,15 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         return results, summaries
     for index, entry in enumerate(exp.models):
         layers = [entry.layer(), exp.layer()]
-        try:
-            with naming_entry(source, index, entry), \
-                    open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
-                summaries += await grid.probe_model(target, options)
-        except UserError as exc:
-            if failures is None:
-                raise
-            failures.keep(exc)
+        with naming_entry(source, index, entry, failures), \
+                open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
+            summaries += await grid.probe_model(target, options)
     return results, summaries
 
 
 @dataclass(frozen=True)
 class _Dataset:
-    """One dataset of the grid: its recorded name, the items this run probes (a shard's, or all selected), every
-    item when `swap` is planned (its partners), and where the assistant turns come from."""
+    """One dataset of the grid: recorded name, items probed, every item when `swap` is planned, assistant source."""
 
     name: str
     items: Sequence[DatasetItem]
@@ -117,7 +90,6 @@ class _Grid:
         from userturn.orchestrate.run_builder import TargetSession
 
         exp, results = self.exp, self.results
-        summaries: list[Any] = []
         panel = judge_panel(exp, target.model, target.base_urls[0], options, self.rejudge)
         try:
             if panel is not None:
@@ -141,16 +113,14 @@ class _Grid:
                 existing = scan_results(results)
                 for run in runs:  # every run of this model is checked before any of them writes
                     run.check_resume(existing)
-                for run in runs:
-                    summaries.append(await run.run())
+                return [await run.run() for run in runs]
         finally:
             if panel is not None:
                 await panel.aclose()
-        return summaries
 
 
 async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str | None, window: int, grid: _Grid,
-                        summaries: list[Any], failures: ModelFailures | None = None) -> None:
+                        summaries: list[Any], failures: list[str] | None = None) -> None:
     """Up to `window` models' targets entered at once, each in a thread of its own (a launch blocks while its job is
     queued and its server starts); the ready ones are probed one at a time in the order they became ready, so the
     results file keeps one writer, and each is stopped (its job cancelled) before the next model is launched. On an
@@ -170,9 +140,12 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
     ready: list[tuple[int, Any, Any]] = []  # (model index, context, (target, options)), in the order they came
     upcoming = iter(enumerate(exp.models))
 
-    def start(index: int, entry: ModelEntry) -> None:
-        cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
-        entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)
+    def start_next() -> None:
+        """Enter the next model's target in a thread of the pool, if a model is left."""
+        if (nxt := next(upcoming, None)) is not None:
+            index, entry = nxt
+            cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
+            entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)
 
     async def leave(cm: Any) -> None:
         """Stop the model's servers (cancel its job) in a thread: that waits for the processes or for SLURM."""
@@ -185,39 +158,25 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
             {f for f in entering if f.done()}, None)
         for future in sorted(done, key=lambda f: entering[f][0]):
             index, cm = entering.pop(future)
-            try:
-                try:
-                    ready.append((index, cm, future.result()))
-                except UserError as exc:
-                    with naming_entry(source, index, exp.models[index]):
-                        raise exc from None
-            except UserError as exc:
-                if failures is None:
-                    raise
-                failures.keep(exc)  # this launch failed: the others go on
-                if (nxt := next(upcoming, None)) is not None:
-                    start(*nxt)
+            with naming_entry(source, index, exp.models[index], failures):
+                ready.append((index, cm, future.result()))
+                continue
+            start_next()  # this launch failed (`--keep-going`): the others go on
 
     try:
         for _ in range(window):
-            if (nxt := next(upcoming, None)) is not None:
-                start(*nxt)
+            start_next()
         while entering or ready:
             await take_ready(wait=not ready)
             if not ready:
                 continue  # every launch that finished failed (`--keep-going`)
             index, cm, (target, options) = ready.pop(0)
             try:
-                with naming_entry(source, index, exp.models[index]):
+                with naming_entry(source, index, exp.models[index], failures):
                     summaries += await grid.probe_model(target, options)
-            except UserError as exc:
-                if failures is None:
-                    raise
-                failures.keep(exc)
             finally:
                 await leave(cm)
-            if (nxt := next(upcoming, None)) is not None:
-                start(*nxt)
+            start_next()
             await take_ready(wait=False)
     except BaseException:
         ABORT.set()  # launches still waiting for their servers give up within a second

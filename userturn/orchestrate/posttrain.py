@@ -1,20 +1,8 @@
-"""Post-training experiments: probe the base model -> judge -> export -> train -> probe the trained model on held-out
-items -> report base vs trained, with the paired difference (trained - base) and its item-clustered interval.
-
-One YAML file (`experiments/posttrain.yaml`) describes it; `userturn posttrain FILE` runs it into
-`<out_dir>/<name>/`:
-
-| path | stage |
-| --- | --- |
-| `split.json`, `train-items.jsonl`, `held-out.jsonl` | the dataset split by a seeded hash of the item ids |
-| `base-train/results.jsonl` | the base model probed (and judged inline) on the training items |
-| `train.jsonl` | `export` rows of the training items (`sft-human`, `sft`, `preference`) |
-| `model/` | `userturn train` output: merged model, `training.json`, `manifest.yaml` |
-| `base-held-out/`, `trained-held-out/results.jsonl` | both models probed with the same settings on the held-out items |
-| `report.json`, `stages.json` | the comparison, and the seconds each stage took |
-
-Every stage resumes: probes skip records already written, training is kept when `model/` holds the same training
-(base, data hash and settings), so a rerun only does what is missing.
+"""Post-training experiments (`userturn posttrain FILE`, e.g. `experiments/posttrain.yaml`): split the dataset by
+a seeded hash of the item ids, probe and judge the base model on the training items (`base-train/`), export training
+rows (`train.jsonl`), train (`model/`), probe both models on the held-out items (`base-held-out/`,
+`trained-held-out/`), and write base vs trained with the paired difference and its item-clustered interval
+(`report.json`; seconds per stage in `stages.json`). Every stage resumes: a rerun only does what is missing.
 """
 
 from __future__ import annotations
@@ -44,16 +32,14 @@ ExportFormat = Literal["sft-human", "sft", "preference"]
 log = logging.getLogger("userturn")
 
 
-# A post-training run probes a small model on the CPU: sampled (T=1, 4 samples per held-out item), in short user turns
-# (48 tokens), two requests at a time with a patient timeout. These sit under the file's own options and above the
-# base manifest's (`probe_options`).
+# A small model on the CPU: sampled, short user turns, two requests at a time with a patient timeout. Under the file's
+# own options, above the base manifest's (`probe_options`).
 POSTTRAIN_LAYER = Options(temperatures=[1.0], samples=4, max_tokens=48, concurrency=2, request_timeout=600.0)
 
 
 class PostTrainExperiment(Options):
-    """A post-training experiment file. Unknown keys are errors; paths are relative to the file. Its options
-    (`userturn.core.options.Options`: temperatures, samples per held-out item, max_tokens, top_p, seed, concurrency,
-    ...) sit above `POSTTRAIN_LAYER`, then the base manifest's, then the defaults."""
+    """A post-training experiment file; unknown keys are errors, paths are relative to the file. Its options sit
+    above `POSTTRAIN_LAYER`, then the base manifest's, then the defaults."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="run directory name")
     description: str | None = None
@@ -89,8 +75,7 @@ class PostTrainExperiment(Options):
 
 
 def load_posttrain(path: str | Path) -> tuple[PostTrainExperiment, Path]:
-    """Parse and validate a post-training experiment file, or a shipped one by name (`posttrain`) -> (experiment,
-    its path). Errors name the file and key."""
+    """A post-training file or shipped name (`posttrain`) -> (experiment, its path); errors name the file and key."""
     path = resolve_named(path, "experiments")
     data = read_yaml_mapping(path, "experiment file", "settings")
     try:
@@ -102,14 +87,9 @@ def load_posttrain(path: str | Path) -> tuple[PostTrainExperiment, Path]:
         raise UserError(f"{path}: {loc + ': ' if loc else ''}{msg}") from None
 
 
-# ----- the split -------------------------------------------------------------------------------------------------
-
-
 def split_items(items: Sequence[Any], held_out: int, seed: int) -> tuple[list[Any], list[Any]]:
-    """(training items, held-out items): the `held_out` items first in the order of blake2b(seed, id).
-
-    Depends only on the ids and the seed, never on the items' order or on `limit`'s neighbours.
-    """
+    """(training items, held-out items): the `held_out` items first in the order of blake2b(seed, id), so the split
+    depends only on the ids and the seed."""
     if held_out >= len(items):
         raise UserError(f"held_out ({held_out}) must leave training items: the dataset selection has {len(items)}")
 
@@ -123,9 +103,6 @@ def split_items(items: Sequence[Any], held_out: int, seed: int) -> tuple[list[An
 def _write_items(path: Path, items: Iterable[Any]) -> None:
     path.write_bytes(b"".join(orjson.dumps(item.model_dump(mode="json", exclude_none=True)) + b"\n"
                               for item in items))
-
-
-# ----- the comparison --------------------------------------------------------------------------------------------
 
 
 class Metric(BaseModel):
@@ -177,10 +154,9 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
     out = []
     for t in temperatures:
         for metric in METRICS:
-            tb, tt = _tallies(base, t, metric), _tallies(trained, t, metric)
-            rb = clustered_rate([v[0] for v in tb.values()], [v[1] for v in tb.values()])
-            rt = clustered_rate([v[0] for v in tt.values()], [v[1] for v in tt.values()])
-            diff = paired_difference(ItemTallies.from_mapping(tt), ItemTallies.from_mapping(tb))
+            tb, tt = (ItemTallies.from_mapping(_tallies(records, t, metric)) for records in (base, trained))
+            rb, rt = (clustered_rate(x.followups, x.labelled) for x in (tb, tt))
+            diff = paired_difference(tt, tb)
             note = None
             if metric == GENUINE and not any(r.label == GENUINE for r in [*base, *trained]) \
                     and all(r.label_source in (None, "rule") for r in [*base, *trained]):
@@ -192,16 +168,12 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
     return out
 
 
-# ----- the run ---------------------------------------------------------------------------------------------------
-
-
 class Stages:
     """Seconds per stage, written to stages.json after each stage."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.seconds: dict[str, float] = {}
-        self.notes: dict[str, str] = {}
 
     def run(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.monotonic()
@@ -209,8 +181,7 @@ class Stages:
         result = fn(*args, **kwargs)
         self.seconds[name] = round(time.monotonic() - started, 1)
         log.info("posttrain: %s done in %.1fs", name, self.seconds[name])
-        self.path.write_text(json.dumps({"seconds": self.seconds, "notes": self.notes}, indent=2) + "\n",
-                             encoding="utf-8")
+        self.path.write_text(json.dumps({"seconds": self.seconds}, indent=2) + "\n", encoding="utf-8")
         return result
 
 

@@ -1,15 +1,7 @@
-"""One typed path to a probe run. `probe`, `probe --manifest` and `run` all come through here:
-
-1. every source of settings is an `Options` layer (`userturn/core/options.py`: the CLI flags, an experiment's model
-   entry, the experiment, a post-training file, a manifest's `probe:` section); unset values are None;
-2. `open_target` launches the manifest's server if there is one (or takes `--base-url`/`base_url`) and resolves the
-   layers, highest first, into a `ProbeTarget` (where to send, how to render) and `ProbeOptions` (how to sample, how
-   hard to push): CLI flag > experiment model entry > experiment > manifest > default (`userturn/core/defaults.py`);
-   warnings (k greedy samples, a tokenizer of other weights) go to the `userturn` logger, which the CLI prints;
-3. a `TargetSession` holds the endpoints (the aiohttp backend, with the rate limits) and the prompt renderer of one
-   target, and `TargetSession.probe_run` builds every `ProbeRun` (its `ProbeSettings`) the same way.
-
-So the same manifest and settings send the same request bodies whichever command asked (tests/test_run_builder.py).
+"""One typed path to a probe run, shared by `probe`, `probe --manifest` and `run`: every source of settings is an
+`Options` layer (flags > experiment model entry > experiment > manifest > default); `open_target` launches the
+manifest's server if any and resolves the layers into a `ProbeTarget` and `ProbeOptions`; a `TargetSession` holds a
+target's endpoints and renderer and builds each `ProbeRun`. Warnings go to the `userturn` logger.
 """
 
 from __future__ import annotations
@@ -38,13 +30,9 @@ Mode = Literal["raw", "chat"]
 log = logging.getLogger("userturn")
 
 
-TARGET_FIELDS = ("tokenizer", "chat_template", "renderer")
-
-
 @dataclass(frozen=True, kw_only=True)
 class ProbeTarget:
-    """Where requests go and how their prompts are rendered, resolved. `stop`, `stop_token_ids` and `extra_body`
-    come from the manifest (added to the template's stops, merged into every request)."""
+    """Where requests go and how their prompts are rendered (stops and `extra_body` from the manifest)."""
 
     base_urls: list[str]
     model: str
@@ -55,13 +43,10 @@ class ProbeTarget:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     extra_body: dict[str, Any] = field(default_factory=dict)
-    manifest: str | None = None  # the manifest the target was launched from
-    launcher: Launcher | None = None
 
 
 class TargetSource(NamedTuple):
-    """What names the target: a manifest (launched for the run), or base URLs and a model name. A manifest may
-    still be given base URLs or a model name: they win over the launched server's."""
+    """A manifest (launched for the run), or base URLs and a model name (given with a manifest, they win)."""
 
     manifest: str | None = None
     base_urls: Sequence[str] | None = None
@@ -71,10 +56,10 @@ class TargetSource(NamedTuple):
 
 
 def resolve(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
-    """(target fields, options) from `layers`, highest precedence first (`userturn.core.options.resolve`); the target
-    fields are the rendering options that are set."""
+    """(the rendering options set, all options) from `layers`, highest precedence first."""
     options = resolve_options(layers)
-    return {name: getattr(options, name) for name in TARGET_FIELDS if name in options.model_fields_set}, options
+    fields = ("tokenizer", "chat_template", "renderer")
+    return {name: getattr(options, name) for name in fields if name in options.model_fields_set}, options
 
 
 def greedy_samples_warning(options: ProbeOptions) -> str | None:
@@ -94,8 +79,7 @@ def warn_greedy_samples(options: ProbeOptions) -> None:
 
 
 def manifest_layer(manifest: Manifest) -> Options:
-    """A manifest's `probe:` section as a layer: its paths relative to the manifest (a GGUF model is its own
-    tokenizer)."""
+    """A manifest's `probe:` section as a layer, its paths resolved (a GGUF model is its own tokenizer)."""
     from userturn.core.packaged import is_gguf
 
     probe = manifest.probe
@@ -118,8 +102,6 @@ def preview(source: TargetSource, layers: Sequence[Options]) -> tuple[dict[str, 
 def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tuple[ProbeTarget, ProbeOptions]]:
     """Resolve the target and options; with a manifest, its server runs (and is stopped) around the block."""
     if source.manifest is None:
-        if source.launcher:
-            raise UserError("--launcher goes with --manifest")
         if not source.base_urls:
             raise UserError("--base-url or --manifest is required")
         if not source.model:
@@ -135,14 +117,13 @@ def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tup
     manifest = load_manifest(source.manifest)
     fields, options = resolve([*layers, manifest_layer(manifest)])
     warn_greedy_samples(options)
-    launcher = source.launcher or "local"
-    with launch(manifest, launcher=launcher) as server:
+    with launch(manifest, launcher=source.launcher or "local") as server:
         probe = manifest.probe
         yield ProbeTarget(
             base_urls=list(source.base_urls or server.base_urls), model=source.model or server.model_name,
             api_key_env=server.api_key_env or source.api_key_env or defaults.API_KEY_ENV,
             stop=list(probe.stop), stop_token_ids=list(probe.stop_token_ids), extra_body=dict(probe.extra_body),
-            manifest=str(source.manifest), launcher=launcher, **fields), options
+            **fields), options
 
 
 def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:
@@ -157,18 +138,8 @@ def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:
                                template_kwargs=dict(options.chat_template_kwargs) or None, harmony=harmony)
 
 
-def pipeline_hooks() -> dict[str, Any]:
-    """Perturbations, task scoring and the chat-mode role flip."""
-    from userturn.client.probe.perturb import perturb
-    from userturn.client.probe.scoring import score
-    from userturn.client.render.chat_mode import role_flip_messages
-
-    return {"perturb": perturb, "scorer": score, "role_flip": role_flip_messages}
-
-
 class TargetSession:
-    """The endpoints and renderer of one target, shared by every run built on it (`async with`, then
-    `probe_run`)."""
+    """The endpoints and renderer of one target, shared by every run built on it (`async with`, `probe_run`)."""
 
     def __init__(self, target: ProbeTarget, options: ProbeOptions) -> None:
         from userturn.client.http.endpoint import Endpoint, EndpointConfig
@@ -191,8 +162,8 @@ class TargetSession:
         return self._renderer
 
     async def check(self) -> None:
-        """Every endpoint answers (EndpointError otherwise) and serves the model (UserError otherwise), before
-        anything is generated; a served model loaded from other weights than the tokenizer's is warned about."""
+        """Every endpoint answers and serves the model (else an error) before anything is generated; warns when
+        the served weights are not the tokenizer's."""
         from userturn.client.http.endpoint import root_mismatch
 
         for endpoint in self.endpoints:
@@ -200,15 +171,12 @@ class TargetSession:
             if warning:
                 log.warning("userturn: warning: %s", warning)
 
-    async def aclose(self) -> None:
-        for endpoint in self.endpoints:
-            await endpoint.aclose()
-
     async def __aenter__(self) -> TargetSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        for endpoint in self.endpoints:
+            await endpoint.aclose()
 
     def settings(self, *, dataset: str, mode: Mode, perturbations: Sequence[str],
                  assistant_from: Literal["dataset", "model"]) -> ProbeSettings:
@@ -226,29 +194,32 @@ class TargetSession:
                   assistant_from: Literal["dataset", "model"], out_path: str, judge: JudgeHook | None = None,
                   progress: bool = True, progress_title: str | None = None,
                   swap_pool: Sequence[DatasetItem] | None = None, resume_hint: str | None = None) -> ProbeRun:
-        """One `ProbeRun` of `items` on this target."""
+        """One `ProbeRun` of `items` on this target, with perturbations, task scoring and the chat-mode role flip."""
+        from userturn.client.probe.perturb import perturb
         from userturn.client.probe.pipeline import ProbeRun
+        from userturn.client.probe.scoring import score
+        from userturn.client.render.chat_mode import role_flip_messages
 
         extra: dict[str, Any] = {"resume_hint": resume_hint} if resume_hint else {}
         return ProbeRun(items, self.settings(dataset=dataset, mode=mode, perturbations=perturbations,
                                              assistant_from=assistant_from),
                         endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
                         out_path=out_path, judge=judge, progress=progress, progress_title=progress_title,
-                        swap_pool=swap_pool,
-                        **pipeline_hooks(), **extra)
+                        swap_pool=swap_pool, perturb=perturb, scorer=score, role_flip=role_flip_messages,
+                        **extra)
 
 
 def assistant_source(items: Sequence[DatasetItem], choice: Literal["dataset", "model", "auto"] | None,
                      ) -> Literal["dataset", "model"]:
     """Where the assistant turn comes from: as chosen, or (auto/None) the dataset when every item ends with one."""
-    if choice == "dataset" and getattr(items, "all_end_with_assistant", None) is not True:
+    ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
+    if choice == "dataset" and ended is not True:
         open_item = next((i for i in items if not i.ends_with_assistant), None)
         if open_item is not None:  # no assistant turn to probe after: refused before anything launches
             raise UserError(f"assistant turn from the dataset, but item {open_item.id!r} ends with a user turn "
                             "(use --assistant-from model / assistant_from: model to have the model answer)")
     if choice in ("dataset", "model"):
         return choice
-    ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
     if ended is None:
         ended = all(i.ends_with_assistant for i in items)
     return "dataset" if ended else "model"

@@ -1,10 +1,6 @@
-"""`userturn run EXPERIMENT --workers N`: the N shards of a run (`userturn.core.shards`) as N local processes of the
-same CLI, each `run EXPERIMENT --shard I/N` writing its own results file.
-
-The processes are started with asyncio's subprocess support (no fork inside the event loop); their output lines are
-passed on prefixed with their shard, and their exit codes are waited for. One failing shard does not stop the
-others: every shard keeps the records it completed, and rerunning the same command resumes each from its own file.
-On Ctrl-C or SIGTERM every shard still running is terminated (then killed after a grace period).
+"""`userturn run EXPERIMENT --workers N`: the N shards of a run as N local `run --shard I/N` processes (asyncio
+subprocesses), their output lines passed on prefixed with their shard. A failing shard does not stop the others; on
+Ctrl-C or SIGTERM every shard still running is terminated, then killed after a grace period.
 """
 
 from __future__ import annotations
@@ -25,8 +21,6 @@ GRACE_S = 10.0  # how long a terminated shard gets to stop before it is killed
 
 @dataclass(frozen=True)
 class Worker:
-    """One shard's process: its shard and its command line."""
-
     shard: Shard
     argv: list[str]
 
@@ -92,5 +86,3 @@ async def run_workers(workers: Sequence[Worker], *, stdout: TextIO | None = None
         await asyncio.shield(_stop(started))
         raise
 
-
-__all__ = ["Worker", "WorkerExit", "run_workers"]

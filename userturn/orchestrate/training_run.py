@@ -1,11 +1,7 @@
-"""What `userturn train` does (its parser and its settings from the command line are in `userturn.cli.train`): the base
-model's source and renderer, the held-out check, and the run that writes `DIR`.
-
-`DIR` gets the merged model (transformers checkpoint + tokenizer), `training.json` (settings, data hash, base model,
-losses, timings, library versions) and `manifest.yaml`: the base manifest with the model swapped for `DIR`, a
-distinct served model name, and `probe.record_meta.trained` (the provenance), which the probe copies into the meta
-of every record it writes for this model. `userturn probe --manifest DIR/manifest.yaml` and experiment files use it
-as they use any manifest.
+"""What `userturn train` does (its flags are in `userturn.cli.train`): check, render and train, then write `DIR`:
+the merged model, `training.json` (settings, data hash, base, losses, timings, versions) and `manifest.yaml` (the base
+manifest serving `DIR` under a distinct name, with `probe.record_meta.trained`, which the probe copies into every
+record's meta).
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from userturn.client.train.data import DataFile, EvalSet, RenderStats
+from userturn.client.train.data import DataFile, EvalSet
 from userturn.client.train.trainer import BaseModelSource, TrainResult, TrainSettings
 from userturn.core.errors import UserError
 from userturn.serve.manifest import Manifest, load_manifest
@@ -30,10 +26,6 @@ from userturn.serve.manifest import Manifest, load_manifest
 TRAINABLE_ENGINES = ("transformers", "sglang")  # engines that serve a transformers checkpoint directory
 TRAINING_FILE = "training.json"
 MANIFEST_FILE = "manifest.yaml"
-
-
-
-# ----- the base model ------------------------------------------------------------------------------------------
 
 
 def base_source(manifest: Manifest) -> BaseModelSource:
@@ -70,9 +62,6 @@ def probe_renderer(manifest: Manifest) -> Any:
                          options)
 
 
-# ----- the run ---------------------------------------------------------------------------------------------------
-
-
 class TrainOutcome(BaseModel):
     out: Path
     model_name: str
@@ -88,16 +77,6 @@ class TrainOutcome(BaseModel):
         return (f"userturn: {verb} {self.model_name}: {r.steps} steps ({loss}{rate}, {r.device}) on "
                 f"{self.data['examples']} examples; model and manifest in {self.out} "
                 f"(probe it: userturn probe --manifest {self.out / MANIFEST_FILE} ...)")
-
-
-def load_eval_sets(specs: list[str]) -> list[EvalSet]:
-    from userturn.client.data.loaders import load_items
-
-    sets = []
-    for spec in specs:
-        name, items, _ = load_items(spec, limit=None, shuffle_seed=None)
-        sets.append(EvalSet.from_items(name if name == spec else f"{name} ({spec})", items))
-    return sets
 
 
 def train_tag(base: Manifest, data_sha256: str, settings: TrainSettings) -> str:
@@ -118,10 +97,8 @@ def _versions() -> dict[str, str]:
 
 
 def trained_manifest(base: Manifest, provenance: dict[str, Any], model_name: str, label: str) -> dict[str, Any]:
-    """The base manifest serving `./` (the output directory) under `model_name`, with the provenance to record.
-
-    Paths the base wrote relative to its own folder are made absolute (the new file lives elsewhere).
-    """
+    """The base manifest serving `./` (the output directory) under `model_name`, with the provenance to record;
+    paths relative to the base's folder made absolute."""
     data = base.model_dump(mode="json", exclude_unset=True)
     for key in ("revision", "tokenizer", "load_format"):
         data.pop(key, None)
@@ -156,6 +133,7 @@ def run_train(manifest_path: Path, data_path: Path, settings: TrainSettings, out
               reuse: bool = False) -> TrainOutcome:
     """Check, render, train, and write `out` (model, training.json, manifest.yaml). `reuse`: an `out` that already
     holds the same training is kept (posttrain resumes); otherwise `out` must not exist or be empty."""
+    from userturn.client.data.loaders import load_items
     from userturn.client.train.data import dpo_examples, overlapping_row, read_rows, sft_examples
     from userturn.client.train.progress import RichProgress
     from userturn.client.train.trainer import encoder, load_tokenizer, require_train_extra, train
@@ -164,7 +142,10 @@ def run_train(manifest_path: Path, data_path: Path, settings: TrainSettings, out
     base = load_manifest(manifest_path)
     source = base_source(base)
     data: DataFile = read_rows(data_path, settings.method)
-    sets = list(eval_sets or []) + load_eval_sets(list(eval_specs or []))
+    sets = list(eval_sets or [])
+    for spec in eval_specs or []:
+        name, items, _ = load_items(spec, limit=None, shuffle_seed=None)
+        sets.append(EvalSet.from_items(name if name == spec else f"{name} ({spec})", items))
     if (reason := overlapping_row(data, sets)) is not None:
         raise UserError(reason)
     tag = train_tag(base, data.sha256, settings)
@@ -178,12 +159,8 @@ def run_train(manifest_path: Path, data_path: Path, settings: TrainSettings, out
     renderer = probe_renderer(base)
     tokenizer = load_tokenizer(source)
     encode = encoder(tokenizer)
-    stats: RenderStats
-    examples: list[Any]
-    if settings.method == "sft":
-        examples, stats = sft_examples(data.rows, renderer, encode, settings.max_length)  # type: ignore[arg-type]
-    else:
-        examples, stats = dpo_examples(data.rows, renderer, encode, settings.max_length)  # type: ignore[arg-type]
+    build = sft_examples if settings.method == "sft" else dpo_examples
+    examples, stats = build(data.rows, renderer, encode, settings.max_length)  # type: ignore[arg-type]
     if not examples:
         raise UserError(f"{data_path}: every row is longer than --max-length {settings.max_length} in its user "
                         "turn alone; nothing to train on")
