@@ -90,7 +90,6 @@ class Report:
     agreements: list[PanelAgreement]
     records: int
     keep: np.ndarray
-    tallies: dict[int, ItemTallies]  # per final row index (same order as `groups`): item-level counts
     superseded: int = 0  # record lines replaced by a later line of the same key and configuration (not counted)
 
 
@@ -208,8 +207,7 @@ def build_report(scan: Scan) -> Report:
     """Rows, intervals, paired deltas and agreement from one scan (last line per key counts)."""
     keep = scan.keep_mask()
     row_list, outcome_list, configs = list(scan.rows), list(scan.outcomes), scan.configs
-    tokens = scan.kept_tokens(keep)
-    rows_raw, items, codes = scan.kept_columns(keep)
+    rows_raw, items, codes, tokens = scan.kept_columns(keep)
     rows = _merge_panels(scan, np.unique(rows_raw))[rows_raw].astype(np.int32)
     del rows_raw
     n_rows, n_out = len(row_list), max(1, len(outcome_list))
@@ -274,8 +272,7 @@ def build_report(scan: Scan) -> Report:
         ))
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
-                  keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)},
-                  superseded=int(len(keep) - keep.sum()))
+                  keep=keep, superseded=int(len(keep) - keep.sum()))
 
 
 def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[ItemTallies],

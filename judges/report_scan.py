@@ -162,21 +162,13 @@ class Scan:
         self.configs.setdefault(config.fingerprint, config.config)
         return True
 
-    def add_line(self, d: Any) -> str | None:
-        """Check and count one parsed line (a record, or a configuration line); returns the problem
-        (`field: message`) instead when it is neither."""
-        taken = self.add_config(d)
-        if taken is not False:
-            return taken if isinstance(taken, str) else None
-        known = self.classify(d)
-        if isinstance(known, str):
-            return known
+    def append(self, d: dict, known: tuple[int, int]) -> None:
+        """Count one record line: `known` is its (row index, outcome index) from `classify`."""
         self.key_hash.append(hash((d["key"], d.get("config_fingerprint"))))
         self.row.append(known[0])
         self.item_hash.append(hash(d["item_id"]))
         self.outcome.append(known[1])
         self.tokens.extend(_usage(d))
-        return None
 
     def classify(self, d: Any) -> tuple[int, int] | str:
         """(row index, outcome index) of one parsed line, or the problem (`field: message`) when it is no record.
@@ -201,12 +193,7 @@ class Scan:
 
     def add(self, d: dict) -> None:
         """Count one checked record dict."""
-        r, o = self._intern(d)
-        self.key_hash.append(hash((d["key"], d.get("config_fingerprint"))))
-        self.row.append(r)
-        self.item_hash.append(hash(d["item_id"]))
-        self.outcome.append(o)
-        self.tokens.extend(_usage(d))
+        self.append(d, self._intern(d))
 
     def _intern(self, d: dict) -> tuple[int, int]:
         row, outcome = row_and_outcome(d)
@@ -218,23 +205,18 @@ class Scan:
     def __len__(self) -> int:
         return len(self.row)
 
-    def kept_tokens(self, keep: np.ndarray) -> np.ndarray:
-        """(prompt, completion) tokens of the lines that count, shape (lines, 2); call before `kept_columns`."""
-        if not len(self.tokens):
-            return np.zeros((0, 2), np.int64)
-        return np.frombuffer(self.tokens, dtype=np.int64).reshape(-1, 2)[keep]
-
-    def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row, item hash, outcome code) of the lines that count, as arrays; the per-line columns are then
-        released (they are the largest thing the report holds)."""
+    def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(row, item hash, outcome code, (prompt, completion) tokens) of the lines that count, as arrays; the
+        per-line columns are then released (they are the largest thing the report holds)."""
         if not len(self.row):
-            return np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32)
+            return np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32), np.zeros((0, 2), np.int64)
         rows = np.frombuffer(self.row, dtype=np.int32)[keep]
         items = np.frombuffer(self.item_hash, dtype=np.int64)[keep]
         codes = np.frombuffer(self.outcome, dtype=np.int32)[keep]
+        tokens = np.frombuffer(self.tokens, dtype=np.int64).reshape(-1, 2)[keep]
         self.key_hash, self.row, self.item_hash, self.outcome = array("q"), array("i"), array("q"), array("i")
         self.tokens = array("q")
-        return rows, items, codes
+        return rows, items, codes, tokens
 
     def keep_mask(self) -> np.ndarray:
         """Boolean per line: True for the last line of its key and configuration (the record that counts)."""
@@ -248,25 +230,34 @@ class Scan:
         return keep
 
 
-def iter_checked(paths: str | Path | Sequence[str | Path]) -> Iterator[tuple[Path, int, dict, bytes]]:
-    """(file, line number, record dict, raw line) for each record line, exactly the lines `scan_files` counts (in
-    the same order); configuration lines and a torn final line are skipped, any other malformed line is a UserError
+def _checked(paths: str | Path | Sequence[str | Path], scan: Scan) -> Iterator[tuple[Path, int, dict, bytes,
+                                                                                 tuple[int, int]]]:
+    """(file, line number, record dict, raw line, (row, outcome) in `scan`) for each record line of the files read
+    as one; configuration lines go to `scan`, a torn final line is skipped, any other malformed line is a UserError
     naming file:line."""
-    checker = Scan()
     for path in as_paths(paths):
-        for number, raw, complete in iter_lines(path):
-            try:
-                d = orjson.loads(raw)
-                taken = checker.add_config(d)
-                problem = taken if taken is not False else checker.classify(d)
-                if taken is True:
-                    continue
-            except orjson.JSONDecodeError as exc:
-                problem = f"invalid JSON: {str(exc).splitlines()[0]}"
-            if not isinstance(problem, str):
-                yield path, number, d, raw
-            elif complete:
-                raise UserError(f"{path}:{number}: not a userturn record ({problem})")
+        try:
+            for number, raw, complete in iter_lines(path):
+                try:
+                    d = orjson.loads(raw)
+                    taken = scan.add_config(d)
+                    if taken is True:
+                        continue
+                    known = taken if taken is not False else scan.classify(d)
+                except orjson.JSONDecodeError as exc:
+                    known = f"invalid JSON: {str(exc).splitlines()[0]}"
+                if not isinstance(known, str):
+                    yield path, number, d, raw, known
+                elif complete:
+                    raise UserError(f"{path}:{number}: not a userturn record ({known})")
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def iter_checked(paths: str | Path | Sequence[str | Path]) -> Iterator[tuple[Path, int, dict, bytes]]:
+    """(file, line number, record dict, raw line) for each record line, exactly the lines `scan_files` counts."""
+    for path, number, d, raw, _ in _checked(paths, Scan()):
+        yield path, number, d, raw
 
 
 def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:
@@ -274,15 +265,6 @@ def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:
     last line of a key and configuration counts, in whichever file it is. Missing file or malformed line ->
     UserError naming file:line."""
     scan = Scan()
-    for path in as_paths(paths):
-        try:
-            for number, raw, complete in iter_lines(path):
-                try:
-                    problem = scan.add_line(orjson.loads(raw))
-                except orjson.JSONDecodeError as exc:
-                    problem = f"invalid JSON: {str(exc).splitlines()[0]}"
-                if problem is not None and complete:
-                    raise UserError(f"{path}:{number}: not a userturn record ({problem})")
-        except OSError as exc:
-            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    for _, _, d, _, known in _checked(paths, scan):
+        scan.append(d, known)
     return scan
