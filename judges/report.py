@@ -90,6 +90,7 @@ class Report:
     agreements: list[PanelAgreement]
     records: int
     keep: np.ndarray
+    tallies: dict[int, ItemTallies]  # per final row index (same order as `groups`): item-level counts
     superseded: int = 0  # record lines replaced by a later line of the same key and configuration (not counted)
 
 
@@ -272,7 +273,8 @@ def build_report(scan: Scan) -> Report:
         ))
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
-                  keep=keep, superseded=int(len(keep) - keep.sum()))
+                  keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)},
+                  superseded=int(len(keep) - keep.sum()))
 
 
 def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[ItemTallies],
