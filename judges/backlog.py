@@ -1,16 +1,13 @@
 """What a judge panel still has to do with a results file, read as a stream (never every record at once).
 
-`scan_judging` reads a results file line by line and keeps, per key (the last line of a key wins), only what
-resuming needs: the byte offset of records still to judge, a hash of the generated turn, and the line of any
-record labelled by another panel. Records are read back one at a time when they are judged (`JudgingScan.records`).
-
-Used by the inline judge on resume (`probe --judge-*`, `run` with `judges:`: `pending_judgements`) and by
-`userturn judge` for its output file.
+Per key (its last line wins) only what resuming needs is kept: the byte offset of a record still to judge, a hash
+of its generated turn, the line of a record another panel labelled. Used by the inline judge on resume
+(`JudgePanel.pending_judgements`) and by `userturn judge` for its output file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +21,6 @@ from userturn.core.jsonl import is_config_line
 from userturn.core.records import ProbeRecord
 
 Assess = Callable[[JudgingFacts], Assessment]
-INLINE_HINT = ("label them into another file with `userturn judge RESULTS.jsonl --out OTHER.jsonl ...`, or pass "
-               "--rejudge to label them again with this panel")
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
@@ -126,24 +121,4 @@ def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | Non
             scan.foreign[key] = (number, facts)
         elif keep_done:
             scan.done[key] = hash(obj.get("user_turn"))
-    return scan
-
-
-def assess_unlabelled(facts: JudgingFacts) -> Assessment:
-    """For a judge hook that is not a `JudgePanel`: every ok record without a label is judged again."""
-    if facts.status != "ok":
-        return "no_generation"
-    return "done" if facts.label is not None else "todo"
-
-
-def pending_judgements(path: str | Path, keys: Collection[str], hook: object) -> JudgingScan:
-    """The ok records among `keys` in a results file that the inline judge `hook` still has to label.
-
-    A `JudgePanel` decides by its identity (`JudgePanel.assess`) and refuses (UserError, exit 2) a file whose
-    records another panel labelled, unless its config has `rejudge`; any other hook re-judges unlabelled records.
-    """
-    assess: Assess = getattr(hook, "assess", None) or assess_unlabelled
-    scan = scan_judging(path, assess, keys=keys if isinstance(keys, set | frozenset) else set(keys))
-    describe = getattr(hook, "describe", None)
-    scan.refuse_mix(describe() if describe else "this judge", INLINE_HINT)
     return scan

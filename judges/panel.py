@@ -56,6 +56,8 @@ class PanelConfig(BaseModel):
 
 
 Assessment = Literal["no_generation", "done", "todo", "foreign"]
+INLINE_HINT = ("label them into another file with `userturn judge RESULTS.jsonl --out OTHER.jsonl ...`, or pass "
+               "--rejudge to label them again with this panel")
 
 
 def panel_id(judges: Sequence[str], prompt_sha256: str) -> str:
@@ -125,10 +127,12 @@ class JudgePanel:
 
     def pending_judgements(self, path: str | Path, keys: Collection[str]) -> JudgingScan:
         """The ok records among `keys` in the results file that this panel still has to label (the probe's inline
-        judging calls this on resume); refuses a file labelled by another panel unless `rejudge`."""
-        from userturn.judges.backlog import pending_judgements
+        judging calls this on resume); UserError (exit 2) for a file labelled by another panel unless `rejudge`."""
+        from userturn.judges.backlog import scan_judging
 
-        return pending_judgements(path, keys, self)
+        scan = scan_judging(path, self.assess, keys=keys if isinstance(keys, set | frozenset) else set(keys))
+        scan.refuse_mix(self.describe(), INLINE_HINT)
+        return scan
 
     def describe(self) -> str:
         """This panel in words, as `JudgingFacts.describe` words a recorded one."""
