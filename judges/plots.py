@@ -1,18 +1,7 @@
-"""Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG.
-
-One colour per model across all four figures (`model_colors`), models in order of size (`judges.model_size`, or
-`--model-order`); what the figures share is in `judges.plot_parts`:
-
-* `followup_vs_temperature`: genuine follow-up rate against temperature, one panel per dataset, unperturbed rows,
-  item-clustered 95% intervals; the models' points at one temperature are drawn side by side (dodged).
-* `accuracy_vs_followup`: task accuracy against follow-up rate at one temperature (`--plot-temperature`, default
-  the lowest present), 95% interval bars on both axes; points at the same place are drawn a few points apart.
-* `perturbation_effects`: each perturbation's paired difference to the unperturbed row (pp, paired 95% interval).
-* `label_mix`: label shares per model (unjudged and judge-failed turns included), a grid of up to three panels.
-
-A figure with nothing to show is not drawn (`skipped_figures` says why): the rate figures need rows labelled by a
-judge model (the rules alone never label a genuine follow-up). Axes follow the data; a model with several
-unperturbed configurations gets one series per configuration in its colour, told apart by line style and marker.
+"""Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG: `followup_vs_temperature`,
+`accuracy_vs_followup`, `perturbation_effects`, `label_mix` (see `TITLES`). One colour per model in every figure,
+models in order of size (`judges.model_size`, or `--model-order`); shared parts are in `judges.plot_parts`. A
+figure with nothing to show is not drawn (`skipped_figures` says why).
 """
 
 from __future__ import annotations
@@ -56,7 +45,7 @@ from userturn.core.errors import UserError
 from userturn.core.taxonomy import LABELS, SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
-TITLES = {  # what each figure shows: the HTML headings and the captions
+TITLES = {  # what each figure shows: the HTML report's captions
     "followup_vs_temperature": "Genuine follow-up rate against sampling temperature, per model (unperturbed)",
     "accuracy_vs_followup": "Task accuracy against genuine follow-up rate, per model, at one temperature",
     "perturbation_effects": "How much each perturbation of the assistant turn moves the follow-up rate",

@@ -1,11 +1,7 @@
-"""One streaming pass over results files for the report: compact per-line columns, never a record object per line.
-
-Each line is parsed with orjson and checked for the few fields the report reads. What is kept per line is four
-integers (a 64-bit hash of the key, the row, a 64-bit hash of the item id, an interned outcome code: 24 bytes);
-rows, outcomes and configurations are interned once. Configuration lines (`records.ConfigLine`) give the readable
-configuration of each fingerprint. Which line is the last for its key and configuration (the one that counts) is
-decided after the pass, so a re-judged record appended later replaces the earlier one (a superseded line, counted),
-while records of the same key made with two configurations (two files concatenated) both count, in separate rows.
+"""One streaming pass over results files for the report, never a record object per line: each line is parsed with
+orjson, checked for the few fields the report reads, and kept as four integers (key hash, interned row, item-id
+hash, interned outcome). After the pass the last line per key and configuration counts: a re-judged record
+appended later supersedes the earlier one; the same key under two configurations counts in two rows.
 """
 
 from __future__ import annotations
@@ -60,7 +56,7 @@ def base_name(model: str) -> str:
 
 
 def _problem(d: Any) -> str | None:
-    """The first reason `d` is not a record the report can count, as `field: message`; None when it is fine."""
+    """Why `d` is not a record the report can count, as `field: message`; None when it is one."""
     if not isinstance(d, dict):
         return "record: not a JSON object"
     for name in ("key", "model", "dataset", "item_id"):
@@ -128,8 +124,8 @@ def _usage(d: dict) -> tuple[int, int]:
 
 
 def _signature(d: dict) -> tuple:
-    """Everything `row_and_outcome` and `_problem` read except key, item id and config: lines with the same
-    signature have the same row and outcome. Raises (KeyError, TypeError, AttributeError) on odd shapes."""
+    """What `row_and_outcome` and `_problem` read, except key, item id and config (equal signatures: equal row and
+    outcome). Raises KeyError, TypeError or AttributeError on odd shapes."""
     correct = d.get("correct")
     return (line_group_values(d), d["temperature"].__class__, d.get("config_fingerprint"), d["status"],
             d.get("label"), d.get("label_source"), d.get("judge_status"), correct, correct.__class__,
@@ -171,9 +167,8 @@ class Scan:
         self.tokens.extend(_usage(d))
 
     def classify(self, d: Any) -> tuple[int, int] | str:
-        """(row index, outcome index) of one parsed line, or the problem (`field: message`) when it is no record.
-
-        Cached by `_signature`: a results file has few distinct ones, so most lines cost a tuple and a lookup."""
+        """(row index, outcome index) of one parsed line, or its problem (`field: message`) when it is no record;
+        cached by `_signature` (a file has few distinct ones)."""
         try:
             sig = _signature(d)
             known = self._seen.get(sig)

@@ -1,12 +1,7 @@
-"""What `userturn run` prints when the grid is done, in reading order for a 100x40 terminal: the generated user
-turns beside the human's real next turn first (what the model did), then what the deterministic rules measure
-without any judge, then the report table, the unjudged notice with the command that adds a judge, and the next
-commands.
-
-The offline numbers are facts of the text, not judgements: a turn that restates the query word for word (the
-rules' similarity >= 0.9), an empty turn, a role-token leak, a turn the model ended itself (finish_reason `stop`)
-versus one cut at max_tokens (`length`), and a turn left word for word the same when the assistant's answer was
-perturbed (the model did not react to the answer at all).
+"""What `userturn run` prints when the grid is done, for a 100x40 terminal: the generated user turns beside the
+human's real next turn, what the deterministic rules measure without a judge (facts of the text: restatements,
+empty turns, role-token leaks, how turns ended, turns unchanged under a perturbation), the report table, the
+unjudged notice and the next commands.
 """
 
 from __future__ import annotations
@@ -72,10 +67,9 @@ def _natural(text: str) -> list[tuple[int, int | str]]:
 
 
 def turns_beside_human(records: Sequence[ProbeRecord], width: int, results: str = "RESULTS") -> list[str]:
-    """Per item (the first SHOWN_ITEMS by id, so the same whatever the order of the records, e.g. of a run's
-    shards): the user's query, the human's real next turn where the dataset has one,
-    then each generated turn with its temperature, perturbation, label and how it ended. Plain lines (markup
-    escaped), none wider than `width`."""
+    """Per item (the first SHOWN_ITEMS by id, whatever the record order): the query, the human's real next turn
+    where the dataset has one, then each generated turn with its temperature, perturbation, label and ending.
+    Plain lines, none wider than `width`."""
     ok = [r for r in records if r.status == "ok"]
     by_item: dict[tuple[str, str, str], list[ProbeRecord]] = defaultdict(list)
     for r in ok:
@@ -154,8 +148,8 @@ def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, i
 
 
 def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[GroupSummary]:
-    """The whole printout of `userturn run` (see the module docstring) for its results file, or the files of its
-    shards read as one; returns the report rows."""
+    """The whole printout of `userturn run` for its results file (or its shards' files read as one); returns the
+    report rows."""
     records = load_results(results)
     source = describe(results)
     groups = row_order(summarise(records))
