@@ -1,10 +1,6 @@
-"""The HTML report: one self-contained file, every generated text HTML-escaped.
-
-Sections: the rows (rates, intervals, paired deltas), judge agreement, the figures (inline SVG), examples per label
-drawn across items ("5 of 72 from 5 of 30 items"), a browsable sample of records with the exact prompt on demand
-(`<details>`; raw-mode prompts need the probe's tokenizer: `report --tokenizer`), judge failures, and provenance:
-userturn and dependency versions, the platform, the results file, every configuration fingerprint with its
-settings, the judge panels and the full sha256 of each judge prompt, and the date.
+"""The HTML report: one self-contained file, every generated text HTML-escaped. Sections: the rows, judge agreement,
+the figures (inline SVG), examples per label drawn across items, a sample of records with the exact prompt on
+demand, judge failures, and provenance (versions, platform, results file, configurations, judge prompt hashes).
 """
 
 from __future__ import annotations
@@ -160,15 +156,13 @@ def _clip(text: str | None, limit: int = CLIP) -> str:
 
 
 def _rank(text: str) -> bytes:
-    """A stable pseudo-random order (the same in every run and on every machine): examples spread over items
-    instead of clustering on the alphabetically first ones."""
+    """A pseudo-random order, the same on every run and machine, so examples spread over items."""
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
 
 
 class _AcrossItems:
-    """Up to `size` records from distinct items (the items first in `_rank` order; within an item the record first
-    in `_rank` order of its key), in bounded memory; counts every record (and, with `count_items`, item) offered.
-    Offered each record as its own item, it is the `size` records first in `_rank` order of their key."""
+    """Up to `size` records from distinct items (the items first in `_rank` order; within an item the record whose
+    key ranks first), in bounded memory; counts every record (and, with `count_items`, item) offered."""
 
     def __init__(self, size: int, count_items: bool = True) -> None:
         self.size, self.count_items = size, count_items
@@ -265,8 +259,7 @@ class _Selection:
 def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray, *, per_label: int = SAMPLES_PER_LABEL,
                     table: int = SAMPLE_TABLE, failures: int = FAILURES) -> Examples:
     """Second streaming pass over the lines that count (`keep`, from the first pass): per label up to `per_label`
-    records from distinct items, `table` ok records, `failures` judge-failed records (deterministic choices), in
-    memory bounded by those sizes and the number of items."""
+    records from distinct items, `table` ok records, `failures` judge-failed records; deterministic choices."""
     selection = _Selection(per_label, table, failures)
     for index, (path, number, d, raw) in enumerate(iter_checked(paths)):
         if keep[index]:
@@ -372,10 +365,9 @@ def _inline_svg(svg: bytes) -> str:
 def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], examples: Examples, total: int,
                 figures: dict[str, dict[str, bytes]] | None, source: str, no_figures: str = "", *,
                 prompt_of: PromptOf | None = None, skipped: dict[str, str] | None = None, filters: str = "") -> str:
-    """The report as one HTML string (autoescaped: generated text cannot inject markup). `figures`: {name: {format:
-    bytes}} (SVG inlined, else PNG as a data URI), each under a heading that says what it shows; `no_figures`: why
-    there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of` rebuilds a record's prompt for the
-    sample table; `filters`: the row filters, as flags."""
+    """The report as one HTML string (autoescaped). `figures`: {name: {format: bytes}} (SVG inlined, else PNG as a
+    data URI); `no_figures`: why there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of`
+    rebuilds a record's prompt for the sample table; `filters`: the row filters, as flags."""
     from userturn.judges.plots import TITLES
     from userturn.judges.rules_only import unjudged_notice
 

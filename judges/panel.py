@@ -147,14 +147,9 @@ class JudgePanel:
         return bool(voters) and voters <= members
 
     def assess(self, facts: JudgingFacts) -> Assessment:
-        """What this panel has to do with a record.
-
-        "no_generation": nothing to judge (status "error"). "foreign": labelled by judges of another panel (other
-        judge models, order or prompt) and `rejudge` is off: judging it would mix two panels in one file. "done":
-        a rule label (unless `judge_all`), or labelled by this panel with an ok verdict from every judge. "todo":
-        everything else: never judged, a judge failed or is missing, a rule hit that was judged under `judge_all`
-        when this run is without it (or the reverse), or (with `rejudge`) another panel's label.
-        """
+        """What this panel has to do with a record: "no_generation" (status "error"); "foreign" (labelled by another
+        panel and `rejudge` is off: judging would mix two panels in one file); "done" (a rule label unless
+        `judge_all`, or an ok verdict of this panel from every judge); "todo" (everything else)."""
         if facts.status != "ok":
             return "no_generation"
         if facts.label is not None and facts.label_source != "rule" and not self._same_panel(facts):
@@ -174,12 +169,9 @@ class JudgePanel:
         return self.assess(JudgingFacts.of_json(record.model_dump(mode="json"))) in ("no_generation", "done")
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
-        """A copy of `record` with `judges`, `label`, `label_source` and `judge_status` set.
-
-        Records without a generation (status "error") come back unchanged. Verdicts of judges outside this
-        panel are dropped, or kept without a vote when `keep_other_verdicts`. Raises EndpointError if a judge
-        endpoint is unusable.
-        """
+        """A copy of `record` with `judges`, `label`, `label_source` and `judge_status` set (a record without a
+        generation comes back unchanged). Verdicts of judges outside this panel are dropped, or kept without a vote
+        when `keep_other_verdicts`. Raises EndpointError if a judge endpoint is unusable."""
         if record.status != "ok":
             return record
         out = record.model_copy()  # shallow: only top-level fields are assigned below, nothing nested is mutated

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,13 +101,8 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
         else:
             action = JUDGE
         entries[record.key] = offset << 2 | action
-    plan = InputPlan(entries)
-    for packed in entries.values():
-        action = packed & 3
-        plan.todo += action == JUDGE
-        plan.carry += action == CARRY
-        plan.skipped += action == SKIP
-    return plan
+    counts = Counter(packed & 3 for packed in entries.values())
+    return InputPlan(entries, todo=counts[JUDGE], carry=counts[CARRY], skipped=counts[SKIP])
 
 
 def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWriter) -> Generator[ProbeRecord]:
