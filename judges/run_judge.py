@@ -1,8 +1,6 @@
-"""`userturn judge`: label the records of an existing results file, resumably, without regenerating.
-
-Both files are streamed: the output is scanned once into key -> what is left to do (`judges.backlog`), the input
-once into key -> byte offset of its last line and what to do with it; records are then read back one at a time
-as the judges take them. Memory grows with the number of keys, not with the size of the records.
+"""`userturn judge`: label the records of an existing results file, resumably, without regenerating. Both files
+are streamed (key -> byte offset and what to do, `judges.backlog`) and records read back one at a time, so memory
+grows with the number of keys, not with the size of the records.
 """
 
 from __future__ import annotations
@@ -125,15 +123,9 @@ def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWrite
 
 async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, workers: int = 16,
                      progress: bool = True) -> JudgeRunSummary:
-    """Judge every generated record of `results` into `out_path` (appending; resumes from what is there).
-
-    Raises UserError when the output holds labels of another judge panel (unless the panel's config has
-    `rejudge`), before anything is sent or written.
-    """
-    if not results.is_file():
-        raise UserError(f"results file not found: {results}")
-    if out_path.resolve() == results.resolve():
-        raise UserError(f"--out must differ from the results file ({results})")
+    """Judge every generated record of `results` into `out_path` (a pair from `outputs`), appending and resuming
+    from what is there. UserError, before anything is sent or written, when the output holds labels of another
+    judge panel (unless `rejudge`)."""
     output = scan_judging(out_path, panel.assess, keep_done=True)
     output.refuse_mix(panel.describe(), OUT_HINT)
     plan = plan_input(results, output)
