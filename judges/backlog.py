@@ -44,15 +44,14 @@ def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[st
         return None
     try:
         obj = orjson.loads(line)
+        problem = None if isinstance(obj, dict) and isinstance(obj.get("key"), str) else "no string `key`"
     except orjson.JSONDecodeError as exc:
-        if not complete:
-            return None
-        raise UserError(f"{path}:{number}: not a userturn record ({str(exc).splitlines()[0]})") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
-        if not complete:
-            return None
-        raise UserError(f"{path}:{number}: not a userturn record (no string `key`)")
-    return obj
+        problem = str(exc).splitlines()[0]
+    if problem is None:
+        return obj
+    if not complete:
+        return None
+    raise UserError(f"{path}:{number}: not a userturn record ({problem})")
 
 
 def read_record(fh: Any, path: Path, offset: int) -> ProbeRecord:
