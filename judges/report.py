@@ -1,10 +1,7 @@
-"""Summaries of a results file: one row per configuration of model x dataset x mode x perturbation x temperature.
-
-Follow-up rate = genuine_followup / labelled records (`n`). Judge failures and generation errors are not in the
-denominator; they are counted beside it. Raw and chat mode are separate rows, never mixed; so are records of
-different generation configurations (`config_fingerprint`) and of different judge panels (judge model or judge
-prompt). Intervals are clustered by item (`judges.stats`); each perturbed row carries its paired difference to
-the `none` row of the same configuration. The file is read in one streaming pass (`judges.report_scan`).
+"""Summaries of results files: one row per model x dataset x mode x perturbation x temperature, configuration
+(`config_fingerprint`) and judge panel. Follow-up rate = genuine_followup / labelled records (`n`); judge failures
+and generation errors are counted beside it. Intervals are clustered by item (`judges.stats`); each perturbed row
+carries its paired difference to the `none` row of the same configuration.
 """
 
 from __future__ import annotations
@@ -216,9 +213,8 @@ def build_report(scan: Scan) -> Report:
     def table(fn: Any) -> np.ndarray:
         return np.array([fn(o) for o in outcome_list] or [0], dtype=np.int64)
 
-    # One histogram of (row, outcome) answers every count.
+    # One histogram of (row, outcome) answers every count; `counts` is keyed by GroupSummary field.
     hist = np.bincount(rows.astype(np.int64) * n_out + codes, minlength=n_rows * n_out).reshape(n_rows, n_out)
-    label_index = {label: i for i, label in enumerate(LABELS)}
     counts = {name: hist @ table(fn) for name, fn in {
         "n": lambda o: o.label is not None,
         "followups": lambda o: o.label == FOLLOWUP,
@@ -233,8 +229,7 @@ def build_report(scan: Scan) -> Report:
     counts["completion_tokens"] = np.bincount(rows, weights=tokens[:, 1], minlength=n_rows).astype(np.int64)
     counts["usage_records"] = np.bincount(rows, weights=tokens.any(axis=1), minlength=n_rows).astype(np.int64)
     del tokens
-    label_counts = {label: hist @ table(lambda o, i=i: o.label is not None and label_index[o.label] == i)
-                    for i, label in enumerate(LABELS)}
+    label_counts = {label: hist @ table(lambda o, label=label: o.label == label) for label in LABELS}
     pattern_counts: Counter = Counter()
     for code, count in enumerate(hist.sum(axis=0).tolist()):
         if count:
@@ -256,20 +251,14 @@ def build_report(scan: Scan) -> Report:
         rate = clustered_rate(tallies[r].followups, tallies[r].labelled)
         accuracy_value, accuracy_n = accuracy.get(r, (None, 0))
         groups.append(GroupSummary(
-            **row.group._asdict(), records=int(counts["records"][r]), n=int(counts["n"][r]),
-            items=rate.items if rate else 0, followups=int(counts["followups"][r]),
-            followup_rate=rate.rate if rate else None, ci_low=rate.ci_low if rate else None,
-            ci_high=rate.ci_high if rate else None, design_effect=rate.design_effect if rate else None,
-            judge_failures=int(counts["judge_failures"][r]), generation_errors=int(counts["generation_errors"][r]),
-            unjudged=int(counts["unjudged"][r]),
-            labels={label: int(label_counts[label][r]) for label in LABELS},
-            rule_labels=int(counts["rule_labels"][r]),
-            accuracy=accuracy_value,
-            accuracy_n=accuracy_n, self_judged=int(counts["self_judged"][r]),
-            judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
+            **row.group._asdict(), **{name: int(column[r]) for name, column in counts.items()},
+            items=rate.items if rate else 0, followup_rate=rate.rate if rate else None,
+            ci_low=rate.ci_low if rate else None, ci_high=rate.ci_high if rate else None,
+            design_effect=rate.design_effect if rate else None,
+            labels={label: int(label_counts[label][r]) for label in LABELS}, accuracy=accuracy_value,
+            accuracy_n=accuracy_n, judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
             config_fingerprint=row.fingerprint, config=configs.get(row.fingerprint) if row.fingerprint else None,
-            settings=settings[row], prompt_tokens=int(counts["prompt_tokens"][r]),
-            completion_tokens=int(counts["completion_tokens"][r]), usage_records=int(counts["usage_records"][r]),
+            settings=settings[row],
         ))
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
