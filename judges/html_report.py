@@ -29,7 +29,7 @@ from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
 from userturn.judges.report_scan import iter_checked
-from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_rate, fmt_temp
+from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.records import ProbeRecord
@@ -389,7 +389,7 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         table_caption=examples.table.caption, prompts_rendered=prompt_of is not None,
         prov=provenance(source, groups, examples),
         any_human=any(human_turn(r) for shown in examples.by_label.values() for r in shown.records),
-        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=lambda k: "—" if k is None else f"{k:.3f}",
+        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=fmt_kappa,
     )
 
 

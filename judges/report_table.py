@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -37,6 +38,10 @@ def fmt_delta(group: GroupSummary) -> str:
         return "n/a"
     return (f"{100 * group.delta_vs_none:+.1f} ({100 * group.delta_ci_low:+.1f}…{100 * group.delta_ci_high:+.1f};"
             f" {group.delta_items} items)")
+
+
+def fmt_kappa(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def label_mix(labels: dict[str, int]) -> str:
@@ -86,8 +91,6 @@ def _row_name(group: GroupSummary, show_mode: bool, width: int = NAME_WIDTH) -> 
 
 
 def _table(title: str) -> Table:
-    from rich import box
-
     return Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
 
 
@@ -195,14 +198,11 @@ def agreement_table(agreement: PanelAgreement) -> Table:
                   title_justify="left", header_style="bold")
     for name in ("judges", "items", "agreement", "κ"):
         table.add_column(name, justify="left" if name == "judges" else "right")
-    kappa = "—" if agreement.kappa is None else f"{agreement.kappa:.3f}"
     table.add_row(", ".join(agreement.judges), str(agreement.items), fmt_rate(agreement.percent_agreement),
-                  f"{kappa} ({agreement.kappa_kind})")
-    if len(agreement.pairs) > 1:
-        for pair in agreement.pairs:
-            pk = "—" if pair.cohen_kappa is None else f"{pair.cohen_kappa:.3f}"
-            table.add_row(" vs ".join(pair.judges), str(pair.items), fmt_rate(pair.percent_agreement),
-                          f"{pk} (cohen)")
+                  f"{fmt_kappa(agreement.kappa)} ({agreement.kappa_kind})")
+    for pair in agreement.pairs if len(agreement.pairs) > 1 else []:
+        table.add_row(" vs ".join(pair.judges), str(pair.items), fmt_rate(pair.percent_agreement),
+                      f"{fmt_kappa(pair.cohen_kappa)} (cohen)")
     return table
 
 
