@@ -17,7 +17,7 @@ from rich.markup import escape
 from userturn.client.analysis.export import human_turn
 from userturn.client.terminal import print_trimmed
 from userturn.judges.prelabel import apply_rules, query_and_response
-from userturn.judges.report import GroupSummary, load_results, summarise
+from userturn.judges.report import GroupSummary, load_results, summarise_file
 from userturn.judges.report_filter import row_order
 from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
 from userturn.judges.rules_only import unjudged_notice
@@ -152,7 +152,7 @@ def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[G
     report rows."""
     records = load_results(results)
     source = describe(results)
-    groups = row_order(summarise(records))
+    groups = row_order(summarise_file(results).groups)  # the rows `userturn report` shows, settings named
     width = console.width
     for line in turns_beside_human(records, width, source):
         print_trimmed(console, escape(line))
