@@ -35,11 +35,8 @@ def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
 
 
 def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[str, Any] | None:
-    """A results line as a JSON object with a string `key`; None for a torn final line (no newline, not JSON) and
-    for a configuration line (`userturn.core.jsonl.is_config_line`).
-
-    A malformed complete line raises UserError naming path:line.
-    """
+    """A results line as a JSON object with a string `key`; None for a configuration line or a torn final line
+    (no newline); UserError naming path:line for any other malformed line."""
     if is_config_line(line):
         return None
     try:
@@ -94,10 +91,8 @@ class JudgingScan:
 
 def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | None = None,
                  keep_done: bool = False) -> JudgingScan:
-    """Stream `path` and sort its records (last line per key; only `keys` when given) by `assess`.
-
-    "done" and "no_generation" records are forgotten unless `keep_done` (then only their turn's hash is kept).
-    """
+    """Stream `path` and sort its records (last line per key; only `keys` when given) by `assess`; "done" and
+    "no_generation" records are forgotten unless `keep_done` (then only their turn's hash is kept)."""
     path = Path(path)
     scan = JudgingScan(path)
     if not path.exists():

@@ -94,10 +94,8 @@ class LLMJudge:
         return result.data, result.attempts + attempts
 
     async def judge(self, query: str, response: str, user_turn: str) -> JudgeVerdict:
-        """One verdict. HTTP failures and unparseable replies give status "error" (raw kept), never a label.
-
-        Raises EndpointError when the endpoint is unusable (401/403/404, or unreachable after retries).
-        """
+        """One verdict; HTTP failures and unparseable replies give status "error" (raw kept), never a label.
+        Raises EndpointError when the endpoint is unusable (401/403/404, or unreachable after retries)."""
         messages = self.prompt.messages(query, response, user_turn)
         attempts, raw, error = 0, None, "no reply"
         start = time.monotonic()

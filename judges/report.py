@@ -303,10 +303,8 @@ def summarise(records: Iterable[ProbeRecord], configs: Mapping[str, dict] | None
 
 
 def load_results(path: str | Path | Sequence[str | Path]) -> list[ProbeRecord]:
-    """All records of a results file, or of several read as one (last line per key). Missing file or malformed
-    line -> UserError.
-
-    Loads every record: use `summarise_file` for large files."""
+    """Every record (last line per key) of a results file, or of several read as one; UserError for a missing file
+    or malformed line."""
     records, _ = read_results(as_paths(path))
     return list(records.values())
 

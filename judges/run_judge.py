@@ -76,11 +76,8 @@ def outputs(inputs: list[Path], out: Path | None, *, folder: bool) -> list[tuple
 
 
 def plan_input(results: Path, output: JudgingScan) -> InputPlan:
-    """Read the input once, validating every line (a malformed one is a path:line error before any request).
-
-    A key is skipped when the output already has it done with the same generated turn; a generation error is
-    copied over; every other record is judged (re-using the output's verdicts when its turn is the same).
-    """
+    """Read the input once, validating every line (UserError naming path:line before any request): a key is
+    skipped when the output has it done with the same turn, a generation error is carried, the rest is judged."""
     entries: dict[str, int] = {}
     for number, offset, line, complete in iter_lines(results):
         if is_config_line(line):
