@@ -131,14 +131,6 @@ def _finish(fig: Any, legend: dict[str, Any], title: str) -> Any:
     return fig
 
 
-def _empty(fig: Any, ax: Any, text: str) -> Any:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    fig.tight_layout()
-    return fig
-
-
 def dodge_offsets(temps: Sequence[float], count: int) -> list[float]:
     """Horizontal offsets (in temperature units) for `count` series drawn at the same temperatures: spread evenly
     over DODGE_SHARE of the smallest gap between temperatures (of 0.6 with one temperature), centred on it, so no

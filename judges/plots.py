@@ -1,7 +1,7 @@
 """Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG: `followup_vs_temperature`,
 `accuracy_vs_followup`, `perturbation_effects`, `label_mix` (see `TITLES`). One colour per model in every figure,
 models in order of size (`judges.model_size`, or `--model-order`); shared parts are in `judges.plot_parts`. A
-figure with nothing to show is not drawn (`skipped_figures` says why).
+figure with nothing to show is not drawn (`skipped_figures` says why; the figure functions need rows to draw).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from userturn.judges.plot_parts import (
     _by_model,
     _dodges,
     _effect_rows,
-    _empty,
     _finish,
     _mix_rows,
     _padded,
@@ -86,8 +85,6 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
     colors = colors or model_colors(g.model for g in groups)
     datasets = sorted({g.dataset for g in rows})
     fig, axes = _panels(plt, len(datasets))
-    if not rows:
-        return _empty(fig, axes[0], "no unperturbed rows with labelled turns")
     variants = _variants(rows)
     place = _by_model(colors)
     legend: dict[str, Any] = {}
@@ -140,8 +137,6 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
     place = _by_model(colors)
     datasets = sorted({g.dataset for g in rows})
     fig, axes = _panels(plt, len(datasets), width=4.0, height=3.8, sharey=False)
-    if not rows:
-        return _empty(fig, axes[0], "no unperturbed rows with task accuracy and labelled turns")
     variants = _variants(rows)
     legend: dict[str, Any] = {}
     for ax, dataset in zip(axes, datasets, strict=False):
@@ -184,8 +179,6 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
     datasets = sorted({g.dataset for g in rows})
     perturbations = sorted({g.perturbation for g in rows})
     fig, axes = _panels(plt, len(datasets), width=4.2, height=max(2.6, 0.7 * len(perturbations) + 1.6))
-    if not rows:
-        return _empty(fig, axes[0], "no perturbed rows paired with an unperturbed one")
     variants = _variants(rows)
     slots = sorted({(g.model, _variant(g)) for g in rows}, key=lambda s: (place[s[0]], s[1]))
     legend: dict[str, Any] = {}
@@ -230,9 +223,6 @@ def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
     colors = colors or model_colors(g.model for g in groups)
     t = plot_temperature(groups, temperature)
     rows = _mix_rows(groups, t)
-    if not rows:
-        fig, axes = _panels(plt, 1)
-        return _empty(fig, axes[0], "no unperturbed labelled rows")
     variants = _variants(rows)
     place = _by_model(colors)
     datasets = sorted({g.dataset for g in rows})
