@@ -276,7 +276,7 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     if not args.judge_model and not args.judge_base_url:
         return None  # nothing to judge with: skip loading the judge modules (start-up time)
     from userturn.cli.judge_arguments import panel_config
-    from userturn.judges import make_panel
+    from userturn.judges.panel import make_panel
 
     config = panel_config(args)
     if config is None:
