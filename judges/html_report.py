@@ -13,7 +13,7 @@ import hashlib
 import importlib.metadata
 import platform
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,52 +228,43 @@ class Examples:
     judge_prompts: dict[str, list[str]] = field(default_factory=dict)
 
 
-class _Selection:
-    def __init__(self, per_label: int, table: int, failures: int) -> None:
-        self.per_label = {label: _AcrossItems(per_label) for label in LABELS}
-        self.table = _AcrossItems(table, count_items=False)
-        self.failed = _AcrossItems(failures, count_items=False)
-        self.judge_prompts: dict[str, set[str]] = defaultdict(set)
-
-    def offer(self, d: dict, number: str, raw: bytes) -> None:
-        key, item = d["key"], str(d.get("item_id"))
+def _select(lines: Iterable[tuple[dict, str, bytes]], per_label: int, table: int, failures: int) -> Examples:
+    """The examples among (record dict, file:line, raw line) tuples, in bounded memory."""
+    by_label = {label: _AcrossItems(per_label) for label in LABELS}
+    sample, failed = _AcrossItems(table, count_items=False), _AcrossItems(failures, count_items=False)
+    prompts: dict[str, set[str]] = defaultdict(set)
+    for d, where, raw in lines:
+        key = d["key"]
         if d.get("label") is not None:
-            self.per_label[d["label"]].offer(item, key, number, raw)
+            by_label[d["label"]].offer(str(d.get("item_id")), key, where, raw)
         if d.get("status") == "ok":
-            self.table.offer(key, key, number, raw)
+            sample.offer(key, key, where, raw)
         if d.get("judge_status") == "error":
-            self.failed.offer(key, key, number, raw)
+            failed.offer(key, key, where, raw)
         for verdict in d.get("judges") or ():
             if verdict.get("prompt_sha256"):
-                self.judge_prompts[verdict["judge"]].add(verdict["prompt_sha256"])
-
-    def examples(self) -> Examples:
-        return Examples(
-            by_label={label: Shown(s.parsed(), s.records, s.items)
-                      for label, s in self.per_label.items() if s.records},
-            table=Shown(self.table.parsed(), self.table.records),
-            failures=Shown(self.failed.parsed(), self.failed.records),
-            judge_prompts={judge: sorted(shas) for judge, shas in sorted(self.judge_prompts.items())})
+                prompts[verdict["judge"]].add(verdict["prompt_sha256"])
+    return Examples(by_label={label: Shown(s.parsed(), s.records, s.items)
+                              for label, s in by_label.items() if s.records},
+                    table=Shown(sample.parsed(), sample.records), failures=Shown(failed.parsed(), failed.records),
+                    judge_prompts={judge: sorted(shas) for judge, shas in sorted(prompts.items())})
 
 
 def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray, *, per_label: int = SAMPLES_PER_LABEL,
                     table: int = SAMPLE_TABLE, failures: int = FAILURES) -> Examples:
     """Second streaming pass over the lines that count (`keep`, from the first pass): per label up to `per_label`
     records from distinct items, `table` ok records, `failures` judge-failed records; deterministic choices."""
-    selection = _Selection(per_label, table, failures)
-    for index, (path, number, d, raw) in enumerate(iter_checked(paths)):
-        if keep[index]:
-            selection.offer(d, f"{path}:{number}", raw)
-    return selection.examples()
+    lines = ((d, f"{path}:{number}", raw) for index, (path, number, d, raw) in enumerate(iter_checked(paths))
+             if keep[index])
+    return _select(lines, per_label, table, failures)
 
 
 def examples_of(records: list[ProbeRecord], *, per_label: int = SAMPLES_PER_LABEL, table: int = SAMPLE_TABLE,
                 failures: int = FAILURES) -> Examples:
     """`select_examples` for records already loaded."""
-    selection = _Selection(per_label, table, failures)
-    for number, r in enumerate(records, start=1):
-        selection.offer(r.model_dump(mode="json"), f"<records>:{number}", r.model_dump_json().encode())
-    return selection.examples()
+    lines = ((r.model_dump(mode="json"), f"<records>:{number}", r.model_dump_json().encode())
+             for number, r in enumerate(records, start=1))
+    return _select(lines, per_label, table, failures)
 
 
 def _samples(examples: Examples) -> dict[str, dict[str, Any]]:
