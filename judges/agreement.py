@@ -22,9 +22,8 @@ def majority_label(votes: Sequence[str]) -> str | None:
 
 
 def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
-    """Cohen's kappa of two raters over the same items; None when undefined (chance agreement is 1)."""
-    if len(a) != len(b):
-        raise ValueError("both raters must label the same items")
+    """Cohen's kappa of two raters over the same items (ValueError when their lengths differ); None when undefined
+    (chance agreement is 1)."""
     return _weighted_cohen(Counter(zip(a, b, strict=True)))
 
 

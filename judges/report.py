@@ -28,40 +28,41 @@ UNFINGERPRINTED = "unfingerprinted"
 
 
 class GroupSummary(BaseModel):
-    """One row of the report (and one object of `userturn report --json`)."""
+    """One row of the report, and one object of `userturn report --json` (the issue's keys first, then mode,
+    configuration, counts and flags: the fields' order)."""
 
     model: str
     dataset: str
-    mode: str
     perturbation: str
     temperature: float
-    records: int = Field(description="all records of the row")
     n: int = Field(description="labelled records: the follow-up rate's denominator")
     items: int = Field(description="distinct items behind n")
     followups: int
     followup_rate: float | None
     ci_low: float | None = Field(description="item-clustered 95% interval (Wilson at the effective sample size)")
     ci_high: float | None
-    design_effect: float | None = Field(description="variance inflation from the samples of an item, >= 1")
     delta_vs_none: float | None = Field(default=None, description="rate minus the none row's, over shared items")
     delta_ci_low: float | None = None
     delta_ci_high: float | None = None
     delta_items: int | None = Field(default=None, description="items labelled under both this row and none")
     delta_note: str | None = Field(default=None, description="why delta_vs_none is null")
     judge_failures: int
-    generation_errors: int
-    unjudged: int = Field(description="generated but not (yet) judged")
     labels: dict[str, int]
-    rule_labels: int
     accuracy: float | None = Field(description="task accuracy of the probed assistant turns: the mean over the row's "
                                            "scored items of each item's share of correct records")
+    mode: str
+    settings: str = Field(default="", description="what sets this row apart from rows that differ only in it")
+    config_fingerprint: str | None
+    config: dict | None
+    records: int = Field(description="all records of the row")
+    generation_errors: int
+    unjudged: int = Field(description="generated but not (yet) judged")
+    rule_labels: int
     accuracy_n: int = Field(description="distinct items with a task score (the unit: one assistant turn per item)")
     self_judged: int = Field(description="records labelled by a judge with the same model as the one probed")
     judges: list[str]
     judge_panel: list[str] = Field(description="LLM judges asked, as judge@prompt-sha256-prefix")
-    config_fingerprint: str | None
-    config: dict | None
-    settings: str = Field(default="", description="what sets this row apart from rows that differ only in it")
+    design_effect: float | None = Field(description="variance inflation from the samples of an item, >= 1")
     prompt_tokens: int = Field(default=0, description="prompt tokens of the row's probe requests (records' usage)")
     completion_tokens: int = Field(default=0, description="completion tokens of the row's probe requests")
     usage_records: int = Field(default=0, description="records of the row that carry a usage report")
@@ -309,13 +310,6 @@ def load_results(path: str | Path | Sequence[str | Path]) -> list[ProbeRecord]:
     return list(records.values())
 
 
-JSON_KEYS = ["model", "dataset", "perturbation", "temperature", "n", "items", "followups", "followup_rate", "ci_low",
-             "ci_high", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items", "delta_note",
-             "judge_failures", "labels", "accuracy", "mode", "settings", "config_fingerprint", "config", "records",
-             "generation_errors", "unjudged", "rule_labels", "accuracy_n", "self_judged", "judges", "judge_panel",
-             "design_effect", "prompt_tokens", "completion_tokens", "usage_records"]
-
-
 def to_json_rows(groups: list[GroupSummary]) -> list[dict]:
-    """The `--json` array: the issue's keys first, then mode, configuration, counts and flags."""
-    return [{k: g.model_dump()[k] for k in JSON_KEYS} for g in groups]
+    """The `--json` array (`GroupSummary`'s fields in order)."""
+    return [g.model_dump() for g in groups]
