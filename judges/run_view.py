@@ -31,26 +31,15 @@ LINES_PER_TEXT = 2
 INDENT = 18
 
 
-def _clipped(text: str, width: int, lines: int = LINES_PER_TEXT) -> list[str]:
-    """`text` on at most `lines` lines of `width` characters, whitespace collapsed, '…' where it was cut."""
-    flat = " ".join((text or "").split()) or "(empty)"
-    wrapped = textwrap.wrap(flat, width) or [""]
-    if len(wrapped) > lines:
-        wrapped = wrapped[:lines]
-        wrapped[-1] = wrapped[-1][: width - 1].rstrip() + "…"
-    return wrapped
-
-
 def _block(head: str, text: str, width: int, lines: int = LINES_PER_TEXT, tail: str = "") -> list[str]:
-    """`head` in a column of INDENT, then `text` wrapped beside it on at most `lines` lines, `tail` always shown
-    whole at its end (the text is clipped to make room for it)."""
+    """`head` in a column of INDENT, then `text` wrapped beside it on at most `lines` lines, whitespace collapsed,
+    '…' where it was cut; `tail` always shown whole at its end (the text is cut to make room for it)."""
     room = max(20, width - INDENT)
     text = " ".join(text.split()) or "(empty)"
-    full = f"{text} {tail}" if tail else text
-    body = _clipped(full, room, lines)
-    if tail and len(textwrap.wrap(" ".join(full.split()), room)) > lines:  # clipped: keep the tail whole
-        body = _clipped(text, room, lines)
-        body[-1] = body[-1][: room - len(tail) - 2].rstrip() + "… " + tail
+    body = textwrap.wrap(f"{text} {tail}".rstrip(), room)
+    if len(body) > lines:
+        body = textwrap.wrap(text, room)[:lines]
+        body[-1] = body[-1][: room - len(tail) - 2 if tail else room - 1].rstrip() + f"… {tail}".rstrip()
     return [f"{head:<{INDENT}}{body[0]}", *(" " * INDENT + line for line in body[1:])]
 
 
