@@ -28,7 +28,7 @@ from userturn.client.render.prompt_replay import ReplayedPrompt
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
-from userturn.judges.report_scan import iter_checked
+from userturn.judges.report_scan import Scan, checked_lines
 from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
 
 from userturn.core.errors import UserError, first_error
@@ -254,8 +254,8 @@ def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray, 
                     table: int = SAMPLE_TABLE, failures: int = FAILURES) -> Examples:
     """Second streaming pass over the lines that count (`keep`, from the first pass): per label up to `per_label`
     records from distinct items, `table` ok records, `failures` judge-failed records; deterministic choices."""
-    lines = ((d, f"{path}:{number}", raw) for index, (path, number, d, raw) in enumerate(iter_checked(paths))
-             if keep[index])
+    lines = ((d, f"{path}:{number}", raw)
+             for index, (path, number, d, raw, _) in enumerate(checked_lines(paths, Scan())) if keep[index])
     return _select(lines, per_label, table, failures)
 
 

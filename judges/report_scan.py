@@ -225,11 +225,11 @@ class Scan:
         return keep
 
 
-def _checked(paths: str | Path | Sequence[str | Path], scan: Scan) -> Iterator[tuple[Path, int, dict, bytes,
-                                                                                 tuple[int, int]]]:
+def checked_lines(paths: str | Path | Sequence[str | Path],
+                  scan: Scan) -> Iterator[tuple[Path, int, dict, bytes, tuple[int, int]]]:
     """(file, line number, record dict, raw line, (row, outcome) in `scan`) for each record line of the files read
-    as one; configuration lines go to `scan`, a torn final line is skipped, any other malformed line is a UserError
-    naming file:line."""
+    as one, exactly the lines `scan_files` counts; configuration lines go to `scan`, a torn final line is skipped,
+    any other malformed line is a UserError naming file:line."""
     for path in as_paths(paths):
         try:
             for number, raw, complete in iter_lines(path):
@@ -249,17 +249,11 @@ def _checked(paths: str | Path | Sequence[str | Path], scan: Scan) -> Iterator[t
             raise UserError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def iter_checked(paths: str | Path | Sequence[str | Path]) -> Iterator[tuple[Path, int, dict, bytes]]:
-    """(file, line number, record dict, raw line) for each record line, exactly the lines `scan_files` counts."""
-    for path, number, d, raw, _ in _checked(paths, Scan()):
-        yield path, number, d, raw
-
-
 def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:
     """One pass over results files, read as their concatenation in order (`userturn.core.results_files`): the
     last line of a key and configuration counts, in whichever file it is. Missing file or malformed line ->
     UserError naming file:line."""
     scan = Scan()
-    for _, _, d, _, known in _checked(paths, scan):
+    for _, _, d, _, known in checked_lines(paths, scan):
         scan.append(d, known)
     return scan
