@@ -119,7 +119,6 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("genuine follow-up rate (%)")
     axes[0].set_ylim(*_padded(0.0, high))
-    axes[0].set_ylim(bottom=0.0)
     return _finish(fig, legend, "Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; models "
                    "side by side at each temperature)")
 
