@@ -186,19 +186,13 @@ def _row_tallies(rows: np.ndarray, items: np.ndarray, followup: np.ndarray, labe
 
 def _item_accuracy(rows: np.ndarray, items: np.ndarray, correct: np.ndarray, scored: np.ndarray,
                    present: list[int]) -> dict[int, tuple[float, int]]:
-    """Per row: (accuracy, scored items). Every sample of an item in a row probes the same assistant turn, so the
-    unit is the item: each scored item counts once, with its share of correct records (1 or 0 when they agree)."""
+    """Per row with a task score: (accuracy, scored items). Every sample of an item in a row probes the same
+    assistant turn, so the unit is the item: each scored item counts once, with its share of correct records."""
     out: dict[int, tuple[float, int]] = {}
-    mask = scored.astype(bool)
-    rows, items, correct = rows[mask], items[mask], correct[mask]
-    for r in present:
-        sub = rows == r
-        if not sub.any():
-            continue
-        unique, inverse = np.unique(items[sub], return_inverse=True)
-        hits = np.bincount(inverse, weights=correct[sub], minlength=len(unique))
-        total = np.bincount(inverse, minlength=len(unique))
-        out[r] = (math.fsum((hits / total).tolist()) / len(unique), len(unique))  # fsum: any file order
+    for r, tally in _row_tallies(rows, items, correct, scored, present).items():
+        shares = tally.followups[tally.labelled > 0] / tally.labelled[tally.labelled > 0]
+        if len(shares):
+            out[r] = (math.fsum(shares.tolist()) / len(shares), len(shares))  # fsum: any file order
     return out
 
 

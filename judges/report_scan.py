@@ -216,12 +216,9 @@ class Scan:
     def keep_mask(self) -> np.ndarray:
         """Boolean per line: True for the last line of its key and configuration (the record that counts)."""
         keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
-        order = np.argsort(keys, kind="stable")
-        ranked = keys[order]
-        last = np.ones(len(order), dtype=bool)
-        last[:-1] = ranked[1:] != ranked[:-1]
-        keep = np.zeros(len(order), dtype=bool)
-        keep[order[last]] = True
+        _, last_from_end = np.unique(keys[::-1], return_index=True)  # the first occurrence of each, from the end
+        keep = np.zeros(len(keys), dtype=bool)
+        keep[len(keys) - 1 - last_from_end] = True
         return keep
 
 
