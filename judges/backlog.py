@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 from userturn.judges.panel import Assessment, JudgingFacts
+from userturn.judges.report_scan import parse_record
 
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError
 from userturn.core.jsonl import is_config_line
 from userturn.core.records import ProbeRecord
 
@@ -54,12 +54,7 @@ def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[st
 def read_record(fh: Any, path: Path, offset: int) -> ProbeRecord:
     """The record on the line starting at `offset` of an open results file."""
     fh.seek(offset)
-    raw = fh.readline()
-    try:
-        return ProbeRecord.model_validate_json(raw)
-    except ValidationError as exc:
-        raise UserError(f"{path}: line at byte {offset}: not a userturn record ({first_error(exc, 'record')})") \
-            from None
+    return parse_record(fh.readline(), f"{path}: line at byte {offset}")
 
 
 @dataclass

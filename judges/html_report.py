@@ -22,16 +22,15 @@ import jinja2
 import numpy as np
 import orjson
 from markupsafe import Markup
-from pydantic import ValidationError
 from userturn.client.analysis.export import human_turn
 from userturn.client.render.prompt_replay import ReplayedPrompt
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
-from userturn.judges.report_scan import Scan, checked_lines
+from userturn.judges.report_scan import Scan, checked_lines, parse_record
 from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
 
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
 from userturn.core.taxonomy import DESCRIPTIONS, LABELS, SHORT
 
@@ -193,14 +192,7 @@ class _AcrossItems:
                 self.worst = max(self.chosen)
 
     def parsed(self) -> list[ProbeRecord]:
-        return [_parse(raw, number) for _, (_, number, raw) in sorted(self.chosen.items())]
-
-
-def _parse(raw: bytes, where: str) -> ProbeRecord:
-    try:
-        return ProbeRecord.model_validate_json(raw)
-    except ValidationError as exc:
-        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None
+        return [parse_record(raw, number) for _, (_, number, raw) in sorted(self.chosen.items())]
 
 
 @dataclass

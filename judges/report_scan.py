@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.jsonl import config_line, iter_lines, legacy_config
-from userturn.core.records import GroupKey, line_group_key, line_group_values
+from userturn.core.records import GroupKey, ProbeRecord, line_group_key, line_group_values
 from userturn.core.results_files import as_paths
 from userturn.core.taxonomy import LABELS
 
@@ -220,6 +220,14 @@ class Scan:
         keep = np.zeros(len(keys), dtype=bool)
         keep[len(keys) - 1 - last_from_end] = True
         return keep
+
+
+def parse_record(raw: bytes, where: str) -> ProbeRecord:
+    """One results line as a record; UserError naming `where` when it is none."""
+    try:
+        return ProbeRecord.model_validate_json(raw)
+    except ValidationError as exc:
+        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None
 
 
 def checked_lines(paths: str | Path | Sequence[str | Path],
