@@ -13,12 +13,12 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
 from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
+from userturn.judges.report_scan import parse_record
 
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError
 from userturn.core.jsonl import JsonlWriter, is_config_line, read_configs
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import judged_name
@@ -83,11 +83,11 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
         if is_config_line(line):
             continue
         try:
-            record = ProbeRecord.model_validate_json(line)
-        except ValidationError as exc:
-            if not complete:
-                continue  # a torn final line: the probe that wrote it was killed mid-write
-            raise UserError(f"{results}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
+            record = parse_record(line, f"{results}:{number}")
+        except UserError:
+            if complete:
+                raise
+            continue  # a torn final line: the probe that wrote it was killed mid-write
         turn = hash(record.user_turn)
         if output.done.get(record.key, turn + 1) == turn:
             action = SKIP
