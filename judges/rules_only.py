@@ -16,13 +16,11 @@ from userturn.core.records import ProbeRecord
 class RulesOnly:
     """A judge hook that applies the pre-label rules and nothing else."""
 
-    names: tuple[str, ...] = ()
-
     def __init__(self) -> None:
         self.counters = JudgeCounters()  # what the run reports: its rule labels
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
-        verdict = prelabel(record) if record.status == "ok" else None
+        verdict = prelabel(record)  # None for a record without a generation
         if verdict is None:
             return record
         out = record.model_copy(deep=True)
