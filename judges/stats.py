@@ -16,7 +16,7 @@ from pydantic import BaseModel
 Z95 = 1.959963984540054  # standard normal quantile for a two-sided 95% interval
 
 
-def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, float] | None:
+def wilson_interval(successes: float, n: float) -> tuple[float, float] | None:
     """Wilson score interval (Wilson 1927) for successes/n, inside [0, 1]; None when n == 0. `successes` and `n`
     may be non-integer (an effective sample size); ValueError when successes is outside 0..n."""
     if n <= 0:
@@ -24,10 +24,10 @@ def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, 
     if not 0 <= successes <= n * (1 + 1e-12):
         raise ValueError(f"successes ({successes}) must be within 0..n ({n})")
     p = min(1.0, successes / n)
-    z2 = z * z
+    z2 = Z95 * Z95
     denom = 1.0 + z2 / n
     centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
+    half = Z95 * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
@@ -54,7 +54,7 @@ def _as_arrays(followups: object, labelled: object) -> tuple[np.ndarray, np.ndar
     return y[keep], m[keep]
 
 
-def clustered_rate(followups: object, labelled: object, z: float = Z95) -> ClusteredRate | None:
+def clustered_rate(followups: object, labelled: object) -> ClusteredRate | None:
     """Pooled rate sum(followups) / sum(labelled) over items (item i's counts at index i; unlabelled items left
     out), with an item-clustered Wilson interval; None when no item is labelled.
 
@@ -74,7 +74,7 @@ def clustered_rate(followups: object, labelled: object, z: float = Z95) -> Clust
         var_cluster = math.fsum(((y - p * m) ** 2).tolist()) / (n * n)  # fsum: the same bits in any item order
         deff = max(1.0, var_cluster / var_binomial)
     n_eff = n / deff
-    low, high = wilson_interval(p * n_eff, n_eff, z)  # type: ignore[misc]
+    low, high = wilson_interval(p * n_eff, n_eff)  # type: ignore[misc]
     return ClusteredRate(rate=p, n=int(n), items=items, design_effect=deff, effective_n=n_eff,
                          ci_low=low, ci_high=high)
 
@@ -115,7 +115,7 @@ def _residuals(y: np.ndarray, m: np.ndarray) -> tuple[float, np.ndarray]:
     return p, (y - p * m) / n
 
 
-def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedDifference:
+def paired_difference(a: ItemTallies, b: ItemTallies) -> PairedDifference:
     """rate_a - rate_b of two conditions that share items, both over the items labelled under both (null delta
     with a reason when there is none).
 
@@ -131,14 +131,14 @@ def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedD
     if not len(ma):
         return PairedDifference(delta=None, ci_low=None, ci_high=None, items=0,
                                 reason="no item is labelled under both conditions")
-    ra, rb = clustered_rate(ya, ma, z), clustered_rate(yb, mb, z)
+    ra, rb = clustered_rate(ya, ma), clustered_rate(yb, mb)
     assert ra is not None and rb is not None
     pa, ea = _residuals(ya, ma)
     pb, eb = _residuals(yb, mb)
     ss_a, ss_b = math.fsum((ea * ea).tolist()), math.fsum((eb * eb).tolist())  # fsum: order-independent
     phi = math.fsum((ea * eb).tolist()) / math.sqrt(ss_a * ss_b) if ss_a > 0 and ss_b > 0 else 0.0
     phi = max(-1.0, min(1.0, phi))
-    used = conservative_correlation(phi, len(ma), z)
+    used = conservative_correlation(phi, len(ma))
     d = pa - pb
     la, ua, lb, ub = pa - ra.ci_low, ra.ci_high - pa, pb - rb.ci_low, rb.ci_high - pb
     low = d - math.sqrt(max(0.0, la * la - 2 * used * la * ub + ub * ub))
@@ -147,7 +147,7 @@ def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedD
                             rate_b=pb, correlation=phi, correlation_used=used)
 
 
-def conservative_correlation(phi: float, items: int, z: float = Z95) -> float:
+def conservative_correlation(phi: float, items: int) -> float:
     """The correlation the paired interval uses: a negative estimate as is; a positive one (which narrows the
     interval, and from a few items can be 1 by chance) at the lower end of its 95% Fisher-z interval over `items`
     items, floored at 0 (0 with fewer than 4 items).
@@ -156,5 +156,5 @@ def conservative_correlation(phi: float, items: int, z: float = Z95) -> float:
         return phi
     if items < 4:
         return 0.0
-    lower = math.tanh(math.atanh(min(0.9999, phi)) - z / math.sqrt(items - 3))
+    lower = math.tanh(math.atanh(min(0.9999, phi)) - Z95 / math.sqrt(items - 3))
     return max(0.0, lower)
