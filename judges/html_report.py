@@ -220,10 +220,11 @@ class Examples:
     judge_prompts: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _select(lines: Iterable[tuple[dict, str, bytes]], per_label: int, table: int, failures: int) -> Examples:
-    """The examples among (record dict, file:line, raw line) tuples, in bounded memory."""
-    by_label = {label: _AcrossItems(per_label) for label in LABELS}
-    sample, failed = _AcrossItems(table, count_items=False), _AcrossItems(failures, count_items=False)
+def _select(lines: Iterable[tuple[dict, str, bytes]]) -> Examples:
+    """The examples among (record dict, file:line, raw line) tuples, in bounded memory: per label up to
+    SAMPLES_PER_LABEL records from distinct items, SAMPLE_TABLE ok records, FAILURES judge-failed records."""
+    by_label = {label: _AcrossItems(SAMPLES_PER_LABEL) for label in LABELS}
+    sample, failed = _AcrossItems(SAMPLE_TABLE, count_items=False), _AcrossItems(FAILURES, count_items=False)
     prompts: dict[str, set[str]] = defaultdict(set)
     for d, where, raw in lines:
         key = d["key"]
@@ -242,21 +243,19 @@ def _select(lines: Iterable[tuple[dict, str, bytes]], per_label: int, table: int
                     judge_prompts={judge: sorted(shas) for judge, shas in sorted(prompts.items())})
 
 
-def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray, *, per_label: int = SAMPLES_PER_LABEL,
-                    table: int = SAMPLE_TABLE, failures: int = FAILURES) -> Examples:
-    """Second streaming pass over the lines that count (`keep`, from the first pass): per label up to `per_label`
-    records from distinct items, `table` ok records, `failures` judge-failed records; deterministic choices."""
+def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray) -> Examples:
+    """The examples (`_select`, deterministic choices) from a second streaming pass over the lines that count
+    (`keep`, from the first pass)."""
     lines = ((d, f"{path}:{number}", raw)
              for index, (path, number, d, raw, _) in enumerate(checked_lines(paths, Scan())) if keep[index])
-    return _select(lines, per_label, table, failures)
+    return _select(lines)
 
 
-def examples_of(records: list[ProbeRecord], *, per_label: int = SAMPLES_PER_LABEL, table: int = SAMPLE_TABLE,
-                failures: int = FAILURES) -> Examples:
+def examples_of(records: list[ProbeRecord]) -> Examples:
     """`select_examples` for records already loaded."""
     lines = ((r.model_dump(mode="json"), f"<records>:{number}", r.model_dump_json().encode())
              for number, r in enumerate(records, start=1))
-    return _select(lines, per_label, table, failures)
+    return _select(lines)
 
 
 def _samples(examples: Examples) -> dict[str, dict[str, Any]]:
