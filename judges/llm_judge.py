@@ -41,11 +41,11 @@ class JudgeConfig(BaseModel):
 class LLMJudge:
     """Labels user turns with one model. `use_schema` is learned per endpoint: None until the first answer."""
 
-    def __init__(self, config: JudgeConfig, prompt: JudgePrompt, endpoint: Endpoint | None = None) -> None:
+    def __init__(self, config: JudgeConfig, prompt: JudgePrompt) -> None:
         self.config = config
         self.prompt = prompt
         shared = config.model_dump(include=set(EndpointConfig.model_fields))  # base_url, key, timeouts, retries ...
-        self.endpoint = endpoint or Endpoint(EndpointConfig(**shared))
+        self.endpoint = Endpoint(EndpointConfig(**shared))
         self.use_schema: bool | None = None
         self.schema_fallbacks = 0
         self.reasks_made = 0
