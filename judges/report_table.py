@@ -94,11 +94,6 @@ def _table(title: str) -> Table:
     return Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
 
 
-def _numeric(table: Table, name: str) -> None:
-    """A right-aligned column that never wraps: numbers stay whole, the text columns give way."""
-    table.add_column(name, justify="right", no_wrap=True)
-
-
 def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False, width: int | None = None) -> Table:
     """The results table. Default: a compact set of columns that fits `width` (100 when not given), long names
     wrapped at their separators (never cut); `wide`: every column."""
@@ -123,8 +118,8 @@ def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False, 
     plain = [Text.from_markup(cell).plain for cell in cells]
     table.add_column("model / dataset", overflow="fold", width=min(name_width, _longest(plain or [""])))
     table.add_column("perturb", overflow="fold", max_width=12)
-    for name in headers[1:]:
-        _numeric(table, name)
+    for name in headers[1:]:  # numbers never wrap: the text columns give way
+        table.add_column(name, justify="right", no_wrap=True)
     for cell, row in zip(cells, rows, strict=True):
         table.add_row(cell, *row, end_section=True)
     return table
@@ -142,7 +137,7 @@ def _wide_table(groups: list[GroupSummary], title: str) -> Table:
         table.add_column(name, overflow="fold")
     for name in ("temp", "n", "items", "follow-ups", "rate", "95% CI", "Δ vs none pp (95% CI)", "judge fail",
                  "gen err", "unjudged", "accuracy", "prompt tok", "compl. tok"):
-        _numeric(table, name)
+        table.add_column(name, justify="right", no_wrap=True)
     table.add_column("labels", overflow="fold")
     table.add_column("judged by", overflow="fold")
     for g in groups:
