@@ -1,7 +1,5 @@
-"""A panel of one or more judges plus the rule pre-labels: the object that labels a `ProbeRecord`.
-
-`JudgePanel.judge(record)` is what `userturn probe` (inline) and `userturn judge` (afterwards) call.
-"""
+"""A panel of one or more judges plus the rule pre-labels: `JudgePanel.judge(record)` labels a `ProbeRecord` for
+`userturn probe` (inline) and `userturn judge` (afterwards)."""
 
 from __future__ import annotations
 
