@@ -14,7 +14,7 @@ import importlib.metadata
 import platform
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +217,7 @@ class Examples:
     by_label: dict[str, Shown]
     table: Shown
     failures: Shown
-    judge_prompts: dict[str, list[str]] = field(default_factory=dict)
+    judge_prompts: dict[str, list[str]]
 
 
 def _select(lines: Iterable[tuple[dict, str, bytes]]) -> Examples:
