@@ -298,8 +298,8 @@ def summarise(records: Iterable[ProbeRecord], configs: Mapping[str, dict] | None
 
 
 def load_results(path: str | Path | Sequence[str | Path]) -> list[ProbeRecord]:
-    """Every record (last line per key) of a results file, or of several read as one; UserError for a missing file
-    or malformed line."""
+    """Every record (last line per key) of a results file, or of several read as one, all in memory (`summarise_file`
+    streams); UserError for a missing file or malformed line."""
     records, _ = read_results(as_paths(path))
     return list(records.values())
 
