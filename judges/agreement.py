@@ -1,8 +1,5 @@
-"""Combining several judges: majority label, Cohen's kappa (two raters), Fleiss' kappa (several).
-
-The formulas are a few lines each (Cohen 1960; Fleiss 1971), written out here to keep the core install free of
-scipy/statsmodels/sklearn. Tests check them against textbook examples.
-"""
+"""Combining several judges: majority label, Cohen's kappa (two raters, Cohen 1960), Fleiss' kappa (several,
+Fleiss 1971); written out to keep the core install free of scipy/sklearn."""
 
 from __future__ import annotations
 
@@ -25,9 +22,8 @@ def majority_label(votes: Sequence[str]) -> str | None:
 
 
 def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
-    """Cohen's kappa of two raters over the same items; None when undefined (chance agreement is 1)."""
-    if len(a) != len(b):
-        raise ValueError("both raters must label the same items")
+    """Cohen's kappa of two raters over the same items (ValueError when their lengths differ); None when undefined
+    (chance agreement is 1)."""
     return _weighted_cohen(Counter(zip(a, b, strict=True)))
 
 
@@ -56,18 +52,7 @@ class PanelAgreement(BaseModel):
     pairs: list[PairAgreement]
 
 
-def judge_labels(record: ProbeRecord) -> dict[str, str]:
-    """{judge name: label} of the record's ok LLM-judge verdicts (rules excluded)."""
-    return {v.judge: v.label for v in record.judges if v.source == "judge" and v.status == "ok" and v.label}
-
-
-Pattern = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
-
-
-def verdict_pattern(record: ProbeRecord) -> Pattern:
-    """(LLM judges asked, sorted (judge, label) of their ok verdicts): all agreement needs of one record."""
-    names = tuple(sorted({v.judge for v in record.judges if v.source == "judge"}))
-    return names, tuple(sorted(judge_labels(record).items()))
+Pattern = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # (LLM judges asked, sorted (judge, ok label))
 
 
 def _weighted_cohen(pairs: Counter) -> float | None:
@@ -133,7 +118,7 @@ def _agreement(per_record: Counter, names: list[str]) -> PanelAgreement:
 
 def agreements_from_patterns(patterns: Mapping[Pattern, int]) -> list[PanelAgreement]:
     """Agreement of each panel found (a set of >= 2 LLM judges asked about the same records), from counts of
-    `verdict_pattern`s: Cohen's kappa for two judges, Fleiss' kappa for more, over the records every judge of the
+    `Pattern`s: Cohen's kappa for two judges, Fleiss' kappa for more, over the records every judge of the
     panel labelled (whichever panel asked them)."""
     per_record: Counter = Counter()
     for (_, labels), count in patterns.items():
@@ -143,5 +128,7 @@ def agreements_from_patterns(patterns: Mapping[Pattern, int]) -> list[PanelAgree
 
 
 def panel_agreements(records: Iterable[ProbeRecord]) -> list[PanelAgreement]:
-    """`agreements_from_patterns` of loaded records."""
-    return agreements_from_patterns(Counter(verdict_pattern(r) for r in records))
+    """`agreements_from_patterns` of loaded records, counted as the report counts them."""
+    from userturn.judges.report_scan import row_and_outcome
+
+    return agreements_from_patterns(Counter(row_and_outcome(r.model_dump(mode="json"))[1].agreement for r in records))

@@ -1,31 +1,26 @@
 """What a judge panel still has to do with a results file, read as a stream (never every record at once).
 
-`scan_judging` reads a results file line by line and keeps, per key (the last line of a key wins), only what
-resuming needs: the byte offset of records still to judge, a hash of the generated turn, and the line of any
-record labelled by another panel. Records are read back one at a time when they are judged (`JudgingScan.records`).
-
-Used by the inline judge on resume (`probe --judge-*`, `run` with `judges:`: `pending_judgements`) and by
-`userturn judge` for its output file.
+Per key (its last line wins) only what resuming needs is kept: the byte offset of a record still to judge, a hash
+of its generated turn, the line of a record another panel labelled. Used by the inline judge on resume
+(`JudgePanel.pending_judgements`) and by `userturn judge` for its output file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 from userturn.judges.panel import Assessment, JudgingFacts
+from userturn.judges.report_scan import parse_record
 
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError
 from userturn.core.jsonl import is_config_line
 from userturn.core.records import ProbeRecord
 
 Assess = Callable[[JudgingFacts], Assessment]
-INLINE_HINT = ("label them into another file with `userturn judge RESULTS.jsonl --out OTHER.jsonl ...`, or pass "
-               "--rejudge to label them again with this panel")
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
@@ -40,35 +35,26 @@ def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
 
 
 def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[str, Any] | None:
-    """A results line as a JSON object with a string `key`; None for a torn final line (no newline, not JSON) and
-    for a configuration line (`userturn.core.jsonl.is_config_line`).
-
-    A malformed complete line raises UserError naming path:line.
-    """
+    """A results line as a JSON object with a string `key`; None for a configuration line or a torn final line
+    (no newline); UserError naming path:line for any other malformed line."""
     if is_config_line(line):
         return None
     try:
         obj = orjson.loads(line)
+        problem = None if isinstance(obj, dict) and isinstance(obj.get("key"), str) else "no string `key`"
     except orjson.JSONDecodeError as exc:
-        if not complete:
-            return None
-        raise UserError(f"{path}:{number}: not a userturn record ({str(exc).splitlines()[0]})") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
-        if not complete:
-            return None
-        raise UserError(f"{path}:{number}: not a userturn record (no string `key`)")
-    return obj
+        problem = str(exc).splitlines()[0]
+    if problem is None:
+        return obj
+    if not complete:
+        return None
+    raise UserError(f"{path}:{number}: not a userturn record ({problem})")
 
 
 def read_record(fh: Any, path: Path, offset: int) -> ProbeRecord:
     """The record on the line starting at `offset` of an open results file."""
     fh.seek(offset)
-    raw = fh.readline()
-    try:
-        return ProbeRecord.model_validate_json(raw)
-    except ValidationError as exc:
-        raise UserError(f"{path}: line at byte {offset}: not a userturn record ({first_error(exc, 'record')})") \
-            from None
+    return parse_record(fh.readline(), f"{path}: line at byte {offset}")
 
 
 @dataclass
@@ -100,10 +86,8 @@ class JudgingScan:
 
 def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | None = None,
                  keep_done: bool = False) -> JudgingScan:
-    """Stream `path` and sort its records (last line per key; only `keys` when given) by `assess`.
-
-    "done" and "no_generation" records are forgotten unless `keep_done` (then only their turn's hash is kept).
-    """
+    """Stream `path` and sort its records (last line per key; only `keys` when given) by `assess`; "done" and
+    "no_generation" records are forgotten unless `keep_done` (then only their turn's hash is kept)."""
     path = Path(path)
     scan = JudgingScan(path)
     if not path.exists():
@@ -126,24 +110,4 @@ def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | Non
             scan.foreign[key] = (number, facts)
         elif keep_done:
             scan.done[key] = hash(obj.get("user_turn"))
-    return scan
-
-
-def assess_unlabelled(facts: JudgingFacts) -> Assessment:
-    """For a judge hook that is not a `JudgePanel`: every ok record without a label is judged again."""
-    if facts.status != "ok":
-        return "no_generation"
-    return "done" if facts.label is not None else "todo"
-
-
-def pending_judgements(path: str | Path, keys: Collection[str], hook: object) -> JudgingScan:
-    """The ok records among `keys` in a results file that the inline judge `hook` still has to label.
-
-    A `JudgePanel` decides by its identity (`JudgePanel.assess`) and refuses (UserError, exit 2) a file whose
-    records another panel labelled, unless its config has `rejudge`; any other hook re-judges unlabelled records.
-    """
-    assess: Assess = getattr(hook, "assess", None) or assess_unlabelled
-    scan = scan_judging(path, assess, keys=keys if isinstance(keys, set | frozenset) else set(keys))
-    describe = getattr(hook, "describe", None)
-    scan.refuse_mix(describe() if describe else "this judge", INLINE_HINT)
     return scan

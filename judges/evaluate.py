@@ -1,11 +1,8 @@
 """`userturn judge-eval`: score a judge (or panel) against a hand-labelled gold file.
 
-Gold format: JSONL, one object per line with a gold `label` (one of `taxonomy.LABELS`), the generated `user_turn`,
-and the conversation as `messages` ([{role, content}], as in a results record) or as `query` (+ `response`). An `id` or
-`key` names the line (default: its line number). Any judged results record therefore works as gold once its
-`label` has been checked by a person. A line without what is scored (`label`, `user_turn` — "" is a turn, a
-missing or null one is not — and a user message) is refused, naming file:line. When no judge returned a single
-verdict the scores are empty: `exit_status` says so in one line and the command exits 1.
+Gold: JSONL, per line a gold `label`, the generated `user_turn` ("" is a turn, a missing or null one is not) and
+the conversation as `messages` (as in a results record; so a checked judged record is gold) or as `query` (+
+`response`); `id` or `key` names the line (default: its number). A line without these is refused, naming file:line.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The HTML report: one self-contained file, every generated text HTML-escaped.
-
-Sections: the rows (rates, intervals, paired deltas), judge agreement, the figures (inline SVG), examples per label
-drawn across items ("5 of 72 from 5 of 30 items"), a browsable sample of records with the exact prompt on demand
-(`<details>`; raw-mode prompts need the probe's tokenizer: `report --tokenizer`), judge failures, and provenance:
-userturn and dependency versions, the platform, the results file, every configuration fingerprint with its
-settings, the judge panels and the full sha256 of each judge prompt, and the date.
+"""The HTML report: one self-contained file, every generated text HTML-escaped. Sections: the rows, judge agreement,
+the figures (inline SVG), examples per label drawn across items, a sample of records with the exact prompt on
+demand, judge failures, and provenance (versions, platform, results file, configurations, judge prompt hashes).
 """
 
 from __future__ import annotations
@@ -17,8 +13,8 @@ import hashlib
 import importlib.metadata
 import platform
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +22,15 @@ import jinja2
 import numpy as np
 import orjson
 from markupsafe import Markup
-from pydantic import ValidationError
 from userturn.client.analysis.export import human_turn
 from userturn.client.render.prompt_replay import ReplayedPrompt
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.judges.report import GroupSummary, is_self_judged
-from userturn.judges.report_scan import iter_checked
-from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_rate, fmt_temp
+from userturn.judges.report_scan import Scan, checked_lines, parse_record
+from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
 
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
 from userturn.core.taxonomy import DESCRIPTIONS, LABELS, SHORT
 
@@ -160,15 +155,13 @@ def _clip(text: str | None, limit: int = CLIP) -> str:
 
 
 def _rank(text: str) -> bytes:
-    """A stable pseudo-random order (the same in every run and on every machine): examples spread over items
-    instead of clustering on the alphabetically first ones."""
+    """A pseudo-random order, the same on every run and machine, so examples spread over items."""
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
 
 
 class _AcrossItems:
-    """Up to `size` records from distinct items (the items first in `_rank` order; within an item the record first
-    in `_rank` order of its key), in bounded memory; counts every record (and, with `count_items`, item) offered.
-    Offered each record as its own item, it is the `size` records first in `_rank` order of their key."""
+    """Up to `size` records from distinct items (the items first in `_rank` order; within an item the record whose
+    key ranks first), in bounded memory; counts every record (and, with `count_items`, item) offered."""
 
     def __init__(self, size: int, count_items: bool = True) -> None:
         self.size, self.count_items = size, count_items
@@ -199,14 +192,7 @@ class _AcrossItems:
                 self.worst = max(self.chosen)
 
     def parsed(self) -> list[ProbeRecord]:
-        return [_parse(raw, number) for _, (_, number, raw) in sorted(self.chosen.items())]
-
-
-def _parse(raw: bytes, where: str) -> ProbeRecord:
-    try:
-        return ProbeRecord.model_validate_json(raw)
-    except ValidationError as exc:
-        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None
+        return [parse_record(raw, number) for _, (_, number, raw) in sorted(self.chosen.items())]
 
 
 @dataclass
@@ -231,56 +217,45 @@ class Examples:
     by_label: dict[str, Shown]
     table: Shown
     failures: Shown
-    judge_prompts: dict[str, list[str]] = field(default_factory=dict)
+    judge_prompts: dict[str, list[str]]
 
 
-class _Selection:
-    def __init__(self, per_label: int, table: int, failures: int) -> None:
-        self.per_label = {label: _AcrossItems(per_label) for label in LABELS}
-        self.table = _AcrossItems(table, count_items=False)
-        self.failed = _AcrossItems(failures, count_items=False)
-        self.judge_prompts: dict[str, set[str]] = defaultdict(set)
-
-    def offer(self, d: dict, number: str, raw: bytes) -> None:
-        key, item = d["key"], str(d.get("item_id"))
+def _select(lines: Iterable[tuple[dict, str, bytes]]) -> Examples:
+    """The examples among (record dict, file:line, raw line) tuples, in bounded memory: per label up to
+    SAMPLES_PER_LABEL records from distinct items, SAMPLE_TABLE ok records, FAILURES judge-failed records."""
+    by_label = {label: _AcrossItems(SAMPLES_PER_LABEL) for label in LABELS}
+    sample, failed = _AcrossItems(SAMPLE_TABLE, count_items=False), _AcrossItems(FAILURES, count_items=False)
+    prompts: dict[str, set[str]] = defaultdict(set)
+    for d, where, raw in lines:
+        key = d["key"]
         if d.get("label") is not None:
-            self.per_label[d["label"]].offer(item, key, number, raw)
+            by_label[d["label"]].offer(str(d.get("item_id")), key, where, raw)
         if d.get("status") == "ok":
-            self.table.offer(key, key, number, raw)
+            sample.offer(key, key, where, raw)
         if d.get("judge_status") == "error":
-            self.failed.offer(key, key, number, raw)
+            failed.offer(key, key, where, raw)
         for verdict in d.get("judges") or ():
             if verdict.get("prompt_sha256"):
-                self.judge_prompts[verdict["judge"]].add(verdict["prompt_sha256"])
-
-    def examples(self) -> Examples:
-        return Examples(
-            by_label={label: Shown(s.parsed(), s.records, s.items)
-                      for label, s in self.per_label.items() if s.records},
-            table=Shown(self.table.parsed(), self.table.records),
-            failures=Shown(self.failed.parsed(), self.failed.records),
-            judge_prompts={judge: sorted(shas) for judge, shas in sorted(self.judge_prompts.items())})
+                prompts[verdict["judge"]].add(verdict["prompt_sha256"])
+    return Examples(by_label={label: Shown(s.parsed(), s.records, s.items)
+                              for label, s in by_label.items() if s.records},
+                    table=Shown(sample.parsed(), sample.records), failures=Shown(failed.parsed(), failed.records),
+                    judge_prompts={judge: sorted(shas) for judge, shas in sorted(prompts.items())})
 
 
-def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray, *, per_label: int = SAMPLES_PER_LABEL,
-                    table: int = SAMPLE_TABLE, failures: int = FAILURES) -> Examples:
-    """Second streaming pass over the lines that count (`keep`, from the first pass): per label up to `per_label`
-    records from distinct items, `table` ok records, `failures` judge-failed records (deterministic choices), in
-    memory bounded by those sizes and the number of items."""
-    selection = _Selection(per_label, table, failures)
-    for index, (path, number, d, raw) in enumerate(iter_checked(paths)):
-        if keep[index]:
-            selection.offer(d, f"{path}:{number}", raw)
-    return selection.examples()
+def select_examples(paths: str | Path | Sequence[str | Path], keep: np.ndarray) -> Examples:
+    """The examples (`_select`, deterministic choices) from a second streaming pass over the lines that count
+    (`keep`, from the first pass)."""
+    lines = ((d, f"{path}:{number}", raw)
+             for index, (path, number, d, raw, _) in enumerate(checked_lines(paths, Scan())) if keep[index])
+    return _select(lines)
 
 
-def examples_of(records: list[ProbeRecord], *, per_label: int = SAMPLES_PER_LABEL, table: int = SAMPLE_TABLE,
-                failures: int = FAILURES) -> Examples:
+def examples_of(records: list[ProbeRecord]) -> Examples:
     """`select_examples` for records already loaded."""
-    selection = _Selection(per_label, table, failures)
-    for number, r in enumerate(records, start=1):
-        selection.offer(r.model_dump(mode="json"), f"<records>:{number}", r.model_dump_json().encode())
-    return selection.examples()
+    lines = ((r.model_dump(mode="json"), f"<records>:{number}", r.model_dump_json().encode())
+             for number, r in enumerate(records, start=1))
+    return _select(lines)
 
 
 def _samples(examples: Examples) -> dict[str, dict[str, Any]]:
@@ -372,10 +347,9 @@ def _inline_svg(svg: bytes) -> str:
 def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], examples: Examples, total: int,
                 figures: dict[str, dict[str, bytes]] | None, source: str, no_figures: str = "", *,
                 prompt_of: PromptOf | None = None, skipped: dict[str, str] | None = None, filters: str = "") -> str:
-    """The report as one HTML string (autoescaped: generated text cannot inject markup). `figures`: {name: {format:
-    bytes}} (SVG inlined, else PNG as a data URI), each under a heading that says what it shows; `no_figures`: why
-    there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of` rebuilds a record's prompt for the
-    sample table; `filters`: the row filters, as flags."""
+    """The report as one HTML string (autoescaped). `figures`: {name: {format: bytes}} (SVG inlined, else PNG as a
+    data URI); `no_figures`: why there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of`
+    rebuilds a record's prompt for the sample table; `filters`: the row filters, as flags."""
     from userturn.judges.plots import TITLES
     from userturn.judges.rules_only import unjudged_notice
 
@@ -397,7 +371,7 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         table_caption=examples.table.caption, prompts_rendered=prompt_of is not None,
         prov=provenance(source, groups, examples),
         any_human=any(human_turn(r) for shown in examples.by_label.values() for r in shown.records),
-        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=lambda k: "—" if k is None else f"{k:.3f}",
+        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=fmt_kappa,
     )
 
 

@@ -41,11 +41,11 @@ class JudgeConfig(BaseModel):
 class LLMJudge:
     """Labels user turns with one model. `use_schema` is learned per endpoint: None until the first answer."""
 
-    def __init__(self, config: JudgeConfig, prompt: JudgePrompt, endpoint: Endpoint | None = None) -> None:
+    def __init__(self, config: JudgeConfig, prompt: JudgePrompt) -> None:
         self.config = config
         self.prompt = prompt
         shared = config.model_dump(include=set(EndpointConfig.model_fields))  # base_url, key, timeouts, retries ...
-        self.endpoint = endpoint or Endpoint(EndpointConfig(**shared))
+        self.endpoint = Endpoint(EndpointConfig(**shared))
         self.use_schema: bool | None = None
         self.schema_fallbacks = 0
         self.reasks_made = 0
@@ -94,10 +94,8 @@ class LLMJudge:
         return result.data, result.attempts + attempts
 
     async def judge(self, query: str, response: str, user_turn: str) -> JudgeVerdict:
-        """One verdict. HTTP failures and unparseable replies give status "error" (raw kept), never a label.
-
-        Raises EndpointError when the endpoint is unusable (401/403/404, or unreachable after retries).
-        """
+        """One verdict; HTTP failures and unparseable replies give status "error" (raw kept), never a label.
+        Raises EndpointError when the endpoint is unusable (401/403/404, or unreachable after retries)."""
         messages = self.prompt.messages(query, response, user_turn)
         attempts, raw, error = 0, None, "no reply"
         start = time.monotonic()

@@ -1,10 +1,5 @@
-"""Models in order of size, for the report's tables and figures (the paper's scale story reads left to right).
-
-The size is parsed from the name: the first number followed by a unit, e.g. `Qwen3.5-0.8B` -> 0.8e9,
-`Qwen3.5-122B-A10B` -> 122e9 (the total, not the active 10B), `SmolLM2-135M` -> 135e6, `gpt-oss-120b` -> 120e9,
-`Mixtral-8x7B` -> 56e9.
-Models without a size in their name come after the sized ones, by name. `--model-order` puts the named models
-first, in the order given.
+"""Models in order of size for the report's tables and figures, the size parsed from the name: `Qwen3.5-0.8B` ->
+0.8e9, `Qwen3.5-122B-A10B` -> 122e9 (the total), `SmolLM2-135M` -> 135e6, `Mixtral-8x7B` -> 56e9.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""A panel of one or more judges plus the rule pre-labels: the object that labels a `ProbeRecord`.
-
-`JudgePanel.judge(record)` is what `userturn probe` (inline) and `userturn judge` (afterwards) call.
-"""
+"""A panel of one or more judges plus the rule pre-labels: `JudgePanel.judge(record)` labels a `ProbeRecord` for
+`userturn probe` (inline) and `userturn judge` (afterwards)."""
 
 from __future__ import annotations
 
@@ -56,6 +54,8 @@ class PanelConfig(BaseModel):
 
 
 Assessment = Literal["no_generation", "done", "todo", "foreign"]
+INLINE_HINT = ("label them into another file with `userturn judge RESULTS.jsonl --out OTHER.jsonl ...`, or pass "
+               "--rejudge to label them again with this panel")
 
 
 def panel_id(judges: Sequence[str], prompt_sha256: str) -> str:
@@ -125,10 +125,12 @@ class JudgePanel:
 
     def pending_judgements(self, path: str | Path, keys: Collection[str]) -> JudgingScan:
         """The ok records among `keys` in the results file that this panel still has to label (the probe's inline
-        judging calls this on resume); refuses a file labelled by another panel unless `rejudge`."""
-        from userturn.judges.backlog import pending_judgements
+        judging calls this on resume); UserError (exit 2) for a file labelled by another panel unless `rejudge`."""
+        from userturn.judges.backlog import scan_judging
 
-        return pending_judgements(path, keys, self)
+        scan = scan_judging(path, self.assess, keys=keys if isinstance(keys, set | frozenset) else set(keys))
+        scan.refuse_mix(self.describe(), INLINE_HINT)
+        return scan
 
     def describe(self) -> str:
         """This panel in words, as `JudgingFacts.describe` words a recorded one."""
@@ -143,14 +145,9 @@ class JudgePanel:
         return bool(voters) and voters <= members
 
     def assess(self, facts: JudgingFacts) -> Assessment:
-        """What this panel has to do with a record.
-
-        "no_generation": nothing to judge (status "error"). "foreign": labelled by judges of another panel (other
-        judge models, order or prompt) and `rejudge` is off: judging it would mix two panels in one file. "done":
-        a rule label (unless `judge_all`), or labelled by this panel with an ok verdict from every judge. "todo":
-        everything else: never judged, a judge failed or is missing, a rule hit that was judged under `judge_all`
-        when this run is without it (or the reverse), or (with `rejudge`) another panel's label.
-        """
+        """What this panel has to do with a record: "no_generation" (status "error"); "foreign" (labelled by another
+        panel and `rejudge` is off: judging would mix two panels in one file); "done" (a rule label unless
+        `judge_all`, or an ok verdict of this panel from every judge); "todo" (everything else)."""
         if facts.status != "ok":
             return "no_generation"
         if facts.label is not None and facts.label_source != "rule" and not self._same_panel(facts):
@@ -170,12 +167,9 @@ class JudgePanel:
         return self.assess(JudgingFacts.of_json(record.model_dump(mode="json"))) in ("no_generation", "done")
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
-        """A copy of `record` with `judges`, `label`, `label_source` and `judge_status` set.
-
-        Records without a generation (status "error") come back unchanged. Verdicts of judges outside this
-        panel are dropped, or kept without a vote when `keep_other_verdicts`. Raises EndpointError if a judge
-        endpoint is unusable.
-        """
+        """A copy of `record` with `judges`, `label`, `label_source` and `judge_status` set (a record without a
+        generation comes back unchanged). Verdicts of judges outside this panel are dropped, or kept without a vote
+        when `keep_other_verdicts`. Raises EndpointError if a judge endpoint is unusable."""
         if record.status != "ok":
             return record
         out = record.model_copy()  # shallow: only top-level fields are assigned below, nothing nested is mutated

@@ -78,14 +78,7 @@ def parse_verdict(content: str | None) -> JudgeOutput:
     if not text:
         raise ParseError("reply held only reasoning (no answer after </think>)")
     last_error = "no JSON object found"
-    with contextlib.suppress(ValueError):
-        whole = json.loads(text)
-        if isinstance(whole, dict):
-            try:
-                return JudgeOutput.model_validate(whole)
-            except ValidationError as exc:
-                last_error = first_error(exc, "object")
-    # Latest end first; for the same end, the outermost (earliest start) first.
+    # Latest end first (the reply as a whole when it is one object); for the same end, the outermost first.
     for _, _, value in sorted(_candidates(text), key=lambda c: (-c[1], c[0])):
         if not isinstance(value, dict):
             continue

@@ -109,10 +109,10 @@ def _series_label(model: str, variant: str, variants: dict[str, list[str]]) -> s
     return f"{model} ({variant})" if len(variants.get(model, [])) > 1 else model
 
 
-def _padded(low: float, high: float, floor: float = 0.0, ceiling: float = 100.0) -> tuple[float, float]:
-    """Axis limits around [low, high] (in %) with 8% padding, clamped to [floor, ceiling]; a little span always."""
+def _padded(low: float, high: float, floor: float = 0.0) -> tuple[float, float]:
+    """Axis limits around [low, high] (in %) with 8% padding, clamped to [floor, 100]; a little span always."""
     span = max(high - low, 2.0)
-    return max(floor, low - 0.08 * span), min(ceiling, high + 0.08 * span)
+    return max(floor, low - 0.08 * span), min(100.0, high + 0.08 * span)
 
 
 def _panels(plt: Any, count: int, width: float = 4.2, height: float = 3.6, sharey: bool = True) -> tuple[Any, list]:
@@ -127,14 +127,6 @@ def _finish(fig: Any, legend: dict[str, Any], title: str) -> Any:
         fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                    frameon=False)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    return fig
-
-
-def _empty(fig: Any, ax: Any, text: str) -> Any:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9)
-    ax.set_xticks([])
-    ax.set_yticks([])
     fig.tight_layout()
     return fig
 
@@ -157,14 +149,14 @@ def _bar(value: float, low: float, high: float) -> tuple[float, float]:
     return max(0.0, value - low), max(0.0, high - value)
 
 
-def _dodges(points: Sequence[tuple[float, float]], tolerance: float = 0.5) -> list[float]:
-    """Vertical display offsets (points) so that points at (nearly) the same place stay visible side by side:
-    the data keep their values; only their drawing is shifted (0 for a point alone)."""
+def _dodges(points: Sequence[tuple[float, float]]) -> list[float]:
+    """Vertical display offsets (points) so that points within 0.5 of each other on both axes stay visible side by
+    side: the data keep their values; only their drawing is shifted (0 for a point alone)."""
     out = [0.0] * len(points)
     clusters: list[list[int]] = []
     for i, (x, y) in enumerate(points):
-        home = next((c for c in clusters if abs(points[c[0]][0] - x) <= tolerance
-                     and abs(points[c[0]][1] - y) <= tolerance), None)
+        home = next((c for c in clusters if abs(points[c[0]][0] - x) <= 0.5 and abs(points[c[0]][1] - y) <= 0.5),
+                    None)
         if home is None:
             clusters.append([i])
         else:

@@ -1,18 +1,7 @@
-"""Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG.
-
-One colour per model across all four figures (`model_colors`), models in order of size (`judges.model_size`, or
-`--model-order`); what the figures share is in `judges.plot_parts`:
-
-* `followup_vs_temperature`: genuine follow-up rate against temperature, one panel per dataset, unperturbed rows,
-  item-clustered 95% intervals; the models' points at one temperature are drawn side by side (dodged).
-* `accuracy_vs_followup`: task accuracy against follow-up rate at one temperature (`--plot-temperature`, default
-  the lowest present), 95% interval bars on both axes; points at the same place are drawn a few points apart.
-* `perturbation_effects`: each perturbation's paired difference to the unperturbed row (pp, paired 95% interval).
-* `label_mix`: label shares per model (unjudged and judge-failed turns included), a grid of up to three panels.
-
-A figure with nothing to show is not drawn (`skipped_figures` says why): the rate figures need rows labelled by a
-judge model (the rules alone never label a genuine follow-up). Axes follow the data; a model with several
-unperturbed configurations gets one series per configuration in its colour, told apart by line style and marker.
+"""Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG: `followup_vs_temperature`,
+`accuracy_vs_followup`, `perturbation_effects`, `label_mix` (see `TITLES`). One colour per model in every figure,
+models in order of size (`judges.model_size`, or `--model-order`); shared parts are in `judges.plot_parts`. A
+figure with nothing to show is not drawn (`skipped_figures` says why; the figure functions need rows to draw).
 """
 
 from __future__ import annotations
@@ -34,7 +23,6 @@ from userturn.judges.plot_parts import (
     _by_model,
     _dodges,
     _effect_rows,
-    _empty,
     _finish,
     _mix_rows,
     _padded,
@@ -56,7 +44,7 @@ from userturn.core.errors import UserError
 from userturn.core.taxonomy import LABELS, SHORT
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
-TITLES = {  # what each figure shows: the HTML headings and the captions
+TITLES = {  # what each figure shows: the HTML report's captions
     "followup_vs_temperature": "Genuine follow-up rate against sampling temperature, per model (unperturbed)",
     "accuracy_vs_followup": "Task accuracy against genuine follow-up rate, per model, at one temperature",
     "perturbation_effects": "How much each perturbation of the assistant turn moves the follow-up rate",
@@ -97,8 +85,6 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
     colors = colors or model_colors(g.model for g in groups)
     datasets = sorted({g.dataset for g in rows})
     fig, axes = _panels(plt, len(datasets))
-    if not rows:
-        return _empty(fig, axes[0], "no unperturbed rows with labelled turns")
     variants = _variants(rows)
     place = _by_model(colors)
     legend: dict[str, Any] = {}
@@ -133,7 +119,6 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("genuine follow-up rate (%)")
     axes[0].set_ylim(*_padded(0.0, high))
-    axes[0].set_ylim(bottom=0.0)
     return _finish(fig, legend, "Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; models "
                    "side by side at each temperature)")
 
@@ -151,8 +136,6 @@ def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | No
     place = _by_model(colors)
     datasets = sorted({g.dataset for g in rows})
     fig, axes = _panels(plt, len(datasets), width=4.0, height=3.8, sharey=False)
-    if not rows:
-        return _empty(fig, axes[0], "no unperturbed rows with task accuracy and labelled turns")
     variants = _variants(rows)
     legend: dict[str, Any] = {}
     for ax, dataset in zip(axes, datasets, strict=False):
@@ -195,8 +178,6 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
     datasets = sorted({g.dataset for g in rows})
     perturbations = sorted({g.perturbation for g in rows})
     fig, axes = _panels(plt, len(datasets), width=4.2, height=max(2.6, 0.7 * len(perturbations) + 1.6))
-    if not rows:
-        return _empty(fig, axes[0], "no perturbed rows paired with an unperturbed one")
     variants = _variants(rows)
     slots = sorted({(g.model, _variant(g)) for g in rows}, key=lambda s: (place[s[0]], s[1]))
     legend: dict[str, Any] = {}
@@ -241,9 +222,6 @@ def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
     colors = colors or model_colors(g.model for g in groups)
     t = plot_temperature(groups, temperature)
     rows = _mix_rows(groups, t)
-    if not rows:
-        fig, axes = _panels(plt, 1)
-        return _empty(fig, axes[0], "no unperturbed labelled rows")
     variants = _variants(rows)
     place = _by_model(colors)
     datasets = sorted({g.dataset for g in rows})

@@ -1,7 +1,6 @@
-"""Deterministic pre-labels applied before any judge call: empty turns, verbatim restatements, role-token leaks.
-
-Rules are cheap and certain, so a record a rule labels is not sent to the judge unless asked (`--judge-all`).
-A rule verdict is recorded as `JudgeVerdict(judge="rule:<name>", source="rule")`.
+"""Deterministic pre-labels applied before any judge call (empty turns, verbatim restatements, role-token leaks),
+recorded as `JudgeVerdict(judge="rule:<name>", source="rule")`; a rule-labelled record is not sent to the judge
+unless asked (`--judge-all`).
 """
 
 from __future__ import annotations

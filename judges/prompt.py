@@ -1,10 +1,7 @@
-"""The versioned judge prompt: a markdown file in judges/prompts/, hashed into every verdict.
+"""The versioned judge prompt: a markdown file in judges/prompts/ (kept byte for byte), hashed into every verdict.
 
-The data (query, response, generated user turn) is filled into the `# user` template. A prompt *fences* its data
-when every field goes through the `xml_text` filter (`{{ user_turn | xml_text }}`): `<`, `>` and `&` are escaped,
-so no generated text can close the tags around it. judge_v3.md (the default: v2 plus the label `related_new_query`)
-and judge_v2.md do; judge_v1.md does not. Earlier versions are kept byte for byte, so verdicts recorded with their
-sha256 stay reproducible and files judged with them keep their panel id.
+A prompt *fences* its data (query, response, user turn) when every field goes through the `xml_text` filter, so
+no generated text can close the tags around it: judge_v3.md (the default) and judge_v2.md do, judge_v1.md does not.
 """
 
 from __future__ import annotations
@@ -39,10 +36,8 @@ _ENV.filters["xml_text"] = xml_text
 
 @dataclass(frozen=True)
 class JudgePrompt:
-    """A parsed prompt file: system text, user template, version name and sha256 of the file's text.
-
-    `fenced`: every data field is escaped with `xml_text`, so the data cannot close its tags.
-    """
+    """A parsed prompt file: system text, user template, version name, sha256 of the file's text, and whether
+    every data field is escaped with `xml_text` (`fenced`)."""
 
     name: str
     system: str
@@ -61,10 +56,10 @@ class JudgePrompt:
 
 
 def parse_prompt(text: str, name: str) -> JudgePrompt:
-    """Split a prompt file into its `# system` and `# user` sections."""
+    """Split a prompt file into its `# system` and `# user` sections; UserError when a section or field is
+    missing."""
     body = _COMMENT.sub("", text)
     parts = _SECTION.split(body)
-    # parts: [preamble, "system", text, "user", text]
     sections = dict(zip(parts[1::2], parts[2::2], strict=True))
     if set(sections) != {"system", "user"} or len(parts) != 5:
         raise UserError(f"judge prompt {name}: needs exactly one '# system' and one '# user' section")
@@ -90,10 +85,8 @@ def packaged_prompt(name: str) -> JudgePrompt:
 
 
 def load_prompt(path: str | Path | None = None) -> JudgePrompt:
-    """Load a prompt: a file path, a packaged version name (`judge_v1`), or by default judges/prompts/judge_v3.md.
-
-    A path that exists wins over a packaged name of the same spelling.
-    """
+    """Load a prompt: a file path (wins over a packaged name of the same spelling), a packaged version name
+    (`judge_v1`), or by default judges/prompts/judge_v3.md."""
     if path is None:
         return packaged_prompt(DEFAULT_PROMPT)
     path = Path(path)

@@ -1,10 +1,7 @@
-"""Summaries of a results file: one row per configuration of model x dataset x mode x perturbation x temperature.
-
-Follow-up rate = genuine_followup / labelled records (`n`). Judge failures and generation errors are not in the
-denominator; they are counted beside it. Raw and chat mode are separate rows, never mixed; so are records of
-different generation configurations (`config_fingerprint`) and of different judge panels (judge model or judge
-prompt). Intervals are clustered by item (`judges.stats`); each perturbed row carries its paired difference to
-the `none` row of the same configuration. The file is read in one streaming pass (`judges.report_scan`).
+"""Summaries of results files: one row per model x dataset x mode x perturbation x temperature, configuration
+(`config_fingerprint`) and judge panel. Follow-up rate = genuine_followup / labelled records (`n`); judge failures
+and generation errors are counted beside it. Intervals are clustered by item (`judges.stats`); each perturbed row
+carries its paired difference to the `none` row of the same configuration.
 """
 
 from __future__ import annotations
@@ -31,40 +28,41 @@ UNFINGERPRINTED = "unfingerprinted"
 
 
 class GroupSummary(BaseModel):
-    """One row of the report (and one object of `userturn report --json`)."""
+    """One row of the report, and one object of `userturn report --json` (the issue's keys first, then mode,
+    configuration, counts and flags: the fields' order)."""
 
     model: str
     dataset: str
-    mode: str
     perturbation: str
     temperature: float
-    records: int = Field(description="all records of the row")
     n: int = Field(description="labelled records: the follow-up rate's denominator")
     items: int = Field(description="distinct items behind n")
     followups: int
     followup_rate: float | None
     ci_low: float | None = Field(description="item-clustered 95% interval (Wilson at the effective sample size)")
     ci_high: float | None
-    design_effect: float | None = Field(description="variance inflation from the samples of an item, >= 1")
     delta_vs_none: float | None = Field(default=None, description="rate minus the none row's, over shared items")
     delta_ci_low: float | None = None
     delta_ci_high: float | None = None
     delta_items: int | None = Field(default=None, description="items labelled under both this row and none")
     delta_note: str | None = Field(default=None, description="why delta_vs_none is null")
     judge_failures: int
-    generation_errors: int
-    unjudged: int = Field(description="generated but not (yet) judged")
     labels: dict[str, int]
-    rule_labels: int
     accuracy: float | None = Field(description="task accuracy of the probed assistant turns: the mean over the row's "
                                            "scored items of each item's share of correct records")
+    mode: str
+    settings: str = Field(default="", description="what sets this row apart from rows that differ only in it")
+    config_fingerprint: str | None
+    config: dict | None
+    records: int = Field(description="all records of the row")
+    generation_errors: int
+    unjudged: int = Field(description="generated but not (yet) judged")
+    rule_labels: int
     accuracy_n: int = Field(description="distinct items with a task score (the unit: one assistant turn per item)")
     self_judged: int = Field(description="records labelled by a judge with the same model as the one probed")
     judges: list[str]
     judge_panel: list[str] = Field(description="LLM judges asked, as judge@prompt-sha256-prefix")
-    config_fingerprint: str | None
-    config: dict | None
-    settings: str = Field(default="", description="what sets this row apart from rows that differ only in it")
+    design_effect: float | None = Field(description="variance inflation from the samples of an item, >= 1")
     prompt_tokens: int = Field(default=0, description="prompt tokens of the row's probe requests (records' usage)")
     completion_tokens: int = Field(default=0, description="completion tokens of the row's probe requests")
     usage_records: int = Field(default=0, description="records of the row that carry a usage report")
@@ -188,19 +186,13 @@ def _row_tallies(rows: np.ndarray, items: np.ndarray, followup: np.ndarray, labe
 
 def _item_accuracy(rows: np.ndarray, items: np.ndarray, correct: np.ndarray, scored: np.ndarray,
                    present: list[int]) -> dict[int, tuple[float, int]]:
-    """Per row: (accuracy, scored items). Every sample of an item in a row probes the same assistant turn, so the
-    unit is the item: each scored item counts once, with its share of correct records (1 or 0 when they agree)."""
+    """Per row with a task score: (accuracy, scored items). Every sample of an item in a row probes the same
+    assistant turn, so the unit is the item: each scored item counts once, with its share of correct records."""
     out: dict[int, tuple[float, int]] = {}
-    mask = scored.astype(bool)
-    rows, items, correct = rows[mask], items[mask], correct[mask]
-    for r in present:
-        sub = rows == r
-        if not sub.any():
-            continue
-        unique, inverse = np.unique(items[sub], return_inverse=True)
-        hits = np.bincount(inverse, weights=correct[sub], minlength=len(unique))
-        total = np.bincount(inverse, minlength=len(unique))
-        out[r] = (math.fsum((hits / total).tolist()) / len(unique), len(unique))  # fsum: any file order
+    for r, tally in _row_tallies(rows, items, correct, scored, present).items():
+        shares = tally.followups[tally.labelled > 0] / tally.labelled[tally.labelled > 0]
+        if len(shares):
+            out[r] = (math.fsum(shares.tolist()) / len(shares), len(shares))  # fsum: any file order
     return out
 
 
@@ -208,8 +200,7 @@ def build_report(scan: Scan) -> Report:
     """Rows, intervals, paired deltas and agreement from one scan (last line per key counts)."""
     keep = scan.keep_mask()
     row_list, outcome_list, configs = list(scan.rows), list(scan.outcomes), scan.configs
-    tokens = scan.kept_tokens(keep)
-    rows_raw, items, codes = scan.kept_columns(keep)
+    rows_raw, items, codes, tokens = scan.kept_columns(keep)
     rows = _merge_panels(scan, np.unique(rows_raw))[rows_raw].astype(np.int32)
     del rows_raw
     n_rows, n_out = len(row_list), max(1, len(outcome_list))
@@ -217,9 +208,8 @@ def build_report(scan: Scan) -> Report:
     def table(fn: Any) -> np.ndarray:
         return np.array([fn(o) for o in outcome_list] or [0], dtype=np.int64)
 
-    # One histogram of (row, outcome) answers every count.
+    # One histogram of (row, outcome) answers every count; `counts` is keyed by GroupSummary field.
     hist = np.bincount(rows.astype(np.int64) * n_out + codes, minlength=n_rows * n_out).reshape(n_rows, n_out)
-    label_index = {label: i for i, label in enumerate(LABELS)}
     counts = {name: hist @ table(fn) for name, fn in {
         "n": lambda o: o.label is not None,
         "followups": lambda o: o.label == FOLLOWUP,
@@ -234,8 +224,7 @@ def build_report(scan: Scan) -> Report:
     counts["completion_tokens"] = np.bincount(rows, weights=tokens[:, 1], minlength=n_rows).astype(np.int64)
     counts["usage_records"] = np.bincount(rows, weights=tokens.any(axis=1), minlength=n_rows).astype(np.int64)
     del tokens
-    label_counts = {label: hist @ table(lambda o, i=i: o.label is not None and label_index[o.label] == i)
-                    for i, label in enumerate(LABELS)}
+    label_counts = {label: hist @ table(lambda o, label=label: o.label == label) for label in LABELS}
     pattern_counts: Counter = Counter()
     for code, count in enumerate(hist.sum(axis=0).tolist()):
         if count:
@@ -257,20 +246,14 @@ def build_report(scan: Scan) -> Report:
         rate = clustered_rate(tallies[r].followups, tallies[r].labelled)
         accuracy_value, accuracy_n = accuracy.get(r, (None, 0))
         groups.append(GroupSummary(
-            **row.group._asdict(), records=int(counts["records"][r]), n=int(counts["n"][r]),
-            items=rate.items if rate else 0, followups=int(counts["followups"][r]),
-            followup_rate=rate.rate if rate else None, ci_low=rate.ci_low if rate else None,
-            ci_high=rate.ci_high if rate else None, design_effect=rate.design_effect if rate else None,
-            judge_failures=int(counts["judge_failures"][r]), generation_errors=int(counts["generation_errors"][r]),
-            unjudged=int(counts["unjudged"][r]),
-            labels={label: int(label_counts[label][r]) for label in LABELS},
-            rule_labels=int(counts["rule_labels"][r]),
-            accuracy=accuracy_value,
-            accuracy_n=accuracy_n, self_judged=int(counts["self_judged"][r]),
-            judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
+            **row.group._asdict(), **{name: int(column[r]) for name, column in counts.items()},
+            items=rate.items if rate else 0, followup_rate=rate.rate if rate else None,
+            ci_low=rate.ci_low if rate else None, ci_high=rate.ci_high if rate else None,
+            design_effect=rate.design_effect if rate else None,
+            labels={label: int(label_counts[label][r]) for label in LABELS}, accuracy=accuracy_value,
+            accuracy_n=accuracy_n, judges=sorted({j for j, _ in row.panel}), judge_panel=_panel_names(row.panel),
             config_fingerprint=row.fingerprint, config=configs.get(row.fingerprint) if row.fingerprint else None,
-            settings=settings[row], prompt_tokens=int(counts["prompt_tokens"][r]),
-            completion_tokens=int(counts["completion_tokens"][r]), usage_records=int(counts["usage_records"][r]),
+            settings=settings[row],
         ))
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
@@ -315,21 +298,12 @@ def summarise(records: Iterable[ProbeRecord], configs: Mapping[str, dict] | None
 
 
 def load_results(path: str | Path | Sequence[str | Path]) -> list[ProbeRecord]:
-    """All records of a results file, or of several read as one (last line per key). Missing file or malformed
-    line -> UserError.
-
-    Loads every record: use `summarise_file` for large files."""
+    """Every record (last line per key) of a results file, or of several read as one, all in memory (`summarise_file`
+    streams); UserError for a missing file or malformed line."""
     records, _ = read_results(as_paths(path))
     return list(records.values())
 
 
-JSON_KEYS = ["model", "dataset", "perturbation", "temperature", "n", "items", "followups", "followup_rate", "ci_low",
-             "ci_high", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items", "delta_note",
-             "judge_failures", "labels", "accuracy", "mode", "settings", "config_fingerprint", "config", "records",
-             "generation_errors", "unjudged", "rule_labels", "accuracy_n", "self_judged", "judges", "judge_panel",
-             "design_effect", "prompt_tokens", "completion_tokens", "usage_records"]
-
-
 def to_json_rows(groups: list[GroupSummary]) -> list[dict]:
-    """The `--json` array: the issue's keys first, then mode, configuration, counts and flags."""
-    return [{k: g.model_dump()[k] for k in JSON_KEYS} for g in groups]
+    """The `--json` array (`GroupSummary`'s fields in order)."""
+    return [g.model_dump() for g in groups]

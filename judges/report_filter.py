@@ -1,11 +1,7 @@
 """Which rows a report shows, and in which order: `report --model/--dataset/--perturb/--temperature` and
-`--model-order`.
-
-Filters pick rows after every number is computed, so a perturbed row keeps its Δ vs none when the none row is
-filtered out. A model or dataset filter is a shell pattern (`Qwen/*`, `*-9B`), matched against the whole name;
-several values of one filter are alternatives. A filter that matches no row is an error naming what is present.
-Rows come ordered by model size (`judges.model_size`), then dataset, mode, the `none` perturbation before the
-others, temperature.
+`--model-order`. Filters pick rows after every number is computed (a perturbed row keeps its Δ vs none when the
+none row is filtered out); a model or dataset filter is a shell pattern matched against the whole name, several
+values of one filter are alternatives.
 """
 
 from __future__ import annotations

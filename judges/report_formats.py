@@ -1,8 +1,5 @@
-"""`userturn report --format csv|markdown|latex`: the report's rows for a spreadsheet or a paper.
-
-CSV (the `csv` module) carries every count and the rates as fractions (0.25, not 25%), one column per label, for
-further analysis. Markdown and LaTeX carry the columns of the terminal table, rates in percent with one decimal,
-the 95% intervals in brackets, ready to paste: a GitHub-flavoured pipe table, and a `booktabs` tabular.
+"""`userturn report --format csv|markdown|latex`: CSV with every count and the rates as fractions, for analysis;
+a Markdown pipe table and a LaTeX `booktabs` tabular with the terminal table's columns, for a paper.
 """
 
 from __future__ import annotations

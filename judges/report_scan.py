@@ -1,11 +1,7 @@
-"""One streaming pass over results files for the report: compact per-line columns, never a record object per line.
-
-Each line is parsed with orjson and checked for the few fields the report reads. What is kept per line is four
-integers (a 64-bit hash of the key, the row, a 64-bit hash of the item id, an interned outcome code: 24 bytes);
-rows, outcomes and configurations are interned once. Configuration lines (`records.ConfigLine`) give the readable
-configuration of each fingerprint. Which line is the last for its key and configuration (the one that counts) is
-decided after the pass, so a re-judged record appended later replaces the earlier one (a superseded line, counted),
-while records of the same key made with two configurations (two files concatenated) both count, in separate rows.
+"""One streaming pass over results files for the report, never a record object per line: each line is parsed with
+orjson, checked for the few fields the report reads, and kept as four integers (key hash, interned row, item-id
+hash, interned outcome). After the pass the last line per key and configuration counts: a re-judged record
+appended later supersedes the earlier one; the same key under two configurations counts in two rows.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from pydantic import ValidationError
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.jsonl import config_line, iter_lines, legacy_config
-from userturn.core.records import GroupKey, line_group_key, line_group_values
+from userturn.core.records import GroupKey, ProbeRecord, line_group_key, line_group_values
 from userturn.core.results_files import as_paths
 from userturn.core.taxonomy import LABELS
 
@@ -60,7 +56,7 @@ def base_name(model: str) -> str:
 
 
 def _problem(d: Any) -> str | None:
-    """The first reason `d` is not a record the report can count, as `field: message`; None when it is fine."""
+    """Why `d` is not a record the report can count, as `field: message`; None when it is one."""
     if not isinstance(d, dict):
         return "record: not a JSON object"
     for name in ("key", "model", "dataset", "item_id"):
@@ -128,8 +124,8 @@ def _usage(d: dict) -> tuple[int, int]:
 
 
 def _signature(d: dict) -> tuple:
-    """Everything `row_and_outcome` and `_problem` read except key, item id and config: lines with the same
-    signature have the same row and outcome. Raises (KeyError, TypeError, AttributeError) on odd shapes."""
+    """What `row_and_outcome` and `_problem` read, except key, item id and config (equal signatures: equal row and
+    outcome). Raises KeyError, TypeError or AttributeError on odd shapes."""
     correct = d.get("correct")
     return (line_group_values(d), d["temperature"].__class__, d.get("config_fingerprint"), d["status"],
             d.get("label"), d.get("label_source"), d.get("judge_status"), correct, correct.__class__,
@@ -162,26 +158,17 @@ class Scan:
         self.configs.setdefault(config.fingerprint, config.config)
         return True
 
-    def add_line(self, d: Any) -> str | None:
-        """Check and count one parsed line (a record, or a configuration line); returns the problem
-        (`field: message`) instead when it is neither."""
-        taken = self.add_config(d)
-        if taken is not False:
-            return taken if isinstance(taken, str) else None
-        known = self.classify(d)
-        if isinstance(known, str):
-            return known
+    def append(self, d: dict, known: tuple[int, int]) -> None:
+        """Count one record line: `known` is its (row index, outcome index) from `classify`."""
         self.key_hash.append(hash((d["key"], d.get("config_fingerprint"))))
         self.row.append(known[0])
         self.item_hash.append(hash(d["item_id"]))
         self.outcome.append(known[1])
         self.tokens.extend(_usage(d))
-        return None
 
     def classify(self, d: Any) -> tuple[int, int] | str:
-        """(row index, outcome index) of one parsed line, or the problem (`field: message`) when it is no record.
-
-        Cached by `_signature`: a results file has few distinct ones, so most lines cost a tuple and a lookup."""
+        """(row index, outcome index) of one parsed line, or its problem (`field: message`) when it is no record;
+        cached by `_signature` (a file has few distinct ones)."""
         try:
             sig = _signature(d)
             known = self._seen.get(sig)
@@ -201,12 +188,7 @@ class Scan:
 
     def add(self, d: dict) -> None:
         """Count one checked record dict."""
-        r, o = self._intern(d)
-        self.key_hash.append(hash((d["key"], d.get("config_fingerprint"))))
-        self.row.append(r)
-        self.item_hash.append(hash(d["item_id"]))
-        self.outcome.append(o)
-        self.tokens.extend(_usage(d))
+        self.append(d, self._intern(d))
 
     def _intern(self, d: dict) -> tuple[int, int]:
         row, outcome = row_and_outcome(d)
@@ -218,55 +200,58 @@ class Scan:
     def __len__(self) -> int:
         return len(self.row)
 
-    def kept_tokens(self, keep: np.ndarray) -> np.ndarray:
-        """(prompt, completion) tokens of the lines that count, shape (lines, 2); call before `kept_columns`."""
-        if not len(self.tokens):
-            return np.zeros((0, 2), np.int64)
-        return np.frombuffer(self.tokens, dtype=np.int64).reshape(-1, 2)[keep]
-
-    def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row, item hash, outcome code) of the lines that count, as arrays; the per-line columns are then
-        released (they are the largest thing the report holds)."""
+    def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(row, item hash, outcome code, (prompt, completion) tokens) of the lines that count, as arrays; the
+        per-line columns are then released (they are the largest thing the report holds)."""
         if not len(self.row):
-            return np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32)
+            return np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32), np.zeros((0, 2), np.int64)
         rows = np.frombuffer(self.row, dtype=np.int32)[keep]
         items = np.frombuffer(self.item_hash, dtype=np.int64)[keep]
         codes = np.frombuffer(self.outcome, dtype=np.int32)[keep]
+        tokens = np.frombuffer(self.tokens, dtype=np.int64).reshape(-1, 2)[keep]
         self.key_hash, self.row, self.item_hash, self.outcome = array("q"), array("i"), array("q"), array("i")
         self.tokens = array("q")
-        return rows, items, codes
+        return rows, items, codes, tokens
 
     def keep_mask(self) -> np.ndarray:
         """Boolean per line: True for the last line of its key and configuration (the record that counts)."""
         keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
-        order = np.argsort(keys, kind="stable")
-        ranked = keys[order]
-        last = np.ones(len(order), dtype=bool)
-        last[:-1] = ranked[1:] != ranked[:-1]
-        keep = np.zeros(len(order), dtype=bool)
-        keep[order[last]] = True
+        _, last_from_end = np.unique(keys[::-1], return_index=True)  # the first occurrence of each, from the end
+        keep = np.zeros(len(keys), dtype=bool)
+        keep[len(keys) - 1 - last_from_end] = True
         return keep
 
 
-def iter_checked(paths: str | Path | Sequence[str | Path]) -> Iterator[tuple[Path, int, dict, bytes]]:
-    """(file, line number, record dict, raw line) for each record line, exactly the lines `scan_files` counts (in
-    the same order); configuration lines and a torn final line are skipped, any other malformed line is a UserError
-    naming file:line."""
-    checker = Scan()
+def parse_record(raw: bytes, where: str) -> ProbeRecord:
+    """One results line as a record; UserError naming `where` when it is none."""
+    try:
+        return ProbeRecord.model_validate_json(raw)
+    except ValidationError as exc:
+        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None
+
+
+def checked_lines(paths: str | Path | Sequence[str | Path],
+                  scan: Scan) -> Iterator[tuple[Path, int, dict, bytes, tuple[int, int]]]:
+    """(file, line number, record dict, raw line, (row, outcome) in `scan`) for each record line of the files read
+    as one, exactly the lines `scan_files` counts; configuration lines go to `scan`, a torn final line is skipped,
+    any other malformed line is a UserError naming file:line."""
     for path in as_paths(paths):
-        for number, raw, complete in iter_lines(path):
-            try:
-                d = orjson.loads(raw)
-                taken = checker.add_config(d)
-                problem = taken if taken is not False else checker.classify(d)
-                if taken is True:
-                    continue
-            except orjson.JSONDecodeError as exc:
-                problem = f"invalid JSON: {str(exc).splitlines()[0]}"
-            if not isinstance(problem, str):
-                yield path, number, d, raw
-            elif complete:
-                raise UserError(f"{path}:{number}: not a userturn record ({problem})")
+        try:
+            for number, raw, complete in iter_lines(path):
+                try:
+                    d = orjson.loads(raw)
+                    taken = scan.add_config(d)
+                    if taken is True:
+                        continue
+                    known = taken if taken is not False else scan.classify(d)
+                except orjson.JSONDecodeError as exc:
+                    known = f"invalid JSON: {str(exc).splitlines()[0]}"
+                if not isinstance(known, str):
+                    yield path, number, d, raw, known
+                elif complete:
+                    raise UserError(f"{path}:{number}: not a userturn record ({known})")
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror}") from None
 
 
 def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:
@@ -274,15 +259,6 @@ def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:
     last line of a key and configuration counts, in whichever file it is. Missing file or malformed line ->
     UserError naming file:line."""
     scan = Scan()
-    for path in as_paths(paths):
-        try:
-            for number, raw, complete in iter_lines(path):
-                try:
-                    problem = scan.add_line(orjson.loads(raw))
-                except orjson.JSONDecodeError as exc:
-                    problem = f"invalid JSON: {str(exc).splitlines()[0]}"
-                if problem is not None and complete:
-                    raise UserError(f"{path}:{number}: not a userturn record ({problem})")
-        except OSError as exc:
-            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    for _, _, d, _, known in checked_lines(paths, scan):
+        scan.append(d, known)
     return scan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -37,6 +38,10 @@ def fmt_delta(group: GroupSummary) -> str:
         return "n/a"
     return (f"{100 * group.delta_vs_none:+.1f} ({100 * group.delta_ci_low:+.1f}…{100 * group.delta_ci_high:+.1f};"
             f" {group.delta_items} items)")
+
+
+def fmt_kappa(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def label_mix(labels: dict[str, int]) -> str:
@@ -86,14 +91,7 @@ def _row_name(group: GroupSummary, show_mode: bool, width: int = NAME_WIDTH) -> 
 
 
 def _table(title: str) -> Table:
-    from rich import box
-
     return Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
-
-
-def _numeric(table: Table, name: str) -> None:
-    """A right-aligned column that never wraps: numbers stay whole, the text columns give way."""
-    table.add_column(name, justify="right", no_wrap=True)
 
 
 def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False, width: int | None = None) -> Table:
@@ -120,8 +118,8 @@ def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False, 
     plain = [Text.from_markup(cell).plain for cell in cells]
     table.add_column("model / dataset", overflow="fold", width=min(name_width, _longest(plain or [""])))
     table.add_column("perturb", overflow="fold", max_width=12)
-    for name in headers[1:]:
-        _numeric(table, name)
+    for name in headers[1:]:  # numbers never wrap: the text columns give way
+        table.add_column(name, justify="right", no_wrap=True)
     for cell, row in zip(cells, rows, strict=True):
         table.add_row(cell, *row, end_section=True)
     return table
@@ -139,7 +137,7 @@ def _wide_table(groups: list[GroupSummary], title: str) -> Table:
         table.add_column(name, overflow="fold")
     for name in ("temp", "n", "items", "follow-ups", "rate", "95% CI", "Δ vs none pp (95% CI)", "judge fail",
                  "gen err", "unjudged", "accuracy", "prompt tok", "compl. tok"):
-        _numeric(table, name)
+        table.add_column(name, justify="right", no_wrap=True)
     table.add_column("labels", overflow="fold")
     table.add_column("judged by", overflow="fold")
     for g in groups:
@@ -195,14 +193,11 @@ def agreement_table(agreement: PanelAgreement) -> Table:
                   title_justify="left", header_style="bold")
     for name in ("judges", "items", "agreement", "κ"):
         table.add_column(name, justify="left" if name == "judges" else "right")
-    kappa = "—" if agreement.kappa is None else f"{agreement.kappa:.3f}"
     table.add_row(", ".join(agreement.judges), str(agreement.items), fmt_rate(agreement.percent_agreement),
-                  f"{kappa} ({agreement.kappa_kind})")
-    if len(agreement.pairs) > 1:
-        for pair in agreement.pairs:
-            pk = "—" if pair.cohen_kappa is None else f"{pair.cohen_kappa:.3f}"
-            table.add_row(" vs ".join(pair.judges), str(pair.items), fmt_rate(pair.percent_agreement),
-                          f"{pk} (cohen)")
+                  f"{fmt_kappa(agreement.kappa)} ({agreement.kappa_kind})")
+    for pair in agreement.pairs if len(agreement.pairs) > 1 else []:
+        table.add_row(" vs ".join(pair.judges), str(pair.items), fmt_rate(pair.percent_agreement),
+                      f"{fmt_kappa(pair.cohen_kappa)} (cohen)")
     return table
 
 

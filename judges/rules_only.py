@@ -1,8 +1,5 @@
-"""Labelling with the deterministic rules alone, for runs without a judge model (the offline quick start).
-
-`RulesOnly().judge(record)` labels what a rule is certain of (empty turn, verbatim restatement, role-token leak:
-`judges.prelabel`) and leaves every other record unlabelled, to be counted as *unjudged* and labelled later by
-`userturn judge`. An experiment gets it with `judges: [{model: rules}]`.
+"""Labelling with the deterministic rules alone (`judges.prelabel`), for runs without a judge model: an experiment
+gets it with `judges: [{model: rules}]`; every record no rule labels stays *unjudged*, for `userturn judge`.
 """
 
 from __future__ import annotations
@@ -19,13 +16,11 @@ from userturn.core.records import ProbeRecord
 class RulesOnly:
     """A judge hook that applies the pre-label rules and nothing else."""
 
-    names: tuple[str, ...] = ()
-
     def __init__(self) -> None:
         self.counters = JudgeCounters()  # what the run reports: its rule labels
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
-        verdict = prelabel(record) if record.status == "ok" else None
+        verdict = prelabel(record)  # None for a record without a generation
         if verdict is None:
             return record
         out = record.model_copy(deep=True)
@@ -42,9 +37,8 @@ class RulesOnly:
 
 
 def unjudged_notice(groups: Sequence[GroupSummary], results: str) -> str | None:
-    """The one-paragraph warning a report carries when labels are missing or come from the rules alone (None when a
-    judge model labelled every generated record): with rules only a follow-up rate is not a measurement, because
-    the rules never label a genuine follow-up; the command that adds a judge is named."""
+    """The warning a report carries when labels are missing or come from the rules alone (which never label a
+    genuine follow-up), naming the command that adds a judge; None when a judge model labelled every record."""
     unjudged, total = sum(g.unjudged for g in groups), sum(g.records for g in groups)
     how = (f"add a judge: userturn judge {results} --judge-base-url URL --judge-model NAME, then report the "
            "judged file")

@@ -1,8 +1,6 @@
-"""`userturn judge`: label the records of an existing results file, resumably, without regenerating.
-
-Both files are streamed: the output is scanned once into key -> what is left to do (`judges.backlog`), the input
-once into key -> byte offset of its last line and what to do with it; records are then read back one at a time
-as the judges take them. Memory grows with the number of keys, not with the size of the records.
+"""`userturn judge`: label the records of an existing results file, resumably, without regenerating. Both files
+are streamed (key -> byte offset and what to do, `judges.backlog`) and records read back one at a time, so memory
+grows with the number of keys, not with the size of the records.
 """
 
 from __future__ import annotations
@@ -10,16 +8,17 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
 from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
+from userturn.judges.report_scan import parse_record
 
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError
 from userturn.core.jsonl import JsonlWriter, is_config_line, read_configs
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import judged_name
@@ -77,21 +76,18 @@ def outputs(inputs: list[Path], out: Path | None, *, folder: bool) -> list[tuple
 
 
 def plan_input(results: Path, output: JudgingScan) -> InputPlan:
-    """Read the input once, validating every line (a malformed one is a path:line error before any request).
-
-    A key is skipped when the output already has it done with the same generated turn; a generation error is
-    copied over; every other record is judged (re-using the output's verdicts when its turn is the same).
-    """
+    """Read the input once, validating every line (UserError naming path:line before any request): a key is
+    skipped when the output has it done with the same turn, a generation error is carried, the rest is judged."""
     entries: dict[str, int] = {}
     for number, offset, line, complete in iter_lines(results):
         if is_config_line(line):
             continue
         try:
-            record = ProbeRecord.model_validate_json(line)
-        except ValidationError as exc:
-            if not complete:
-                continue  # a torn final line: the probe that wrote it was killed mid-write
-            raise UserError(f"{results}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
+            record = parse_record(line, f"{results}:{number}")
+        except UserError:
+            if complete:
+                raise
+            continue  # a torn final line: the probe that wrote it was killed mid-write
         turn = hash(record.user_turn)
         if output.done.get(record.key, turn + 1) == turn:
             action = SKIP
@@ -100,13 +96,8 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
         else:
             action = JUDGE
         entries[record.key] = offset << 2 | action
-    plan = InputPlan(entries)
-    for packed in entries.values():
-        action = packed & 3
-        plan.todo += action == JUDGE
-        plan.carry += action == CARRY
-        plan.skipped += action == SKIP
-    return plan
+    counts = Counter(packed & 3 for packed in entries.values())
+    return InputPlan(entries, todo=counts[JUDGE], carry=counts[CARRY], skipped=counts[SKIP])
 
 
 def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWriter) -> Generator[ProbeRecord]:
@@ -129,15 +120,9 @@ def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWrite
 
 async def judge_file(results: Path, out_path: Path, panel: JudgePanel, *, workers: int = 16,
                      progress: bool = True) -> JudgeRunSummary:
-    """Judge every generated record of `results` into `out_path` (appending; resumes from what is there).
-
-    Raises UserError when the output holds labels of another judge panel (unless the panel's config has
-    `rejudge`), before anything is sent or written.
-    """
-    if not results.is_file():
-        raise UserError(f"results file not found: {results}")
-    if out_path.resolve() == results.resolve():
-        raise UserError(f"--out must differ from the results file ({results})")
+    """Judge every generated record of `results` into `out_path` (a pair from `outputs`), appending and resuming
+    from what is there. UserError, before anything is sent or written, when the output holds labels of another
+    judge panel (unless `rejudge`)."""
     output = scan_judging(out_path, panel.assess, keep_done=True)
     output.refuse_mix(panel.describe(), OUT_HINT)
     plan = plan_input(results, output)

@@ -1,12 +1,7 @@
-"""What `userturn run` prints when the grid is done, in reading order for a 100x40 terminal: the generated user
-turns beside the human's real next turn first (what the model did), then what the deterministic rules measure
-without any judge, then the report table, the unjudged notice with the command that adds a judge, and the next
-commands.
-
-The offline numbers are facts of the text, not judgements: a turn that restates the query word for word (the
-rules' similarity >= 0.9), an empty turn, a role-token leak, a turn the model ended itself (finish_reason `stop`)
-versus one cut at max_tokens (`length`), and a turn left word for word the same when the assistant's answer was
-perturbed (the model did not react to the answer at all).
+"""What `userturn run` prints when the grid is done, for a 100x40 terminal: the generated user turns beside the
+human's real next turn, what the deterministic rules measure without a judge (facts of the text: restatements,
+empty turns, role-token leaks, how turns ended, turns unchanged under a perturbation), the report table, the
+unjudged notice and the next commands.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ from rich.markup import escape
 from userturn.client.analysis.export import human_turn
 from userturn.client.terminal import print_trimmed
 from userturn.judges.prelabel import apply_rules, query_and_response
-from userturn.judges.report import GroupSummary, load_results, summarise
+from userturn.judges.report import GroupSummary, load_results, summarise_file
 from userturn.judges.report_filter import row_order
 from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
 from userturn.judges.rules_only import unjudged_notice
@@ -36,26 +31,15 @@ LINES_PER_TEXT = 2
 INDENT = 18
 
 
-def _clipped(text: str, width: int, lines: int = LINES_PER_TEXT) -> list[str]:
-    """`text` on at most `lines` lines of `width` characters, whitespace collapsed, '…' where it was cut."""
-    flat = " ".join((text or "").split()) or "(empty)"
-    wrapped = textwrap.wrap(flat, width) or [""]
-    if len(wrapped) > lines:
-        wrapped = wrapped[:lines]
-        wrapped[-1] = wrapped[-1][: width - 1].rstrip() + "…"
-    return wrapped
-
-
 def _block(head: str, text: str, width: int, lines: int = LINES_PER_TEXT, tail: str = "") -> list[str]:
-    """`head` in a column of INDENT, then `text` wrapped beside it on at most `lines` lines, `tail` always shown
-    whole at its end (the text is clipped to make room for it)."""
+    """`head` in a column of INDENT, then `text` wrapped beside it on at most `lines` lines, whitespace collapsed,
+    '…' where it was cut; `tail` always shown whole at its end (the text is cut to make room for it)."""
     room = max(20, width - INDENT)
     text = " ".join(text.split()) or "(empty)"
-    full = f"{text} {tail}" if tail else text
-    body = _clipped(full, room, lines)
-    if tail and len(textwrap.wrap(" ".join(full.split()), room)) > lines:  # clipped: keep the tail whole
-        body = _clipped(text, room, lines)
-        body[-1] = body[-1][: room - len(tail) - 2].rstrip() + "… " + tail
+    body = textwrap.wrap(f"{text} {tail}".rstrip(), room)
+    if len(body) > lines:
+        body = textwrap.wrap(text, room)[:lines]
+        body[-1] = body[-1][: room - len(tail) - 2 if tail else room - 1].rstrip() + f"… {tail}".rstrip()
     return [f"{head:<{INDENT}}{body[0]}", *(" " * INDENT + line for line in body[1:])]
 
 
@@ -72,10 +56,9 @@ def _natural(text: str) -> list[tuple[int, int | str]]:
 
 
 def turns_beside_human(records: Sequence[ProbeRecord], width: int, results: str = "RESULTS") -> list[str]:
-    """Per item (the first SHOWN_ITEMS by id, so the same whatever the order of the records, e.g. of a run's
-    shards): the user's query, the human's real next turn where the dataset has one,
-    then each generated turn with its temperature, perturbation, label and how it ended. Plain lines (markup
-    escaped), none wider than `width`."""
+    """Per item (the first SHOWN_ITEMS by id, whatever the record order): the query, the human's real next turn
+    where the dataset has one, then each generated turn with its temperature, perturbation, label and ending.
+    Plain lines, none wider than `width`."""
     ok = [r for r in records if r.status == "ok"]
     by_item: dict[tuple[str, str, str], list[ProbeRecord]] = defaultdict(list)
     for r in ok:
@@ -154,11 +137,11 @@ def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, i
 
 
 def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[GroupSummary]:
-    """The whole printout of `userturn run` (see the module docstring) for its results file, or the files of its
-    shards read as one; returns the report rows."""
+    """The whole printout of `userturn run` for its results file (or its shards' files read as one); returns the
+    report rows."""
     records = load_results(results)
     source = describe(results)
-    groups = row_order(summarise(records))
+    groups = row_order(summarise_file(results).groups)  # the rows `userturn report` shows, settings named
     width = console.width
     for line in turns_beside_human(records, width, source):
         print_trimmed(console, escape(line))

@@ -1,18 +1,7 @@
-"""Confidence intervals for follow-up rates that respect the design: samples are clustered by item.
-
-The k samples of one item share a prompt (at temperature 0 they are identical), so they are not k independent
-draws. Every interval here is computed from per-item tallies (followups, labelled) and counts an item's samples
-as one cluster:
-
-* `clustered_rate` — the Wilson score interval at the *effective sample size* n / deff, where the design effect
-  deff is the ratio of the item-clustered (linearised, cluster-robust) variance of the rate to the binomial one
-  (Kish 1965; Korn & Graubard 1998). One sample per item gives deff = 1 (the plain Wilson interval); k identical
-  samples per item give deff = k (the Wilson interval over items).
-* `paired_difference` — the difference of two rates over the items both conditions labelled, with Newcombe's
-  hybrid score interval for paired proportions (Newcombe 1998, method 10; MOVER, Zou & Donner 2008) built from the
-  two clustered Wilson intervals and the item-level correlation of the two rates (at its conservative limit).
-
-Everything is closed-form and deterministic (no resampling, no seed), O(items) per row.
+"""Confidence intervals for follow-up rates, clustered by item: the k samples of one item share a prompt, so they
+are not k independent draws. Every interval is computed from per-item tallies (followups, labelled), closed-form
+and deterministic, O(items) per row: `clustered_rate` (Wilson at the effective sample size n / deff; Kish 1965,
+Korn & Graubard 1998) and `paired_difference` (Newcombe 1998 method 10 / MOVER, Zou & Donner 2008).
 """
 
 from __future__ import annotations
@@ -27,21 +16,18 @@ from pydantic import BaseModel
 Z95 = 1.959963984540054  # standard normal quantile for a two-sided 95% interval
 
 
-def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, float] | None:
-    """Wilson score interval (Wilson 1927) for successes/n; None when n == 0.
-
-    Unlike the normal approximation it stays inside [0, 1] and is informative at 0/n and n/n. `successes` and `n`
-    may be non-integer (an effective sample size).
-    """
+def wilson_interval(successes: float, n: float) -> tuple[float, float] | None:
+    """Wilson score interval (Wilson 1927) for successes/n, inside [0, 1]; None when n == 0. `successes` and `n`
+    may be non-integer (an effective sample size); ValueError when successes is outside 0..n."""
     if n <= 0:
         return None
     if not 0 <= successes <= n * (1 + 1e-12):
         raise ValueError(f"successes ({successes}) must be within 0..n ({n})")
     p = min(1.0, successes / n)
-    z2 = z * z
+    z2 = Z95 * Z95
     denom = 1.0 + z2 / n
     centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
+    half = Z95 * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
@@ -68,14 +54,12 @@ def _as_arrays(followups: object, labelled: object) -> tuple[np.ndarray, np.ndar
     return y[keep], m[keep]
 
 
-def clustered_rate(followups: object, labelled: object, z: float = Z95) -> ClusteredRate | None:
-    """Pooled rate sum(followups) / sum(labelled) over items, with an item-clustered Wilson interval.
+def clustered_rate(followups: object, labelled: object) -> ClusteredRate | None:
+    """Pooled rate sum(followups) / sum(labelled) over items (item i's counts at index i; unlabelled items left
+    out), with an item-clustered Wilson interval; None when no item is labelled.
 
-    `followups[i]` and `labelled[i]` are item i's counts; items with nothing labelled are left out. None when no
-    item is labelled. The design effect is var_cluster / var_binomial with
-    var_cluster = sum_i (y_i - p m_i)^2 / n^2 (the linearised variance of a ratio estimator, no small-sample
-    factor) and var_binomial = p (1 - p) / n, floored at 1. When every labelled sample agrees (p = 0 or 1) the
-    data cannot show whether an item's samples vary, so each item counts once (deff = n / items).
+    deff = var_cluster / var_binomial, floored at 1, with var_cluster = sum_i (y_i - p m_i)^2 / n^2 (linearised
+    ratio estimator) and var_binomial = p (1 - p) / n. At p = 0 or 1 each item counts once (deff = n / items).
     """
     y, m = _as_arrays(followups, labelled)
     items = len(m)
@@ -90,7 +74,7 @@ def clustered_rate(followups: object, labelled: object, z: float = Z95) -> Clust
         var_cluster = math.fsum(((y - p * m) ** 2).tolist()) / (n * n)  # fsum: the same bits in any item order
         deff = max(1.0, var_cluster / var_binomial)
     n_eff = n / deff
-    low, high = wilson_interval(p * n_eff, n_eff, z)  # type: ignore[misc]
+    low, high = wilson_interval(p * n_eff, n_eff)  # type: ignore[misc]
     return ClusteredRate(rate=p, n=int(n), items=items, design_effect=deff, effective_n=n_eff,
                          ci_low=low, ci_high=high)
 
@@ -131,15 +115,13 @@ def _residuals(y: np.ndarray, m: np.ndarray) -> tuple[float, np.ndarray]:
     return p, (y - p * m) / n
 
 
-def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedDifference:
-    """Paired difference of two conditions that share items (perturbation vs none, two temperatures, base vs
-    trained model): rate_a - rate_b, both rates over the items labelled under both.
+def paired_difference(a: ItemTallies, b: ItemTallies) -> PairedDifference:
+    """rate_a - rate_b of two conditions that share items, both over the items labelled under both (null delta
+    with a reason when there is none).
 
-    Interval: Newcombe's method 10 (MOVER with the two Wilson intervals and their correlation), where each Wilson
-    interval is `clustered_rate`'s and the correlation is that of the two rates' item-level linearised residuals
-    (with one sample per item: the phi coefficient of the paired 2x2 table, as in Newcombe 1998; 0 when either
-    residual is constant), taken at the lower end of its 95% interval (`conservative_correlation`). Null delta
-    with a reason when no item is labelled under both.
+    Interval: Newcombe's method 10 with `clustered_rate`'s Wilson intervals and the correlation of the two rates'
+    item-level residuals (the phi coefficient at one sample per item; 0 when either is constant), taken at its
+    `conservative_correlation`.
     """
     _, ia, ib = np.intersect1d(a.items, b.items, assume_unique=True, return_indices=True)
     ya, ma = a.followups[ia].astype(np.float64), a.labelled[ia].astype(np.float64)
@@ -149,14 +131,14 @@ def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedD
     if not len(ma):
         return PairedDifference(delta=None, ci_low=None, ci_high=None, items=0,
                                 reason="no item is labelled under both conditions")
-    ra, rb = clustered_rate(ya, ma, z), clustered_rate(yb, mb, z)
+    ra, rb = clustered_rate(ya, ma), clustered_rate(yb, mb)
     assert ra is not None and rb is not None
     pa, ea = _residuals(ya, ma)
     pb, eb = _residuals(yb, mb)
     ss_a, ss_b = math.fsum((ea * ea).tolist()), math.fsum((eb * eb).tolist())  # fsum: order-independent
     phi = math.fsum((ea * eb).tolist()) / math.sqrt(ss_a * ss_b) if ss_a > 0 and ss_b > 0 else 0.0
     phi = max(-1.0, min(1.0, phi))
-    used = conservative_correlation(phi, len(ma), z)
+    used = conservative_correlation(phi, len(ma))
     d = pa - pb
     la, ua, lb, ub = pa - ra.ci_low, ra.ci_high - pa, pb - rb.ci_low, rb.ci_high - pb
     low = d - math.sqrt(max(0.0, la * la - 2 * used * la * ub + ub * ub))
@@ -165,17 +147,14 @@ def paired_difference(a: ItemTallies, b: ItemTallies, z: float = Z95) -> PairedD
                             rate_b=pb, correlation=phi, correlation_used=used)
 
 
-def conservative_correlation(phi: float, items: int, z: float = Z95) -> float:
-    """The correlation the paired interval uses: a negative estimate as is; a positive one at the lower end of its
-    95% Fisher-z interval over `items` items, floored at 0 (0 with fewer than 4 items).
-
-    A positive correlation narrows the paired interval; estimated from a handful of items it can be 1 by chance
-    (every item shifted by the same amount), which would make the interval collapse. Taking its lower limit lets
-    the pairing narrow the interval only as far as the items support; a negative one only widens it.
+def conservative_correlation(phi: float, items: int) -> float:
+    """The correlation the paired interval uses: a negative estimate as is; a positive one (which narrows the
+    interval, and from a few items can be 1 by chance) at the lower end of its 95% Fisher-z interval over `items`
+    items, floored at 0 (0 with fewer than 4 items).
     """
     if phi < 0:
         return phi
     if items < 4:
         return 0.0
-    lower = math.tanh(math.atanh(min(0.9999, phi)) - z / math.sqrt(items - 3))
+    lower = math.tanh(math.atanh(min(0.9999, phi)) - Z95 / math.sqrt(items - 3))
     return max(0.0, lower)

@@ -257,7 +257,7 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     config = panel_config(args)
     if config is None:
         return None
-    from userturn.judges import make_panel
+    from userturn.judges.panel import make_panel
 
     panel = make_panel(config)
     await panel.check()
