@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -45,9 +46,13 @@ class JudgePrompt:
     sha256: str
     fenced: bool = False
 
+    @cached_property
+    def _template(self) -> jinja2.Template:
+        return _ENV.from_string(self.user_template)  # compiled once per prompt, not per judgement
+
     def messages(self, query: str, response: str, user_turn: str) -> list[dict[str, str]]:
         """Chat messages for one judgement."""
-        user = _ENV.from_string(self.user_template).render(
+        user = self._template.render(
             query=query.strip() or "(empty)",
             response=response.strip() or "(no assistant response)",
             user_turn=user_turn,
