@@ -1,26 +1,11 @@
 """One OpenAI-compatible endpoint: the HTTP client, one tenacity retry policy, error classes, live counters.
 
-Every HTTP call userturn makes (probe completions, chat completions, judge calls) goes through
-`Endpoint.post_json`, so retry policy, deadlines, response checks and error messages are the same everywhere. The
-bytes move through one client (client.http.http_client: `httpx.AsyncClient` over aiohttp; tests pass an
-`httpx.MockTransport` or use respx).
-
-What `post_json` guarantees its callers:
-
-- a returned body is a JSON object; for `completions` / `chat/completions` it has a non-empty `choices` list whose
-  every choice has `text` (a string) / a `message` object with `content` (string, null or a list of parts).
-  Anything else (truncated or non-JSON body, `choices: []`, a malformed HTTP header) is retried like a 5xx;
-- a body is read no further than its cap (`response_cap`: generous bytes per token x max_tokens + 1 MiB, or
-  `EndpointConfig.max_response_bytes`); an oversized response fails the request at once (not retried);
-- every server-provided text (bodies, reason phrases, exception texts) has the API keys in use scrubbed
-  (client.http.redact) before it reaches a message, a record or the returned data;
-- a request that used up its retries while the endpoint gave no sign of life (no connection, or only 502/503/504
-  from a proxy or gateway in front of it) carries `RequestFailed.endpoint_down`, the one-line reason for the caller
-  to stop the run (see `Endpoint._give_up`).
-
-Before the first request, `Endpoint.check` reads `/models`: the model a run sends must be listed there (UserError,
-exit 2, naming the served ids; `--no-model-check` for routers and gateways), and each served model's `root` is
-kept for the caller to compare with its tokenizer (`root_mismatch`).
+Every HTTP call (probe, chat mode, judges) goes through `Endpoint.post_json`, which guarantees: a returned body is a
+JSON object, with a non-empty `choices` of well-formed choices for `completions` / `chat/completions` (anything else
+is retried like a 5xx); a body is read no further than its cap (an oversized one fails at once); API keys are
+scrubbed from every server-provided text; a request that gave up without any sign of life from the server carries
+`RequestFailed.endpoint_down`. `Endpoint.check` reads `/models` before the first request and refuses a model not
+listed there (exit 2; `--no-model-check` for routers and gateways).
 """
 
 from __future__ import annotations
@@ -81,9 +66,6 @@ class EndpointConfig(BaseModel):
     max_response_bytes: int | None = Field(
         default=None, ge=1, description="cap on every response body; default: derived from each request's max_tokens")
 
-    def api_key(self) -> str | None:
-        return read_api_key(self.api_key_env)
-
 
 def read_api_key(variable: str) -> str | None:
     """The key in $`variable`, surrounding whitespace stripped (a key read from a file ends in a newline); None when
@@ -115,7 +97,7 @@ def split_base_url(base_url: str) -> tuple[str, str]:
         shown = base_url.rpartition("@")[2]  # whatever came before an "@" may be a password
         raise UserError(f"base URL {shown!r}: expected http(s)://HOST[:PORT]/PATH, e.g. http://127.0.0.1:30000/v1")
     if parts.username is not None or parts.password is not None:
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        shown = http_client.without_credentials(base_url.strip())
         raise UserError(f"base URL {shown} carries credentials (user:password@), which userturn does not send: put "
                         "the API key in the variable --api-key-env names (sent as a Bearer token); a proxy's "
                         "credentials go in --proxy or HTTPS_PROXY")
@@ -174,7 +156,7 @@ class Endpoint:
         self.base_url = self._prefix + self._query
         self.stats = stats or EndpointStats()
         headers = {"content-type": "application/json", "accept": "application/json", "user-agent": USER_AGENT}
-        key = config.api_key()
+        key = read_api_key(config.api_key_env)
         if key:
             headers["authorization"] = f"Bearer {key}"
             register_secret(key, config.api_key_env)
@@ -202,9 +184,8 @@ class Endpoint:
         return f"{self._prefix}/{path.lstrip('/')}{self._query}"
 
     async def check(self, model: str | None = None) -> list[ServedModel]:
-        """Preflight: reach the endpoint and list its models. EndpointError (exit 3) with one line if unusable;
-        UserError (exit 2) when `model` is given, the list could be read and does not name it (unless the process
-        runs with `--no-model-check`). Returns the served models ([] when the server has no readable list)."""
+        """The served models ([] when the server has no readable list). EndpointError (exit 3) if the endpoint is
+        unusable; UserError (exit 2) when a readable list does not name `model` (unless `--no-model-check`)."""
         url = self.url("models")
         deadline = min(15.0, self.config.request_timeout)
         try:
@@ -301,14 +282,10 @@ class Endpoint:
 
     async def post_json(self, path: str, payload: dict[str, Any] | bytes, *,
                         response_cap: int | None = None) -> CallResult:
-        """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures. Raises RequestFailed
-        when it gives up.
-
-        The response body is capped at `EndpointConfig.max_response_bytes` if set, else `response_cap` if given,
-        else the cap derived from a dict payload's max_tokens (`response_cap_for`), else `UNBOUNDED_RESPONSE_CAP`.
-        Fatal statuses (401/403/404, a redirect that leads nowhere) raise EndpointError so the caller can stop the
-        run.
-        """
+        """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures; RequestFailed when it
+        gives up, EndpointError for a fatal status (401/403/404, a redirect that leads nowhere). The body is capped
+        at `max_response_bytes`, else `response_cap`, else the cap of a dict payload's max_tokens, else
+        `UNBOUNDED_RESPONSE_CAP`."""
         url = self.url(path)
         target = self._targets.get(path)
         if target is None:
