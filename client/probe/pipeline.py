@@ -1,19 +1,17 @@
 """The probe pipeline: conversations -> prompts ending at an open user header -> completions -> JSONL.
 
-One `run_probe` call covers one model on one dataset: every (item, perturbation, temperature, sample)
-becomes one record. A fixed pool of `concurrency` worker tasks takes prepared samples (`Job`: prompt rendered
-once per (item, perturbation), the request body and record fields the samples share) from one generator that
-prepares them lazily, item by item, as workers ask (memory holds the items in flight, never the dataset); records
-stream to the results file as they finish, and keys already `ok` in that file are skipped, so rerunning the same
-command resumes. Each configuration is written once as a configuration line of the results file and every record
-carries its fingerprint (userturn.core.fingerprint); resuming into a file whose records of the same condition were made
-with other settings is refused before anything is written.
+One `ProbeRun` covers one model on one dataset, one record per (item, perturbation, temperature, sample).
+`concurrency` workers pull prepared samples (`Job`) from one generator that prepares them item by item as asked
+(memory holds the items in flight, never the dataset); records stream to the results file, and keys already `ok`
+there are skipped, so rerunning the same command resumes. Each configuration is written once as a configuration
+line and every record carries its fingerprint; resuming a file whose records were made with other settings is
+refused before anything is written.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from userturn.client.data.dataset import DatasetItem
@@ -158,11 +156,10 @@ class ProbeRun(AssistantTurns):
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
             if self.judge is not None and record.status == "ok":
                 try:
-                    judged = await self.judge.judge(record)
+                    record = await self.judge.judge(record)
                 except EndpointError:
                     self._write(writer, record)  # keep the generation; `userturn judge` can label it later
                     raise
-                record = judged
                 self._count_judged()
             self._write(writer, record)
             c.done += 1
@@ -191,9 +188,4 @@ class ProbeRun(AssistantTurns):
         c.judged, c.judge_failures, c.rule_labels = (a - b for a, b in zip(now, start, strict=True))
 
 
-async def run_probe(items: Sequence[DatasetItem], settings: ProbeSettings, **kwargs: Any) -> ProbeSummary:
-    """Convenience wrapper: `await run_probe(items, settings, endpoints=..., renderer=..., out_path=...)`."""
-    return await ProbeRun(items, settings, **kwargs).run()
-
-
-__all__ = ["EndpointError", "ProbeRun", "ProbeSettings", "ProbeSummary", "run_probe"]
+__all__ = ["EndpointError", "ProbeRun", "ProbeSettings", "ProbeSummary"]

@@ -60,18 +60,7 @@ class RequestBuilder(RunState):
 
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
                        context: dict[str, Any]) -> dict[str, Any]:
-        """Record fields shared by every sample of one (item, perturbation)."""
-        return {**self._run_fields(perturbation), **self._item_fields(item, messages, context)}
-
-    def _run_fields(self, perturbation: str) -> dict[str, Any]:
-        """Record fields shared by every sample of one perturbation."""
-        s = self.settings
-        return {"model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,
-                "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
-                "config_fingerprint": self.fingerprints[perturbation]}
-
-    def _item_fields(self, item: DatasetItem, messages: list[Message], context: dict[str, Any]) -> dict[str, Any]:
-        """Record fields of one item (less `prompt_sha256`)."""
+        """Record fields shared by every sample of one (item, perturbation), less `prompt_sha256`."""
         s = self.settings
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
@@ -82,6 +71,9 @@ class RequestBuilder(RunState):
             meta["swap_partner"] = context["swap_partner"]
         meta.update(s.record_meta)
         return {
+            "model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,
+            "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
+            "config_fingerprint": self.fingerprints[perturbation],
             "item_id": item.id, "messages": messages, "assistant_source": context.get("assistant_source", "dataset"),
             "reference_answer": item.answer, "correct": context.get("correct"),
             "task_scores": context.get("task_scores"), "perturbation_detail": context.get("perturbation_detail"),
