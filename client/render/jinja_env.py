@@ -15,9 +15,7 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
-from userturn.client.render.stops import (
-    token_text,
-)
+from userturn.client.render.stops import token_text
 from userturn.client.render.tokenizer_files import TokenizerFiles
 
 from userturn.core.errors import UserError
@@ -25,10 +23,6 @@ from userturn.core.records import Message
 
 NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What transformers passes to the template
 
 
 def template_source(files: TokenizerFiles, override: str | None) -> str:
@@ -159,14 +153,10 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: 
 
 
 class CachedSandbox(ImmutableSandboxedEnvironment):
-    """transformers' sandbox with its two per-access checks memoised; what it allows and refuses is unchanged.
+    """transformers' sandbox made faster, allowing and refusing the same (docs/benchmarks.md has the figures).
 
-    `is_safe_attribute` depends only on the object's type and the attribute name (name prefixes and `isinstance`
-    tests against builtin and abstract types), so its answer is cached per (type, name). `is_safe_callable` reads
-    two marker attributes that a builtin method cannot carry, so builtin methods (`.startswith`, `.split`...)
-    skip the lookups. Together they take about a third off a Qwen3 render. Two more cuts, same outcomes: a plain
-    dict's items are read as attributes without jinja's AttributeError round trip (`getattr`), and a template's
-    globals are one flat dict (`make_globals`).
+    `is_safe_attribute` depends only on the object's type and the attribute name, so it is cached per (type, name);
+    a builtin method cannot carry the markers `is_safe_callable` looks for, so it skips the lookups.
     """
 
     def __init__(self, **options: Any) -> None:
@@ -187,15 +177,13 @@ class CachedSandbox(ImmutableSandboxedEnvironment):
         return super().is_safe_callable(obj)
 
     def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
-        """A template's globals as one plain dict, not jinja's ChainMap over the environment's: every render copies
-        them into its context, which a ChainMap makes slow (~15% of a Qwen3 render). `compile_template` sets
-        every global before compiling, as jinja asks ("avoid modifying any globals after a template is loaded")."""
+        """A template's globals as one plain dict, not a ChainMap over the environment's, which every render copies
+        slowly (~15% of a Qwen3 render). `compile_template` sets every global before compiling, as jinja asks."""
         return {**self.globals, **(d or {})}
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        """`message.role` on a plain dict (every message a template sees) without the AttributeError jinja's
-        getattr raises and catches first: a name dict has no attribute of is looked up as the item, as jinja
-        does after that error (the item, or undefined when missing)."""
+        """`message.role` on a plain dict without the AttributeError jinja raises and catches first: the item, or
+        undefined when missing, as jinja gives after that error."""
         if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
             try:
                 return obj[attribute]
