@@ -22,32 +22,27 @@ class RequestBuilder(RunState):
     """Builds request bodies and records; sends one sample (`_probe`)."""
 
     def _payload_base(self, messages: list[Message]) -> tuple[dict[str, Any], str, int]:
+        """The request body the samples of one (item, perturbation) share, with the sampling options that are set
+        and the extra body (which wins; a temperature or seed in it is sent instead of the samples' own), the sha256
+        of its prompt, and the tokens it is estimated to cost (0 without --tpm)."""
         s = self.settings
         if s.mode == "chat":
             assert self.role_flip is not None
-            flipped = self.role_flip(messages)
-            dumped = [m.model_dump(exclude_none=True) for m in flipped]
+            dumped = [m.model_dump(exclude_none=True) for m in self.role_flip(messages)]
             payload: dict[str, Any] = {"model": s.model, "messages": dumped, "max_tokens": s.max_tokens}
             text = orjson.dumps(dumped).decode()
-            return self._with_extras(payload), sha256_text(text), (len(text) // 4 + s.max_tokens) if s.tpm else 0
-        assert self.renderer is not None
-        prompt = self.renderer.user_turn_prompt(messages, cache=False)  # rendered once per (item, perturbation)
-        payload = {"model": s.model, "prompt": prompt, "max_tokens": s.max_tokens, "stop": self._stops}
-        if s.send_stop_token_ids and self._stop_ids:
-            payload["stop_token_ids"] = self._stop_ids
-        estimate = 0
-        if s.tpm:
-            counted = self.renderer.count_tokens(prompt, cache=False)
-            estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
-        return self._with_extras(payload), sha256_text(prompt), estimate
-
-    def _with_extras(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """`payload` with the sampling options that are set (`Options.request_fields`: top_p, ...) and the extra body
-        fields (the user's extra body wins; it may set temperature or seed, which the samples then do not send: see
-        `_probe`)."""
-        payload.update(self.settings.request_fields())
-        payload.update(self.settings.extra_body)
-        return payload
+            counted = None
+        else:
+            assert self.renderer is not None
+            text = self.renderer.user_turn_prompt(messages, cache=False)  # once per (item, perturbation)
+            payload = {"model": s.model, "prompt": text, "max_tokens": s.max_tokens, "stop": self._stops}
+            if s.send_stop_token_ids and self._stop_ids:
+                payload["stop_token_ids"] = self._stop_ids
+            counted = self.renderer.count_tokens(text, cache=False) if s.tpm else None
+        payload.update(s.request_fields())
+        payload.update(s.extra_body)
+        estimate = (counted if counted is not None else len(text) // 4) + s.max_tokens if s.tpm else 0
+        return payload, sha256_text(text), estimate
 
     # ----- records --------------------------------------------------------------------------------------------
     def _seed(self, item_id: str, temperature: float, sample: int, perturbation: str) -> int:
