@@ -31,7 +31,6 @@ class ReadReport:
     lines: int = 0  # record lines
     torn_tail: bool = False
     duplicates: int = 0  # superseded lines: a later line of the same key and configuration replaced them
-    skipped: list[str] = field(default_factory=list)
     configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> configuration (its first line)
 
 
@@ -202,24 +201,20 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
                 yield number, raw, complete
 
 
-def read_records(path: str | Path, *, strict: bool = True) -> tuple[dict[str, ProbeRecord], ReadReport]:
+def read_records(path: str | Path) -> tuple[dict[str, ProbeRecord], ReadReport]:
     """Read a results file into {key: last record} and its configurations (`ReadReport.configs`). A torn final
-    line is ignored (and reported). A key with ok records of two configurations (e.g. two files concatenated) is
-    a UserError naming both: one would silently replace the other (`userturn report` shows them apart); an error
-    record is replaced by a later line of any configuration (a rerun with other settings, as resume allows).
-
-    A malformed complete line raises UserError naming file:line when `strict`, else it is skipped
-    and listed in the report.
-    """
+    line is ignored (and reported); a malformed complete line is a UserError naming file:line, and so is a key with
+    ok records of two configurations (e.g. two files concatenated); an error record is replaced by a later line of
+    any configuration (a rerun with other settings, as resume allows)."""
     path = Path(path)
     report = ReadReport()
     records: dict[str, ProbeRecord] = {}
     if path.exists():
-        read_records_into(path, records, report, strict=strict)
+        read_records_into(path, records, report)
     return records, report
 
 
-def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadReport, *, strict: bool = True) -> None:
+def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadReport) -> None:
     """`read_records` of one more file into `records` and `report`: several files read in turn count as their
     concatenation (`userturn.core.results_files.read_results`)."""
     for number, raw, complete in iter_lines(path):
@@ -234,11 +229,7 @@ def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadR
             if not complete:
                 report.torn_tail = True
                 continue
-            message = f"{path}:{number}: not a userturn record ({describe_error(exc)})"
-            if strict:
-                raise UserError(message) from None
-            report.skipped.append(message)
-            continue
+            raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
         report.lines += 1
         old = legacy_config(obj)
         if old is not None:
