@@ -71,19 +71,13 @@ class JsonlItems(Sequence[DatasetItem]):
             yield self._parse(index, raw), tag
 
     def raw_lines(self, screen: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, bytes]]:
-        """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from
-        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`).
-
-        With `screen`, lines it cannot pass are left out in bulk: a run of lines (~1 MiB) whose bytes together
-        fail it is skipped, which is right for a screen that passes a text when some substring of it, never
-        spanning a newline, matches (what memchr, `in` and a regex without newlines do). The caller still
-        screens each line it is given.
-        """
+        """(index, the item's JSON line, stripped) for every item in order, unparsed. With `screen`, a run of lines
+        (~1 MiB) whose bytes together fail it is left out, which is right for a screen that passes a text when some
+        substring of it without a newline matches (memchr, `in`, a regex without newlines); the caller still screens
+        each line it is given."""
         if screen is None or not self._in_file_order:
-            return self._lines(range(len(self._offsets)))
-        return self._screened_lines(screen)
-
-    def _screened_lines(self, screen: Callable[[bytes], bool]) -> Iterator[tuple[int, bytes]]:
+            yield from self._lines(range(len(self._offsets)))
+            return
         offsets, count = self._offsets, len(self._offsets)
         with self.path.open("rb") as fh:
             first = 0
