@@ -61,27 +61,19 @@ def special_token_variables(config: Mapping[str, Any], special_tokens_map: Mappi
     merged = dict(config)
     if "added_tokens_decoder" not in config and special_tokens_map:  # legacy: special_tokens_map.json is merged
         merged.update({k: v for k, v in special_tokens_map.items() if k != "extra_special_tokens"})
-    out: dict[str, str] = {}
-    for key in NAMED_SPECIAL_TOKENS:
-        if (text := token_text(merged.get(key))) is not None:
-            out[key] = text
     extra = merged.get("extra_special_tokens")
     model_specific = dict(extra) if isinstance(extra, Mapping) else {}
     for key, value in merged.items():
-        if key.endswith("_token") and key not in NAMED_SPECIAL_TOKENS and token_text(value) is not None:
+        if key.endswith("_token") and key not in NAMED_SPECIAL_TOKENS:
             model_specific.setdefault(key, value)
-    for key, value in model_specific.items():
-        if (text := token_text(value)) is not None:
-            out[key] = text
-    return out
+    tokens = [(key, merged.get(key)) for key in NAMED_SPECIAL_TOKENS] + list(model_specific.items())
+    return {key: text for key, value in tokens if (text := token_text(value)) is not None}
 
 
 def template_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as transformers hands them to a template: dicts, None values dropped, reasoning aliased.
-
-    A message with reasoning (`reasoning_content`, `thinking` or `reasoning`) gets both `thinking` (read by
-    gpt-oss templates) and `reasoning_content` (read by Qwen3/GLM templates), exactly as transformers does.
-    """
+    """Messages as transformers hands them to a template: dicts, None values dropped, and a message's reasoning
+    (`reasoning_content`, `thinking` or `reasoning`) under both `thinking` (gpt-oss) and `reasoning_content` (Qwen3,
+    GLM)."""
     out: list[dict[str, Any]] = []
     for message in messages:
         if type(message) is Message and not message.__pydantic_extra__:  # role and content, both set: no reasoning
