@@ -133,9 +133,8 @@ class EndpointStats:
     inflight: dict[int, float] = field(default_factory=dict)
 
     def oldest_inflight_age(self) -> float:
-        if not self.inflight:
-            return 0.0
-        return time.monotonic() - min(self.inflight.values())
+        now = time.monotonic()
+        return now - min(self.inflight.values(), default=now)
 
 
 @dataclass
@@ -204,11 +203,11 @@ class Endpoint:
         served = served_models(reply) if reply.status < 400 else None  # some servers have no /models
         if served is None:
             return []
-        if model is not None and http_client.NETWORK.check_model and model not in {m.id for m in served}:
-            ids = [m.id for m in served]
-            named = ", ".join(ids[:SHOWN_MODELS]) + (f" and {len(ids) - SHOWN_MODELS} more" if len(ids) > SHOWN_MODELS
-                                                      else "")
-            raise UserError(f"{url} does not serve model {model!r} (it serves: {named or 'none'}); fix the model "
+        ids = [m.id for m in served]
+        if model is not None and http_client.NETWORK.check_model and model not in ids:
+            more = f" and {len(ids) - SHOWN_MODELS} more" if len(ids) > SHOWN_MODELS else ""
+            named = ", ".join(ids[:SHOWN_MODELS]) or "none"
+            raise UserError(f"{url} does not serve model {model!r} (it serves: {named}{more}); fix the model "
                             "name, or pass --no-model-check for a router or gateway whose list does not name it")
         return served
 
@@ -321,9 +320,8 @@ class Endpoint:
             raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises the last error
         except RetryableError as last:
             assert first is not None
-            reason = last.reason if attempts == 1 else f"{last.reason} (gave up after {attempts} attempts)"
             stats.failures += 1
-            raise self._give_up(first, last, reason, attempts, failed_at) from None
+            raise self._give_up(first, last, attempts, failed_at) from None
         except RequestFailed as exc:
             exc.attempts = attempts
             stats.failures += 1
@@ -333,8 +331,7 @@ class Endpoint:
         finally:
             stats.inflight.pop(token, None)
 
-    def _give_up(self, first: RetryableError, last: RetryableError, reason: str, attempts: int,
-                 failed_at: float) -> RequestFailed:
+    def _give_up(self, first: RetryableError, last: RetryableError, attempts: int, failed_at: float) -> RequestFailed:
         """The RequestFailed for a request out of attempts. It marks the endpoint down when the first attempt got no
         answer from the server, the last could not connect or met a gateway error (502/503/504), and the server has
         answered nothing (no attempt of this request, no other request) since this request's first failure: a whole
@@ -345,6 +342,7 @@ class Endpoint:
             silent = time.monotonic() - failed_at
             down = (f"endpoint {self.base_url} is unreachable: nothing answered for {silent:.1f}s "
                     f"({attempts} attempts; last: {last.reason})")
+        reason = last.reason if attempts == 1 else f"{last.reason} (gave up after {attempts} attempts)"
         return RequestFailed(reason, attempts=attempts, endpoint_down=down)
 
     def _count_retry(self, state: RetryCallState) -> None:

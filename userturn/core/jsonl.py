@@ -105,7 +105,6 @@ def compact(path: str | Path) -> CompactReport:
     path = Path(path)
     report = CompactReport()
     with results_lock.results_lock(path):
-        keep: set[int] = set()
         last: dict[tuple[str, str | None], int] = {}
         first_config: dict[str, int] = {}
         legacy: dict[str, ConfigLine] = {}
@@ -130,7 +129,7 @@ def compact(path: str | Path) -> CompactReport:
                 old = legacy_config(obj)
                 if old is not None:
                     legacy.setdefault(old.fingerprint, old)
-        keep.update(first_config.values(), last.values())
+        keep = {*first_config.values(), *last.values()}
         described = [config for fingerprint, config in legacy.items() if fingerprint not in first_config]
         report.kept, report.configs = len(last), len(first_config) + len(described)
         temporary = path.with_name(f".{path.name}.compact-{os.getpid()}")
