@@ -164,9 +164,7 @@ class CachedSandbox(ImmutableSandboxedEnvironment):
             return safe
 
     def is_safe_callable(self, obj: Any) -> bool:
-        if type(obj) is _BUILTIN_METHOD:
-            return True
-        return super().is_safe_callable(obj)
+        return type(obj) is _BUILTIN_METHOD or super().is_safe_callable(obj)
 
     def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
         """A template's globals as one plain dict, not a ChainMap over the environment's, which every render copies
@@ -190,8 +188,7 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))  # every attribute a plain dict has (its
 
 def compile_template(source: str, now: datetime) -> jinja2.Template:
     """Compile a chat template in the environment transformers uses; `strftime_now` reads the frozen `now`."""
-    env = CachedSandbox(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+    env = CachedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = now.strftime
