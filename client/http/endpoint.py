@@ -106,9 +106,8 @@ def split_base_url(base_url: str) -> tuple[str, str]:
 
 
 def root_mismatch(served: list[ServedModel], model: str, tokenizer: str | None) -> str | None:
-    """A one-line warning when the served `model`'s `root` names other weights than `tokenizer` (compared by their
-    last path component, case-insensitively: a hub id and a local copy of it agree); None when they agree or either
-    is unknown."""
+    """A one-line warning when the served `model`'s `root` names other weights than `tokenizer` (by their last path
+    component, case-insensitively: a hub id and a local copy agree); None when they agree or either is unknown."""
     root = next((m.root for m in served if m.id == model), None)
     if not root or not tokenizer or _weights_name(root) == _weights_name(tokenizer):
         return None
@@ -332,10 +331,9 @@ class Endpoint:
             stats.inflight.pop(token, None)
 
     def _give_up(self, first: RetryableError, last: RetryableError, attempts: int, failed_at: float) -> RequestFailed:
-        """The RequestFailed for a request out of attempts. It marks the endpoint down when the first attempt got no
-        answer from the server, the last could not connect or met a gateway error (502/503/504), and the server has
-        answered nothing (no attempt of this request, no other request) since this request's first failure: a whole
-        retry schedule without a sign of life."""
+        """The RequestFailed for a request out of attempts, marking the endpoint down after a whole retry schedule
+        without a sign of life: the first attempt got no answer, the last could not connect or met a 502/503/504, and
+        nothing (no attempt of this request or any other) has been answered since the first failure."""
         down = None
         answered = first.kind in ("http", "malformed")  # later answers move `_last_response` past `failed_at`
         if last.kind in DOWN_KINDS and not answered and self._last_response < failed_at:

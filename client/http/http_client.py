@@ -49,6 +49,7 @@ def configure(*, proxy: str | None = None, ca_bundle: str | None = None, check_m
 
 
 def without_credentials(url: str) -> str:
+    """`url` without its `user:password@`, to be shown."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
         return url

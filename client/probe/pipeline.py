@@ -107,10 +107,8 @@ class ProbeRun(AssistantTurns):
         self.check_resume(existing)  # before the writer opens the file: a refused file is left untouched
         backlog = None
         pending = getattr(self.judge, "pending_judgements", None)  # a panel finds what it still has to label
-        if pending is not None:
-            done = {k for k in self.iter_keys() if existing.is_ok(k)}
-            backlog = pending(self.out_path, done)  # refuses a file labelled by another panel
-            del done
+        if pending is not None:  # (it refuses a file labelled by another panel)
+            backlog = pending(self.out_path, {k for k in self.iter_keys() if existing.is_ok(k)})
         s = self.settings
         planned = len(self._ids()) * len(s.perturbations) * len(s.temperatures) * s.samples
         c = self.counters
@@ -126,7 +124,7 @@ class ProbeRun(AssistantTurns):
         self.progress.start()
         try:
             if backlog is not None and backlog.todo:
-                records = backlog.records()
+                records = backlog.records()  # one generator, pulled by every worker
                 await run_all(self._judge_again(records, writer)
                               for _ in range(min(self.settings.concurrency, len(backlog.todo))))
             turns = await self._assistant_turns()

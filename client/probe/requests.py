@@ -47,11 +47,9 @@ class RequestBuilder(RunState):
     # ----- records --------------------------------------------------------------------------------------------
     def _seed(self, item_id: str, temperature: float, sample: int, perturbation: str) -> int:
         """The seed a sample's request carries: its own, unless extra_body sets one (then that one is recorded)."""
-        fixed = self.settings.extra_body.get("seed")
-        if type(fixed) is int:
-            return fixed
         s = self.settings
-        return sample_seed(s.seed, item_id, temperature, sample, perturbation, s.mode)
+        fixed = s.extra_body.get("seed")
+        return fixed if type(fixed) is int else sample_seed(s.seed, item_id, temperature, sample, perturbation, s.mode)
 
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
                        context: dict[str, Any]) -> dict[str, Any]:
