@@ -322,12 +322,11 @@ class JsonlWriter:
                     raise OSError(errno.EIO, "the write made no progress")
                 done += n
         except OSError as exc:
-            self._fail(exc, keep=self._end + data.rfind(b"\n", 0, done) + 1)
-            raise self._error from None  # type: ignore[misc]
+            raise self._fail(exc, keep=self._end + data.rfind(b"\n", 0, done) + 1) from None
         self._end += done
 
-    def _fail(self, exc: OSError, *, keep: int) -> None:
-        """Stop writing for good: cut the file back to its last complete line (`keep` bytes) and remember why."""
+    def _fail(self, exc: OSError, *, keep: int) -> ResultsWriteError:
+        """Stop writing for good: cut the file back to its last complete line (`keep` bytes); the error, kept."""
         self._pending.clear()
         cut = ""
         try:
@@ -339,6 +338,7 @@ class JsonlWriter:
         self._fd = -1
         self._error = self._as_error(exc, "cannot write", f"; the complete records before it are kept{cut}; "
                                      "rerun the same command to resume once the problem is fixed")
+        return self._error
 
     def _as_error(self, exc: OSError, what: str, tail: str = "") -> ResultsWriteError:
         return ResultsWriteError(f"{what} {self.path}: {exc.strerror or exc}{tail}")
