@@ -4,8 +4,8 @@ One `ProbeRun` covers one model on one dataset, one record per (item, perturbati
 `concurrency` workers pull prepared samples (`Job`) from one generator that prepares them item by item as asked
 (memory holds the items in flight, never the dataset); records stream to the results file, and keys already `ok`
 there are skipped, so rerunning the same command resumes. Each configuration is written once as a configuration
-line and every record carries its fingerprint; resuming a file whose records were made with other settings is
-refused before anything is written.
+line and every record carries its fingerprint; resuming a file whose records of the same condition were made with
+other settings is refused before anything is written.
 """
 
 from __future__ import annotations
