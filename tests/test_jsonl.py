@@ -115,7 +115,6 @@ def test_read_keeps_last_record_per_key(tmp_path: Path) -> None:
     assert report.duplicates == 1
     assert report.lines == 3  # blank lines are not counted
     assert not report.torn_tail
-    assert report.skipped == []
 
 
 def test_read_reports_and_ignores_torn_tail(tmp_path: Path) -> None:
@@ -159,16 +158,6 @@ def test_invalid_record_names_the_field(tmp_path: Path) -> None:
     path.write_bytes(line_of(make_record(1)) + json.dumps(bad).encode() + b"\n")
     with pytest.raises(UserError, match=rf"^{path}:2: not a userturn record \(status: Field required\)$"):
         read_records(path)
-
-
-def test_non_strict_read_skips_and_lists_bad_lines(tmp_path: Path) -> None:
-    path = tmp_path / "out.jsonl"
-    path.write_bytes(b"[1, 2]\n" + line_of(make_record(2)) + b"oops\n")
-    records, report = read_records(path, strict=False)
-    assert list(records) == [make_record(2).key]
-    assert len(report.skipped) == 2
-    assert report.skipped[0].startswith(f"{path}:1:")
-    assert report.skipped[1].startswith(f"{path}:3:")
 
 
 def test_reader_and_writer_agree_on_a_record_missing_only_its_newline(tmp_path: Path) -> None:

@@ -1,15 +1,14 @@
 """A local JSONL dataset that stays on disk: memory flat in the number of items.
 
-`load_jsonl_lazy(path)` validates every line up front (file:line errors, duplicate ids) but keeps only each item's
-byte offset, id, CRC-32 and whether it ends with an assistant turn (about 75 bytes an item instead of a few kB of
-parsed messages); an item is parsed again when it is used, in order, from the page cache. A re-read line whose
-CRC-32 is the one validated holds the same bytes (a line changed since is refused), so the hostile-input checks
-(nesting depth, repeated keys) are not run again: the re-read is a JSON parse and the item's validation.
+`load_jsonl_lazy` validates every line up front (file:line errors, duplicate ids) but keeps only each item's offset,
+id, CRC-32 and a few flags (~75 bytes an item); an item is parsed again when used. A re-read line with the validated
+CRC-32 holds the same bytes, so the hostile-input checks are not run again (a line changed since is refused).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import random
 import zlib
@@ -67,30 +66,18 @@ class JsonlItems(Sequence[DatasetItem]):
     def read_tagged(self, tagged: Iterable[tuple[int, T]]) -> Iterator[tuple[DatasetItem, T]]:
         """(item, tag) for each (index, tag), in the order given (a resume skipping finished items), parsed from one
         open file."""
-        pending: list[T] = []
-
-        def indices() -> Iterator[int]:
-            for index, tag in tagged:
-                pending.append(tag)
-                yield index
-
-        for index, raw in self._lines(indices()):
-            yield self._parse(index, raw), pending.pop()
+        pairs, tags = itertools.tee(tagged)
+        for (index, raw), (_, tag) in zip(self._lines(index for index, _ in pairs), tags, strict=True):
+            yield self._parse(index, raw), tag
 
     def raw_lines(self, screen: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, bytes]]:
-        """(index, the item's JSON line, stripped) for every item in order, unparsed: for checks that can tell from
-        the bytes that most items need no parse (`SpecialTokens.may_occur_in_json`).
-
-        With `screen`, lines it cannot pass are left out in bulk: a run of lines (~1 MiB) whose bytes together
-        fail it is skipped, which is right for a screen that passes a text when some substring of it, never
-        spanning a newline, matches (what memchr, `in` and a regex without newlines do). The caller still
-        screens each line it is given.
-        """
+        """(index, the item's JSON line, stripped) for every item in order, unparsed. With `screen`, a run of lines
+        (~1 MiB) whose bytes together fail it is left out, which is right for a screen that passes a text when some
+        substring of it without a newline matches (memchr, `in`, a regex without newlines); the caller still screens
+        each line it is given."""
         if screen is None or not self._in_file_order:
-            return self._lines(range(len(self._offsets)))
-        return self._screened_lines(screen)
-
-    def _screened_lines(self, screen: Callable[[bytes], bool]) -> Iterator[tuple[int, bytes]]:
+            yield from self._lines(range(len(self._offsets)))
+            return
         offsets, count = self._offsets, len(self._offsets)
         with self.path.open("rb") as fh:
             first = 0
@@ -122,14 +109,12 @@ class JsonlItems(Sequence[DatasetItem]):
     def _parse(self, index: int, raw: bytes) -> DatasetItem:
         """The item of a line validated up front: the same bytes (CRC-32), so parsing and validating cannot fail
         (and a collision that slips through is still validated); anything else means the file changed."""
-        item = None
         if zlib.crc32(raw) == self._checksums[index]:
-            try:
+            with contextlib.suppress(orjson.JSONDecodeError, ValidationError):
                 item = DatasetItem.model_validate(orjson.loads(raw)).located(f"{self.path}:{self._numbers[index]}")
-            except (orjson.JSONDecodeError, ValidationError):
-                item = None
-        if item is None or item.id != self.ids[index]:
-            raise UserError(f"{self.path}: the file changed while the run was reading it (item {self.ids[index]!r})")
+                if item.id == self.ids[index]:
+                    return item
+        raise UserError(f"{self.path}: the file changed while the run was reading it (item {self.ids[index]!r})")
         return item
 
     def scorer_naming(self) -> list[int]:
@@ -144,18 +129,16 @@ class JsonlItems(Sequence[DatasetItem]):
         """The same order `random.Random(seed).shuffle` gives a list of the parsed items."""
         order = list(range(len(self)))
         random.Random(seed).shuffle(order)
-        return self.take(order, in_file_order=False)
+        return self.take(order)
 
-    def take(self, order: Sequence[int], *, in_file_order: bool | None = None) -> JsonlItems:
-        """A view of the items at `order` (indices into this view), without parsing; in file order when this view
-        is and `order` increases, unless `in_file_order` says otherwise."""
-        if in_file_order is None:
-            in_file_order = self._in_file_order and all(a < b for a, b in itertools.pairwise(order))
+    def take(self, order: Sequence[int]) -> JsonlItems:
+        """A view of the items at `order` (indices into this view), without parsing."""
+        in_file_order = self._in_file_order and all(a < b for a, b in itertools.pairwise(order))
         return JsonlItems(self.path, array("q", (self._offsets[i] for i in order)), [self.ids[i] for i in order],
                           bytearray(self._assistant_ended[i] for i in order),
                           array("q", (self._numbers[i] for i in order)),
                           array("I", (self._checksums[i] for i in order)),
-                          bytearray(self._names_scorer[i] for i in order), in_file_order=in_file_order)
+                          bytearray(self._names_scorer[i] for i in order), in_file_order)
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:

@@ -1,26 +1,11 @@
 """One OpenAI-compatible endpoint: the HTTP client, one tenacity retry policy, error classes, live counters.
 
-Every HTTP call userturn makes (probe completions, chat completions, judge calls) goes through
-`Endpoint.post_json`, so retry policy, deadlines, response checks and error messages are the same everywhere. The
-bytes move through one client (client.http.http_client: `httpx.AsyncClient` over aiohttp; tests pass an
-`httpx.MockTransport` or use respx).
-
-What `post_json` guarantees its callers:
-
-- a returned body is a JSON object; for `completions` / `chat/completions` it has a non-empty `choices` list whose
-  every choice has `text` (a string) / a `message` object with `content` (string, null or a list of parts).
-  Anything else (truncated or non-JSON body, `choices: []`, a malformed HTTP header) is retried like a 5xx;
-- a body is read no further than its cap (`response_cap`: generous bytes per token x max_tokens + 1 MiB, or
-  `EndpointConfig.max_response_bytes`); an oversized response fails the request at once (not retried);
-- every server-provided text (bodies, reason phrases, exception texts) has the API keys in use scrubbed
-  (client.http.redact) before it reaches a message, a record or the returned data;
-- a request that used up its retries while the endpoint gave no sign of life (no connection, or only 502/503/504
-  from a proxy or gateway in front of it) carries `RequestFailed.endpoint_down`, the one-line reason for the caller
-  to stop the run (see `Endpoint._give_up`).
-
-Before the first request, `Endpoint.check` reads `/models`: the model a run sends must be listed there (UserError,
-exit 2, naming the served ids; `--no-model-check` for routers and gateways), and each served model's `root` is
-kept for the caller to compare with its tokenizer (`root_mismatch`).
+Every HTTP call (probe, chat mode, judges) goes through `Endpoint.post_json`, which guarantees: a returned body is a
+JSON object, with a non-empty `choices` of well-formed choices for `completions` / `chat/completions` (anything else
+is retried like a 5xx); a body is read no further than its cap (an oversized one fails at once); API keys are
+scrubbed from every server-provided text; a request that gave up without any sign of life from the server carries
+`RequestFailed.endpoint_down`. `Endpoint.check` reads `/models` before the first request and refuses a model not
+listed there (exit 2; `--no-model-check` for routers and gateways).
 """
 
 from __future__ import annotations
@@ -81,9 +66,6 @@ class EndpointConfig(BaseModel):
     max_response_bytes: int | None = Field(
         default=None, ge=1, description="cap on every response body; default: derived from each request's max_tokens")
 
-    def api_key(self) -> str | None:
-        return read_api_key(self.api_key_env)
-
 
 def read_api_key(variable: str) -> str | None:
     """The key in $`variable`, surrounding whitespace stripped (a key read from a file ends in a newline); None when
@@ -115,7 +97,7 @@ def split_base_url(base_url: str) -> tuple[str, str]:
         shown = base_url.rpartition("@")[2]  # whatever came before an "@" may be a password
         raise UserError(f"base URL {shown!r}: expected http(s)://HOST[:PORT]/PATH, e.g. http://127.0.0.1:30000/v1")
     if parts.username is not None or parts.password is not None:
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        shown = http_client.without_credentials(base_url.strip())
         raise UserError(f"base URL {shown} carries credentials (user:password@), which userturn does not send: put "
                         "the API key in the variable --api-key-env names (sent as a Bearer token); a proxy's "
                         "credentials go in --proxy or HTTPS_PROXY")
@@ -124,9 +106,8 @@ def split_base_url(base_url: str) -> tuple[str, str]:
 
 
 def root_mismatch(served: list[ServedModel], model: str, tokenizer: str | None) -> str | None:
-    """A one-line warning when the served `model`'s `root` names other weights than `tokenizer` (compared by their
-    last path component, case-insensitively: a hub id and a local copy of it agree); None when they agree or either
-    is unknown."""
+    """A one-line warning when the served `model`'s `root` names other weights than `tokenizer` (by their last path
+    component, case-insensitively: a hub id and a local copy agree); None when they agree or either is unknown."""
     root = next((m.root for m in served if m.id == model), None)
     if not root or not tokenizer or _weights_name(root) == _weights_name(tokenizer):
         return None
@@ -151,9 +132,8 @@ class EndpointStats:
     inflight: dict[int, float] = field(default_factory=dict)
 
     def oldest_inflight_age(self) -> float:
-        if not self.inflight:
-            return 0.0
-        return time.monotonic() - min(self.inflight.values())
+        now = time.monotonic()
+        return now - min(self.inflight.values(), default=now)
 
 
 @dataclass
@@ -174,7 +154,7 @@ class Endpoint:
         self.base_url = self._prefix + self._query
         self.stats = stats or EndpointStats()
         headers = {"content-type": "application/json", "accept": "application/json", "user-agent": USER_AGENT}
-        key = config.api_key()
+        key = read_api_key(config.api_key_env)
         if key:
             headers["authorization"] = f"Bearer {key}"
             register_secret(key, config.api_key_env)
@@ -202,9 +182,8 @@ class Endpoint:
         return f"{self._prefix}/{path.lstrip('/')}{self._query}"
 
     async def check(self, model: str | None = None) -> list[ServedModel]:
-        """Preflight: reach the endpoint and list its models. EndpointError (exit 3) with one line if unusable;
-        UserError (exit 2) when `model` is given, the list could be read and does not name it (unless the process
-        runs with `--no-model-check`). Returns the served models ([] when the server has no readable list)."""
+        """The served models ([] when the server has no readable list). EndpointError (exit 3) if the endpoint is
+        unusable; UserError (exit 2) when a readable list does not name `model` (unless `--no-model-check`)."""
         url = self.url("models")
         deadline = min(15.0, self.config.request_timeout)
         try:
@@ -223,11 +202,11 @@ class Endpoint:
         served = served_models(reply) if reply.status < 400 else None  # some servers have no /models
         if served is None:
             return []
-        if model is not None and http_client.NETWORK.check_model and model not in {m.id for m in served}:
-            ids = [m.id for m in served]
-            named = ", ".join(ids[:SHOWN_MODELS]) + (f" and {len(ids) - SHOWN_MODELS} more" if len(ids) > SHOWN_MODELS
-                                                      else "")
-            raise UserError(f"{url} does not serve model {model!r} (it serves: {named or 'none'}); fix the model "
+        ids = [m.id for m in served]
+        if model is not None and http_client.NETWORK.check_model and model not in ids:
+            more = f" and {len(ids) - SHOWN_MODELS} more" if len(ids) > SHOWN_MODELS else ""
+            named = ", ".join(ids[:SHOWN_MODELS]) or "none"
+            raise UserError(f"{url} does not serve model {model!r} (it serves: {named}{more}); fix the model "
                             "name, or pass --no-model-check for a router or gateway whose list does not name it")
         return served
 
@@ -301,14 +280,10 @@ class Endpoint:
 
     async def post_json(self, path: str, payload: dict[str, Any] | bytes, *,
                         response_cap: int | None = None) -> CallResult:
-        """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures. Raises RequestFailed
-        when it gives up.
-
-        The response body is capped at `EndpointConfig.max_response_bytes` if set, else `response_cap` if given,
-        else the cap derived from a dict payload's max_tokens (`response_cap_for`), else `UNBOUNDED_RESPONSE_CAP`.
-        Fatal statuses (401/403/404, a redirect that leads nowhere) raise EndpointError so the caller can stop the
-        run.
-        """
+        """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures; RequestFailed when it
+        gives up, EndpointError for a fatal status (401/403/404, a redirect that leads nowhere). The body is capped
+        at `max_response_bytes`, else `response_cap`, else the cap of a dict payload's max_tokens, else
+        `UNBOUNDED_RESPONSE_CAP`."""
         url = self.url(path)
         target = self._targets.get(path)
         if target is None:
@@ -344,9 +319,8 @@ class Endpoint:
             raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises the last error
         except RetryableError as last:
             assert first is not None
-            reason = last.reason if attempts == 1 else f"{last.reason} (gave up after {attempts} attempts)"
             stats.failures += 1
-            raise self._give_up(first, last, reason, attempts, failed_at) from None
+            raise self._give_up(first, last, attempts, failed_at) from None
         except RequestFailed as exc:
             exc.attempts = attempts
             stats.failures += 1
@@ -356,18 +330,17 @@ class Endpoint:
         finally:
             stats.inflight.pop(token, None)
 
-    def _give_up(self, first: RetryableError, last: RetryableError, reason: str, attempts: int,
-                 failed_at: float) -> RequestFailed:
-        """The RequestFailed for a request out of attempts. It marks the endpoint down when the first attempt got no
-        answer from the server, the last could not connect or met a gateway error (502/503/504), and the server has
-        answered nothing (no attempt of this request, no other request) since this request's first failure: a whole
-        retry schedule without a sign of life."""
+    def _give_up(self, first: RetryableError, last: RetryableError, attempts: int, failed_at: float) -> RequestFailed:
+        """The RequestFailed for a request out of attempts, marking the endpoint down after a whole retry schedule
+        without a sign of life: the first attempt got no answer, the last could not connect or met a 502/503/504, and
+        nothing (no attempt of this request or any other) has been answered since the first failure."""
         down = None
         answered = first.kind in ("http", "malformed")  # later answers move `_last_response` past `failed_at`
         if last.kind in DOWN_KINDS and not answered and self._last_response < failed_at:
             silent = time.monotonic() - failed_at
             down = (f"endpoint {self.base_url} is unreachable: nothing answered for {silent:.1f}s "
                     f"({attempts} attempts; last: {last.reason})")
+        reason = last.reason if attempts == 1 else f"{last.reason} (gave up after {attempts} attempts)"
         return RequestFailed(reason, attempts=attempts, endpoint_down=down)
 
     def _count_retry(self, state: RetryCallState) -> None:

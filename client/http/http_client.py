@@ -1,17 +1,9 @@
-"""The one HTTP client of userturn: `httpx.AsyncClient` over aiohttp's connection pool (`httpx-aiohttp`), as
-openai-python's opt-in fast transport. The probe, chat mode and every judge send through it (client.http.endpoint).
+"""The one HTTP client of userturn (probe, chat mode, judges): `httpx.AsyncClient` over aiohttp (`httpx-aiohttp`).
 
-- Proxies: `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY` are honoured (httpx reads them and mounts an
-  aiohttp transport per proxy, which passes the proxy to aiohttp request by request, CONNECT for https); `--proxy
-  URL` (`Network.proxy`) wins over the environment for every URL. Proxy credentials (`http://user:pass@proxy`) are
-  sent to the proxy only and scrubbed from messages.
-- TLS: `SSL_CERT_FILE` / `SSL_CERT_DIR` (httpx's `trust_env`) or `--ca-bundle FILE` (`Network.ca_bundle`, wins).
-- Limits: aiohttp's response-head limits (8190-byte lines and fields, 128 header fields); the body is read no
-  further than the caller's cap (`read_capped`), since httpx limits no body size.
-- Failures: `classify` maps what httpx and aiohttp raise onto an `AttemptKind` by exception type alone.
-
-`Network` holds the process's proxy, CA bundle and model-check choice, set once from the command line
-(`configure`); every client made afterwards uses it.
+Proxies: `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY`, or `--proxy URL` for every URL (its credentials go
+to the proxy only and are scrubbed from messages). TLS: `SSL_CERT_FILE` / `SSL_CERT_DIR`, or `--ca-bundle FILE`.
+Response heads are limited by aiohttp; bodies by the caller's cap (`send`). `Network` holds the process's choices,
+set once from the command line (`configure`); every client made afterwards uses it.
 """
 
 from __future__ import annotations
@@ -19,13 +11,13 @@ from __future__ import annotations
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
 import aiohttp
 import httpx
 from aiohttp.http_exceptions import ContentEncodingError, TransferEncodingError
 from pydantic import BaseModel
+from userturn.client.http.redact import register_secret
 
 from userturn.core.errors import AttemptKind, UserError
 
@@ -48,9 +40,7 @@ def configure(*, proxy: str | None = None, ca_bundle: str | None = None, check_m
     if proxy is not None:
         parts = urllib.parse.urlsplit(proxy)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UserError(f"--proxy {_without_credentials(proxy)}: expected http://HOST:PORT (or https://)")
-        from userturn.client.http.redact import register_secret
-
+            raise UserError(f"--proxy {without_credentials(proxy)}: expected http://HOST:PORT (or https://)")
         register_secret(parts.password, "proxy password")
     if ca_bundle is not None:
         ssl_context(ca_bundle)  # a missing or unreadable bundle stops here, before anything is sent
@@ -58,7 +48,8 @@ def configure(*, proxy: str | None = None, ca_bundle: str | None = None, check_m
     NETWORK = Network(proxy=proxy, ca_bundle=ca_bundle, check_model=check_model)
 
 
-def _without_credentials(url: str) -> str:
+def without_credentials(url: str) -> str:
+    """`url` without its `user:password@`, to be shown."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
@@ -83,12 +74,10 @@ class HttpReply(NamedTuple):
 
 
 class ResponseTooLarge(Exception):
-    """The response body is over the caller's limit; `declared` is its Content-Length when it sent one."""
+    """The response body is over the caller's limit (`declared`: its Content-Length, when it sent one)."""
 
     def __init__(self, limit: int, declared: int | None = None) -> None:
         super().__init__(f"over {limit} bytes" + (f" (Content-Length {declared})" if declared is not None else ""))
-        self.limit = limit
-        self.declared = declared
 
 
 def make_client(*, headers: dict[str, str], concurrency: int, connect_timeout: float, request_timeout: float,
@@ -105,28 +94,23 @@ def make_client(*, headers: dict[str, str], concurrency: int, connect_timeout: f
     )
 
 
-async def read_capped(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """Join `chunks`, raising ResponseTooLarge as soon as they pass `limit` bytes."""
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise ResponseTooLarge(limit)
-        parts.append(chunk)
-    return b"".join(parts)
-
-
 async def send(client: httpx.AsyncClient, method: str, url: str | httpx.URL, body: bytes | None,
                limit: int) -> HttpReply:
-    """One request, its (decoded) body read no further than `limit` bytes. Raises what the libraries raise (see
-    `classify`), and ResponseTooLarge."""
+    """One request, its (decoded) body read no further than `limit` bytes (httpx limits no body size). Raises what
+    the libraries raise (see `classify`), and ResponseTooLarge as soon as the body passes `limit`."""
     response = await client.send(client.build_request(method, url, content=body), stream=True)
     try:
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ResponseTooLarge(limit, int(declared))
-        content = await read_capped(response.aiter_bytes(), limit)
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise ResponseTooLarge(limit)
+            parts.append(chunk)
+        content = b"".join(parts)
     finally:
         await response.aclose()
     return HttpReply(response.status_code, content, response.reason_phrase, response.headers.get("retry-after"))

@@ -1,19 +1,17 @@
 """The probe pipeline: conversations -> prompts ending at an open user header -> completions -> JSONL.
 
-One `run_probe` call covers one model on one dataset: every (item, perturbation, temperature, sample)
-becomes one record. A fixed pool of `concurrency` worker tasks takes prepared samples (`Job`: prompt rendered
-once per (item, perturbation), the request body and record fields the samples share) from one generator that
-prepares them lazily, item by item, as workers ask (memory holds the items in flight, never the dataset); records
-stream to the results file as they finish, and keys already `ok` in that file are skipped, so rerunning the same
-command resumes. Each configuration is written once as a configuration line of the results file and every record
-carries its fingerprint (userturn.core.fingerprint); resuming into a file whose records of the same condition were made
-with other settings is refused before anything is written.
+One `ProbeRun` covers one model on one dataset, one record per (item, perturbation, temperature, sample).
+`concurrency` workers pull prepared samples (`Job`) from one generator that prepares them item by item as asked
+(memory holds the items in flight, never the dataset); records stream to the results file, and keys already `ok`
+there are skipped, so rerunning the same command resumes. Each configuration is written once as a configuration
+line and every record carries its fingerprint; resuming a file whose records of the same condition were made with
+other settings is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from userturn.client.data.dataset import DatasetItem
@@ -109,10 +107,8 @@ class ProbeRun(AssistantTurns):
         self.check_resume(existing)  # before the writer opens the file: a refused file is left untouched
         backlog = None
         pending = getattr(self.judge, "pending_judgements", None)  # a panel finds what it still has to label
-        if pending is not None:
-            done = {k for k in self.iter_keys() if existing.is_ok(k)}
-            backlog = pending(self.out_path, done)  # refuses a file labelled by another panel
-            del done
+        if pending is not None:  # (it refuses a file labelled by another panel)
+            backlog = pending(self.out_path, {k for k in self.iter_keys() if existing.is_ok(k)})
         s = self.settings
         planned = len(self._ids()) * len(s.perturbations) * len(s.temperatures) * s.samples
         c = self.counters
@@ -128,7 +124,7 @@ class ProbeRun(AssistantTurns):
         self.progress.start()
         try:
             if backlog is not None and backlog.todo:
-                records = backlog.records()
+                records = backlog.records()  # one generator, pulled by every worker
                 await run_all(self._judge_again(records, writer)
                               for _ in range(min(self.settings.concurrency, len(backlog.todo))))
             turns = await self._assistant_turns()
@@ -158,11 +154,10 @@ class ProbeRun(AssistantTurns):
             record = job if isinstance(job, ProbeRecord) else await self._probe(job)
             if self.judge is not None and record.status == "ok":
                 try:
-                    judged = await self.judge.judge(record)
+                    record = await self.judge.judge(record)
                 except EndpointError:
                     self._write(writer, record)  # keep the generation; `userturn judge` can label it later
                     raise
-                record = judged
                 self._count_judged()
             self._write(writer, record)
             c.done += 1
@@ -191,9 +186,4 @@ class ProbeRun(AssistantTurns):
         c.judged, c.judge_failures, c.rule_labels = (a - b for a, b in zip(now, start, strict=True))
 
 
-async def run_probe(items: Sequence[DatasetItem], settings: ProbeSettings, **kwargs: Any) -> ProbeSummary:
-    """Convenience wrapper: `await run_probe(items, settings, endpoints=..., renderer=..., out_path=...)`."""
-    return await ProbeRun(items, settings, **kwargs).run()
-
-
-__all__ = ["EndpointError", "ProbeRun", "ProbeSettings", "ProbeSummary", "run_probe"]
+__all__ = ["EndpointError", "ProbeRun", "ProbeSettings", "ProbeSummary"]

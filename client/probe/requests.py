@@ -22,56 +22,38 @@ class RequestBuilder(RunState):
     """Builds request bodies and records; sends one sample (`_probe`)."""
 
     def _payload_base(self, messages: list[Message]) -> tuple[dict[str, Any], str, int]:
+        """The request body the samples of one (item, perturbation) share, with the sampling options that are set
+        and the extra body (which wins; a temperature or seed in it is sent instead of the samples' own), the sha256
+        of its prompt, and the tokens it is estimated to cost (0 without --tpm)."""
         s = self.settings
         if s.mode == "chat":
             assert self.role_flip is not None
-            flipped = self.role_flip(messages)
-            dumped = [m.model_dump(exclude_none=True) for m in flipped]
+            dumped = [m.model_dump(exclude_none=True) for m in self.role_flip(messages)]
             payload: dict[str, Any] = {"model": s.model, "messages": dumped, "max_tokens": s.max_tokens}
             text = orjson.dumps(dumped).decode()
-            return self._with_extras(payload), sha256_text(text), (len(text) // 4 + s.max_tokens) if s.tpm else 0
-        assert self.renderer is not None
-        prompt = self.renderer.user_turn_prompt(messages, cache=False)  # rendered once per (item, perturbation)
-        payload = {"model": s.model, "prompt": prompt, "max_tokens": s.max_tokens, "stop": self._stops}
-        if s.send_stop_token_ids and self._stop_ids:
-            payload["stop_token_ids"] = self._stop_ids
-        estimate = 0
-        if s.tpm:
-            counted = self.renderer.count_tokens(prompt, cache=False)
-            estimate = (counted if counted is not None else len(prompt) // 4) + s.max_tokens
-        return self._with_extras(payload), sha256_text(prompt), estimate
-
-    def _with_extras(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """`payload` with the sampling options that are set (`Options.request_fields`: top_p, ...) and the extra body
-        fields (the user's extra body wins; it may set temperature or seed, which the samples then do not send: see
-        `_probe`)."""
-        payload.update(self.settings.request_fields())
-        payload.update(self.settings.extra_body)
-        return payload
+            counted = None
+        else:
+            assert self.renderer is not None
+            text = self.renderer.user_turn_prompt(messages, cache=False)  # once per (item, perturbation)
+            payload = {"model": s.model, "prompt": text, "max_tokens": s.max_tokens, "stop": self._stops}
+            if s.send_stop_token_ids and self._stop_ids:
+                payload["stop_token_ids"] = self._stop_ids
+            counted = self.renderer.count_tokens(text, cache=False) if s.tpm else None
+        payload.update(s.request_fields())
+        payload.update(s.extra_body)
+        estimate = (counted if counted is not None else len(text) // 4) + s.max_tokens if s.tpm else 0
+        return payload, sha256_text(text), estimate
 
     # ----- records --------------------------------------------------------------------------------------------
     def _seed(self, item_id: str, temperature: float, sample: int, perturbation: str) -> int:
         """The seed a sample's request carries: its own, unless extra_body sets one (then that one is recorded)."""
-        fixed = self.settings.extra_body.get("seed")
-        if type(fixed) is int:
-            return fixed
         s = self.settings
-        return sample_seed(s.seed, item_id, temperature, sample, perturbation, s.mode)
+        fixed = s.extra_body.get("seed")
+        return fixed if type(fixed) is int else sample_seed(s.seed, item_id, temperature, sample, perturbation, s.mode)
 
     def _shared_fields(self, item: DatasetItem, perturbation: str, messages: list[Message],
                        context: dict[str, Any]) -> dict[str, Any]:
-        """Record fields shared by every sample of one (item, perturbation)."""
-        return {**self._run_fields(perturbation), **self._item_fields(item, messages, context)}
-
-    def _run_fields(self, perturbation: str) -> dict[str, Any]:
-        """Record fields shared by every sample of one perturbation."""
-        s = self.settings
-        return {"model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,
-                "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
-                "config_fingerprint": self.fingerprints[perturbation]}
-
-    def _item_fields(self, item: DatasetItem, messages: list[Message], context: dict[str, Any]) -> dict[str, Any]:
-        """Record fields of one item (less `prompt_sha256`)."""
+        """Record fields shared by every sample of one (item, perturbation), less `prompt_sha256`."""
         s = self.settings
         meta = dict(item.meta or {})
         if context.get("assistant_source") == "model" and context.get("assistant_text") is not None:
@@ -82,6 +64,9 @@ class RequestBuilder(RunState):
             meta["swap_partner"] = context["swap_partner"]
         meta.update(s.record_meta)
         return {
+            "model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,
+            "template_sha256": self.renderer.template_sha256 if (self.renderer and s.mode == "raw") else None,
+            "config_fingerprint": self.fingerprints[perturbation],
             "item_id": item.id, "messages": messages, "assistant_source": context.get("assistant_source", "dataset"),
             "reference_answer": item.answer, "correct": context.get("correct"),
             "task_scores": context.get("task_scores"), "perturbation_detail": context.get("perturbation_detail"),

@@ -15,9 +15,7 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
-from userturn.client.render.stops import (
-    token_text,
-)
+from userturn.client.render.stops import token_text
 from userturn.client.render.tokenizer_files import TokenizerFiles
 
 from userturn.core.errors import UserError
@@ -25,10 +23,6 @@ from userturn.core.records import Message
 
 NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What transformers passes to the template
 
 
 def template_source(files: TokenizerFiles, override: str | None) -> str:
@@ -67,27 +61,19 @@ def special_token_variables(config: Mapping[str, Any], special_tokens_map: Mappi
     merged = dict(config)
     if "added_tokens_decoder" not in config and special_tokens_map:  # legacy: special_tokens_map.json is merged
         merged.update({k: v for k, v in special_tokens_map.items() if k != "extra_special_tokens"})
-    out: dict[str, str] = {}
-    for key in NAMED_SPECIAL_TOKENS:
-        if (text := token_text(merged.get(key))) is not None:
-            out[key] = text
     extra = merged.get("extra_special_tokens")
     model_specific = dict(extra) if isinstance(extra, Mapping) else {}
     for key, value in merged.items():
-        if key.endswith("_token") and key not in NAMED_SPECIAL_TOKENS and token_text(value) is not None:
+        if key.endswith("_token") and key not in NAMED_SPECIAL_TOKENS:
             model_specific.setdefault(key, value)
-    for key, value in model_specific.items():
-        if (text := token_text(value)) is not None:
-            out[key] = text
-    return out
+    tokens = [(key, merged.get(key)) for key in NAMED_SPECIAL_TOKENS] + list(model_specific.items())
+    return {key: text for key, value in tokens if (text := token_text(value)) is not None}
 
 
 def template_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as transformers hands them to a template: dicts, None values dropped, reasoning aliased.
-
-    A message with reasoning (`reasoning_content`, `thinking` or `reasoning`) gets both `thinking` (read by
-    gpt-oss templates) and `reasoning_content` (read by Qwen3/GLM templates), exactly as transformers does.
-    """
+    """Messages as transformers hands them to a template: dicts, None values dropped, and a message's reasoning
+    (`reasoning_content`, `thinking` or `reasoning`) under both `thinking` (gpt-oss) and `reasoning_content` (Qwen3,
+    GLM)."""
     out: list[dict[str, Any]] = []
     for message in messages:
         if type(message) is Message and not message.__pydantic_extra__:  # role and content, both set: no reasoning
@@ -159,14 +145,10 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: 
 
 
 class CachedSandbox(ImmutableSandboxedEnvironment):
-    """transformers' sandbox with its two per-access checks memoised; what it allows and refuses is unchanged.
+    """transformers' sandbox made faster, allowing and refusing the same (docs/benchmarks.md has the figures).
 
-    `is_safe_attribute` depends only on the object's type and the attribute name (name prefixes and `isinstance`
-    tests against builtin and abstract types), so its answer is cached per (type, name). `is_safe_callable` reads
-    two marker attributes that a builtin method cannot carry, so builtin methods (`.startswith`, `.split`...)
-    skip the lookups. Together they take about a third off a Qwen3 render. Two more cuts, same outcomes: a plain
-    dict's items are read as attributes without jinja's AttributeError round trip (`getattr`), and a template's
-    globals are one flat dict (`make_globals`).
+    `is_safe_attribute` depends only on the object's type and the attribute name, so it is cached per (type, name);
+    a builtin method cannot carry the markers `is_safe_callable` looks for, so it skips the lookups.
     """
 
     def __init__(self, **options: Any) -> None:
@@ -182,20 +164,16 @@ class CachedSandbox(ImmutableSandboxedEnvironment):
             return safe
 
     def is_safe_callable(self, obj: Any) -> bool:
-        if type(obj) is _BUILTIN_METHOD:
-            return True
-        return super().is_safe_callable(obj)
+        return type(obj) is _BUILTIN_METHOD or super().is_safe_callable(obj)
 
     def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
-        """A template's globals as one plain dict, not jinja's ChainMap over the environment's: every render copies
-        them into its context, which a ChainMap makes slow (~15% of a Qwen3 render). `compile_template` sets
-        every global before compiling, as jinja asks ("avoid modifying any globals after a template is loaded")."""
+        """A template's globals as one plain dict, not a ChainMap over the environment's, which every render copies
+        slowly (~15% of a Qwen3 render). `compile_template` sets every global before compiling, as jinja asks."""
         return {**self.globals, **(d or {})}
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        """`message.role` on a plain dict (every message a template sees) without the AttributeError jinja's
-        getattr raises and catches first: a name dict has no attribute of is looked up as the item, as jinja
-        does after that error (the item, or undefined when missing)."""
+        """`message.role` on a plain dict without the AttributeError jinja raises and catches first: the item, or
+        undefined when missing, as jinja gives after that error."""
         if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
             try:
                 return obj[attribute]
@@ -210,8 +188,7 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))  # every attribute a plain dict has (its
 
 def compile_template(source: str, now: datetime) -> jinja2.Template:
     """Compile a chat template in the environment transformers uses; `strftime_now` reads the frozen `now`."""
-    env = CachedSandbox(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+    env = CachedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = now.strftime

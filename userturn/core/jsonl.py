@@ -1,14 +1,7 @@
 """Results files: append-only JSONL of `ProbeRecord` lines and `ConfigLine`s, one writer at a time, safe against
-SIGKILL and full disks.
-
-Each record is written with a single `write()` of a complete line straight to the file descriptor, so a killed
-process leaves at most one torn final line; opening a file for append first cuts such a torn tail. A write that
-fails or falls short (ENOSPC, EIO) cuts the file back to its last complete line and stops the writer with
-`ResultsWriteError` (exit 5). A writer holds the file's lock (`client.results_lock`): a second one gets
-`ResultsLocked` (exit 2). Every reader tells configuration lines from records with `config_line` (and takes the
-configuration a record of schema 2 carries itself with `legacy_config`). Readers keep the last line per (key,
-configuration): `read_records` builds whole records, `userturn.core.resume_index.scan_results` streams only what a
-resume needs.
+SIGKILL and full disks (`JsonlWriter`). Readers tell configuration lines from records with `config_line` and keep
+the last line per (key, configuration): `read_records` builds whole records, `userturn.core.resume_index` streams
+only what a resume needs.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from pydantic import ValidationError
 from userturn.core import results_lock
 from userturn.core.errors import UserError, first_error
 from userturn.core.records import ConfigLine, ProbeRecord
-from userturn.core.results_lock import ResultsLocked, ResultsWriteError
+from userturn.core.results_lock import ResultsWriteError
 
 
 @dataclass
@@ -38,7 +31,6 @@ class ReadReport:
     lines: int = 0  # record lines
     torn_tail: bool = False
     duplicates: int = 0  # superseded lines: a later line of the same key and configuration replaced them
-    skipped: list[str] = field(default_factory=list)
     configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> configuration (its first line)
 
 
@@ -106,16 +98,13 @@ class CompactReport:
 
 
 def compact(path: str | Path) -> CompactReport:
-    """Rewrite a results file to its current lines: the first configuration line of each fingerprint and the last
-    record line of each (key, configuration), byte for byte and in file order; superseded lines (a record judged
-    again, an error retried) and a torn final line go. Holds the file's writer lock; the new file replaces the old
-    one atomically (written beside it, fsynced, renamed), so a kill leaves one or the other. A malformed line is a
-    UserError naming file:line, and nothing is rewritten. A configuration that only records of schema 2 describe
-    (each carried its own) gets a configuration line at the top, so dropping those records loses no description."""
+    """Rewrite a results file to the first configuration line of each fingerprint and the last record line of each
+    (key, configuration), byte for byte and in file order, under the writer lock; the new file replaces the old one
+    atomically. A configuration only records of schema 2 carry gets a configuration line at the top. A malformed
+    line is a UserError naming file:line, and nothing is rewritten."""
     path = Path(path)
     report = CompactReport()
     with results_lock.results_lock(path):
-        keep: set[int] = set()
         last: dict[tuple[str, str | None], int] = {}
         first_config: dict[str, int] = {}
         legacy: dict[str, ConfigLine] = {}
@@ -140,7 +129,7 @@ def compact(path: str | Path) -> CompactReport:
                 old = legacy_config(obj)
                 if old is not None:
                     legacy.setdefault(old.fingerprint, old)
-        keep.update(first_config.values(), last.values())
+        keep = {*first_config.values(), *last.values()}
         described = [config for fingerprint, config in legacy.items() if fingerprint not in first_config]
         report.kept, report.configs = len(last), len(first_config) + len(described)
         temporary = path.with_name(f".{path.name}.compact-{os.getpid()}")
@@ -164,39 +153,30 @@ def compact(path: str | Path) -> CompactReport:
     return report
 
 
-def _cut_torn_tail(path: Path) -> bool:
-    """Make the file end at a line boundary before appending. Returns True if it cut a torn line.
-
-    A final line without a newline is a write cut by a kill: it is cut, unless it is a complete record that
-    only lacks its newline (the reader counts such a line as done), in which case the newline is added.
-    """
-    size = path.stat().st_size
-    if size == 0:
-        return False
+def _cut_torn_tail(path: Path) -> None:
+    """Make the file end at a line boundary before appending: a final line without a newline (a write cut by a kill)
+    is cut, or given its newline when it is a complete line (readers count it as done)."""
+    start_of_tail = path.stat().st_size
+    if start_of_tail == 0:
+        return
     with path.open("rb+") as fh:
         fh.seek(-1, os.SEEK_END)
         if fh.read(1) == b"\n":
-            return False
-        # Walk back to the previous newline.
-        pos = size
-        chunk = 65536
-        start_of_tail = 0
-        while pos > 0:
-            start = max(0, pos - chunk)
+            return
+        while start_of_tail > 0:  # walk back to the previous newline, 64 KiB at a time
+            start = max(0, start_of_tail - 65536)
             fh.seek(start)
-            block = fh.read(pos - start)
-            idx = block.rfind(b"\n")
-            if idx >= 0:
-                start_of_tail = start + idx + 1
+            newline = fh.read(start_of_tail - start).rfind(b"\n")
+            if newline >= 0:
+                start_of_tail = start + newline + 1
                 break
-            pos = start
+            start_of_tail = start
         fh.seek(start_of_tail)
         if _is_record(fh.read()):
             fh.seek(0, os.SEEK_END)
             fh.write(b"\n")
-            return False
-        fh.truncate(start_of_tail)
-        return True
+        else:
+            fh.truncate(start_of_tail)
 
 
 def _is_record(raw: bytes) -> bool:
@@ -220,24 +200,20 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
                 yield number, raw, complete
 
 
-def read_records(path: str | Path, *, strict: bool = True) -> tuple[dict[str, ProbeRecord], ReadReport]:
+def read_records(path: str | Path) -> tuple[dict[str, ProbeRecord], ReadReport]:
     """Read a results file into {key: last record} and its configurations (`ReadReport.configs`). A torn final
-    line is ignored (and reported). A key with ok records of two configurations (e.g. two files concatenated) is
-    a UserError naming both: one would silently replace the other (`userturn report` shows them apart); an error
-    record is replaced by a later line of any configuration (a rerun with other settings, as resume allows).
-
-    A malformed complete line raises UserError naming file:line when `strict`, else it is skipped
-    and listed in the report.
-    """
+    line is ignored (and reported); a malformed complete line is a UserError naming file:line, and so is a key with
+    ok records of two configurations (e.g. two files concatenated); an error record is replaced by a later line of
+    any configuration (a rerun with other settings, as resume allows)."""
     path = Path(path)
     report = ReadReport()
     records: dict[str, ProbeRecord] = {}
     if path.exists():
-        read_records_into(path, records, report, strict=strict)
+        read_records_into(path, records, report)
     return records, report
 
 
-def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadReport, *, strict: bool = True) -> None:
+def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadReport) -> None:
     """`read_records` of one more file into `records` and `report`: several files read in turn count as their
     concatenation (`userturn.core.results_files.read_results`)."""
     for number, raw, complete in iter_lines(path):
@@ -252,11 +228,7 @@ def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadR
             if not complete:
                 report.torn_tail = True
                 continue
-            message = f"{path}:{number}: not a userturn record ({describe_error(exc)})"
-            if strict:
-                raise UserError(message) from None
-            report.skipped.append(message)
-            continue
+            raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
         report.lines += 1
         old = legacy_config(obj)
         if old is not None:
@@ -276,34 +248,28 @@ _to_json = ProbeRecord.__pydantic_serializer__.to_json
 
 
 class JsonlWriter:
-    """Append records as complete lines to a results file this process holds the writer lock of.
+    """Append complete lines to a results file, each with a single `write()` (a kill leaves at most a torn last
+    line). Opening takes the file's lock (a second writer gets `ResultsLocked`, exit 2) and cuts a torn final line.
 
-    Unbatched (default), each `write` reaches the kernel before it returns. With `per_tick=True` (the probe's
-    hot path, inside a running event loop) the lines of all records completed in the same loop iteration go
-    out in one `write()` at the end of that iteration: still before any further network I/O is processed, so
-    a kill loses only requests whose answers were being handled at that instant, never a completed line.
-
-    Opening takes the file's lock (`client.results_lock`: a second writer gets `ResultsLocked`, exit 2) and cuts
-    a torn final line. A failed or short write (disk full, I/O error) truncates the file back to the end of its
-    last complete line and raises `ResultsWriteError` (exit 5); every later `write` and `close` raises it again,
-    so no run can report success past a lost record, and no torn line is ever left in the middle of the file.
+    Each `write` reaches the kernel before it returns; with `per_tick=True` (inside a running event loop) the lines
+    of one loop iteration go out in one `write()` at its end, before any further network I/O is processed. A failed
+    or short write cuts the file back to its last complete line and raises `ResultsWriteError` (exit 5), as does
+    every later `write` and `close`.
     """
 
-    def __init__(self, path: str | Path, *, per_tick: bool = False, lock: bool = True) -> None:
+    def __init__(self, path: str | Path, *, per_tick: bool = False) -> None:
         self.path = Path(path)
         self.written = 0
         self._per_tick = per_tick
         self._pending: list[bytes] = []
         self._fd = -1
         self._error: ResultsWriteError | None = None
-        self._locked = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._as_error(exc, "cannot create the folder of") from None
-        if lock:
-            results_lock.acquire(self.path)  # before the tail is cut: a live writer's line is never cut
-            self._locked = True
+        results_lock.acquire(self.path)  # before the tail is cut: a live writer's line is never cut
+        self._locked = True
         try:
             if self.path.exists():
                 _cut_torn_tail(self.path)
@@ -356,12 +322,11 @@ class JsonlWriter:
                     raise OSError(errno.EIO, "the write made no progress")
                 done += n
         except OSError as exc:
-            self._fail(exc, keep=self._end + data.rfind(b"\n", 0, done) + 1)
-            raise self._error from None  # type: ignore[misc]
+            raise self._fail(exc, keep=self._end + data.rfind(b"\n", 0, done) + 1) from None
         self._end += done
 
-    def _fail(self, exc: OSError, *, keep: int) -> None:
-        """Stop writing for good: cut the file back to its last complete line (`keep` bytes) and remember why."""
+    def _fail(self, exc: OSError, *, keep: int) -> ResultsWriteError:
+        """Stop writing for good: cut the file back to its last complete line (`keep` bytes); the error, kept."""
         self._pending.clear()
         cut = ""
         try:
@@ -373,6 +338,7 @@ class JsonlWriter:
         self._fd = -1
         self._error = self._as_error(exc, "cannot write", f"; the complete records before it are kept{cut}; "
                                      "rerun the same command to resume once the problem is fixed")
+        return self._error
 
     def _as_error(self, exc: OSError, what: str, tail: str = "") -> ResultsWriteError:
         return ResultsWriteError(f"{what} {self.path}: {exc.strerror or exc}{tail}")
@@ -405,7 +371,3 @@ class JsonlWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-__all__ = ["CompactReport", "JsonlWriter", "ReadReport", "ResultsLocked", "ResultsWriteError", "compact", "config_line",
-           "is_config_line", "iter_lines", "legacy_config", "read_configs", "read_records",
-           "read_records_into"]

@@ -85,12 +85,12 @@ def describe(named: PathLike | Sequence[PathLike]) -> str:
     return str(named) if isinstance(named, str | Path) else " ".join(map(str, named))
 
 
-def read_results(paths: Sequence[PathLike], *, strict: bool = True) -> tuple[dict[str, ProbeRecord], ReadReport]:
+def read_results(paths: Sequence[PathLike]) -> tuple[dict[str, ProbeRecord], ReadReport]:
     """`read_records` over several files as if they were one, in order (see the module docstring)."""
     records: dict[str, ProbeRecord] = {}
     report = ReadReport()
     for path in paths:
-        read_records_into(Path(path), records, report, strict=strict)
+        read_records_into(Path(path), records, report)
     return records, report
 
 
