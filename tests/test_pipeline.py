@@ -342,6 +342,44 @@ async def test_chat_mode_uses_role_flip_and_chat_endpoint(tmp_path):
     assert rec.template_sha256 is None and rec.prompt_sha256
 
 
+@pytest.mark.parametrize(("content", "status", "user_turn"), [
+    ([{"type": "text", "text": "But "}, {"type": "text", "text": "why 4?"}], "ok", "But why 4?"),
+    (["But why ", "4?"], "ok", "But why 4?"),
+    ([{"type": "image_url", "image_url": {"url": "x"}}], "ok", ""),  # no text part: an empty turn, as the API says
+    ([7], "error", None),
+])
+async def test_chat_mode_joins_content_parts(tmp_path, content, status, user_turn):
+    """A chat reply whose content is a list of parts (OpenAI's format) is recorded as their text joined."""
+    def chat(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": content}, "finish_reason": "stop"}]})
+
+    with MockServer() as mock:
+        ep = endpoint(mock)
+        mock.post("/chat/completions").mock(side_effect=chat)
+        probe = ProbeRun(items(1), settings(mode="chat", temperatures=[1.0], samples=1), endpoints=[ep],
+                         renderer=None, role_flip=lambda messages: messages, out_path=str(tmp_path / "o.jsonl"),
+                         progress=False)
+        await probe.run()
+        await ep.aclose()
+    rec = next(iter(read_records(tmp_path / "o.jsonl")[0].values()))
+    assert (rec.status, rec.user_turn) == (status, user_turn)
+    if status == "error":
+        assert "malformed completion body" in rec.error
+
+
+async def test_assistant_turn_from_model_joins_content_parts(tmp_path):
+    def chat(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": [
+            {"type": "text", "text": "The answer "}, {"type": "text", "text": "is 4."}]}, "finish_reason": "stop"}]})
+
+    with MockServer() as mock:
+        mock.post("/chat/completions").mock(side_effect=chat)
+        mock.post("/completions").mock(side_effect=completion)
+        await run(mock, tmp_path, settings(assistant_from="model"), its=items(1, with_assistant=False))
+    rec = next(iter(read_records(tmp_path / "out.jsonl")[0].values()))
+    assert rec.status == "ok" and rec.messages[-1].content == "The answer is 4."
+
+
 def test_text_helpers():
     assert strip_reasoning("<think>a\nb</think>\n\nHello") == "Hello"
     assert strip_reasoning("partial</think> Hi") == "Hi"

@@ -18,7 +18,7 @@ from userturn.client.probe.settings import AssistantTurn
 from userturn.core.fingerprint import ASSISTANT_SETTINGS
 from userturn.core.jsonl import config_line, iter_lines, legacy_config
 from userturn.core.records import Message, ProbeRecord
-from userturn.core.text import reasoning_of, strip_reasoning
+from userturn.core.text import content_text, reasoning_of, strip_reasoning
 from userturn.core.workers import run_all
 
 
@@ -143,7 +143,7 @@ class AssistantTurns(Planner):
             result = await next(self._next_endpoint).post_json("chat/completions", payload)
             choice = result.data["choices"][0]
             message = choice["message"]
-            content = message.get("content") or ""
+            content = content_text(message.get("content"))  # a list of parts joined; TypeError for others
         except RequestFailed as exc:
             if exc.endpoint_down:
                 raise EndpointError(exc.endpoint_down) from None

@@ -15,7 +15,7 @@ from userturn.client.probe.state import RunState
 
 from userturn.core.errors import first_error
 from userturn.core.records import Message, ProbeRecord, sha256_text
-from userturn.core.text import strip_reasoning
+from userturn.core.text import content_text, strip_reasoning
 
 
 class RequestBuilder(RunState):
@@ -103,7 +103,10 @@ class RequestBuilder(RunState):
             return ProbeRecord(**self._fields(job), status="error", error=exc.reason, attempts=exc.attempts)
         try:
             choice = result.data["choices"][0]
-            text = strip_reasoning(choice["message"].get("content") or "") if s.mode == "chat" else choice["text"]
+            if s.mode == "chat":  # content parts joined; TypeError for content that is not text
+                text = strip_reasoning(content_text(choice["message"].get("content")))
+            else:
+                text = choice["text"]
             if not isinstance(text, str):
                 raise TypeError("text is not a string")
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
