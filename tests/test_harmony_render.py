@@ -173,6 +173,25 @@ def test_template_sha256_is_stable_across_days(tmp_path):
     assert a.template_sha256 == b.template_sha256 != c.template_sha256
 
 
+def test_the_recorded_renderer_names_the_harmony_it_runs_so_a_replay_under_another_is_refused(tmp_path):
+    """A configuration line written under another openai-harmony version keeps that version's template_sha256: the
+    renderer rebuilt from it has the running version's, so replaying such a record is refused, naming both."""
+    from userturn.client.render.prompt_replay import Replayer
+
+    from userturn.core.records import ConfigLine, ProbeRecord
+
+    renderer = PromptRenderer.load(str(gpt_oss_dir(tmp_path)), now=NOW)
+    older = renderer.info.model_copy(update={"template_sha256": "0" * 64})
+    assert PromptRenderer.from_info(older).template_sha256 == renderer.template_sha256
+    config = ConfigLine(fingerprint="f" * 16, config={}, renderer=older)
+    record = ProbeRecord(status="ok", key="m|d|q|raw|none|t=0|s=0", config_fingerprint="f" * 16, model="m",
+                         dataset="d", item_id="q", seed=1,
+                         temperature=0.0, sample=0, messages=CONVERSATIONS[0], user_turn="Why?",
+                         template_sha256="0" * 64, prompt_sha256="0" * 64)
+    with pytest.raises(UserError, match=r"is not the one the record was rendered with \(sha256 000000000000\)"):
+        Replayer(None, configs={config.fingerprint: config}).prompt(record)
+
+
 def test_gpt_oss_by_name_needs_no_template(tmp_path):
     folder = tmp_path / "openai-gpt-oss-120b"
     folder.mkdir()

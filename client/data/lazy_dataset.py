@@ -115,7 +115,6 @@ class JsonlItems(Sequence[DatasetItem]):
                 if item.id == self.ids[index]:
                     return item
         raise UserError(f"{self.path}: the file changed while the run was reading it (item {self.ids[index]!r})")
-        return item
 
     def scorer_naming(self) -> list[int]:
         """The indices of the items whose meta names a scorer (seen when they were validated)."""

@@ -19,7 +19,7 @@ SHOWN_CHARS = 600  # the end of the prompt (where the open user header is) is wh
 def render_preview(renderer: PromptRenderer, items: Sequence[DatasetItem],
                    assistant_from: Literal["dataset", "model"]) -> str:
     """The raw prompt of the first item, ending at the open user header (a model-written answer is a placeholder);
-    UserError when the template cannot render it."""
+    UserError when the template cannot render it, renders no user header to end at, or renders an empty prompt."""
     if not items:
         raise UserError("the dataset has no items to render")
     messages = [{"role": m.role, "content": m.content} for m in items[0].messages]

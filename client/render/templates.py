@@ -89,6 +89,7 @@ def tokenizer_prefix(files: TokenizerFiles, bos_token: str | None) -> str:
 
 class _Backend(Protocol):
     engine: str
+    template_sha256: str  # the identity of what this backend renders (a record's `template_sha256`)
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool) -> str: ...
 
@@ -100,6 +101,7 @@ class JinjaBackend:
 
     def __init__(self, source: str, variables: Mapping[str, Any], now: datetime, name: str) -> None:
         self.template = compile_template(source, now)
+        self.template_sha256 = sha256_text(source)
         self.variables = dict(variables)
         self.name = name
 
@@ -135,7 +137,7 @@ class PromptRenderer:
                                                                                           info.tokenizer)
         self.backend = backend
         self.engine: str = backend.engine
-        self.template_sha256 = info.template_sha256
+        self.template_sha256 = backend.template_sha256  # not the recorded one: a replay compares the two
         self.stop = stop or []
         self.stop_token_ids = stop_token_ids or []
         self.strip_prefix = info.strip_prefix
@@ -196,7 +198,7 @@ class PromptRenderer:
         jinja = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
         stop = merge_stops(_end_of_turn(jinja, tokens), eos_stops(files.config, files.generation_config, tokens))
         info = RendererInfo(tokenizer=name_or_path, renderer="jinja", chat_template=chat_template, template=source,
-                            template_sha256=sha256_text(source), enable_thinking=enable_thinking,
+                            template_sha256=jinja.template_sha256, enable_thinking=enable_thinking,
                             variables=jinja.variables, strip_prefix=tokenizer_prefix(files, variables.get("bos_token")),
                             now=now.isoformat())
         return cls(info, jinja, stop=stop, stop_token_ids=stop_token_ids(stop, tokens),
