@@ -59,6 +59,11 @@ def test_bad_flag_values_are_refused_not_clamped(kind, text: str, message: str) 
         kind(text)
 
 
+def test_a_huge_integer_is_a_value_not_a_traceback() -> None:
+    huge = "1" + "0" * 400  # math.isfinite would overflow on it
+    assert argtypes.positive_int(huge) == 10**400 and argtypes.non_negative_int(huge) == 10**400
+
+
 def test_every_command_runs_on_one_loop_policy() -> None:
     async def loop_name() -> str:
         return type(asyncio.get_running_loop()).__module__

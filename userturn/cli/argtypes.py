@@ -19,7 +19,7 @@ def _bounded(kind: type[int] | type[float], ok: Callable[[Any], bool], must: str
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-        if not math.isfinite(value):
+        if kind is float and not math.isfinite(value):  # an int is finite (a huge one overflows isfinite)
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         if not ok(value):
             raise argparse.ArgumentTypeError(f"must be {must}, got {text}")
