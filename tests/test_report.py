@@ -92,6 +92,16 @@ def test_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "src=\"http" not in html  # self-contained
 
 
+@pytest.mark.parametrize("text", ["", "\n\n"])
+def test_a_file_without_records_is_named_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      text: str) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(text)
+    assert main(["report", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{empty}: no userturn records to report" in err
+
+
 def test_missing_file_and_malformed_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(tmp_path / "nope.jsonl")]) == 2
     err = capsys.readouterr().err

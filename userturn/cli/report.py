@@ -26,6 +26,8 @@ def run_report(args: argparse.Namespace) -> int:
     paths = results_files(args.results)
     source = describe(args.results)
     report = summarise_file(paths)
+    if not report.groups:
+        raise UserError(f"{source}: no userturn records to report (empty, or only configuration lines)")
     rows = RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
                      temperatures=args.temperature or [], model_order=args.model_order or [])
     groups = select_groups(report.groups, rows)
