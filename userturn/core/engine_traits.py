@@ -1,0 +1,43 @@
+"""What a serving engine does with a completion request, as the engine's own code says: the one contract between
+an engine's definition (userturn.serve.engines, which fills it) and the probe (userturn.client, which reads it).
+
+The probe never guesses an engine's behaviour from its name: a launched engine hands its traits to the probe; an
+endpoint given by URL alone gets `EXTERNAL`, whose unknowns stay unknown (None) and are said to be so."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+EngineKind = Literal["sglang", "vllm", "llamacpp", "cpu", "external"]
+
+
+class EngineTraits(BaseModel):
+    """One engine's request-side behaviour. None means the engine does not say (an external endpoint)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: EngineKind
+    # Whether a per-request `seed` reaches the sampler (SGLang: only under --enable-deterministic-inference).
+    seed_honoured: bool | None
+    # What the server applies to a sampling field a request leaves out (e.g. {"top_k": 40} for llama-server without
+    # flags); {} when the launch makes every default neutral; None when unknown.
+    server_sampler_defaults: dict[str, float | int] | None
+    # The neutral value of each sampling field this engine accepts ({"top_p": 1.0, "top_k": -1, "min_p": 0.0});
+    # the probe sends these unless the user sets a value. Fields absent here are never sent by default.
+    neutral_sampler: dict[str, float | int]
+    # Largest number of `stop` strings the engine accepts in one request (vLLM and OpenAI: 4); None: no limit known.
+    max_stop_strings: int | None
+    # Whether `stop_token_ids` in a request is honoured (llama-server ignores it).
+    honours_stop_token_ids: bool
+    # The completion choice's field naming the stop that matched (SGLang `matched_stop`, vLLM `stop_reason`).
+    stop_reason_field: str | None
+    # The chat message's field carrying reasoning text (SGLang `reasoning_content`, vLLM `reasoning`).
+    reasoning_field: str | None
+
+
+EXTERNAL = EngineTraits(
+    engine="external", seed_honoured=None, server_sampler_defaults=None, neutral_sampler={"top_p": 1.0},
+    max_stop_strings=4, honours_stop_token_ids=False, stop_reason_field=None, reasoning_field="reasoning_content",
+)
