@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "slurm: as one SLURM job array), wait for all, exit with the worst exit code")
     run.set_defaults(func=run_command)
 
-    export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
+    export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL), or as "
+                            "Inspect eval logs for `inspect view`",
                             description="Write judged conversations as TRL conversational JSONL: `sft` rows end "
                                         "with the genuine follow-up as the final user turn; `preference` rows pair a "
                                         "genuine follow-up (chosen) with a degenerate one (rejected) for the same "
@@ -61,8 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "rows end with the human-written next turn the dataset carries "
                                         "(meta.second_turn, MT-Bench), one per distinct unperturbed conversation.")
     add_results_argument(export, "export")
-    export.add_argument("--format", choices=["sft", "preference", "sft-human"], required=True)
-    export.add_argument("--out", default=None, metavar="FILE", help="output file (default: stdout)")
+    export.add_argument("--format", choices=["sft", "preference", "sft-human", "inspect"], required=True,
+                        help="inspect: one Inspect eval log (.eval) per model x dataset x configuration, read with "
+                        "`inspect view --log-dir DIR` (needs userturn[inspect])")
+    export.add_argument("--out", default=None, metavar="FILE",
+                        help="output file (default: stdout); a folder for --format inspect")
     export.set_defaults(func=export_command)
 
     show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
@@ -231,6 +235,8 @@ def _records(named: list[str]) -> list:
 
 
 def export_command(args: argparse.Namespace) -> int:
+    if args.format == "inspect":
+        return _export_inspect(args)
     from userturn.client.analysis.export import export_rows
 
     rows, stats = export_rows(_records(args.results), args.format)
@@ -255,6 +261,17 @@ def export_command(args: argparse.Namespace) -> int:
         print(f"userturn: nothing to export ({hint})", file=sys.stderr)
         return 1
     return 0
+
+
+def _export_inspect(args: argparse.Namespace) -> int:
+    from userturn.judges.inspect_log import export_inspect
+
+    done = export_inspect(args.results, args.out)
+    print(f"userturn: wrote {len(done.logs)} Inspect log(s), {done.samples} samples ({done.labelled} labelled, "
+          f"{done.judge_failures} judge failures, {done.generation_errors} generation errors) to {args.out}",
+          file=sys.stderr)
+    print(f"next: inspect view --log-dir {args.out}", file=sys.stderr)
+    return 0 if done.samples else 1
 
 
 def show_command(args: argparse.Namespace) -> int:
