@@ -185,6 +185,8 @@ class Generator:
             if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike
                 tokenizer_source = str(gguf_tokenizer_dir(cfg.model))
             started = time.monotonic()
+            print(f"cpu_engine: preparing {path.name}: from the cache, else converted once (about 30 s on 2 cores)",
+                  flush=True)
             converted, hit = converted_model_dir(path, dtype, str(dtype))
             size = f"{folder_size(converted) / 1e6:.0f} MB"
             self.notes.append(f"converted model from cache {converted} ({size})" if hit else

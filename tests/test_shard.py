@@ -137,7 +137,9 @@ def test_dry_run_plans_one_shard(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert 0 < mine < 10
     assert main(["run", str(tmp_path / "exp.yaml"), "--dry-run", "--shard", "2/3"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"t (shard 2/3): 1 probe runs, {2 * mine} records planned (1 models x 1 datasets [{mine}]")
+    assert out.startswith("t (shard 2/3): 1 models x 1 datasets x 1 modes (raw) x 2 perturbations (none, swap): 2 "
+                          "records per dataset item")
+    assert f"\nitems: data {mine}\nrecords planned: {2 * mine}\n" in out
 
 
 def run_args(*argv: str):

@@ -149,15 +149,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         what = "terminated (SIGTERM)" if Terminated.received else "interrupted"
-        print(f"userturn: {what}; completed records are kept, rerun the same command to resume", file=sys.stderr)
+        print(f"userturn: {what}; {_after_stop(args)}", file=sys.stderr)
         return 143 if Terminated.received else 130
     except SystemExit as exc:  # a launched server's context turns SIGTERM/SIGHUP into SystemExit(128 + signal)
         if exc.code not in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
             raise
         name = "SIGTERM" if exc.code == 128 + signal.SIGTERM else "SIGHUP"
-        print(f"userturn: terminated ({name}); completed records are kept, rerun the same command to resume",
-              file=sys.stderr)
+        print(f"userturn: terminated ({name}); {_after_stop(args)}", file=sys.stderr)
         return int(exc.code)
+
+
+def _after_stop(args: argparse.Namespace) -> str:
+    """What a stopped command leaves: `serve` writes no records, it stops its servers."""
+    if getattr(args, "command", None) == "serve":
+        return "the servers it started were stopped"
+    return "completed records are kept, rerun the same command to resume"
 
 
 def entry() -> int:

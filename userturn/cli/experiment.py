@@ -32,6 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--dry-run", action="store_true",
                      help="validate, load datasets, check every base_url model's endpoint (reachable, serving the "
                           "model; exit 3 naming each that is not) and print the plan; nothing is launched")
+    grid = run.add_argument_group("a part of the grid (a smoke test of a real grid: the same records the full run "
+                                  "makes, so the full run resumes them)")
+    grid.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                      help="the first N items of every dataset (after its own limit and shuffle_seed)")
+    grid.add_argument("--model", dest="models", action="append", default=[], metavar="PATTERN",
+                      help="only the models whose label (manifest file name) or model name matches this shell "
+                           "pattern; repeat for several")
     run.add_argument("--keep-going", action="store_true",
                      help="when a model fails (unreachable, not served, its server fails to start), go on with the "
                           "others; at the end report the finished part and one line per failed model (exit 3)")
@@ -124,16 +131,18 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.core.shipped import resolve_named
     from userturn.orchestrate.experiment import check_files, load_experiment, results_path
     from userturn.orchestrate.grid import run_experiment
+    from userturn.orchestrate.plan_preview import select
 
     check_flags(args)
     configure_network(args)
     source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
     exp, base = load_experiment(source)
+    exp = select(exp, args.limit, args.models)
     check_files(exp, source)
     if args.dry_run:
         if args.keep_going:
             raise UserError("--keep-going applies to a real run, not to --dry-run")
-        return dry_run(exp, base, source, args.shard)
+        return dry_run(exp, base, source, args.shard, args.launcher)
     if args.workers is not None and args.workers > 1:
         return workers_command(args, exp, source)
     from userturn.serve.launcher import terminate_on_sigterm
@@ -167,49 +176,52 @@ def run_command(args: argparse.Namespace) -> int:
     return status
 
 
-def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
-    """Validate the grid without launching anything: datasets load, settings resolve, each model's chat template
-    renders one real prompt (raw mode; printed), and `base_url` models and judges are checked (`shard`'s counts)."""
+def dry_run(exp: Any, base: Path, source: Path, shard: Any = None, launcher: str | None = None) -> int:
+    """The plan from the experiment and its manifests first (nothing loaded, nothing launched), then the checks:
+    datasets load, each model's chat template renders one real prompt (raw mode; printed), `base_url` models and
+    judges answer. A failed check is one line and the others still run: exit 2 when data, a manifest or a template
+    failed, else 3 when an endpoint did not answer."""
     from userturn.client.probe.dry_run import render_preview, shown
+    from userturn.core import aio
     from userturn.orchestrate.experiment import (
         assistant_source,
+        check_endpoints,
         load_items,
         naming_entry,
-        planned_records,
         target_source,
     )
+    from userturn.orchestrate.plan_preview import build_plan, plan_lines
     from userturn.orchestrate.run_builder import ProbeTarget, load_renderer, preview
 
-    datasets = [load_items(entry, exp, base) for entry in exp.datasets]
-    sources = [assistant_source(entry, exp, items) for entry, (_, items, _) in zip(exp.datasets, datasets,
-                                                                                     strict=True)]
-    counts = [len(items if shard is None else shard.select(items)) for _, items, _ in datasets]
-    options = []
-    prompts = []
-    for index, entry in enumerate(exp.models):
-        with naming_entry(source, index, entry):
-            fields, o = preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])
-            options.append(o)
-            if "raw" in exp.modes:
+    plan = build_plan(exp, base, source, launcher)
+    for line in plan_lines(exp, plan, exp.name if shard is None else f"{exp.name} (shard {shard})"):
+        print(line)
+    sys.stdout.flush()  # the plan is on the screen before any check waits on a hub or an endpoint
+    problems = [m.problem for m in plan.models if m.problem]  # settings that do not resolve: exit 2
+    loaded = []
+    for index, entry in enumerate(exp.datasets):
+        try:
+            name, items, _ = load_items(entry, exp, base)
+            chosen = assistant_source(entry, exp, items)
+        except UserError as exc:
+            problems.append(f"{source}: datasets.{index} ({entry.spec}): {exc}")
+            continue
+        loaded.append((name, items, chosen, len(items if shard is None else shard.select(items))))
+    if loaded:
+        print("items: " + ", ".join(f"{name} {count}" for name, _, _, count in loaded))
+    if len(loaded) == len(exp.datasets):
+        print(f"records planned: {plan.records_per_item(exp) * sum(count for *_, count in loaded)}")
+    if "raw" in exp.modes and loaded:
+        name, items, chosen, _ = loaded[0]
+        for index, (entry, model) in enumerate(zip(exp.models, plan.models, strict=True)):
+            if model.options is None:
+                continue
+            with naming_entry(source, index, entry, problems):
+                fields, options = preview(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
                 target = ProbeTarget(base_urls=[], model=str(entry.model or entry.label), **fields)
-                prompt = render_preview(load_renderer(target, o), datasets[0][1], sources[0])
-                prompts.append((entry.label, datasets[0][0], prompt))
-    grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
-    title = exp.name if shard is None else f"{exp.name} (shard {shard})"
-    runs = len(exp.models) * len(exp.datasets) * len(exp.modes)
-    print(f"{title}: {runs} probe runs, {planned_records(exp, counts, options)} records planned "
-          f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
-          f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
-          "samples)")
-    for entry, o in zip(exp.models, options, strict=True):
-        print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
-              f"top_p {o.top_p}, concurrency {o.concurrency}")
-    for label, dataset, prompt in prompts:
-        print(f"--- {label}: raw prompt of the first {dataset} item, as it will be sent (ends at the open user "
-              f"header) ---\n{shown(prompt)}\n--- end of prompt ---")
-    from userturn.core import aio
-    from userturn.orchestrate.experiment import check_endpoints
-
+                prompt = render_preview(load_renderer(target, options), items, chosen)
+                print(f"--- {entry.label}: raw prompt of the first {name} item, as it will be sent (ends at the "
+                      f"open user header) ---\n{shown(prompt)}\n--- end of prompt ---")
     endpoints = sum(entry.base_url is not None for entry in exp.models)
     judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
     model_problems, judge_problems = aio.run(check_endpoints(exp, base, source))
@@ -219,9 +231,9 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
     parts += [f"{judges - len(judge_problems)} of {judges} judges reachable and serving theirs"] if judges else []
     parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
     print("endpoints: " + "; ".join(parts))
-    for problem in model_problems + judge_problems:
+    for problem in problems + model_problems + judge_problems:
         print(f"userturn: {problem}", file=sys.stderr)
-    return 3 if model_problems or judge_problems else 0
+    return 2 if problems else 3 if model_problems or judge_problems else 0
 
 
 def _records(named: list[str]) -> list:
@@ -256,11 +268,22 @@ def export_command(args: argparse.Namespace) -> int:
     print(f"userturn: exported {stats.written} {args.format} rows from {stats.records} records"
           f"{' to ' + args.out if args.out else ''} ({skipped})", file=sys.stderr)
     if stats.written == 0:
-        hint = ("no record carries a human next turn (meta.second_turn: e.g. --dataset mt-bench)"
-                if args.format == "sft-human" else "judge the results first: records need labels")
-        print(f"userturn: nothing to export ({hint})", file=sys.stderr)
+        print(f"userturn: nothing to export ({_nothing_hint(args.format, stats)})", file=sys.stderr)
         return 1
     return 0
+
+
+def _nothing_hint(fmt: str, stats: Any) -> str:
+    """Why an export wrote no row, from what it counted."""
+    labelled = sum(stats.by_label.values())
+    if fmt == "sft-human":
+        return "no record carries a human next turn (meta.second_turn: e.g. --dataset mt-bench)"
+    if not labelled:
+        return "judge the results first: records need labels"
+    if fmt == "sft":
+        return f"none of the {labelled} labelled records is a genuine follow-up"
+    return (f"no context has both a genuine follow-up and another label among its {labelled} labelled records; "
+            "pairs need several samples per context (--samples) at a temperature above 0")
 
 
 def _export_inspect(args: argparse.Namespace) -> int:

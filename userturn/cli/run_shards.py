@@ -14,7 +14,7 @@ from userturn.core.shards import MAX_SHARDS, Shard
 
 # `run` flags a worker is given as the parent got them (a test checks that every flag of `run` is in one of the two)
 FORWARDED = ("out_dir", "keep_going", "rejudge", "launcher", "proxy", "ca_bundle", "no_model_check",
-             "parallel_models")
+             "parallel_models", "limit", "models")
 PARENT_ONLY = ("experiment", "no_progress", "dry_run", "shard", "workers", "func", "command")
 
 
@@ -33,8 +33,10 @@ def worker_argv(args: argparse.Namespace, source: Path, shard: Shard | str) -> l
     describes: `run SOURCE --shard I/N --no-progress` and the flags of FORWARDED."""
     from userturn.serve.commands import flag_args
 
+    models = [arg for pattern in getattr(args, "models", None) or [] for arg in ("--model", pattern)]
     return [sys.executable, "-m", "userturn", "run", str(source), "--shard", str(shard), "--no-progress",
-            *flag_args(*(("--" + dest.replace("_", "-"), getattr(args, dest)) for dest in FORWARDED))]
+            *flag_args(*(("--" + dest.replace("_", "-"), getattr(args, dest)) for dest in FORWARDED
+                         if dest != "models")), *models]
 
 
 def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
