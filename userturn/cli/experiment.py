@@ -87,10 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
                                       "value; repeat a flag for alternatives)")
     filters.add_argument("--model", action="append", default=[], metavar="PATTERN", help="models to show")
+    filters.add_argument("--dataset", action="append", default=[], metavar="PATTERN", help="datasets to show")
     filters.add_argument("--label", action="append", default=[], metavar="PATTERN",
-                         help="labels to show (`unjudged`: records without one)")
+                         help="labels to show (`unjudged`: records no judge has labelled yet; `judge_failed`: "
+                              "records whose judgement failed)")
     filters.add_argument("--perturb", action="append", default=[], metavar="PATTERN", help="perturbations to show")
+    filters.add_argument("--temperature", action="append", default=[], type=float, metavar="T",
+                         help="temperatures to show (as in `userturn report`)")
     filters.add_argument("--item", action="append", default=[], metavar="PATTERN", help="dataset item ids to show")
+    show.add_argument("--json", action="store_true",
+                      help="the selected records as JSON lines (every field, as in the results file) instead of a "
+                           "table")
     add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
     show.set_defaults(func=show_command)
 
@@ -302,19 +309,27 @@ def show_command(args: argparse.Namespace) -> int:
     from userturn.client.short_keys import short_keys
     from userturn.client.terminal import console
 
-    rows = ShowFilter(models=args.model, labels=args.label, perturbations=args.perturb, items=args.item)
+    rows = ShowFilter(models=args.model, datasets=args.dataset, labels=args.label, perturbations=args.perturb,
+                      temperatures=args.temperature, items=args.item)
     if wants_record(args):
-        given = [flag for flag, values in (("--model", rows.models), ("--label", rows.labels),
-                                            ("--perturb", rows.perturbations), ("--item", rows.items)) if values]
+        given = [flag for flag, values in (("--model", rows.models), ("--dataset", rows.datasets),
+                                            ("--label", rows.labels), ("--perturb", rows.perturbations),
+                                            ("--temperature", rows.temperatures), ("--item", rows.items)) if values]
         if given:
             raise UserError(f"{given[0]} filters the table of turns, not one KEY")
         return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
     records = _records(args.results)
+    if args.json:
+        chosen = select_records(records, rows)
+        for record in chosen[:args.limit] if args.limit is not None else chosen:
+            sys.stdout.buffer.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
+        return 0
     keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
-    console().print(turns_table(select_records(records, rows), limit=args.limit, keys=keys,
-                                title=f"userturn show: {' '.join(args.results)}"))
+    out = console()
+    out.print(turns_table(select_records(records, rows), limit=args.limit, keys=keys, width=out.width,
+                          title=f"userturn show: {' '.join(args.results)}"))
     return 0
 
 
