@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
+from userturn.cli.key_args import add_key_arguments
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -34,9 +35,7 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    "tokenizer, stops and probe defaults; the server is shut down afterwards")
     g.add_argument("--launcher", choices=["local", "slurm"], default=None,
                    help="with --manifest: run the server as local processes (default) or as a SLURM job")
-    g.add_argument("--api-key-env", default=None, metavar="VAR",
-                   help=f"environment variable holding the API key (default {d.API_KEY_ENV}; optional for local "
-                        "servers; never written)")
+    add_key_arguments(g)
     g.add_argument("--concurrency", type=positive_int, default=None,
                    help=f"requests in flight (default {d.CONCURRENCY})")
     g.add_argument("--rpm", type=positive_float, default=None, help="requests-per-minute limit")
@@ -181,7 +180,7 @@ def target_source(args: argparse.Namespace) -> TargetSource:
     from userturn.orchestrate.run_builder import TargetSource
 
     return TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
-                        api_key_env=args.api_key_env, launcher=args.launcher)
+                        api_key_env=args.api_key_env, launcher=args.launcher, api_key_file=args.api_key_file)
 
 
 def check_conflicts(args: argparse.Namespace) -> None:
