@@ -1,9 +1,10 @@
 """One writer per results file: an exclusive advisory lock on a sidecar `<results>.lock`.
 
 `flock(LOCK_EX | LOCK_NB)`, so the kernel releases it however the holder exits. The holder writes its pid, host,
-redacted command line and start time into the sidecar (mode 0600); a second writer fails at once with `ResultsLocked` (exit 2) naming them.
-Re-entrant within a process (`userturn run` holds the file while each probe inside it takes it again). On a network
-file system (type from /proc/mounts) flock may hold on one node only: taking a lock there warns once.
+redacted command line and start time into the sidecar (mode 0600); a second writer fails at once with
+`ResultsLocked` (exit 2) naming them. Re-entrant within a process (`userturn run` holds the file while each probe
+inside it takes it again). On a network file system (type from /proc/mounts) flock may hold on one node only:
+taking a lock there warns once.
 """
 
 from __future__ import annotations
