@@ -126,3 +126,26 @@ def test_no_file_or_output_of_a_run_holds_the_key_or_the_proxy_password(tmp_path
     for path in written:
         if path.name.endswith(".lock"):
             assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_launched_servers_log_names_its_command_without_its_key(tmp_path: Path) -> None:
+    """The `# userturn: ...` line heading a launched server's log: the server's key and a token in its environment
+    redacted (the process itself gets them)."""
+    from userturn.serve.commands import LaunchSpec
+    from userturn.serve.process import ServerProcess
+
+    code = "import os, sys; print(os.environ['HF_TOKEN'], sys.argv[2])"
+    spec = LaunchSpec(name="s", argv=[sys.executable, "-c", code, "--api-key", KEY], host="127.0.0.1", port=1,
+                      health_paths=("/health",),
+                      env={"HF_TOKEN": WRONG_KEY, "HTTPS_PROXY": f"http://alice:{PASSWORD}@proxy:3128"}, api_key=KEY)
+    server = ServerProcess(spec, tmp_path / "server.log")
+    server.start()
+    deadline = time.monotonic() + 30
+    while server.alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.stop()
+    head, printed = (tmp_path / "server.log").read_text().splitlines()[:2]
+    assert head.startswith("# userturn: HF_TOKEN='[redacted]' HTTPS_PROXY='http://[redacted]@proxy:3128' ")
+    assert head.endswith("--api-key '[redacted]'") and KEY not in head and WRONG_KEY not in head
+    assert PASSWORD not in head
+    assert printed == f"{WRONG_KEY} {KEY}"  # what the server itself was given
