@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 from pathlib import Path
 
 import httpx
@@ -170,3 +171,25 @@ def test_one_spelling_of_judge_concurrency_and_retries_on_every_command() -> Non
     assert parser.parse_args([*JUDGE, "--concurrency", "5"]).judge_concurrency == 5
     probe = parser.parse_args([*PROBE, "--concurrency", "5"])
     assert probe.concurrency == 5 and probe.judge_concurrency != 5  # the probe's own endpoint
+
+
+def test_an_experiment_takes_key_files_and_refuses_a_key_as_a_variable_name(tmp_path: Path) -> None:
+    from userturn.core.options import ProbeOptions
+    from userturn.orchestrate.experiment import Experiment, judge_panel, load_experiment, target_source
+
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    entry = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    exp = Experiment.model_validate({
+        "name": "k", "datasets": ["d.jsonl"], "models": [{**entry, "api_key_file": str(key_file)}],
+        "judges": [{"model": "j", "base_url": "http://127.0.0.1:9/v1", "api_key_file": str(key_file)}]})
+    assert target_source(exp.models[0], exp, tmp_path).api_key_file == str(key_file)
+    panel = judge_panel(exp, "m", "http://127.0.0.1:9/v1", ProbeOptions())
+    assert [j.config.api_key_file for j in panel.judges] == [str(key_file)]
+    for where in ({"models": [{**entry, "api_key_env": KEY}]},
+                  {"models": [entry], "judges": [{"model": "j", "base_url": "http://x/v1", "api_key_env": KEY}]}):
+        path = tmp_path / "exp.yaml"
+        path.write_text(json.dumps({"name": "k", "datasets": ["d.jsonl"], **where}))  # JSON is YAML
+        with pytest.raises(UserError, match=r"api_key_env: .*not the name of an environment variable") as info:
+            load_experiment(path)
+        assert KEY not in str(info.value)
