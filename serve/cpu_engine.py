@@ -350,7 +350,8 @@ def build_app(gen: Generator) -> web.Application:
 
 
 def parse_args(argv: list[str] | None = None) -> EngineConfig:
-    p = argparse.ArgumentParser(prog="python -m userturn.serve.cpu_engine", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False,
+                                prog="python -m userturn.serve.cpu_engine", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="model path, hub id, or GGUF file (path or pkg:PACKAGE/file.gguf)")
     p.add_argument("--tokenizer")
     p.add_argument("--served-model-name")
