@@ -169,6 +169,7 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
     from userturn.client.probe.dry_run import render_preview, shown
     from userturn.orchestrate.experiment import (
         assistant_source,
+        check_scoring,
         load_items,
         naming_entry,
         planned_records,
@@ -177,7 +178,9 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
     from userturn.orchestrate.run_builder import ProbeTarget, load_renderer, preview
 
     datasets = [load_items(entry, exp, base) for entry in exp.datasets]
-    sources = [assistant_source(entry, exp, items) for entry, (_, items, _) in zip(exp.datasets, datasets,
+    for name, items, _ in datasets:
+        check_scoring(exp, base, source, name, items)
+    sources = [assistant_source(entry, exp, items, source) for entry, (_, items, _) in zip(exp.datasets, datasets,
                                                                                      strict=True)]
     counts = [len(items if shard is None else shard.select(items)) for _, items, _ in datasets]
     options = []

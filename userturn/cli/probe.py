@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
+from userturn.client.probe.scoring import SCORERS, scorer_help
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -121,6 +122,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--send-stop-token-ids", action="store_true", default=None,
                    help="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn token "
                         "is not an EOS, e.g. gpt-oss <|end|>) " + NOT_SET.format("off"))
+    g.add_argument("--scorer", choices=list(SCORERS), default=None,
+                   help="task scorer of the items whose meta.scorer names none (default: the dataset's name, if it "
+                        "names one; else items get no accuracy): " + scorer_help())
     g.add_argument("--allow-special-tokens", action="store_true", default=None,
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
@@ -215,17 +219,21 @@ def probe_command(args: argparse.Namespace) -> int:
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.data.loaders import load_items
     from userturn.client.probe.perturb import validate
-    from userturn.client.probe.scoring import preflight
+    from userturn.client.probe.scoring import preflight, unscored_notice
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
-    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target
+    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target, preview
 
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
                                     whole="swap" in perturbations)
     dataset_name = args.dataset_name or name
-    preflight(dataset_name, items)
+    chosen = preview(target_source(args), [flag_layer(args)])[1].scorer  # the flag, else the manifest's
+    preflight(dataset_name, items, chosen)
+    notice = unscored_notice(dataset_name, items, chosen, "--scorer")
+    if notice is not None:
+        print(notice, file=sys.stderr)
     # decided on every selected item, so each shard of a run takes its assistant turns from the same source
     args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
     if args.shard is not None:  # cut after --limit and --shuffle-seed; swap partners still come from every item
