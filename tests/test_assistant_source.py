@@ -33,7 +33,8 @@ def error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
 
 
 def test_one_malformed_row_is_refused_in_one_line_before_any_request(tmp_path: Path, capsys):
-    data = write(tmp_path / "mixed.jsonl", [("a", True), ("b", True), ("open-1", False), ("c", True), ("open-2", False)])
+    rows = [("a", True), ("b", True), ("open-1", False), ("c", True), ("open-2", False)]
+    data = write(tmp_path / "mixed.jsonl", rows)
     out = tmp_path / "o.jsonl"
     with MockServer(completion_handler()) as server:
         assert probe(server, data, out) == 2

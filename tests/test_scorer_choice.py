@@ -113,7 +113,12 @@ def test_the_experiment_key_scores_a_run_and_an_unknown_name_is_refused(tmp_path
         assert main(["run", str(experiment(tmp_path, server, "scorer: bleu\n"))]) == 2
         err = capsys.readouterr().err
         assert re.search(r"e\.yaml: scorer: Value error, unknown scorer 'bleu' \(choose from numeric, exact", err)
+        assert main(["run", str(experiment(tmp_path, server, "")), "--dry-run"]) == 0
+        assert [line for line in capsys.readouterr().err.splitlines() if "carry an `answer`" in line] == [
+            "userturn: mine: 6 of 6 items carry an `answer` (first: item 'q1') but no scorer applies, so they get no "
+            "task accuracy; choose one with `scorer:` in the experiment file (numeric, exact)"]
         assert main(["run", str(experiment(tmp_path, server, "scorer: numeric\n")), "--no-progress"]) == 0
+        assert "carry an `answer`" not in capsys.readouterr().err
     records = record_lines(tmp_path / "runs" / "e" / "results.jsonl")
     assert sorted(r["item_id"] for r in records if r["correct"]) == ["q1", "q2", "q4", "q5"]
 

@@ -289,8 +289,8 @@ def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[Datas
 
 def check_scoring(exp: Experiment, base: Path, source: Path | str, name: str, items: Sequence[DatasetItem]) -> None:
     """`scoring.preflight` of one dataset under each scorer its models' runs choose (`scorer`, before anything
-    launches), and the one-line notice on stderr when its items carry an `answer` that no scorer reads."""
-    import sys
+    launches), and the one-line notice (the `userturn` logger) when its items carry an `answer` no scorer reads."""
+    import logging
 
     from userturn.client.probe import scoring
 
@@ -303,7 +303,7 @@ def check_scoring(exp: Experiment, base: Path, source: Path | str, name: str, it
     notice = scoring.unscored_notice(name, items, None, "`scorer:` in the experiment file") if None in chosen \
         else None
     if notice is not None:
-        print(notice, file=sys.stderr)
+        logging.getLogger("userturn").info(notice)
 
 
 def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
