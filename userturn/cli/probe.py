@@ -231,9 +231,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     dataset_name = args.dataset_name or name
     chosen = preview(target_source(args), [flag_layer(args)])[1].scorer  # the flag, else the manifest's
     preflight(dataset_name, items, chosen)
-    notice = unscored_notice(dataset_name, items, chosen, "--scorer")
-    if notice is not None:
-        print(notice, file=sys.stderr)
+    notice = unscored_notice(dataset_name, items, chosen, "--scorer")  # said with the run's summary
     # decided on every selected item, so each shard of a run takes its assistant turns from the same source
     args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
     if args.shard is not None:  # cut after --limit and --shuffle-seed; swap partners still come from every item
@@ -257,7 +255,7 @@ async def probe_main(args: argparse.Namespace) -> int:
             finally:
                 if judge is not None:
                     await judge.aclose()
-    return report_summary(summary, args.out)
+    return report_summary(summary, args.out, notice)
 
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
@@ -272,7 +270,8 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     return panel
 
 
-def report_summary(summary: ProbeSummary, out: str) -> int:
+def report_summary(summary: ProbeSummary, out: str, notice: str | None = None) -> int:
+    """The run's closing lines on stderr (`notice`, e.g. answers no scorer reads, among them); the exit status."""
     print(
         f"userturn: wrote {summary.ok + summary.errors} records to {out} (ok {summary.ok}, errors {summary.errors}, "
         f"already done {summary.skipped}) in {summary.elapsed_s:.1f}s ({summary.req_per_s:.1f} req/s)",
@@ -282,6 +281,8 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
         print(f"userturn: judged {summary.rejudged} records of earlier runs that had no complete label from this "
               "judge panel (their generations were kept)", file=sys.stderr)
     status = print_failures(summary.not_applicable, summary.errors, summary.judge_failures, out)
+    if notice is not None:
+        print(notice, file=sys.stderr)
     print(next_step(summary, out), file=sys.stderr)
     return status
 
