@@ -113,8 +113,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=["raw", "chat"], default="raw",
                    help="raw: completion ending at an open user header (default); chat: role-flip via chat API")
     g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
-                   help="where the assistant turn comes from (default: dataset if the item ends with one, "
-                        "else model)")
+                   help="where the assistant turn comes from (default: dataset when every item ends with one, "
+                        "model when none does; a dataset mixing both is refused until you choose)")
     g.add_argument("--assistant-temperature", type=non_negative_float, default=None, metavar="T",
                    help=f"temperature of a model-written assistant turn (default {d.ASSISTANT_TEMPERATURE:g})")
     g.add_argument("--assistant-max-tokens", type=positive_int, default=None, metavar="M",
