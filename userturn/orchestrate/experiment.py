@@ -294,7 +294,12 @@ def check_scoring(exp: Experiment, base: Path, source: Path | str, name: str, it
 
     from userturn.client.probe import scoring
 
-    chosen = {model_options(entry, exp, base).scorer for entry in exp.models}
+    chosen: set[str | None] = set()
+    for entry in exp.models:
+        try:
+            chosen.add(model_options(entry, exp, base).scorer)
+        except UserError:  # a manifest that cannot be read: its launch names the entry (`--keep-going` skips it)
+            chosen.add(entry.scorer or exp.scorer)
     for scorer in sorted(chosen, key=str):
         try:
             scoring.preflight(name, items, scorer)
