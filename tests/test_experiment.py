@@ -130,12 +130,21 @@ def test_assistant_samples_copies_items_with_query_ids():
     assert expand_assistant_samples([item], 1) == [item]
 
 
-def test_assistant_source_auto():
+def test_assistant_source_auto_takes_a_uniform_dataset_and_refuses_a_mix_unless_chosen():
     exp = Experiment.model_validate({"name": "a", "models": [{"base_url": "u", "model": "m"}], "datasets": ["x"]})
     answered = DatasetItem(id="1", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
-    open_ = DatasetItem(id="2", messages=[{"role": "user", "content": "q"}])
-    assert assistant_source(exp.datasets[0], exp, [answered]) == "dataset"
-    assert assistant_source(exp.datasets[0], exp, [answered, open_]) == "model"
+    open_ = DatasetItem(id="2", messages=[{"role": "user", "content": "q"}]).located("x.jsonl:2")
+    assert assistant_source(exp.datasets[0], exp, [answered], "e.yaml") == "dataset"
+    assert assistant_source(exp.datasets[0], exp, [open_, open_], "e.yaml") == "model"
+    with pytest.raises(UserError) as info:  # one open item does not switch the whole dataset to the model
+        assistant_source(exp.datasets[0], exp, [answered, open_, answered], "e.yaml")
+    assert str(info.value) == (
+        "e.yaml: dataset x: x.jsonl:2: item '2' has no assistant turn to probe (1 of 3 items lack one, the others "
+        "end with one): fix them, or choose model-written assistant turns for every item with assistant_from: model")
+    chosen = exp.model_copy(update={"assistant_from": "model"})
+    assert assistant_source(chosen.datasets[0], chosen, [answered, open_], "e.yaml") == "model"
+    entry = exp.datasets[0].model_copy(update={"assistant_from": "model"})  # the dataset's own key chooses too
+    assert assistant_source(entry, exp, [answered, open_], "e.yaml") == "model"
 
 
 def test_shipped_experiments_validate():

@@ -193,6 +193,7 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None, launcher: str
     from userturn.orchestrate.experiment import (
         assistant_source,
         check_endpoints,
+        check_scoring,
         load_items,
         naming_entry,
         target_source,
@@ -209,9 +210,11 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None, launcher: str
     for index, entry in enumerate(exp.datasets):
         try:
             name, items, _ = load_items(entry, exp, base)
-            chosen = assistant_source(entry, exp, items)
-        except UserError as exc:
-            problems.append(f"{source}: datasets.{index} ({entry.spec}): {exc}")
+            check_scoring(exp, base, source, name, items)
+            chosen = assistant_source(entry, exp, items, source)
+        except UserError as exc:  # named once: by the check itself, else here
+            problems.append(str(exc) if str(exc).startswith(str(source)) else
+                            f"{source}: datasets.{index} ({entry.spec}): {exc}")
             continue
         loaded.append((name, items, chosen, len(items if shard is None else shard.select(items))))
     if loaded:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.cli.key_args import add_key_arguments
+from userturn.client.probe.scoring import SCORERS, scorer_help
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -117,8 +118,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=["raw", "chat"], default="raw",
                    help="raw: completion ending at an open user header (default); chat: role-flip via chat API")
     g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
-                   help="where the assistant turn comes from (default: dataset if the item ends with one, "
-                        "else model)")
+                   help="where the assistant turn comes from (default: dataset when every item ends with one, "
+                        "model when none does; a dataset mixing both is refused until you choose)")
     g.add_argument("--assistant-temperature", type=non_negative_float, default=None, metavar="T",
                    help=f"temperature of a model-written assistant turn (default {d.ASSISTANT_TEMPERATURE:g})")
     g.add_argument("--assistant-max-tokens", type=positive_int, default=None, metavar="M",
@@ -126,6 +127,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--send-stop-token-ids", action="store_true", default=None,
                    help="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn token "
                         "is not an EOS, e.g. gpt-oss <|end|>) " + NOT_SET.format("off"))
+    g.add_argument("--scorer", choices=list(SCORERS), default=None,
+                   help="task scorer of the items whose meta.scorer names none (default: the dataset's name, if it "
+                        "names one; else items get no accuracy): " + scorer_help())
     g.add_argument("--allow-special-tokens", action="store_true", default=None,
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
@@ -220,17 +224,19 @@ def probe_command(args: argparse.Namespace) -> int:
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.data.loaders import load_items
     from userturn.client.probe.perturb import validate
-    from userturn.client.probe.scoring import preflight
+    from userturn.client.probe.scoring import preflight, unscored_notice
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
-    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target
+    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target, preview
 
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
                                     whole="swap" in perturbations)
     dataset_name = args.dataset_name or name
-    preflight(dataset_name, items)
+    chosen = preview(target_source(args), [flag_layer(args)])[1].scorer  # the flag, else the manifest's
+    preflight(dataset_name, items, chosen)
+    notice = unscored_notice(dataset_name, items, chosen, "--scorer")  # said with the run's summary
     # decided on every selected item, so each shard of a run takes its assistant turns from the same source
     args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
     if args.shard is not None:  # cut after --limit and --shuffle-seed; swap partners still come from every item
@@ -254,7 +260,7 @@ async def probe_main(args: argparse.Namespace) -> int:
             finally:
                 if judge is not None:
                     await judge.aclose()
-    return report_summary(summary, args.out)
+    return report_summary(summary, args.out, notice)
 
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
@@ -269,7 +275,8 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     return panel
 
 
-def report_summary(summary: ProbeSummary, out: str) -> int:
+def report_summary(summary: ProbeSummary, out: str, notice: str | None = None) -> int:
+    """The run's closing lines on stderr (`notice`, e.g. answers no scorer reads, among them); the exit status."""
     print(
         f"userturn: wrote {summary.ok + summary.errors} records to {out} (ok {summary.ok}, errors {summary.errors}, "
         f"already done {summary.skipped}) in {summary.elapsed_s:.1f}s ({summary.req_per_s:.1f} req/s)",
@@ -279,6 +286,8 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
         print(f"userturn: judged {summary.rejudged} records of earlier runs that had no complete label from this "
               "judge panel (their generations were kept)", file=sys.stderr)
     status = print_failures(summary.not_applicable, summary.errors, summary.judge_failures, out)
+    if notice is not None:
+        print(notice, file=sys.stderr)
     print(next_step(summary, out), file=sys.stderr)
     return status
 

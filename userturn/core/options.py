@@ -76,6 +76,9 @@ class Options(BaseModel):
         default=None, description="probe (and flag) items holding the tokenizer's special tokens")
     record_meta: Annotated[dict[str, Any] | None, OTHER] = Field(
         default=None, description="copied into every record's meta (a trained model's provenance)")
+    scorer: Annotated[str | None, OTHER] = Field(
+        default=None, description="task scorer of the items whose meta.scorer names none (client/probe/scoring.py "
+                                  "SCORERS; default: the dataset's name, if it names one)")
     # how hard the endpoint is pushed
     concurrency: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="requests in flight")
     rpm: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="requests-per-minute limit")

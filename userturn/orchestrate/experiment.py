@@ -37,6 +37,15 @@ KeyVariable = Annotated[str, AfterValidator(_variable_name)]
 RESUME_HINT = "use another --out-dir or experiment name"
 
 
+def known_scorer(value: str | None) -> str | None:
+    """`scorer:` checked against the registry (`client.probe.scoring.SCORERS`)."""
+    from userturn.client.probe.scoring import SCORERS
+
+    if value is not None and value not in SCORERS:
+        raise ValueError(f"unknown scorer {value!r} (choose from {', '.join(SCORERS)})")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +69,11 @@ class ModelEntry(Options):
         if self.manifest is not None and self.base_url is not None:
             raise ValueError("give `manifest` or `base_url`, not both")
         return self
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str | None) -> str | None:
+        return known_scorer(value)
 
     @property
     def label(self) -> str:
@@ -120,6 +134,11 @@ class Experiment(Options):
         if isinstance(value, list):
             return [{"spec": v} if isinstance(v, str) else v for v in value]
         return value
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str | None) -> str | None:
+        return known_scorer(value)
 
     @field_validator("perturbations")
     @classmethod
@@ -271,11 +290,40 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
     return entry.name or name, items, every
 
 
-def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[DatasetItem]) \
+def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[DatasetItem], source: Path | str) \
         -> Literal["dataset", "model"]:
+    """Where one dataset's assistant turns come from (`run_builder.assistant_source`: a mix of items with and
+    without one is refused unless `assistant_from` chooses); an error names the experiment file and the dataset."""
     if exp.assistant_samples > 1:
         return "model"
-    return auto_source(items, entry.assistant_from or exp.assistant_from)
+    try:
+        return auto_source(items, entry.assistant_from or exp.assistant_from, how="assistant_from: model")
+    except UserError as exc:
+        raise UserError(f"{source}: dataset {entry.name or entry.spec}: {exc}") from None
+
+
+def check_scoring(exp: Experiment, base: Path, source: Path | str, name: str, items: Sequence[DatasetItem]) -> None:
+    """`scoring.preflight` of one dataset under each scorer its models' runs choose (`scorer`, before anything
+    launches), and the one-line notice (the `userturn` logger) when its items carry an `answer` no scorer reads."""
+    import logging
+
+    from userturn.client.probe import scoring
+
+    chosen: set[str | None] = set()
+    for entry in exp.models:
+        try:
+            chosen.add(model_options(entry, exp, base).scorer)
+        except UserError:  # a manifest that cannot be read: its launch names the entry (`--keep-going` skips it)
+            chosen.add(entry.scorer or exp.scorer)
+    for scorer in sorted(chosen, key=str):
+        try:
+            scoring.preflight(name, items, scorer)
+        except UserError as exc:
+            raise UserError(f"{source}: dataset {name}: {exc}") from None
+    notice = scoring.unscored_notice(name, items, None, "`scorer:` in the experiment file") if None in chosen \
+        else None
+    if notice is not None:
+        logging.getLogger("userturn").info(notice)
 
 
 def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:

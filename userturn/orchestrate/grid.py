@@ -17,6 +17,7 @@ from userturn.orchestrate.experiment import (
     RESUME_HINT,
     Experiment,
     assistant_source,
+    check_scoring,
     expand_assistant_samples,
     judge_panel,
     load_items,
@@ -36,7 +37,6 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                          shard: Shard | None = None) -> tuple[Path, list[Any]]:
     """Run the grid into `<out_dir>/<name>/results.jsonl` (a `shard`'s items into its own file beside it) -> (results
     path, run summaries). With `failures` (`--keep-going`), a failing model is recorded there and the grid goes on."""
-    from userturn.client.probe import scoring
     from userturn.orchestrate.run_builder import open_target
 
     check_split(results_path(exp, out_dir), shard, hint=RESUME_HINT)
@@ -48,10 +48,10 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
     datasets = []
     for (name, items, every), dataset in zip(loaded, exp.datasets, strict=True):
-        scoring.preflight(name, items)
+        check_scoring(exp, base, source, name, items)
         # decided on every selected item (`assistant_from: dataset` on open conversations is refused here), so
         # each shard takes its assistant turns from where the unsharded run does
-        chosen = assistant_source(dataset, exp, items)
+        chosen = assistant_source(dataset, exp, items, source)
         datasets.append(_Dataset(name, shard.select(items) if shard is not None else items, every, chosen))
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []

@@ -7,6 +7,7 @@ target's endpoints and renderer and builds each `ProbeRun`. Warnings go to the `
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -209,21 +210,34 @@ class TargetSession:
                                              assistant_from=assistant_from),
                         endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
                         out_path=out_path, judge=judge, progress=progress, progress_title=progress_title,
-                        swap_pool=swap_pool, perturb=perturb, scorer=score, role_flip=role_flip_messages,
+                        swap_pool=swap_pool, perturb=perturb,
+                        scorer=functools.partial(score, chosen=self.options.scorer), role_flip=role_flip_messages,
                         **extra)
 
 
 def assistant_source(items: Sequence[DatasetItem], choice: Literal["dataset", "model", "auto"] | None,
-                     ) -> Literal["dataset", "model"]:
-    """Where the assistant turn comes from: as chosen, or (auto/None) the dataset when every item ends with one."""
-    ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
-    if choice == "dataset" and ended is not True:
-        open_item = next((i for i in items if not i.ends_with_assistant), None)
-        if open_item is not None:  # no assistant turn to probe after: refused before anything launches
-            raise UserError(f"assistant turn from the dataset, but item {open_item.id!r} ends with a user turn "
-                            "(use --assistant-from model / assistant_from: model to have the model answer)")
-    if choice in ("dataset", "model"):
-        return choice
-    if ended is None:
-        ended = all(i.ends_with_assistant for i in items)
-    return "dataset" if ended else "model"
+                     how: str = "--assistant-from model") -> Literal["dataset", "model"]:
+    """Where the assistant turn comes from: as chosen; unchosen (auto/None), the dataset when every item ends with
+    one and the model when none does. Refused (a UserError, before anything launches): `dataset` with an item that
+    has no assistant turn, and, unchosen, a mix (one malformed row would switch every item to the model's turn).
+    `how`: the flag or key that chooses model-written turns, named in the message."""
+    if choice == "model":
+        return "model"
+    counted = getattr(items, "first_open", None)  # known without parsing for a file kept on disk
+    if counted is not None:
+        open_items = counted()
+    else:
+        found = [item for item in items if not item.ends_with_assistant]
+        open_items = (len(found), found[0].id, found[0].where) if found else None
+    if open_items is None:
+        return "dataset"
+    count, first, where = open_items
+    at = f"{where}: " if where else ""
+    if choice == "dataset":  # no assistant turn to probe after
+        raise UserError(f"{at}assistant turn from the dataset, but item {first!r} ends with a user turn ({count} of "
+                        f"{len(items)} items do); use {how} to have the model answer")
+    if count == len(items):
+        return "model"
+    raise UserError(f"{at}item {first!r} has no assistant turn to probe ({count} of {len(items)} items lack one, "
+                    f"the others end with one): fix them, or choose model-written assistant turns for every item with "
+                    f"{how}")
