@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.cli.key_args import add_key_arguments
+from userturn.client.probe.perturbations import names as perturbation_names
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -112,8 +113,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         "--shuffle-seed) into --out with `.shard-I-of-N` before its suffix; the N shards together "
                         "write the records of the unsharded run")
     g.add_argument("--perturb", action="append", default=None, metavar="NAME",
-                   help="perturbation of the assistant turn (repeatable): none, wrong_answer, truncate, swap, "
-                        "remove, generic (default none)")
+                   help=f"perturbation of the assistant turn (repeatable): {', '.join(perturbation_names())} "
+                        "(default none; `userturn list perturbations` says what each changes)")
     g.add_argument("--mode", choices=["raw", "chat"], default="raw",
                    help="raw: completion ending at an open user header (default); chat: role-flip via chat API")
     g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
@@ -219,7 +220,7 @@ def probe_command(args: argparse.Namespace) -> int:
 
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.data.loaders import load_items
-    from userturn.client.probe.perturb import validate
+    from userturn.client.probe.perturb import needs_partner, validate
     from userturn.client.probe.scoring import preflight
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
@@ -228,7 +229,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
-                                    whole="swap" in perturbations)
+                                    whole=needs_partner(perturbations))
     dataset_name = args.dataset_name or name
     preflight(dataset_name, items)
     # decided on every selected item, so each shard of a run takes its assistant turns from the same source
@@ -249,7 +250,7 @@ async def probe_main(args: argparse.Namespace) -> int:
             try:
                 run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
                                         assistant_from=args.assistant_from, out_path=args.out, judge=judge,
-                                        progress=not args.no_progress, swap_pool=every)
+                                        progress=not args.no_progress, partner_pool=every)
                 summary = await run.run()
             finally:
                 if judge is not None:
