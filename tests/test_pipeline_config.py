@@ -118,7 +118,7 @@ async def test_perturbed_messages_do_not_depend_on_position_limit_or_shuffle(tmp
     pool = many_items(8)
     await mocked(tmp_path / "all.jsonl", settings(perturbations=ALL), pool)
     # what --shuffle-seed + --limit 2 would select: other positions, fewer items; the swap pool is the dataset
-    await mocked(tmp_path / "two.jsonl", settings(perturbations=ALL), [pool[6], pool[1]], swap_pool=pool)
+    await mocked(tmp_path / "two.jsonl", settings(perturbations=ALL), [pool[6], pool[1]], partner_pool=pool)
 
     def lines(name):
         return {row["key"]: json.dumps(row["messages"]) for row in record_lines(tmp_path / name)}
@@ -146,7 +146,7 @@ async def test_swap_partner_outside_the_run_is_answered_by_the_model_and_reused(
             mock.post("/chat/completions").mock(side_effect=chat)
             mock.post("/completions").mock(side_effect=completion)
             await probe(mock, out, settings(perturbations=["swap"], assistant_from="model", samples=samples), [pool[0]],
-                        swap_pool=pool)
+                        partner_pool=pool)
     # ring q2 -> q1 -> q0 -> q2: q0's partner is q2, answered once (first run) and reused from the swap record
     assert calls == ["Question 0?", "Question 2?"]
     records = read_records(out)[0]

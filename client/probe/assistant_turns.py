@@ -11,6 +11,8 @@ import orjson
 from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import EndpointError, RequestFailed
+from userturn.client.probe.perturbations import needs_partner
+from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.planning import Planner
 from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import AssistantTurn
@@ -27,7 +29,7 @@ class AssistantTurns(Planner):
 
     # ----- the assistant turn ---------------------------------------------------------------------------------
     async def _assistant_turns(self) -> dict[str, AssistantTurn]:
-        """The model's assistant turn of every item of the run, and the turn of every `swap` partner (which may lie
+        """The model's assistant turn of every item of the run, and the turn of every partner (which may lie
         outside it). Dataset turns of the run's own items are taken when the item is probed (`_turn`), so a run
         over a dataset kept on disk holds no per-item state."""
         s = self.settings
@@ -84,8 +86,9 @@ class AssistantTurns(Planner):
 
     def _reusable_answers(self) -> dict[str, tuple[str, str | None]]:
         """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
-        earlier runs (records' `meta.assistant_turn`, swap records' partner turns), so a resumed run probes the same
-        turns. An item's own record wins over a partner's (it alone has the finish reason) in any file order."""
+        earlier runs (records' `meta.assistant_turn`, partner-needing records' partner turns), so a resumed run
+        probes the same turns. An item's own record wins over a partner's (it alone has the finish reason) in any
+        file order."""
         s = self.settings
         mine = self.configs[s.perturbations[0]]
         reuse: dict[str, tuple[str, str | None]] = {}
@@ -105,8 +108,8 @@ class AssistantTurns(Planner):
             if isinstance(text, str):
                 finish = meta.get("assistant_finish_reason")
                 reuse.setdefault(record.item_id, (text, finish if isinstance(finish, str) else None))
-            partner = meta.get("swap_partner")
-            if (record.perturbation == "swap" and isinstance(partner, str) and record.messages
+            partner = meta.get(PARTNER_META)
+            if (needs_partner([record.perturbation]) and isinstance(partner, str) and record.messages
                     and record.messages[-1].role == "assistant"):
                 partners.setdefault(partner, (record.messages[-1].content, None))
         return {**partners, **reuse}

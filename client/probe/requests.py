@@ -9,6 +9,7 @@ import orjson
 from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import EndpointError, RequestFailed
+from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import Job, clean_user_turn
 from userturn.client.probe.state import RunState
@@ -60,8 +61,8 @@ class RequestBuilder(RunState):
             meta["assistant_turn"] = context["assistant_text"]
             if context.get("assistant_finish_reason") is not None:
                 meta["assistant_finish_reason"] = context["assistant_finish_reason"]
-        if context.get("swap_partner") is not None:
-            meta["swap_partner"] = context["swap_partner"]
+        if context.get(PARTNER_META) is not None:
+            meta[PARTNER_META] = context[PARTNER_META]
         meta.update(s.record_meta)
         return {
             "model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,

@@ -1,5 +1,5 @@
 """The state of one probe run, set up once: settings, endpoints, renderer, stops, rate limiter, counters, the
-configuration (and fingerprint) of each planned perturbation, and the swap ring. The first of `ProbeRun`'s layers:
+configuration (and fingerprint) of each planned perturbation, and the partner ring. The first of `ProbeRun`'s layers:
 `RunState`, `RequestBuilder` (requests.py), `Planner` (planning.py), `AssistantTurns`, `ProbeRun` (pipeline.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint
 from userturn.client.http.ratelimit import RateLimiter
 from userturn.client.http.replies import response_cap_for
-from userturn.client.probe.perturb import SwapRing
+from userturn.client.probe.perturb import PartnerRing, needs_partner
 from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.probe.settings import (
     JudgeHook,
@@ -48,10 +48,10 @@ class RunState:
         role_flip: RoleFlipFn | None = None,
         progress: bool = True,
         progress_title: str | None = None,
-        swap_pool: Sequence[DatasetItem] | None = None,
+        partner_pool: Sequence[DatasetItem] | None = None,
         resume_hint: str = "use another --out",
     ) -> None:
-        """`swap_pool`: every item of the dataset (before --limit and shuffling), where `swap` partners come from;
+        """`partner_pool`: every item of the dataset (before --limit and shuffling), where partners come from;
         default `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file."""
         if settings.mode == "raw" and renderer is None:
             raise ValueError("raw mode needs a chat-template renderer")
@@ -93,12 +93,12 @@ class RunState:
         self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
         self._unwritten: dict[str, ConfigLine] = {}  # configuration lines not yet written by this run (`_write`)
         self._pool: dict[str, DatasetItem] = {}
-        self._ring: SwapRing | None = None
-        if "swap" in settings.perturbations:  # only swap needs every item at once
-            self._pool = {item.id: item for item in (swap_pool if swap_pool is not None else self.items)}
+        self._ring: PartnerRing | None = None
+        if needs_partner(settings.perturbations):  # only a partner-needing perturbation needs every item
+            self._pool = {item.id: item for item in (partner_pool if partner_pool is not None else self.items)}
             for item in self.items:
                 self._pool.setdefault(item.id, item)
-            self._ring = SwapRing(settings.seed, self._pool)
+            self._ring = PartnerRing(settings.seed, self._pool)
         self._partners: dict[str, str] = {}
 
     # ----- configuration --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.cli.key_args import add_key_arguments
+from userturn.client.probe.perturbations import names as perturbation_names
 from userturn.client.probe.scoring import SCORERS, scorer_help
 from userturn.core import defaults
 from userturn.core.errors import UserError
@@ -113,8 +114,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         "--shuffle-seed) into --out with `.shard-I-of-N` before its suffix; the N shards together "
                         "write the records of the unsharded run")
     g.add_argument("--perturb", action="append", default=None, metavar="NAME",
-                   help="perturbation of the assistant turn (repeatable): none, wrong_answer, truncate, swap, "
-                        "remove, generic (default none)")
+                   help=f"perturbation of the assistant turn (repeatable): {', '.join(perturbation_names())} "
+                        "(default none; `userturn list perturbations` says what each changes)")
     g.add_argument("--mode", choices=["raw", "chat"], default="raw",
                    help="raw: completion ending at an open user header (default); chat: role-flip via chat API")
     g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
@@ -223,7 +224,7 @@ def probe_command(args: argparse.Namespace) -> int:
 
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.data.loaders import load_items
-    from userturn.client.probe.perturb import validate
+    from userturn.client.probe.perturb import needs_partner, validate
     from userturn.client.probe.scoring import preflight, unscored_notice
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
@@ -232,7 +233,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
-                                    whole="swap" in perturbations)
+                                    whole=needs_partner(perturbations))
     dataset_name = args.dataset_name or name
     chosen = preview(target_source(args), [flag_layer(args)])[1].scorer  # the flag, else the manifest's
     preflight(dataset_name, items, chosen)
@@ -255,7 +256,7 @@ async def probe_main(args: argparse.Namespace) -> int:
             try:
                 run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
                                         assistant_from=args.assistant_from, out_path=args.out, judge=judge,
-                                        progress=not args.no_progress, swap_pool=every)
+                                        progress=not args.no_progress, partner_pool=every)
                 summary = await run.run()
             finally:
                 if judge is not None:

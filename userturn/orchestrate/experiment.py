@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.keys import VARIABLE
 from userturn.client.probe.perturb import PERTURBATIONS
+from userturn.client.probe.perturbations import needs_partner
 from userturn.core import defaults
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
@@ -286,7 +287,7 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
     spec = entry.spec if builtin is not None else resolve(base, entry.spec)
     name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
-                                   else exp.shuffle_seed, whole="swap" in exp.perturbations)
+                                   else exp.shuffle_seed, whole=needs_partner(exp.perturbations))
     return entry.name or name, items, every
 
 

@@ -128,7 +128,7 @@ class _Grid:
                             probe_items, dataset=name, mode=mode, perturbations=exp.perturbations,
                             assistant_from=data.assistant_from, out_path=str(results),
                             judge=panel, progress=self.progress,
-                            progress_title=f"{exp.name}: {target.model} on {name} ({mode})", swap_pool=pool,
+                            progress_title=f"{exp.name}: {target.model} on {name} ({mode})", partner_pool=pool,
                             resume_hint=RESUME_HINT))
                 existing = scan_results(results)
                 for run in runs:  # every run of this model is checked before any of them writes

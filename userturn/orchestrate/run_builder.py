@@ -198,7 +198,7 @@ class TargetSession:
     def probe_run(self, items: Sequence[DatasetItem], *, dataset: str, mode: Mode, perturbations: Sequence[str],
                   assistant_from: Literal["dataset", "model"], out_path: str, judge: JudgeHook | None = None,
                   progress: bool = True, progress_title: str | None = None,
-                  swap_pool: Sequence[DatasetItem] | None = None, resume_hint: str | None = None) -> ProbeRun:
+                  partner_pool: Sequence[DatasetItem] | None = None, resume_hint: str | None = None) -> ProbeRun:
         """One `ProbeRun` of `items` on this target, with perturbations, task scoring and the chat-mode role flip."""
         from userturn.client.probe.perturb import perturb
         from userturn.client.probe.pipeline import ProbeRun
@@ -210,7 +210,7 @@ class TargetSession:
                                              assistant_from=assistant_from),
                         endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
                         out_path=out_path, judge=judge, progress=progress, progress_title=progress_title,
-                        swap_pool=swap_pool, perturb=perturb,
+                        partner_pool=partner_pool, perturb=perturb,
                         scorer=functools.partial(score, chosen=self.options.scorer), role_flip=role_flip_messages,
                         **extra)
 
