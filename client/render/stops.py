@@ -93,7 +93,8 @@ def fit_stops(stops: Sequence[str], ids: Sequence[int], token_ids: Mapping[str, 
     """(stop strings, stop token ids) one request sends: every string, and `ids` when `send_ids`, where `limit` (the
     engine's most stop strings per request; None: no limit) allows. Over the limit, when `ids_carry` (the engine
     honours stop_token_ids): every string without a token id in `token_ids`, then the others in order while room is
-    left; the ids of the strings left out are sent with `ids`, so the generation stops at the same places.
+    left; the ids of the strings left out are sent (after `ids` when `send_ids`), so generation stops at the same
+    places.
     UserError in one line when the ids cannot carry what is left out."""
     if limit is None or len(stops) <= limit:
         return list(stops), list(ids) if send_ids else []
@@ -110,4 +111,4 @@ def fit_stops(stops: Sequence[str], ids: Sequence[int], token_ids: Mapping[str, 
     carried = [stop for stop in stops if stop in token_ids]
     kept = set(plain) | set(carried[:room])
     dropped_ids = [token_ids[stop] for stop in carried[room:]]
-    return [stop for stop in stops if stop in kept], list(dict.fromkeys([*ids, *dropped_ids]))
+    return [stop for stop in stops if stop in kept], list(dict.fromkeys([*(ids if send_ids else []), *dropped_ids]))
