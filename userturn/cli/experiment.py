@@ -167,6 +167,7 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
     """Validate the grid without launching anything: datasets load, settings resolve, each model's chat template
     renders one real prompt (raw mode; printed), and `base_url` models and judges are checked (`shard`'s counts)."""
     from userturn.client.probe.dry_run import render_preview, shown
+    from userturn.core.options import sampler_names
     from userturn.orchestrate.experiment import (
         assistant_source,
         load_items,
@@ -198,8 +199,9 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
           f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
           "samples)")
     for entry, o in zip(exp.models, options, strict=True):
+        sampler = ", ".join(f"{name} {value}" for name in sampler_names() if (value := getattr(o, name)) is not None)
         print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
-              f"top_p {o.top_p}, concurrency {o.concurrency}")
+              f"sampler {sampler or 'neutral'}, concurrency {o.concurrency}")
     for label, dataset, prompt in prompts:
         print(f"--- {label}: raw prompt of the first {dataset} item, as it will be sent (ends at the open user "
               f"header) ---\n{shown(prompt)}\n--- end of prompt ---")

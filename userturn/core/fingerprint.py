@@ -1,8 +1,9 @@
 """The configuration of a generation, its fingerprint, and the resume check.
 
 `generation_config`: what shapes a generation (what is probed, where the assistant turn comes from, the prompt's
-identity: template, its variables, stops, extra body) plus every option whose role records it
-(`userturn.core.options`); not temperature and sample (a record's identity), nor concurrency, rate limits,
+identity: template, its variables, stops, extra body; the engine, its server's sampler defaults and whether it
+honours the seed) plus every option whose role records it (`userturn.core.options`) and the sampler as sent; not
+temperature and sample (a record's identity), nor concurrency, rate limits,
 timeouts, retries or --limit. `fingerprint`: its sha256 as canonical JSON, carried by every record; the settings
 are in the file's configuration line (`records.ConfigLine`). Resuming is refused where ok records of the same model,
 dataset, mode and perturbation were made with other settings (`check_resume`), or carry no fingerprint (older files)
