@@ -224,7 +224,7 @@ async def test_glm_on_vllm_sends_four_strings_and_the_fifth_as_its_id(tmp_path):
 
 
 def test_too_many_stops_for_an_endpoint_that_ignores_ids_are_refused_before_any_request(tmp_path):
-    with pytest.raises(UserError, match="at most 4 per request and does not honour stop_token_ids"):
+    with pytest.raises(UserError, match=r"external accepts at most 4 per request .*pass --send-stop-token-ids"):
         ProbeRun(math_items(), settings(), endpoints=[], renderer=GlmRenderer(), out_path=str(tmp_path / "o.jsonl"),
                  progress=False)
     assert not (tmp_path / "o.jsonl").exists()
