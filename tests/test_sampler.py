@@ -299,3 +299,13 @@ async def test_the_external_note_is_said_by_the_first_run_of_a_session_only(tmp_
                 await run.run()
     err = capsys.readouterr().err
     assert err.count("is an external endpoint") == 1, err
+
+
+def test_a_neutral_value_is_one_that_leaves_sampling_as_it_is():
+    """What lets a resumed grid know, without launching the engine, that an unset sampler option was sent neutral."""
+    from userturn.core.options import is_neutral
+
+    assert [is_neutral("top_p", v) for v in (1, 1.0, 0.95)] == [True, True, False]
+    assert [is_neutral("top_k", v) for v in (-1, 0, 40)] == [True, True, False]
+    assert [is_neutral("min_p", v) for v in (0, 0.0, 0.05, None)] == [True, True, False, False]
+    assert not is_neutral("top_p", True) and not is_neutral("typical_p", 1.0)

@@ -17,6 +17,7 @@ from userturn.cli.argtypes import (
     unit_interval,
 )
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
+from userturn.cli.key_args import add_key_arguments
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -42,9 +43,7 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    "tokenizer, stops and probe defaults; the server is shut down afterwards")
     g.add_argument("--launcher", choices=["local", "slurm"], default=None,
                    help="with --manifest: run the server as local processes (default) or as a SLURM job")
-    g.add_argument("--api-key-env", default=None, metavar="VAR",
-                   help=f"environment variable holding the API key (default {d.API_KEY_ENV}; optional for local "
-                        "servers; never written)")
+    add_key_arguments(g)
     g.add_argument("--concurrency", type=positive_int, default=None,
                    help=f"requests in flight (default {d.CONCURRENCY})")
     g.add_argument("--rpm", type=positive_float, default=None, help="requests-per-minute limit")
@@ -62,8 +61,8 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
 def add_network_arguments(g: argparse._ArgumentGroup) -> None:
     """--proxy, --ca-bundle and --no-model-check: how this process reaches its endpoints (client.http.http_client)."""
     g.add_argument("--proxy", default=None, metavar="URL",
-                   help="HTTP proxy for every request, e.g. http://proxy:3128 (wins over HTTPS_PROXY / HTTP_PROXY / "
-                        "NO_PROXY, which are honoured otherwise)")
+                   help="HTTP proxy for every request, e.g. http://proxy:3128 (default $USERTURN_PROXY; wins over "
+                        "HTTPS_PROXY / HTTP_PROXY / NO_PROXY, which are honoured otherwise)")
     g.add_argument("--ca-bundle", default=None, metavar="FILE",
                    help="PEM file (or directory) of the certificate authorities to trust for HTTPS (wins over "
                         "SSL_CERT_FILE / SSL_CERT_DIR)")
@@ -72,11 +71,17 @@ def add_network_arguments(g: argparse._ArgumentGroup) -> None:
                         "gateways)")
 
 
+PROXY_ENV = "USERTURN_PROXY"  # the proxy when --proxy is not given: how `run --workers` hands its shards a proxy
+
+
 def configure_network(args: argparse.Namespace) -> None:
-    """Apply --proxy, --ca-bundle and --no-model-check to every endpoint this process opens."""
+    """Apply --proxy (else $USERTURN_PROXY), --ca-bundle and --no-model-check to every endpoint this process opens."""
+    import os
+
     from userturn.client.http.http_client import configure
 
-    configure(proxy=args.proxy, ca_bundle=args.ca_bundle, check_model=not args.no_model_check)
+    configure(proxy=args.proxy or os.environ.get(PROXY_ENV) or None, ca_bundle=args.ca_bundle,
+              check_model=not args.no_model_check)
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -195,7 +200,7 @@ def target_source(args: argparse.Namespace) -> TargetSource:
     from userturn.orchestrate.run_builder import TargetSource
 
     return TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
-                        api_key_env=args.api_key_env, launcher=args.launcher)
+                        api_key_env=args.api_key_env, launcher=args.launcher, api_key_file=args.api_key_file)
 
 
 def check_conflicts(args: argparse.Namespace) -> None:

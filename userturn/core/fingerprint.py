@@ -121,6 +121,13 @@ def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> 
     return out
 
 
+def redacted_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the values of variables named like secrets (`HF_TOKEN`, `OPENAI_API_KEY`) as `[redacted]` and URL
+    credentials removed from the others."""
+    return {name: "[redacted]" if _SECRET_FLAG.match(f"--{name.replace('_', '-')}") else
+            _URL_CREDENTIALS.sub("[redacted]@", value) for name, value in env.items()}
+
+
 def run_info(argv: Sequence[str] | None = None, scrub: Callable[[str], str] = str) -> RunInfo:
     """This run: userturn version, start time (UTC), host and the redacted command line (`redacted_command`)."""
     return RunInfo(userturn_version=__version__, started=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -160,4 +167,4 @@ def check_unfingerprinted(keys: Iterable[str], planned: Collection[str], *, path
 
 __all__ = ["ASSISTANT_SETTINGS", "ENGINE_SETTINGS", "SCOPE", "ConfigMismatch", "GenerationContext", "check_resume",
            "check_unfingerprinted", "fingerprint", "first_difference", "generation_config", "redacted_command",
-           "run_info"]
+           "redacted_environment", "run_info"]

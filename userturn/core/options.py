@@ -157,6 +157,14 @@ def sampler_names() -> tuple[str, ...]:
     return tuple(name for name, role in roles().items() if role.sampler)
 
 
+def is_neutral(name: str, value: Any) -> bool:
+    """Whether `value` of sampler option `name` leaves sampling as it is (top_p 1, min_p 0, top_k 0 or -1): what an
+    unset sampler option is sent as, whatever the engine's spelling of it."""
+    if type(value) not in (int, float):
+        return False
+    return {"top_p": value == 1, "min_p": value == 0, "top_k": value in (0, -1)}.get(name, False)
+
+
 class ProbeOptions(Options):
     """The options a probe runs with: every layer merged, then the defaults (`userturn/core/defaults.py`)."""
 
@@ -198,5 +206,5 @@ def resolve(layers: Sequence[Options]) -> ProbeOptions:
     return ProbeOptions(**merged(reversed(layers)).set_values())
 
 
-__all__ = ["ASSISTANT", "OTHER", "RECORDED", "SENT", "Options", "ProbeOptions", "RendererName", "Role", "merged",
-           "resolve", "roles", "sampler_names", "sent_names"]
+__all__ = ["ASSISTANT", "OTHER", "RECORDED", "SENT", "Options", "ProbeOptions", "RendererName", "Role", "is_neutral",
+           "merged", "resolve", "roles", "sampler_names", "sent_names"]

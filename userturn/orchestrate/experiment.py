@@ -9,11 +9,12 @@ import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from userturn.client.data.dataset import DatasetItem
+from userturn.client.http.keys import VARIABLE
 from userturn.client.probe.perturb import PERTURBATIONS
 from userturn.core import defaults
 from userturn.core.errors import UserError
@@ -23,6 +24,16 @@ from userturn.core.shipped import resolve_named
 from userturn.orchestrate.run_builder import Mode, TargetSource
 from userturn.orchestrate.run_builder import assistant_source as auto_source
 
+
+def _variable_name(value: str | None) -> str | None:
+    """An environment variable's name; anything else (most likely a key) is refused without being shown."""
+    if value is not None and not VARIABLE.match(value):
+        raise ValueError("not the name of an environment variable (not shown: it may be a key); export the key in a "
+                         "variable and name it here, or put it in a file named by api_key_file")
+    return value
+
+
+KeyVariable = Annotated[str, AfterValidator(_variable_name)]
 RESUME_HINT = "use another --out-dir or experiment name"
 
 
@@ -37,7 +48,9 @@ class ModelEntry(Options):
     manifest: str | None = Field(default=None, description="serving manifest YAML (launched for the run)")
     base_url: str | None = Field(default=None, description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
     model: str | None = Field(default=None, description="model name sent in requests (endpoint models)")
-    api_key_env: str | None = Field(default=None, description=f"default: the manifest's, else {defaults.API_KEY_ENV}")
+    api_key_env: KeyVariable | None = Field(default=None,
+                                            description=f"default: the manifest's, else {defaults.API_KEY_ENV}")
+    api_key_file: str | None = Field(default=None, description="file holding the key (relative to the cwd)")
     launcher: Literal["local", "slurm"] | None = Field(default=None, description="overrides the experiment's")
 
     @model_validator(mode="after")
@@ -69,7 +82,8 @@ class JudgeEntry(_Strict):
 
     model: str
     base_url: str | None = Field(default=None, description="judge endpoint; not needed for `model: self`")
-    api_key_env: str = defaults.API_KEY_ENV
+    api_key_env: KeyVariable = defaults.API_KEY_ENV
+    api_key_file: str | None = Field(default=None, description="file holding the key (relative to the cwd)")
     temperature: float = Field(default=defaults.JUDGE_TEMPERATURE, ge=0)
     max_tokens: int = Field(default=defaults.JUDGE_MAX_TOKENS, ge=defaults.MIN_JUDGE_MAX_TOKENS)
     concurrency: int = Field(default=defaults.JUDGE_CONCURRENCY, ge=1)
@@ -223,7 +237,8 @@ async def _check_judges(exp: Experiment, source: Path) -> list[str]:
     for index, judge in enumerate(exp.judges):
         if judge.model in ("self", "rules") or judge.base_url is None:
             continue
-        config = EndpointConfig(base_url=judge.base_url, api_key_env=judge.api_key_env, max_retries=0,
+        config = EndpointConfig(base_url=judge.base_url, api_key_env=judge.api_key_env,
+                                api_key_file=judge.api_key_file, max_retries=0,
                                 request_timeout=exp.request_timeout or defaults.REQUEST_TIMEOUT_S)
         try:
             async with Endpoint(config) as endpoint:
@@ -296,7 +311,7 @@ def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str 
         manifest=None if entry.manifest is None else resolve(base, entry.manifest),
         base_urls=[entry.base_url] if entry.base_url else None, model=entry.model, api_key_env=entry.api_key_env,
         launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
-    )
+        api_key_file=entry.api_key_file)
 
 
 def judge_panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:

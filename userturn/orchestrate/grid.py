@@ -4,6 +4,7 @@ time or with up to K servers launching at once (`run --parallel-models`)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from userturn.orchestrate.experiment import (
     write_manifest,
 )
 from userturn.orchestrate.run_builder import ProbeOptions
+
+log = logging.getLogger("userturn")
 
 
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
@@ -58,10 +61,27 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         return results, summaries
     for index, entry in enumerate(exp.models):
         layers = [entry.layer(), exp.layer()]
+        if _finished(grid, index, entry, base, source, launcher, summaries):
+            continue
         with naming_entry(source, index, entry, failures), \
                 open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
             summaries += await grid.probe_model(target, options)
     return results, summaries
+
+
+def _finished(grid: _Grid, index: int, entry: Any, base: Path, source: Path, launcher: str | None,
+              summaries: list[Any]) -> bool:
+    """True (and its summary added) when a manifest model's records are all done already: no server is started."""
+    from userturn.client.probe.settings import ProbeSummary
+    from userturn.orchestrate.finished import finished_records
+
+    with naming_entry(source, index, entry):
+        done = finished_records(entry, grid.exp, base, grid.datasets, grid.results, launcher, grid.rejudge)
+    if done is None:
+        return False
+    log.info(f"userturn: {entry.label}: all {done} records are done with these settings; its server is not started")
+    summaries.append(ProbeSummary(total=done, skipped=done, ok=0, errors=0, elapsed_s=0.0))
+    return True
 
 
 @dataclass(frozen=True)
@@ -141,8 +161,10 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
     upcoming = iter(enumerate(exp.models))
 
     def start_next() -> None:
-        """Enter the next model's target in a thread of the pool, if a model is left."""
-        if (nxt := next(upcoming, None)) is not None:
+        """Enter the next unfinished model's target in a thread of the pool, if a model is left."""
+        while (nxt := next(upcoming, None)) is not None and _finished(grid, *nxt, base, source, launcher, summaries):
+            pass
+        if nxt is not None:
             index, entry = nxt
             cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
             entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)

@@ -38,6 +38,7 @@ class ProbeTarget:
     base_urls: list[str]
     model: str
     api_key_env: str = defaults.API_KEY_ENV
+    api_key_file: str | None = None  # wins over api_key_env
     tokenizer: str | None = None
     chat_template: str | None = None
     renderer: RendererName = "auto"
@@ -55,6 +56,7 @@ class TargetSource(NamedTuple):
     model: str | None = None
     api_key_env: str | None = None
     launcher: Launcher | None = None
+    api_key_file: str | None = None
 
 
 def resolve(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
@@ -111,7 +113,8 @@ def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tup
         fields, options = resolve(layers)
         warn_greedy_samples(options)
         yield ProbeTarget(base_urls=list(source.base_urls), model=source.model,
-                          api_key_env=source.api_key_env or defaults.API_KEY_ENV, **fields), options
+                          api_key_env=source.api_key_env or defaults.API_KEY_ENV, api_key_file=source.api_key_file,
+                          **fields), options
         return
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
@@ -124,6 +127,7 @@ def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tup
         yield ProbeTarget(
             base_urls=list(source.base_urls or server.base_urls), model=source.model or server.model_name,
             api_key_env=server.api_key_env or source.api_key_env or defaults.API_KEY_ENV,
+            api_key_file=None if server.api_key_env else source.api_key_file,  # a launched server's own key wins
             stop=list(probe.stop), stop_token_ids=list(probe.stop_token_ids), extra_body=dict(probe.extra_body),
             **fields), options
 
@@ -149,7 +153,7 @@ class TargetSession:
         self.target = target
         self.options = options
         self.endpoints: list[Endpoint] = [
-            Endpoint(EndpointConfig(base_url=url, api_key_env=target.api_key_env,
+            Endpoint(EndpointConfig(base_url=url, api_key_env=target.api_key_env, api_key_file=target.api_key_file,
                                     request_timeout=options.request_timeout, max_retries=options.max_retries,
                                     concurrency=options.concurrency,
                                     max_response_bytes=options.max_response_bytes))
