@@ -171,7 +171,7 @@ async def test_records_carry_their_configuration_and_its_fingerprint(tmp_path):
         "assistant_model": None, "assistant_temperature": None, "assistant_max_tokens": None,
         "template_engine": "jinja", "template_sha256": "t" * 64, "template_kwargs": {"enable_thinking": False},
         "chat_prompt_sha256": None, "max_tokens": 64, "stop": ["<|im_end|>"], "stop_token_ids": [7], "top_p": 0.9,
-        "extra_body": {}, "seed": 3,
+        "extra_body": {}, "engine": "external", "seed_honoured": None, "server_sampler_defaults": None, "seed": 3,
     }
     canonical = json.dumps(none_config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert none.config_fingerprint == hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -185,7 +185,8 @@ async def test_records_carry_their_configuration_and_its_fingerprint(tmp_path):
 @pytest.mark.parametrize(("change", "message"), [
     ({"max_tokens": 64}, "holds records made with max_tokens=256, this run has max_tokens=64; use another --out"),
     ({"seed": 1}, "holds records made with seed=0, this run has seed=1"),
-    ({"top_p": 0.5}, "holds records made with top_p=null, this run has top_p=0.5"),
+    ({"top_p": 0.5}, "holds records made with top_p=1.0, this run has top_p=0.5"),
+    ({"min_p": 0.1}, "holds records made with min_p=null, this run has min_p=0.1"),
     ({"template_kwargs": {"reasoning_effort": "high"}}, 'template_kwargs={}, this run has template_kwargs='
                                                         '{"reasoning_effort":"high"}'),
     ({"extra_stop": ["###"]}, 'stop=["<|im_end|>"], this run has stop=["<|im_end|>","###"]'),

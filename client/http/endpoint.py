@@ -198,6 +198,19 @@ class Endpoint:
                             "name, or pass --no-model-check for a router or gateway whose list does not name it")
         return served
 
+    async def root_json(self, route: str) -> dict[str, Any] | None:
+        """GET `route` under the server's root (the base URL without its `/v1`, where SGLang's `/model_info` and
+        llama-server's `/props` live): its JSON object, or None when the server answers none (what such a route
+        reports is informational: the run goes on without it)."""
+        url = f"{self._prefix.removesuffix('/v1')}/{route.lstrip('/')}{self._query}"
+        try:
+            async with asyncio.timeout(min(15.0, self.config.request_timeout)):
+                reply = await send(self._client, "GET", url, None, MODELS_RESPONSE_CAP)
+            data = orjson.loads(reply.content) if reply.status < 400 else None
+        except (ResponseTooLarge, orjson.JSONDecodeError, *TRANSPORT_ERRORS):
+            return None
+        return data if isinstance(data, dict) else None
+
     @staticmethod
     def _scrubbed(reply: HttpReply) -> HttpReply:
         content, reason = redact_bytes(reply.content), redact(reply.reason)

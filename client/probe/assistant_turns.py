@@ -11,6 +11,7 @@ import orjson
 from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import EndpointError, RequestFailed
+from userturn.client.http.replies import reasoning_text
 from userturn.client.probe.perturbations import needs_partner
 from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.planning import Planner
@@ -140,6 +141,7 @@ class AssistantTurns(Planner):
             "temperature": s.assistant_temperature,
             "max_tokens": s.assistant_max_tokens,
             "seed": sample_seed(s.seed, item.id, s.assistant_temperature, 0, "assistant"),
+            **s.engine_traits.neutral_sampler,
             **s.extra_body,
         }
         try:
@@ -153,7 +155,7 @@ class AssistantTurns(Planner):
             return AssistantTurn(None, "model", error=f"assistant turn failed: {exc.reason}")
         except (KeyError, IndexError, TypeError):
             return AssistantTurn(None, "model", error="assistant turn failed: malformed chat completion")
-        reasoning = message.get("reasoning_content")
+        reasoning = reasoning_text(message, s.engine_traits)
         if "<think>" in content or "</think>" in content:
             reasoning = reasoning or reasoning_of(content)
             content = strip_reasoning(content)

@@ -10,6 +10,7 @@ other settings is refused before anything is written.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -120,6 +121,8 @@ class ProbeRun(AssistantTurns):
         info = getattr(self.renderer, "info", None) if self.settings.mode == "raw" else None
         self._unwritten = {fp: ConfigLine(fingerprint=fp, config=self.configs[p], renderer=info, run=run)
                            for p, fp in self.fingerprints.items()}
+        for notice in self.notices:  # what the run says about its engine, once it is known to start
+            print(notice, file=sys.stderr, flush=True)
         writer = JsonlWriter(self.out_path, per_tick=True)
         self._judge_start = self._judge_totals()  # a panel shared by several runs counts on: this run's part
         started = time.monotonic()

@@ -7,7 +7,15 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
+from userturn.cli.argtypes import (
+    at_least,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+    unit_interval,
+)
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.cli.key_args import add_key_arguments
 from userturn.client.probe.perturbations import names as perturbation_names
@@ -104,7 +112,13 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=positive_int, default=None, metavar="M",
                    help="max tokens of the user turn " + NOT_SET.format(d.MAX_TOKENS))
     g.add_argument("--top-p", type=probability, default=None, metavar="P",
-                   help="nucleus sampling, in (0, 1] " + NOT_SET.format("not sent"))
+                   help="nucleus sampling, in (0, 1] " + NOT_SET.format("the engine's neutral value, 1"))
+    g.add_argument("--top-k", type=at_least(-1, " (-1: no limit)"), default=None, metavar="K",
+                   help="top-k sampling " + NOT_SET.format("the engine's neutral value where it takes top_k, else "
+                                                           "not sent"))
+    g.add_argument("--min-p", type=unit_interval, default=None, metavar="P",
+                   help="min-p sampling, in [0, 1] " + NOT_SET.format("the engine's neutral value, 0, where it takes "
+                                                                      "min_p, else not sent"))
     g.add_argument("--seed", type=int, default=None, metavar="S",
                    help=f"run seed; each sample's seed derives from it (default {d.SEED})")
     g.add_argument("--limit", type=positive_int, default=None, metavar="N", help="first N items only")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from userturn.core.options import is_neutral, sampler_names
 from userturn.core.records import record_key
 from userturn.orchestrate.experiment import Experiment, ModelEntry, expand_assistant_samples, target_source
 
@@ -53,7 +54,9 @@ def finished_records(entry: ModelEntry, exp: Experiment, base: Path, datasets: S
         if config.get("model") != model:
             continue
         wanted = options.recorded(assistant_by_model=config.get("assistant_source") == "model")
-        if any(config.get(name) != value for name, value in wanted.items()):
+        unset = [name for name in sampler_names() if getattr(options, name) is None]  # sent at the engine's neutral
+        if any(config.get(name) != value for name, value in wanted.items() if name not in unset) or any(
+                config.get(name) is not None and not is_neutral(name, config[name]) for name in unset):
             return None  # other settings: the probe's resume check names them
     if exp.judges and not _all_labelled(results, set(keys)):
         return None

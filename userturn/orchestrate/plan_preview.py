@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from userturn.core.errors import UserError
-from userturn.core.options import ProbeOptions
+from userturn.core.options import ProbeOptions, sampler_names
 from userturn.orchestrate.experiment import DatasetEntry, Experiment, ModelEntry, naming_entry, target_source
 
 
@@ -109,8 +109,9 @@ def plan_lines(exp: Experiment, plan: Plan, title: str) -> list[str]:
             lines.append(f"  {m.label}: {m.served}")
             continue
         o = m.options
+        sampler = ", ".join(f"{name} {value}" for name in sampler_names() if (value := getattr(o, name)) is not None)
         lines.append(f"  {m.label}: {m.served}; temperatures {o.temperatures}, samples {o.samples}, max_tokens "
-                     f"{o.max_tokens}, top_p {o.top_p}, concurrency {o.concurrency}")
+                     f"{o.max_tokens}, sampler {sampler or 'neutral'}, concurrency {o.concurrency}")
     lines.append("datasets: " + "; ".join(_dataset_line(d, exp) for d in exp.datasets))
     judges = ", ".join(j.model for j in exp.judges) or "none (the rules label what they can; the rest stays unjudged)"
     lines.append(f"judges: {judges}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from userturn.core import defaults
+from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.options import Options, ProbeOptions, RendererName
 from userturn.core.options import resolve as resolve_options
@@ -45,6 +46,7 @@ class ProbeTarget:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    engine_traits: EngineTraits = EXTERNAL  # a launched engine's own (its definition fills them)
 
 
 class TargetSource(NamedTuple):
@@ -158,6 +160,8 @@ class TargetSession:
                                     max_response_bytes=options.max_response_bytes))
             for url in target.base_urls]
         self._renderer: PromptRenderer | None = None
+        self.engine_traits = target.engine_traits  # with what the server reports about itself after `check`
+        self._notices: list[str] = []  # said by the first run that starts generating (`check` finds them)
 
     @property
     def renderer(self) -> PromptRenderer:
@@ -168,13 +172,19 @@ class TargetSession:
 
     async def check(self) -> None:
         """Every endpoint answers and serves the model (else an error) before anything is generated; warns when
-        the served weights are not the tokenizer's."""
-        from userturn.client.http.endpoint import root_mismatch
+        the served weights are not the tokenizer's; reads the sampling defaults a self-describing server reports;
+        says once what cannot be known about the engine's sampler and seed."""
+        from userturn.client.http.server_facts import applied_traits, engine_notices, weights_warning
 
+        t = self.target
         for endpoint in self.endpoints:
-            warning = root_mismatch(await endpoint.check(self.target.model), self.target.model, self.target.tokenizer)
+            served = await endpoint.check(t.model)
+            warning = await weights_warning(endpoint, served, t.model, t.tokenizer, t.engine_traits)
             if warning:
                 log.warning("userturn: warning: %s", warning)
+        if self.endpoints:
+            self.engine_traits = await applied_traits(self.endpoints[0], t.engine_traits)
+        self._notices = engine_notices(self.engine_traits, [e.base_url for e in self.endpoints])
 
     async def __aenter__(self) -> TargetSession:
         return self
@@ -193,7 +203,7 @@ class TargetSession:
             **{name: getattr(o, name) for name in o.model_fields_set}, model=t.model, dataset=dataset,
             perturbations=list(perturbations), mode=mode, assistant_from=assistant_from, extra_stop=list(t.stop),
             extra_stop_token_ids=list(t.stop_token_ids), extra_body=dict(t.extra_body),
-            template_kwargs=o.rendered_kwargs if mode == "raw" else {})
+            template_kwargs=o.rendered_kwargs if mode == "raw" else {}, engine_traits=self.engine_traits)
 
     def probe_run(self, items: Sequence[DatasetItem], *, dataset: str, mode: Mode, perturbations: Sequence[str],
                   assistant_from: Literal["dataset", "model"], out_path: str, judge: JudgeHook | None = None,
@@ -206,6 +216,7 @@ class TargetSession:
         from userturn.client.render.chat_mode import role_flip_messages
 
         extra: dict[str, Any] = {"resume_hint": resume_hint} if resume_hint else {}
+        extra["notices"], self._notices = self._notices, []
         return ProbeRun(items, self.settings(dataset=dataset, mode=mode, perturbations=perturbations,
                                              assistant_from=assistant_from),
                         endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
