@@ -90,6 +90,7 @@ class Report:
     keep: np.ndarray
     tallies: dict[int, ItemTallies]  # per final row index (same order as `groups`): item-level counts
     superseded: int = 0  # record lines replaced by a later line of the same key and configuration (not counted)
+    quote_reasks: int = 0  # judge replies asked again because they held only a quoted verdict or two verdicts
 
 
 def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
@@ -226,7 +227,9 @@ def build_report(scan: Scan) -> Report:
     del tokens
     label_counts = {label: hist @ table(lambda o, label=label: o.label == label) for label in LABELS}
     pattern_counts: Counter = Counter()
-    for code, count in enumerate(hist.sum(axis=0).tolist()):
+    per_outcome = hist.sum(axis=0)
+    quote_reasks = int(per_outcome @ table(lambda o: o.quote_reasks))
+    for code, count in enumerate(per_outcome.tolist()):
         if count:
             pattern_counts[outcome_list[code].agreement] += count
 
@@ -258,7 +261,7 @@ def build_report(scan: Scan) -> Report:
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
                   keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)},
-                  superseded=int(len(keep) - keep.sum()))
+                  superseded=int(len(keep) - keep.sum()), quote_reasks=quote_reasks)
 
 
 def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[ItemTallies],
