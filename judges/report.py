@@ -22,7 +22,7 @@ from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
 
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import as_paths, read_results
-from userturn.core.taxonomy import FOLLOWUP, LABELS
+from userturn.core.taxonomy import LABELS, is_followup
 
 UNFINGERPRINTED = "unfingerprinted"
 
@@ -213,7 +213,7 @@ def build_report(scan: Scan) -> Report:
     hist = np.bincount(rows.astype(np.int64) * n_out + codes, minlength=n_rows * n_out).reshape(n_rows, n_out)
     counts = {name: hist @ table(fn) for name, fn in {
         "n": lambda o: o.label is not None,
-        "followups": lambda o: o.label == FOLLOWUP,
+        "followups": lambda o: is_followup(o.label),
         "judge_failures": lambda o: o.ok and o.judge_error,
         "generation_errors": lambda o: not o.ok,
         "unjudged": lambda o: o.ok and o.label is None and not o.judge_error,
@@ -234,7 +234,7 @@ def build_report(scan: Scan) -> Report:
             pattern_counts[outcome_list[code].agreement] += count
 
     present = np.unique(rows).tolist()
-    tallies = _row_tallies(rows, items, table(lambda o: o.label == FOLLOWUP).astype(np.int8)[codes],
+    tallies = _row_tallies(rows, items, table(lambda o: is_followup(o.label)).astype(np.int8)[codes],
                            table(lambda o: o.label is not None).astype(np.int8)[codes], present)
     accuracy = _item_accuracy(rows, items, table(lambda o: o.correct is True).astype(np.int8)[codes],
                               table(lambda o: o.correct is not None).astype(np.int8)[codes], present)

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from userturn.judges.label_notice import FAILURE_SHARE, label_notice
+from userturn.judges.report import summarise
 
 from userturn.cli import main
 from userturn.core.records import JudgeVerdict, ProbeRecord, record_key
-from userturn.judges.label_notice import FAILURE_SHARE, label_notice
-from userturn.judges.report import summarise
 
 FIXTURES = Path(__file__).parent / "fixtures" / "judges"
 BASE = "http://judge.test/v1"
@@ -58,7 +58,7 @@ def test_a_failed_judge_is_named_with_the_command_that_retries_exactly_those(
     command = out.split("Retry exactly those (keeps every ok verdict): ", 1)[1].splitlines()[0]
     source = judged.with_name("results.jsonl")
     assert command == f"userturn judge {source} --judge-model kw --judge-base-url URL"
-    argv = shlex.split(command.replace("URL", BASE))[1:] + ["--no-progress"]
+    argv = [*shlex.split(command.replace("URL", BASE))[1:], "--no-progress"]
     assert judge(argv, OK) == 5  # exactly the 5 failed records, into the same judged copy
     assert not judged.with_name("results.judged.judged.jsonl").exists()
     again = report(capsys, str(judged))
