@@ -43,9 +43,19 @@ def config_line(obj: Any) -> ConfigLine | None:
 
 
 def is_config_line(raw: bytes) -> bool:
-    """Whether a raw line is a configuration line, without parsing it: userturn writes `"type"` first on them
-    (`ConfigLine`). For readers that validate records from bytes (`ProbeRecord.model_validate_json`)."""
-    return raw.lstrip().startswith(b'{"type":"config"')
+    """Whether a raw results line is a configuration line (`config_line` of its JSON is one), in whatever key order
+    and spacing it was written (`json.dumps`, `jq -S`); what userturn writes (`"type"` first, compact) is told
+    without parsing. A line that is not JSON is no configuration line (the readers of records name it)."""
+    line = raw.lstrip()
+    if line.startswith(b'{"type":"config"'):
+        return True
+    if b'"type"' not in line or b'"config"' not in line:
+        return False
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "config"
 
 
 def read_configs(path: str | Path) -> dict[str, ConfigLine]:
@@ -56,7 +66,7 @@ def read_configs(path: str | Path) -> dict[str, ConfigLine]:
     if not path.is_file():
         return configs
     for _, raw, _complete in iter_lines(path):
-        if not is_config_line(raw) and b'"config":{' not in raw:
+        if b'"config"' not in raw:  # neither a configuration line nor a record of schema 2 carrying one
             continue
         try:
             obj = orjson.loads(raw)
