@@ -101,6 +101,7 @@ class CompactReport:
     configs: int = 0  # configuration lines kept: the first of each fingerprint
     dropped_configs: int = 0  # later configuration lines of a fingerprint already described (earlier runs' resumes)
     torn_tail: bool = False
+    stale_temporaries: int = 0  # hidden temporary files of compacts whose process is gone, removed
 
     @property
     def superseded(self) -> int:
@@ -111,10 +112,12 @@ def compact(path: str | Path) -> CompactReport:
     """Rewrite a results file to the first configuration line of each fingerprint and the last record line of each
     (key, configuration), byte for byte and in file order, under the writer lock; the new file replaces the old one
     atomically. A configuration only records of schema 2 carry gets a configuration line at the top. A malformed
-    line is a UserError naming file:line, and nothing is rewritten."""
+    line is a UserError naming file:line, and nothing is rewritten. Temporary files an interrupted compact of this
+    file left behind (its process is gone) are removed first."""
     path = Path(path)
     report = CompactReport()
     with results_lock.results_lock(path):
+        report.stale_temporaries = _remove_stale_temporaries(path)
         last: dict[tuple[str, str | None], int] = {}
         first_config: dict[str, int] = {}
         legacy: dict[str, ConfigLine] = {}
@@ -142,7 +145,7 @@ def compact(path: str | Path) -> CompactReport:
         keep = {*first_config.values(), *last.values()}
         described = [config for fingerprint, config in legacy.items() if fingerprint not in first_config]
         report.kept, report.configs = len(last), len(first_config) + len(described)
-        temporary = path.with_name(f".{path.name}.compact-{os.getpid()}")
+        temporary = path.with_name(f"{_temporary_prefix(path)}{os.getpid()}")
         try:
             with temporary.open("wb") as out:
                 out.writelines(config.model_dump_json().encode() + b"\n" for config in described)
@@ -161,6 +164,34 @@ def compact(path: str | Path) -> CompactReport:
             finally:
                 os.close(fd)
     return report
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}.compact-"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _remove_stale_temporaries(path: Path) -> int:
+    """Remove the `.NAME.compact-PID` files beside `path` whose process no longer runs (a compact killed before its
+    rename); the number removed. Called under the writer lock."""
+    prefix, removed = _temporary_prefix(path), 0
+    with contextlib.suppress(OSError), os.scandir(path.parent) as entries:
+        stale = [entry.path for entry in entries if entry.name.startswith(prefix)
+                 and entry.name[len(prefix):].isdigit() and not _process_alive(int(entry.name[len(prefix):]))]
+    for name in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+            removed += 1
+    return removed
 
 
 def _cut_torn_tail(path: Path) -> None:
