@@ -73,14 +73,13 @@ def retry_command(groups: Sequence[GroupSummary], named: PathLike | Sequence[Pat
     prompt = _prompt_flag({p.split("@", 1)[1] for p in panel if "@" in p})
     files = " ".join(shlex.quote(f) for f in judge_sources(named))
     judges = " ".join(f"--judge-model {shlex.quote(m)}" for m in models)
-    url = " ".join("--judge-base-url URL" for _ in models)
     out = ""
     items = [named] if isinstance(named, str | Path) else list(named)
     if len(items) == 1 and Path(items[0]).name.endswith(JUDGED_SUFFIX) and \
             judge_sources(named) == [str(items[0])]:  # a judged copy without its source: a new copy
         copy = Path(items[0])
         out = " --out " + shlex.quote(str(copy.with_name(copy.name[: -len(JUDGED_SUFFIX)] + ".retried.jsonl")))
-    return f"userturn judge {files}{out} {judges} {url}{prompt}"
+    return f"userturn judge {files}{out} --judge-base-url URL {judges}{prompt}"  # one URL serves every judge
 
 
 def _failure_notice(groups: Sequence[GroupSummary], named: PathLike | Sequence[PathLike]) -> LabelNotice:

@@ -57,7 +57,7 @@ def test_a_failed_judge_is_named_with_the_command_that_retries_exactly_those(
     assert "(judge failed: no rate below is a measurement)" in out
     command = out.split("Retry exactly those (keeps every ok verdict): ", 1)[1].splitlines()[0]
     source = judged.with_name("results.jsonl")
-    assert command == f"userturn judge {source} --judge-model kw --judge-base-url URL"
+    assert command == f"userturn judge {source} --judge-base-url URL --judge-model kw"
     argv = [*shlex.split(command.replace("URL", BASE))[1:], "--no-progress"]
     assert judge(argv, OK) == 5  # exactly the 5 failed records, into the same judged copy
     assert not judged.with_name("results.judged.judged.jsonl").exists()
@@ -68,7 +68,7 @@ def test_a_failed_judge_is_named_with_the_command_that_retries_exactly_those(
 def test_markdown_and_latex_carry_the_judge_failure_caveat(judged: Path, capsys: pytest.CaptureFixture[str]) -> None:
     md = report(capsys, str(judged), "--format", "markdown")
     assert md.startswith("> **Caveat:** The judge failed on 5 of 8 generated records (outside n); no judge model")
-    assert f"Retry: userturn judge {judged.with_name('results.jsonl')} --judge-model kw" in md
+    assert f"Retry: userturn judge {judged.with_name('results.jsonl')} --judge-base-url URL --judge-model kw" in md
     tex = report(capsys, str(judged), "--format", "latex")
     assert tex.startswith("% CAVEAT: The judge failed on 5 of 8 generated records") and "\\begin{tabular}" in tex
 
@@ -102,4 +102,24 @@ def test_a_partial_failure_above_the_threshold_goes_above_the_table(tmp_path: Pa
     assert below is not None and not below.above and "may be biased" not in below.text
     assert "the judge failed on 1 of 20 generated records (5%" in below.text
     assert above is not None and above.above and "may be biased" in above.text and "2 of 20" in above.text
-    assert "userturn judge " + str(tmp_path / "r.jsonl") + " --judge-model j" in above.text
+    assert "userturn judge " + str(tmp_path / "r.jsonl") + " --judge-base-url URL --judge-model j" in above.text
+
+
+def test_the_report_counts_the_reasks_for_quoted_or_conflicting_verdicts(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from userturn.judges.report import summarise_file
+
+    from userturn.core.jsonl import JsonlWriter
+
+    records = _rows(0, 4)
+    records[0].judges[0].quote_reasks, records[3].judges[0].quote_reasks = 2, 1
+    path = tmp_path / "r.jsonl"
+    with JsonlWriter(path) as writer:
+        for r in records:
+            writer.write(r)
+    assert summarise_file(path).quote_reasks == 3
+    out = " ".join(report(capsys, str(path)).split())
+    assert "judge re-asks: 3 replies held only a verdict quoted from the generated turn, or two different" in out
+    html = tmp_path / "r.html"
+    assert main(["report", str(path), "--html", str(html)]) == 0
+    assert "judge re-asks: 3 replies" in " ".join(html.read_text().split())
