@@ -34,12 +34,15 @@ class ReadReport:
     configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> configuration (its first line)
 
 
+def _is_config(obj: Any) -> bool:
+    """What makes a decoded results line a configuration line, for every reader: `"type": "config"`."""
+    return isinstance(obj, dict) and obj.get("type") == "config"
+
+
 def config_line(obj: Any) -> ConfigLine | None:
     """A decoded results line as a `ConfigLine` when it is one (`"type": "config"`), else None (a record).
     Raises ValidationError for a malformed configuration line."""
-    if isinstance(obj, dict) and obj.get("type") == "config":
-        return ConfigLine.model_validate(obj)
-    return None
+    return ConfigLine.model_validate(obj) if _is_config(obj) else None
 
 
 def is_config_line(raw: bytes) -> bool:
@@ -55,7 +58,7 @@ def is_config_line(raw: bytes) -> bool:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:
         return False
-    return isinstance(obj, dict) and obj.get("type") == "config"
+    return _is_config(obj)
 
 
 def read_configs(path: str | Path) -> dict[str, ConfigLine]:
