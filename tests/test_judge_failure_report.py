@@ -123,3 +123,33 @@ def test_the_report_counts_the_reasks_for_quoted_or_conflicting_verdicts(tmp_pat
     html = tmp_path / "r.html"
     assert main(["report", str(path), "--html", str(html)]) == 0
     assert "judge re-asks: 3 replies" in " ".join(html.read_text().split())
+
+
+def test_the_html_report_names_the_failed_judge_above_the_table(judged: Path) -> None:
+    html = judged.with_name("report.html")
+    assert main(["report", str(judged), "--html", str(html)]) == 0
+    page = " ".join(html.read_text().split())
+    notice = page.index('<p class="warn">the judge failed on 5 of 8 generated records')
+    assert notice < page.index("<h2>Follow-up rate by group</h2>")
+    assert f"userturn judge {judged.with_name('results.jsonl')} --judge-base-url URL --judge-model kw" in page
+    assert "rules only" not in page and "judged.judged" not in page
+
+
+def test_the_run_printout_names_a_failed_inline_judge(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+    from userturn.judges.run_view import print_run_report
+
+    from userturn.core.jsonl import JsonlWriter
+
+    path = tmp_path / "results.jsonl"
+    with JsonlWriter(path) as writer:
+        for r in _rows(4, 4):  # the inline judge failed on every record
+            writer.write(r)
+    out = io.StringIO()
+    print_run_report(Console(file=out, width=1000), path)
+    text = out.getvalue()
+    assert "(judge failed: no rate below is a measurement)" in text and "rules only" not in text
+    assert text.index("NOTICE: the judge failed on 4 of 4 generated records") < text.index("userturn report:")
+    assert f"userturn judge {path} --judge-base-url URL --judge-model j" in text
