@@ -153,3 +153,18 @@ def test_the_run_printout_names_a_failed_inline_judge(tmp_path: Path) -> None:
     assert "(judge failed: no rate below is a measurement)" in text and "rules only" not in text
     assert text.index("NOTICE: the judge failed on 4 of 4 generated records") < text.index("userturn report:")
     assert f"userturn judge {path} --judge-base-url URL --judge-model j" in text
+
+
+def test_a_rules_only_file_is_not_a_measurement_in_markdown_and_latex(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from userturn.core.jsonl import JsonlWriter
+
+    path = tmp_path / "r.jsonl"
+    with JsonlWriter(path) as writer:
+        for r in _rows(0, 3):
+            r.label, r.label_source, r.judges = "empty", "rule", []
+            writer.write(r)
+    for fmt, prefix in (("markdown", "> **Caveat:** "), ("latex", "% CAVEAT: ")):
+        text = report(capsys, str(path), "--format", fmt)
+        assert text.startswith(prefix + "Labelled by rules only (they never label a genuine follow-up): not a "
+                                        "measurement."), text
