@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from userturn.judges.prompt import DEFAULT_PROMPT, packaged_prompt
+from userturn.judges.prompt import DEFAULT_PROMPT, packaged_names, packaged_prompt
 from userturn.judges.report import GroupSummary
 from userturn.judges.report_table import fmt_temp
 
-from userturn.core.errors import UserError
 from userturn.core.results_files import JUDGED_SUFFIX
 
 FAILURE_SHARE = 0.05  # of a row's generated records: a judge failure share above it is a notice above the table
@@ -51,23 +50,19 @@ def judge_sources(named: PathLike | Sequence[PathLike]) -> list[str]:
 
 
 def _prompt_flag(shas: set[str]) -> str:
-    """`--judge-prompt` for the prompt the panel used ('' for the default; a placeholder for an unknown file)."""
+    """`--judge-prompt` for the prompt the panel used ('' for the default; a placeholder for a file not shipped)."""
     if not shas:
         return ""
-    for version in range(9, 0, -1):
-        name = f"judge_v{version}"
-        try:
-            sha = packaged_prompt(name).sha256
-        except UserError:  # a version not shipped
-            continue
-        if sha[:12] in shas:
-            return "" if f"{name}.md" == DEFAULT_PROMPT else f" --judge-prompt {name}"
+    for name in packaged_names():
+        if packaged_prompt(name).sha256[:12] in shas:
+            return "" if name == DEFAULT_PROMPT else f" --judge-prompt {name.removesuffix('.md')}"
     return " --judge-prompt FILE.md"
 
 
 def retry_command(groups: Sequence[GroupSummary], named: PathLike | Sequence[PathLike]) -> str:
     """The one command that asks the judge panel again for exactly the records it failed on: `userturn judge` on
-    the source files (records with an ok verdict are kept, no request sent), writing the judged copies again."""
+    the source files (records with an ok verdict are kept, no request sent), writing the judged copies again. The
+    judges are named in name order (the records do not keep the panel's order, which breaks majority ties)."""
     panel = sorted({p for g in groups if g.judge_failures for p in g.judge_panel})
     models = list(dict.fromkeys(p.split("@", 1)[0] for p in panel)) or ["NAME"]
     prompt = _prompt_flag({p.split("@", 1)[1] for p in panel if "@" in p})

@@ -168,3 +168,12 @@ def test_a_rules_only_file_is_not_a_measurement_in_markdown_and_latex(tmp_path: 
         text = report(capsys, str(path), "--format", fmt)
         assert text.startswith(prefix + "Labelled by rules only (they never label a genuine follow-up): not a "
                                         "measurement."), text
+
+
+def test_the_retry_command_names_the_prompt_the_panel_used() -> None:
+    from userturn.judges.label_notice import _prompt_flag
+    from userturn.judges.prompt import packaged_prompt
+
+    assert _prompt_flag({packaged_prompt("judge_v3").sha256[:12]}) == ""  # the default
+    assert _prompt_flag({packaged_prompt("judge_v2").sha256[:12]}) == " --judge-prompt judge_v2"
+    assert _prompt_flag({"0123456789ab"}) == " --judge-prompt FILE.md"
