@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from pathlib import Path
 
+from userturn.serve import router_follower
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv
 from userturn.serve.manifest import Manifest
 
@@ -83,44 +85,9 @@ while True:
     time.sleep(2)
 """.strip()
 
-# Task 0, next to the router: every replica whose endpoint appears later (or moves, after a requeue) is added to the
-# router (POST /workers, or /add_worker on older routers); a replica's old URL is removed. Standard library only.
-FOLLOW_REPLICAS = r"""
-import json, os, sys, time, urllib.parse, urllib.request
-folder, job, n, router = sys.argv[1], sys.argv[2], int(sys.argv[3]), "http://127.0.0.1:" + os.environ["ROUTER_PORT"]
-known = {}
-first = set(os.environ.get("WORKERS", "").split())
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-def post(path, body=None):
-    req = urllib.request.Request(router + path, data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    opener.open(req, timeout=30).close()
-def add(url):
-    try:
-        post("/workers", json.dumps({"url": url}).encode())
-    except Exception:
-        post("/add_worker?url=" + urllib.parse.quote(url, safe=""))
-while True:
-    for i in range(n):
-        try:
-            with open(os.path.join(folder, "%s_%d.json" % (job, i))) as fh:
-                url = json.load(fh)["base_url"].rsplit("/v1", 1)[0]
-        except (OSError, ValueError, KeyError):
-            continue
-        if known.get(i) == url:
-            continue
-        try:
-            if url not in first:
-                add(url)
-                print("userturn: router: added replica %d at %s" % (i, url), flush=True)
-            if known.get(i):
-                post("/remove_worker?url=" + urllib.parse.quote(known[i], safe=""))
-            known[i] = url
-        except Exception as exc:
-            print("userturn: router: replica %d at %s not added yet (%s)" % (i, url, exc), flush=True)
-        first.discard(url)
-    time.sleep(5)
-""".strip()
+# Task 0, next to the router: replicas that appear later or move after a requeue are added to the router and a moved
+# replica's old URL is removed (serve/router_follower.py, standard library only, run as `python -c`).
+FOLLOW_REPLICAS = Path(router_follower.__file__).read_text(encoding="utf-8")
 
 FREE_PORT = "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
 
@@ -190,8 +157,7 @@ def _router_lines(m: Manifest) -> list[str]:
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
         "    # replicas that start later (or move after a requeue) join the running router",
-        f'    WORKERS="$WORKERS" "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" '
-        f"{m.replicas} &",
+        f'    "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas} &',
         "fi",
     ]
 
