@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 from pathlib import Path
 
 from userturn.serve import router_follower
@@ -29,6 +28,7 @@ PLACEHOLDERS = {
     "__USERTURN_API_KEY__": '"$USERTURN_API_KEY"',
     "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
 }
+DEFAULT_PYTHON = "python3"  # on the job's PATH (after the manifest's setup: lines); $USERTURN_PYTHON overrides it
 CPU_ENGINE_CPUS, CPU_ENGINE_MEM = 2, "8G"
 CPUS_PER_GPU, MEM_GB_PER_GPU = 4, 64
 
@@ -194,11 +194,13 @@ def _hub_lines(m: Manifest) -> list[str]:
 
 
 def render_slurm(m: Manifest, *, python: str | None = None) -> str:
-    """The sbatch script (see the module docstring). `python`: default the manifest's, else this interpreter."""
+    """The sbatch script (see the module docstring). Its Python is $USERTURN_PYTHON at run time, else `python`, else
+    the manifest's `cluster.slurm.python`, else `python3` on the job's PATH: never a path of the emitting machine
+    that the manifest or caller did not name."""
     check_deployable(m)
     s = m.cluster.slurm
     label = slug(m.label)
-    py = python or s.python or sys.executable
+    py = python or s.python or DEFAULT_PYTHON
     cpus, mem = resources(m)
     lines = ["#!/bin/bash", f"#SBATCH --job-name=userturn-{label}", f"#SBATCH --nodes={m.nnodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --mem={mem}"]

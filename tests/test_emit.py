@@ -102,7 +102,7 @@ def test_slurm_defaults_per_engine() -> None:
     cpu = render_slurm(parse_manifest({"engine": "transformers", "model": "m"})).splitlines()
     assert "#SBATCH --cpus-per-task=2" in cpu and "#SBATCH --mem=8G" in cpu
     assert not any("--gpus" in ln for ln in cpu)
-    assert f'export USERTURN_PYTHON="${{USERTURN_PYTHON:-{sys.executable}}}"' in cpu  # the installing env
+    assert 'export USERTURN_PYTHON="${USERTURN_PYTHON:-python3}"' in cpu  # the job's, never this machine's
     gpu = render_slurm(parse_manifest({"engine": "sglang", "model": "m", "tp_size": 2})).splitlines()
     assert "#SBATCH --cpus-per-task=8" in gpu and "#SBATCH --mem=128G" in gpu and "#SBATCH --gpus-per-node=2" in gpu
     own = render_slurm(parse_manifest({"engine": "sglang", "model": "m", "cluster": {"slurm": {
