@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -23,6 +24,10 @@ from userturn.serve.manifest import parse_manifest
 from userturn.serve.slurm_script import render_slurm
 
 DEADLINE_S = 60.0
+# the router looks up each worker's tokenizer on the hub: pointed at a closed loopback port, never the internet;
+# its requests to the workers never go through a proxy
+LOOPBACK_ONLY = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost",
+                 "no_proxy": "127.0.0.1,localhost"}
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -106,7 +111,7 @@ def test_follower_removes_a_requeued_replica_from_the_real_router(tmp_path: Path
         m = parse_manifest({"engine": "sglang", "model": "m", "host": "127.0.0.1", "replicas": 2,
                             "router": {"policy": "round_robin"}})
         router = subprocess.Popen(router_argv(m, [first], port=port, python=sys.executable), stdout=out,
-                                  stderr=subprocess.STDOUT)
+                                  stderr=subprocess.STDOUT, env={**os.environ, **LOOPBACK_ONLY})
         follower = None
         try:
             base = f"http://127.0.0.1:{port}"
