@@ -193,14 +193,33 @@ def _hub_lines(m: Manifest) -> list[str]:
     return lines
 
 
+HOME_WORD = "__USERTURN_HOME__"  # a manifest path under ~ stays under the job's $HOME, not the emitting user's
+
+
+def _job_home(m: Manifest) -> Manifest:
+    """`m` with its `~/` paths (model, tokenizer, chat template) written as HOME_WORD/..., where the rest needs no
+    shell quoting (HOME_WORD becomes "$HOME" in the script); other values unchanged."""
+    update = {}
+    for key in ("model", "tokenizer", "chat_template"):
+        value = getattr(m, key)
+        if isinstance(value, str) and value.startswith("~/") and shlex.quote(value[2:]) == value[2:]:
+            update[key] = f"{HOME_WORD}/{value[2:]}"
+    if update and "model" in update:
+        update["served_model_name"] = m.request_model_name  # the name sent in requests, as the manifest wrote it
+    return m.model_copy(update=update) if update else m
+
+
 def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     """The sbatch script (see the module docstring). Its Python is $USERTURN_PYTHON at run time, else `python`, else
     the manifest's `cluster.slurm.python`, else `python3` on the job's PATH: never a path of the emitting machine
     that the manifest or caller did not name."""
     check_deployable(m)
+    m = _job_home(m)
     s = m.cluster.slurm
     label = slug(m.label)
     py = python or s.python or DEFAULT_PYTHON
+    if py.startswith("~/"):
+        py = "$HOME/" + py[2:]  # expanded by the job, inside the double quotes below
     cpus, mem = resources(m)
     lines = ["#!/bin/bash", f"#SBATCH --job-name=userturn-{label}", f"#SBATCH --nodes={m.nnodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --mem={mem}"]
@@ -259,4 +278,4 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         *(_router_lines(m) if m.router else []),
         'wait "$SERVER"',
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).replace(HOME_WORD, '"$HOME"') + "\n"

@@ -6,6 +6,7 @@ line naming the key."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,20 @@ def test_a_chat_template_that_cannot_be_shipped_is_one_line(tmp_path: Path) -> N
     with pytest.raises(UserError, match=r"chat_template: \./big\.jinja: 614400 bytes is too large to ship in a "
                                         r"ConfigMap \(at most 524288\): put it in the model cache"):
         render_k8s(load_manifest(path))
+
+
+def test_slurm_paths_under_home_stay_under_the_jobs_home(tmp_path: Path) -> None:
+    """`~/...` in a manifest is the home of whoever runs the job, not of the user who emitted the script."""
+    m = parse_manifest({"engine": "sglang", "model": "~/models/q", "chat_template": "~/t.jinja",
+                        "cluster": {"slurm": {"python": "~/venv/bin/python"}}})
+    script = render_slurm(m)
+    assert_no_machine_path(script)
+    lines = script.splitlines()
+    model = next(ln for ln in lines if ln.startswith("export MODEL="))
+    python = next(ln for ln in lines if ln.startswith("export USERTURN_PYTHON="))
+    job_home = tmp_path / "job home"
+    out = subprocess.run(["bash", "-c", f'{python}; {model}; echo "$USERTURN_PYTHON|$MODEL|$SERVED"'],
+                         env={"HOME": str(job_home), "PATH": os.environ["PATH"]}, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == f"{job_home}/venv/bin/python|{job_home}/models/q|~/models/q"  # the served name as written
+    assert "--chat-template \"$HOME\"/t.jinja" in next(ln for ln in lines if ln.startswith("srun "))
