@@ -1,8 +1,10 @@
 """Keeps a running sglang-router (the 0.3 worker API) in step with the replicas' endpoint files: a replica that
 appears is added (`POST /workers`), a replica that moved (a requeued SLURM task) has its new URL added and its old
-URL removed (`DELETE /workers/{id}`, the id read from `GET /workers`). Nothing else the router lists is touched.
+URL removed (`DELETE /workers/{id}`, the id read from `GET /workers`), as is the URL of a replica whose endpoint
+file is gone (its task ended). Workers that no replica of this job ever had are not touched.
 
-    python router_follower.py ENDPOINT_DIR JOB N [POLL_S]     (the router listens on 127.0.0.1:$ROUTER_PORT)
+    python router_follower.py ENDPOINT_DIR JOB N [URL ...]   (the router's first worker URLs; the router listens
+                                                             on 127.0.0.1:$ROUTER_PORT; $USERTURN_ROUTER_POLL_S)
 
 Standard library only: the sbatch script runs this file's text with the job's Python (`python -c`), which need not
 have userturn installed. Errors are printed once each (not every poll) and retried; a router without `/workers`
@@ -17,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from typing import Any
 
 RETRY_S = 60.0  # an add or removal the router accepted but has not done yet is asked again after this long
@@ -62,36 +65,29 @@ def replica_urls(folder: str, job: str, n: int) -> dict[int, str]:
 
 
 class Follower:
-    """What the router should hold: each replica's latest URL; and what it should lose: the URLs replicas left."""
+    """What the router should hold: the URL in each replica's endpoint file; what it should lose: every other URL a
+    replica had (the router's first worker list included), e.g. the old URL of a replica that moved."""
 
-    def __init__(self) -> None:
-        self.current: dict[int, str] = {}
-        self.stale: set[str] = set()
+    def __init__(self, initial: Iterable[str] = ()) -> None:
+        self.known: set[str] = set(initial)  # every URL a replica of this job served at
         self.asked: dict[tuple[str, str], float] = {}  # (POST|DELETE, url) -> when it was last asked
 
     def step(self, router: Router, urls: dict[int, str], now: float) -> list[str]:
         """One reconciliation against the router's list; returns the lines to print."""
-        for i, url in urls.items():
-            old = self.current.get(i)
-            if old is not None and old != url:
-                self.stale.add(old)
-            self.current[i] = url
-        wanted = set(self.current.values())
-        self.stale -= wanted  # a URL another replica now uses is not stale
+        wanted = set(urls.values())
+        self.known |= wanted
         registered = router.workers()
         out = []
-        for i, url in sorted(self.current.items()):
+        for i, url in sorted(urls.items()):
             if url not in registered and self._due("POST", url, now):
                 router.add(url)
                 self.asked[("POST", url)] = now
                 out.append(f"userturn: router: adding replica {i} at {url}")
-        for url in sorted(self.stale):
-            if url not in registered:
-                self.stale.discard(url)
-            elif self._due("DELETE", url, now):
+        for url in sorted(self.known - wanted):
+            if url in registered and self._due("DELETE", url, now):
                 router.remove(registered[url])
                 self.asked[("DELETE", url)] = now
-                out.append(f"userturn: router: removing {url} (its replica moved)")
+                out.append(f"userturn: router: removing {url} (no replica serves there now)")
         return out
 
     def _due(self, method: str, url: str, now: float) -> bool:
@@ -101,10 +97,10 @@ class Follower:
 
 
 def main(argv: list[str]) -> int:
-    folder, job, n = argv[0], argv[1], int(argv[2])
-    poll = float(argv[3]) if len(argv) > 3 else POLL_S
+    folder, job, n, initial = argv[0], argv[1], int(argv[2]), argv[3:]
+    poll = float(os.environ.get("USERTURN_ROUTER_POLL_S") or POLL_S)
     router = Router("http://127.0.0.1:" + os.environ["ROUTER_PORT"])
-    follower, last_error = Follower(), ""
+    follower, last_error = Follower(initial), ""
     while True:
         try:
             for line in follower.step(router, replica_urls(folder, job, n), time.monotonic()):

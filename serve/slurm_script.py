@@ -157,7 +157,7 @@ def _router_lines(m: Manifest) -> list[str]:
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
         "    # replicas that start later (or move after a requeue) join the running router",
-        f'    "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas} &',
+        f'    "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas} $WORKERS &',
         "fi",
     ]
 

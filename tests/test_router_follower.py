@@ -87,56 +87,83 @@ def _write_endpoint(folder: Path, task: int, root: str) -> None:
     (folder / f"77_{task}.json").write_text(json.dumps({"base_url": root + "/v1"}))
 
 
-def _follower_argv(folder: Path, replicas: int) -> list[str]:
-    """The follower exactly as the emitted sbatch script starts it (its "$VAR" words filled in), polling fast."""
+def _follower_argv(folder: Path, replicas: int, initial: list[str]) -> list[str]:
+    """The follower exactly as the emitted sbatch script starts it, its "$VAR" words filled in ($WORKERS: the
+    router's first worker URLs, one argument each)."""
     m = parse_manifest({"engine": "sglang", "model": "m", "replicas": replicas, "router": {"policy": "round_robin"}})
     script = render_slurm(m)
     lexer = shlex.shlex(script[script.index('"$USERTURN_PYTHON" -c \'"""Keeps a running sglang-router'):], posix=True,
                         punctuation_chars=True)
+    lexer.wordchars += "$"
     words = []
     for word in lexer:  # the command up to the `&` that puts it in the background
         words.append(word)
         if word == "&":
             break
-    assert words[:2] == ["$USERTURN_PYTHON", "-c"] and words[-1] == "&", words
-    values = {"$USERTURN_PYTHON": sys.executable, "$ENDPOINT_DIR": str(folder), "$JOB": "77"}
-    return [values.get(w, w) for w in words[:-1]] + ["0.2"]
+    assert words[:2] == ["$USERTURN_PYTHON", "-c"] and words[-2:] == ["$WORKERS", "&"], words
+    values = {"$USERTURN_PYTHON": [sys.executable], "$ENDPOINT_DIR": [str(folder)], "$JOB": ["77"],
+              "$WORKERS": initial}
+    return [v for w in words[:-1] for v in values.get(w, [w])]
 
 
-def test_follower_removes_a_requeued_replica_from_the_real_router(tmp_path: Path) -> None:
+@contextmanager
+def _router_and_follower(tmp_path: Path, initial: list[str], replicas: int = 2) -> Iterator[Callable[[], set[str]]]:
+    """The real sglang-router started with `initial` as its workers, then the follower beside it (polling every
+    0.2 s); yields a function listing the router's worker URLs. The endpoint files must be written by the caller."""
     pytest.importorskip("sglang_router", reason="sglang-router is not installed (pip install -e '.[test]')")
-    log = tmp_path / "processes.log"
-    with _http(_Worker) as first, _http(_Worker) as later, _http(_Worker) as moved, log.open("w") as out:
-        port = _free_port()
-        m = parse_manifest({"engine": "sglang", "model": "m", "host": "127.0.0.1", "replicas": 2,
-                            "router": {"policy": "round_robin"}})
-        router = subprocess.Popen(router_argv(m, [first], port=port, python=sys.executable), stdout=out,
+    port = _free_port()
+    m = parse_manifest({"engine": "sglang", "model": "m", "host": "127.0.0.1", "replicas": replicas,
+                        "router": {"policy": "round_robin"}})
+    base = f"http://127.0.0.1:{port}"
+
+    def listed() -> set[str]:
+        return {w["url"] for w in _get(base + "/workers")["workers"]}
+
+    with (tmp_path / "processes.log").open("w") as out:
+        router = subprocess.Popen(router_argv(m, initial, port=port, python=sys.executable), stdout=out,
                                   stderr=subprocess.STDOUT, env={**os.environ, **LOOPBACK_ONLY})
         follower = None
         try:
-            base = f"http://127.0.0.1:{port}"
-
-            def listed() -> set[str]:
-                return {w["url"] for w in _get(base + "/workers")["workers"]}
-
-            _wait("the router answers /health with the first replica", lambda: listed() == {first}, log)
-            _write_endpoint(tmp_path, 0, first)
-            follower = subprocess.Popen(_follower_argv(tmp_path, 2), env={"ROUTER_PORT": str(port)}, stdout=out,
-                                        stderr=subprocess.STDOUT)
-            _write_endpoint(tmp_path, 1, later)
-            _wait("the later replica is added", lambda: listed() == {first, later}, log)
-            _write_endpoint(tmp_path, 1, moved)  # requeued: the task runs again elsewhere, its old URL is dead
-            _wait("the moved replica's old URL is removed and its new URL added",
-                  lambda: listed() == {first, moved}, log)
+            _wait("the router lists its first workers", lambda: listed() == set(initial), tmp_path / "processes.log")
+            follower = subprocess.Popen(_follower_argv(tmp_path, replicas, initial), stdout=out,
+                                        stderr=subprocess.STDOUT,
+                                        env={"ROUTER_PORT": str(port), "USERTURN_ROUTER_POLL_S": "0.2"})
+            yield listed
         finally:
             for proc in (follower, router):
                 if proc is not None:
                     proc.terminate()
                     proc.wait(timeout=30)
+
+
+def test_follower_removes_a_requeued_replica_from_the_real_router(tmp_path: Path) -> None:
+    log = tmp_path / "processes.log"
+    with _http(_Worker) as first, _http(_Worker) as later, _http(_Worker) as moved:
+        _write_endpoint(tmp_path, 0, first)
+        with _router_and_follower(tmp_path, [first]) as listed:
+            _write_endpoint(tmp_path, 1, later)
+            _wait("the later replica is added", lambda: listed() == {first, later}, log)
+            _write_endpoint(tmp_path, 1, moved)  # requeued: the task runs again elsewhere, its old URL is dead
+            _wait("the moved replica's old URL is removed and its new URL added",
+                  lambda: listed() == {first, moved}, log)
     text = log.read_text()
     assert f"userturn: router: adding replica 1 at {later}" in text
-    assert f"userturn: router: removing {later} (its replica moved)" in text
+    assert f"userturn: router: removing {later} (no replica serves there now)" in text
     assert "adding replica 0" not in text  # given to the router at its start, never added twice
+
+
+def test_follower_removes_a_replica_that_moved_before_it_started(tmp_path: Path) -> None:
+    """The router starts with both replicas; replica 1 moves before the follower's first look: its old URL is known
+    from the router's first worker list, and removed."""
+    log = tmp_path / "processes.log"
+    with _http(_Worker) as first, _http(_Worker) as old, _http(_Worker) as moved:
+        _write_endpoint(tmp_path, 0, first)
+        _write_endpoint(tmp_path, 1, moved)
+        with _router_and_follower(tmp_path, [first, old]) as listed:
+            _wait("the old URL replaced by the new one", lambda: listed() == {first, moved}, log)
+            (tmp_path / "77_1.json").unlink()  # the task ended (its EXIT trap removed the file): it leaves the router
+            _wait("a replica whose task ended is removed", lambda: listed() == {first}, log)
+    assert f"userturn: router: removing {old} (no replica serves there now)" in log.read_text()
 
 
 class _OldRouter(http.server.BaseHTTPRequestHandler):
@@ -154,7 +181,7 @@ class _OldRouter(http.server.BaseHTTPRequestHandler):
 def test_follower_names_a_router_without_the_workers_api(tmp_path: Path) -> None:
     _write_endpoint(tmp_path, 0, "http://n0:8000")
     with _http(_OldRouter) as base:
-        proc = subprocess.run(_follower_argv(tmp_path, 1), env={"ROUTER_PORT": base.rsplit(":", 1)[1]},
+        proc = subprocess.run(_follower_argv(tmp_path, 1, []), env={"ROUTER_PORT": base.rsplit(":", 1)[1]},
                               capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1
     assert proc.stdout.strip() == (f"userturn: router: {base}/workers answered 404: following replicas needs "
