@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from typing import Any
 
 RETRY_S = 60.0  # an add or removal the router accepted but has not done yet is asked again after this long
-POLL_S = 5.0
+POLL_S = 5.0  # the endpoint files are read this often
+RECHECK_S = 60.0  # the router's list is read when they change, and at least this often (its log stays short)
 
 
 class Router:
@@ -101,10 +102,16 @@ def main(argv: list[str]) -> int:
     poll = float(os.environ.get("USERTURN_ROUTER_POLL_S") or POLL_S)
     router = Router("http://127.0.0.1:" + os.environ["ROUTER_PORT"])
     follower, last_error = Follower(initial), ""
+    seen: dict[int, str] | None = None  # the endpoint files at the last reconciliation that changed nothing
+    checked = 0.0
     while True:
         try:
-            for line in follower.step(router, replica_urls(folder, job, n), time.monotonic()):
-                print(line, flush=True)
+            urls, now = replica_urls(folder, job, n), time.monotonic()
+            if urls != seen or now - checked >= RECHECK_S:  # the router is asked only when something may differ
+                lines = follower.step(router, urls, now)
+                for line in lines:
+                    print(line, flush=True)
+                seen, checked = (None if lines else urls), now  # after a change, look again at the next poll
             last_error = ""
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 405) and exc.url.endswith("/workers"):
