@@ -88,6 +88,8 @@ while True:
 # Task 0, next to the router: replicas that appear later or move after a requeue are added to the router and a moved
 # replica's old URL is removed (serve/router_follower.py, standard library only, run as `python -c`).
 FOLLOW_REPLICAS = Path(router_follower.__file__).read_text(encoding="utf-8")
+FOLLOW_END = "USERTURN_FOLLOWER_END"  # ends the here-document that carries it
+assert FOLLOW_END not in FOLLOW_REPLICAS
 
 FREE_PORT = "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
 
@@ -156,8 +158,13 @@ def _router_lines(m: Manifest) -> list[str]:
         "    ROUTER=$!",
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
-        "    # replicas that start later (or move after a requeue) join the running router",
-        f'    "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" {m.replicas} $WORKERS &',
+        "    # replicas that start later (or move after a requeue) join the running router; the follower's source,",
+        "    # verbatim (a quoted here-document expands nothing):",
+        f"    FOLLOW_REPLICAS=$(cat <<'{FOLLOW_END}'",
+        FOLLOW_REPLICAS.rstrip("\n"),
+        FOLLOW_END,
+        "    )",
+        f'    "$USERTURN_PYTHON" -c "$FOLLOW_REPLICAS" "$ENDPOINT_DIR" "$JOB" {m.replicas} $WORKERS &',
         "fi",
     ]
 

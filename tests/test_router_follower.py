@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pytest
 from userturn.serve.commands import router_argv
 from userturn.serve.manifest import parse_manifest
-from userturn.serve.slurm_script import render_slurm
+from userturn.serve.slurm_script import FOLLOW_END, FOLLOW_REPLICAS, render_slurm
 
 DEADLINE_S = 60.0
 # the router looks up each worker's tokenizer on the hub: pointed at a closed loopback port, never the internet;
@@ -88,21 +88,19 @@ def _write_endpoint(folder: Path, task: int, root: str) -> None:
 
 
 def _follower_argv(folder: Path, replicas: int, initial: list[str]) -> list[str]:
-    """The follower exactly as the emitted sbatch script starts it, its "$VAR" words filled in ($WORKERS: the
-    router's first worker URLs, one argument each)."""
+    """The follower exactly as the emitted sbatch script starts it: its source read by bash from the script's
+    here-document, its "$VAR" words filled in ($WORKERS: the router's first worker URLs, one argument each)."""
     m = parse_manifest({"engine": "sglang", "model": "m", "replicas": replicas, "router": {"policy": "round_robin"}})
-    script = render_slurm(m)
-    lexer = shlex.shlex(script[script.index('"$USERTURN_PYTHON" -c \'"""Keeps a running sglang-router'):], posix=True,
-                        punctuation_chars=True)
-    lexer.wordchars += "$"
-    words = []
-    for word in lexer:  # the command up to the `&` that puts it in the background
-        words.append(word)
-        if word == "&":
-            break
-    assert words[:2] == ["$USERTURN_PYTHON", "-c"] and words[-2:] == ["$WORKERS", "&"], words
-    values = {"$USERTURN_PYTHON": [sys.executable], "$ENDPOINT_DIR": [str(folder)], "$JOB": ["77"],
-              "$WORKERS": initial}
+    lines = render_slurm(m).splitlines()
+    start = lines.index(f"    FOLLOW_REPLICAS=$(cat <<'{FOLLOW_END}'")
+    end = lines.index("    )", start)
+    source = subprocess.run(["bash", "-c", "\n".join([*lines[start:end + 1], 'printf %s "$FOLLOW_REPLICAS"'])],
+                            capture_output=True, text=True, check=True).stdout
+    assert source == FOLLOW_REPLICAS.rstrip("\n")  # verbatim: nothing expanded or unquoted
+    words = shlex.split(lines[end + 1])
+    assert words[:3] == ["$USERTURN_PYTHON", "-c", "$FOLLOW_REPLICAS"] and words[-2:] == ["$WORKERS", "&"], words
+    values = {"$USERTURN_PYTHON": [sys.executable], "$FOLLOW_REPLICAS": [source], "$ENDPOINT_DIR": [str(folder)],
+              "$JOB": ["77"], "$WORKERS": initial}
     return [v for w in words[:-1] for v in values.get(w, [w])]
 
 
