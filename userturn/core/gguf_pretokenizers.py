@@ -4,11 +4,12 @@ A byte-level BPE vocabulary (`tokenizer.ggml.model = gpt2`) is split into words 
 named only by `tokenizer.ggml.pre`. llama.cpp maps each name to a list of regexes applied one after another
 (`llm_tokenizer_bpe` in its src/llama-vocab.cpp), each keeping matched and unmatched text as separate pieces; that is
 a `tokenizers` `Sequence` of `Split(regex, "isolated")`, then `ByteLevel` without its own regex, as Hugging Face's
-tokenizer.json files for these models spell it. The regexes below are those tokenizer.json originals that
-llama.cpp's comments quote (it rewrites some for std::regex or runs them in C++). The names are the ones llama.cpp
-0.3.36's sources (vendored in llama-cpp-python 0.3.36) accept with a plain-regex split and GPT-2 byte encoding; names
-whose split is hand-written C++ without a regex equivalent (kimi-k2, afmoe, superbpe, ...) or that skip the byte
-encoding (gemma4, whitespace, ...) are not here. tests/fixtures/llamacpp_token_ids.json holds llama.cpp's own ids.
+tokenizer.json files for these models spell it. The regexes are llama.cpp's, or the tokenizer.json originals its
+comments quote where it rewrote one for std::regex; its hand-written GPT-2 split also takes trailing whitespace,
+hence GPT-2's final `|\\s+`. The names are those the llama.cpp vendored in llama-cpp-python 0.3.36 (commit 0c1e570)
+accepts, except where its split has no regex form or skips the byte encoding (kimi-k2, afmoe, superbpe, chameleon,
+bailingmoe, granite-embed-multi, gemma4, sarvam-moe, whitespace): such a file is refused by name. Each distinct
+entry is checked against llama.cpp's own ids (tests/fixtures/tokenizer/llamacpp_token_ids.json).
 """
 
 from __future__ import annotations
@@ -57,6 +58,24 @@ BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
 DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
            r"\p{N}+", "[0-9][0-9][0-9]")
 
+_QWEN2_TAIL = r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+UFAKZEKA = r"[^\r\n\p{L}\p{N}]?\p{L}+" + _QWEN2_TAIL  # qwen2 without the contractions
+JAIS2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+         + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}")
+SEED_CODER = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)"
+              r"|\s+")
+EXAONE_MOE = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?"
+              r"|\s*[\r\n]|\s+(?!\S)|\s+")
+MINICPM5 = (r"\p{N}{1,3}", _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+            r"|\s+(?!\S)|\s+")
+_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+_WORDS_PUNCT = r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+SPARK2_5 = (r"\p{N}{1,3}", _KANA, _WORDS_PUNCT + r"| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}")
+YOUTU = ("[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c\u3001-\u303f"
+         "\ufe30-\ufe4f]+|[\u3105-\u312f]+|" + _KANA,
+         rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+         rf"{_CONTRACTIONS}?|\p{{N}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 
 class PreTokenizer(NamedTuple):
     """What llama.cpp does before the merges: the regexes, in order, and whether a word in the vocabulary is taken
@@ -91,18 +110,28 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
     **_names("falcon", PreTokenizer(FALCON)),
     **_names("poro-chat bloom gpt3-finnish", PreTokenizer((BLOOM,))),
     **_names("viking", PreTokenizer((BLOOM, r"\p{N}"))),
+    **_names("ufakzeka", PreTokenizer((UFAKZEKA,))),
+    **_names("jais-2", PreTokenizer((JAIS2,))),
+    **_names("seed-coder", PreTokenizer((SEED_CODER,))),
+    **_names("exaone-moe", PreTokenizer((EXAONE_MOE,))),
+    **_names("minicpm5", PreTokenizer(MINICPM5, ignore_merges=True)),
+    **_names("laguna", PreTokenizer(("[^\\n]+|[\\n]+", QWEN2))),
+    **_names("spark2_5", PreTokenizer(SPARK2_5)),
+    **_names("youtu", PreTokenizer(YOUTU, ignore_merges=True)),
+    **_names("tiny_aya cohere2moe", PreTokenizer((r"\d{1,3}(?=(?:\d{3})*\b)", GPT4O))),
 }
 
 
 def pre_tokenizer_for(pre: str | None, source: str) -> PreTokenizer:
     """The pre-tokenizer llama.cpp applies for `tokenizer.ggml.pre = pre` (its default when the key is absent);
-    a ValueError naming the value and `source` for a name it does not map, which llama.cpp refuses as well."""
+    a ValueError naming the value and `source` for a name not mapped here (llama.cpp too refuses a name it does not
+    know, rather than guess)."""
     if pre is None:
         return PRE_TOKENIZERS["default"]
     if pre not in PRE_TOKENIZERS:
-        raise ValueError(f"{source}: unknown GGUF pre-tokenizer tokenizer.ggml.pre = {pre!r} (known: "
-                         f"{', '.join(sorted(PRE_TOKENIZERS))}); pass the model's own tokenizer directory or hub id "
-                         "with --tokenizer")
+        raise ValueError(f"{source}: unknown GGUF pre-tokenizer tokenizer.ggml.pre = {pre!r} (not one of the "
+                         f"{len(PRE_TOKENIZERS)} llama.cpp names userturn maps, e.g. smollm, llama-bpe, qwen2); pass "
+                         "the model's own tokenizer directory or hub id with --tokenizer")
     return PRE_TOKENIZERS[pre]
 
 
