@@ -73,8 +73,14 @@ def test_the_file_s_pre_tokenizer_is_kept(cache: Path, tmp_path: Path):
     assert splits == list(PRE_TOKENIZERS["smollm"].splits) and splits[0] == r"\p{N}"
 
 
-def test_an_unknown_pre_tokenizer_is_one_line_naming_it(cache: Path, tmp_path: Path):
+def test_an_unknown_pre_tokenizer_is_one_line_naming_it(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     odd = write_tiny_gguf(tmp_path / "odd.gguf", pre="made-up-pre")
+    import transformers
+
+    def no_conversion(*_a, **_k):
+        raise AssertionError("converted before the pre-tokenizer was checked")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_conversion)
     with pytest.raises(UserError) as info:
         PromptRenderer.load(str(odd))
     message = str(info.value)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from userturn.core.errors import UserError
+
 _CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -124,12 +126,12 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
 
 def pre_tokenizer_for(pre: str | None, source: str) -> PreTokenizer:
     """The pre-tokenizer llama.cpp applies for `tokenizer.ggml.pre = pre` (its default when the key is absent);
-    a ValueError naming the value and `source` for a name not mapped here (llama.cpp too refuses a name it does not
+    a UserError naming the value and `source` for a name not mapped here (llama.cpp too refuses a name it does not
     know, rather than guess)."""
     if pre is None:
         return PRE_TOKENIZERS["default"]
     if pre not in PRE_TOKENIZERS:
-        raise ValueError(f"{source}: unknown GGUF pre-tokenizer tokenizer.ggml.pre = {pre!r} (not one of the "
+        raise UserError(f"{source}: unknown GGUF pre-tokenizer tokenizer.ggml.pre = {pre!r} (not one of the "
                          f"{len(PRE_TOKENIZERS)} llama.cpp names userturn maps, e.g. smollm, llama-bpe, qwen2); pass "
                          "the model's own tokenizer directory or hub id with --tokenizer")
     return PRE_TOKENIZERS[pre]

@@ -72,16 +72,17 @@ def gguf_tokenizer_dir(name: str) -> Path:
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         meta = gguf_metadata(path, "tokenizer.ggml.model", "tokenizer.ggml.pre")
+        pre = None
+        if meta.get("tokenizer.ggml.model") == "gpt2":  # byte-level BPE: the only kind llama.cpp pre-tokenizes
+            pre = pre_tokenizer_for(meta.get("tokenizer.ggml.pre"), name)  # an unknown name: before converting
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except UserError:
+        raise
     except Exception as exc:  # an unreadable or unsupported file: one line naming it
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{name}: cannot read the tokenizer from the GGUF metadata: {reason}") from None
-    if meta.get("tokenizer.ggml.model") == "gpt2":  # byte-level BPE: the only kind llama.cpp pre-tokenizes
-        try:
-            pre = pre_tokenizer_for(meta.get("tokenizer.ggml.pre"), name)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+    if pre is not None:
         apply_pre_tokenizer(tokenizer.backend_tokenizer, pre)
     publish_folder(target, lambda staging: tokenizer.save_pretrained(str(staging)), MARKER, f"{path}\n")
     return target
