@@ -8,8 +8,12 @@ import time
 from typing import Any, Literal
 
 import orjson
+from pydantic import ValidationError
 from userturn.client.http.http_client import HttpReply
 from userturn.client.http.redact import redact
+
+from userturn.core.errors import first_error
+from userturn.core.records import Usage
 
 MAX_RETRY_AFTER_S = 120.0
 # The response cap: what a reply of `max_tokens` tokens can take, with room to spare. 256 bytes per token is twice
@@ -120,3 +124,14 @@ def server_message(reply: HttpReply) -> str:
     except (orjson.JSONDecodeError, AttributeError):
         pass
     return redact(one_line(text) or reply.reason or "no message")
+
+
+def usage_of(value: Any) -> tuple[Usage | None, str | None]:
+    """A reply's `usage` (None when it has none) and, when it is malformed (not an object of integer counts), why
+    it was dropped: the completion beside it is good, only the count is lost."""
+    if value is None:
+        return None, None
+    try:
+        return Usage.model_validate(value), None
+    except ValidationError as exc:
+        return None, redact(one_line(first_error(exc, "usage"), 200))
