@@ -134,4 +134,5 @@ def usage_of(value: Any) -> tuple[Usage | None, str | None]:
     try:
         return Usage.model_validate(value), None
     except ValidationError as exc:
-        return None, redact(one_line(first_error(exc, "usage"), 200))
+        detail = first_error(exc)  # "field: message", or ": message" for the value itself
+        return None, redact(one_line("usage" + ("" if detail.startswith(":") else ".") + detail, 200))
