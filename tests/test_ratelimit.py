@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from types import SimpleNamespace
 
@@ -263,7 +264,7 @@ async def test_at_one_slot_a_refusing_server_is_paced_and_the_gap_then_shrinks(c
         await limit.acquire()
         starts.append(clock.now)
         limit.release()
-    assert [b - a for a, b in zip(starts, starts[1:], strict=False)] == [pytest.approx(0.1)] * 2
+    assert [b - a for a, b in itertools.pairwise(starts)] == [pytest.approx(0.1)] * 2
     limit.succeeded()
     assert limit.gap == pytest.approx(0.09) and limit.limit == 1  # no slot added while pacing
     shrinks = 1

@@ -61,7 +61,7 @@ def check_environment_proxy(url: str) -> None:
     parts = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies_environment()
     key = next((k for k in (parts.scheme, "all") if proxies.get(k)), None)
-    if key is None or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+    if key is None or urllib.request.proxy_bypass(parts.hostname or ""):  # NO_PROXY
         return
     proxy = proxies[key]
     if "://" not in proxy or proxy.split("://", 1)[0].lower() in ("http", "https"):  # httpx: no scheme is http://
