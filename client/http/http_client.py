@@ -23,6 +23,7 @@ from userturn.client.http.redact import register_secret
 from userturn.core.errors import AttemptKind, UserError
 
 MAX_DETAIL = 300
+SOCKS_SCHEMES = ("socks4", "socks4a", "socks5", "socks5h", "socks")
 NO_SOCKS = "userturn speaks to http:// and https:// proxies only, not SOCKS; use an HTTP proxy (--proxy http://HOST:PORT)"
 
 
@@ -41,7 +42,7 @@ def configure(*, proxy: str | None = None, ca_bundle: str | None = None, check_m
     """Set the process's `Network` (the CLI calls this once); UserError with one line for a bad value."""
     if proxy is not None:
         parts = urllib.parse.urlsplit(proxy)
-        if parts.scheme.startswith("socks"):
+        if parts.scheme in SOCKS_SCHEMES:
             raise UserError(f"--proxy {without_credentials(proxy)}: {NO_SOCKS}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UserError(f"--proxy {without_credentials(proxy)}: expected http://HOST:PORT (or https://)")
