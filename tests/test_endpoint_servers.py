@@ -203,3 +203,37 @@ def test_a_hung_server_stops_the_probe_with_exit_3_and_the_run_resumes(tmp_path:
         assert again.stats()["completions"] == 40
     assert resumed.returncode == 0, resumed.stderr
     assert len(record_lines(tmp_path / "out.jsonl")) == 60
+
+
+# --- a server still loading: 503 with Retry-After -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_server_answering_503_with_retry_after_is_waited_for_not_declared_dead(tmp_path: Path) -> None:
+    """The first 40 completions get 503 + Retry-After (a server loading its weights): more than the retry budget of
+    every request in flight, yet the run waits and ends with every sample answered."""
+    with LoopbackServer("--fail-first", "40", "--fail-status", "503", "--retry-after", "0") as server:
+        proc = probe(tmp_path, server.base_url, 8, "--concurrency", "4", "--max-retries", "1", timeout=120)
+        assert server.stats()["faults"] == 40
+    assert proc.returncode == 0, proc.stderr
+    records = record_lines(tmp_path / "out.jsonl")
+    assert len(records) == 8 and all(r["status"] == "ok" for r in records)
+
+
+# --- base URLs as people paste them ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_base_urls_as_pasted_are_refused_with_the_base_to_use_and_leave_no_file(tmp_path: Path) -> None:
+    with LoopbackServer() as server:
+        root = probe(tmp_path, server.root_url, 3, timeout=120)
+        pasted = probe(tmp_path, f"{server.base_url}/completions", 3, timeout=120)
+        assert server.stats().get("completions", 0) == 0
+    assert root.returncode == 2, root.stderr
+    assert error_lines(root.stderr) == [
+        f"userturn: error: {server.root_url}/models answered HTTP 404, and {server.base_url}/models lists models: did "
+        f"you mean --base-url {server.base_url}?"]
+    assert pasted.returncode == 2, pasted.stderr
+    assert error_lines(pasted.stderr) == [
+        f"userturn: error: base URL {server.base_url}/completions ends in /completions, which userturn adds to every "
+        f"request itself: use {server.base_url} as the base URL"]
+    assert "resume" not in root.stderr + pasted.stderr
+    assert not (tmp_path / "out.jsonl").exists()
