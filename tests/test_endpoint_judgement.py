@@ -217,8 +217,9 @@ async def test_a_429_storm_over_concurrent_requests_ends_with_every_request_answ
 # --- the preflight decides ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("status", "body", "tail"), [
-    (407, "Proxy Authentication Required", " (the proxy wants credentials: http://USER:PASSWORD@HOST:PORT in --proxy "
-                                           "or HTTPS_PROXY)"),
+    (407, '<?xml version="1.0" ?>\n<html><head><title>407 Proxy Authentication Required</title></head>\n<body>'
+          "<h1>Proxy Authentication Required</h1></body></html>",
+     " (the proxy wants credentials: http://USER:PASSWORD@HOST:PORT in --proxy or HTTPS_PROXY)"),
     (400, "<html><head><title>400 Request Header Or Cookie Too Large</title></head></html>", ""),
     (405, '{"detail": "Method Not Allowed"}', ""),
     (413, "Payload Too Large", " (is the API key's variable holding something else?)"),
@@ -234,7 +235,8 @@ async def test_a_4xx_on_the_model_list_stops_before_any_completion(status: int, 
     async with endpoint(handle) as ep:
         with pytest.raises(EndpointError) as info:
             await ep.check("m")
-    shown = " ".join(body.split()) if status != 405 else "Method Not Allowed"
+    shown = {400: "400 Request Header Or Cookie Too Large", 405: "Method Not Allowed",
+             407: "407 Proxy Authentication Required"}.get(status, body)
     assert str(info.value) == (f"{BASE}/models refused the preflight request with HTTP {status}: {shown}{tail}; "
                                "nothing was sent")
     assert sent == ["GET"]

@@ -148,7 +148,7 @@ async def test_unreachable_and_auth_failures_are_fatal() -> None:
     judge = make_judge(max_retries=1)
     with respx.mock(using="httpx", base_url=BASE) as mock:
         mock.post("/chat/completions").mock(side_effect=httpx.ConnectError("connection refused"))
-        with pytest.raises(EndpointError, match="judge judge-m: endpoint .* is unreachable: .*last: connection error"):
+        with pytest.raises(EndpointError, match=r"judge judge-m: endpoint .* is unreachable: .*last: connection error"):
             await judge.judge("q", "r", "t")
     with respx.mock(using="httpx", base_url=BASE) as mock:
         mock.post("/chat/completions").mock(return_value=httpx.Response(401, json={"error": "bad key"}))

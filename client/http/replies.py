@@ -4,6 +4,8 @@ server's own message in an error reply, and the Retry-After header."""
 from __future__ import annotations
 
 import email.utils
+import html
+import re
 import time
 from typing import Any, Literal
 
@@ -23,6 +25,8 @@ BYTES_PER_TOKEN = 256
 LOGPROB_BYTES = 512  # one {"token", "logprob", "bytes"} entry
 UNBOUNDED_RESPONSE_CAP = 64 << 20  # a request without max_tokens
 ReplyShape = Literal["completion", "chat"] | None
+HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+HTML_TAG = re.compile(r"<[^>]*>")
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -122,7 +126,9 @@ def server_message(reply: HttpReply) -> str:
         elif isinstance(body, dict) and "detail" in body:
             text = str(body["detail"])
     except (orjson.JSONDecodeError, AttributeError):
-        pass
+        if text.startswith("<"):  # a proxy's or gateway's HTML page: its title, else its text
+            title = HTML_TITLE.search(text)
+            text = html.unescape(title.group(1) if title else HTML_TAG.sub(" ", text))
     return redact(one_line(text) or reply.reason or "no message")
 
 
