@@ -351,3 +351,18 @@ async def test_a_malformed_usage_is_dropped_with_a_note_and_the_completion_kept(
     assert notes == [f"userturn: warning: {BASE} answered a malformed usage (usage.prompt_tokens: Input should be a "
                      "valid integer, unable to parse string as an integer): it is left out of the records, the "
                      "completions are kept"]
+
+
+async def test_a_hung_judge_endpoint_stops_the_judging_saying_it_is_hung() -> None:
+    from userturn.judges.llm_judge import JudgeConfig, LLMJudge
+    from userturn.judges.prompt import load_prompt
+
+    handle, _ = hung_server()
+    judge = LLMJudge(JudgeConfig(model="m", base_url=BASE), load_prompt())
+    await judge.aclose()
+    judge.endpoint = endpoint(handle, max_retries=20, request_timeout=0.05)  # the same stack, over a hung server
+    async with judge.endpoint:
+        await judge.check()
+        with pytest.raises(EndpointError) as info:
+            await judge.judge("q", "r", "t")
+    assert str(info.value).startswith(f"judge m: endpoint {BASE} is hung: it answered no request for ")
