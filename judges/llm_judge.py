@@ -106,8 +106,8 @@ class LLMJudge:
                     data, made = await self._post(messages)
                 except RequestFailed as exc:
                     attempts += exc.attempts
-                    if exc.endpoint_down:  # a whole retry schedule without a sign of life (client.http.endpoint)
-                        raise EndpointError(f"judge {self.name}: {exc.reason}") from None
+                    if exc.endpoint_down:  # down, hung, still loading or throttled (client.http.health)
+                        raise EndpointError(f"judge {self.name}: {exc.endpoint_down}") from None
                     error = f"request failed: {exc.reason}"
                     break
                 attempts += made

@@ -5,6 +5,7 @@ Run it as a process::
     python tests/loopback_server.py --port 0 [--latency-ms L] [--fail-first N --fail-status 503]
                                     [--fail-mode status|close|invalid-json|slow|empty-choices|huge|huge-chunked]
                                     [--retry-after S] [--huge-bytes B] [--api-key KEY] [--echo-auth]
+                                    [--hang-after N]
 
 It prints ``READY <port>`` on stdout once listening (port 0 picks a free port). Endpoints:
 
@@ -17,6 +18,7 @@ Fault injection applies to the first N POSTs: an HTTP status (with an optional R
 connection, a truncated JSON body, a reply slower than ``--slow-ms``, a 200 with ``choices: []``, or a 200 whose
 text is ``--huge-bytes`` long (with a Content-Length, or chunked without one). ``--echo-auth`` makes the 401 of a
 wrong key and injected error statuses quote the request's Authorization header back, as careless servers do.
+``--hang-after N`` answers N POSTs, then never answers another (a wedged scheduler; GET /models still answers).
 
 From Python, `LoopbackServer` starts the process, waits for READY and exposes `base_url` and `stats()`.
 """
@@ -59,6 +61,7 @@ class ServerConfig(BaseModel):
     echo_auth: bool = Field(default=False, description="quote the Authorization header in 401s and injected errors")
     huge_bytes: int = Field(default=50_000_000, ge=0, description="text length of a 'huge' fault's reply")
     model: str = "loopback"
+    hang_after: int | None = Field(default=None, ge=0, description="answer this many POSTs, then hang on every other")
 
 
 def reply_text(source: str, index: int = 0) -> str:
@@ -202,6 +205,10 @@ def build_app(config: ServerConfig) -> Any:
             return denied
         if (injected := await fault(request)) is not None:
             return injected
+        counts["admitted"] += 1
+        if config.hang_after is not None and counts["admitted"] > config.hang_after:
+            counts["hung"] += 1
+            await asyncio.Event().wait()  # never answers (the client's timeout ends it)
         try:
             payload = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
@@ -280,6 +287,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                         help="quote the request's Authorization header in 401s and injected error bodies")
     parser.add_argument("--huge-bytes", type=int, default=50_000_000, help="text length of a 'huge' fault's reply")
     parser.add_argument("--model", default="loopback")
+    parser.add_argument("--hang-after", type=int, default=None, help="answer N POSTs, then hang on every other")
     args = parser.parse_args(argv)
     return ServerConfig(**vars(args))
 

@@ -68,7 +68,7 @@ BAD_RESPONSES: list[tuple[str, str, bytes, str]] = [
     ("error-body", "completions", body({"error": {"message": "engine  overloaded\n"}}),
      "error body from {url}: engine overloaded"),
     ("503-html", "completions", body(b"<h1>busy</h1>", "503 Service Unavailable"),
-     "HTTP 503 from {url}: <h1>busy</h1>"),
+     "HTTP 503 from {url}: busy"),  # an HTML page: its text, without the tags
     # bytes that are not a valid HTTP response
     ("header-without-colon", "completions", OK_HEAD + b"Bad Header\r\n" + LENGTH_2, MALFORMED),
     ("space-in-header-name", "completions", OK_HEAD + b"Bad Name: x\r\n" + LENGTH_2, MALFORMED),

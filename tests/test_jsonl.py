@@ -217,3 +217,16 @@ def test_sigkill_during_writes_leaves_a_readable_appendable_file(tmp_path: Path,
     again, report = read_records(path)
     assert len(again) == len(records) + 1
     assert not report.torn_tail
+
+
+def test_a_writer_that_wrote_nothing_leaves_no_file_it_created(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    JsonlWriter(path).close()
+    assert not path.exists()  # a run that wrote nothing leaves no empty results file
+    path.write_bytes(b"")
+    JsonlWriter(path).close()
+    assert path.exists()  # a file that was there before is the user's: kept, even empty
+    path.unlink()
+    with JsonlWriter(path) as writer:
+        writer.write(make_record(1))
+    assert read_records(path)[0].keys() == {make_record(1).key}

@@ -126,7 +126,8 @@ async def test_gateway_errors_only_stop_the_judge_run() -> None:
     judge = make_judge(max_retries=1)
     with respx.mock(using="httpx", base_url=BASE) as mock:
         mock.post("/chat/completions").mock(return_value=httpx.Response(502, headers={"retry-after": "0"}))
-        with pytest.raises(EndpointError, match=r"^judge judge-m: HTTP 502 from .* \(gave up after 2 attempts\)$"):
+        with pytest.raises(EndpointError, match=r"^judge judge-m: endpoint http://judge.test/v1 is unreachable: "
+                                                r"nothing answered for .*\(2 attempts; last: HTTP 502 from .*\)$"):
             await judge.judge("q", "r", "t")
     await judge.aclose()
 
@@ -147,7 +148,7 @@ async def test_unreachable_and_auth_failures_are_fatal() -> None:
     judge = make_judge(max_retries=1)
     with respx.mock(using="httpx", base_url=BASE) as mock:
         mock.post("/chat/completions").mock(side_effect=httpx.ConnectError("connection refused"))
-        with pytest.raises(EndpointError, match="judge judge-m: connection error"):
+        with pytest.raises(EndpointError, match=r"judge judge-m: endpoint .* is unreachable: .*last: connection error"):
             await judge.judge("q", "r", "t")
     with respx.mock(using="httpx", base_url=BASE) as mock:
         mock.post("/chat/completions").mock(return_value=httpx.Response(401, json={"error": "bad key"}))

@@ -163,7 +163,7 @@ def test_endpoint_lost_mid_run_aborts_and_resumes(results: Path, capsys: pytest.
         mock.post("/chat/completions").mock(side_effect=[ok, ok, httpx.ConnectError("refused")])
         assert main(argv) == 3
     err = capsys.readouterr().err
-    assert "judge kw: connection error" in err
+    assert "judge kw: endpoint http://judge.test/v1 is unreachable: " in err and "last: connection error" in err
     partial = read(out)
     judged = [r for r in partial.values() if r["label_source"] == "judge"]
     assert len(judged) == 2 and all(r["judge_status"] == "ok" for r in judged)

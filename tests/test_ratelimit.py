@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from types import SimpleNamespace
 
 import pytest
 import userturn.client.http.ratelimit as ratelimit
-from userturn.client.http.ratelimit import RateLimiter, TokenBucket
+from userturn.client.http.ratelimit import AdaptiveLimit, RateLimiter, TokenBucket
 
 
 class FakeClock:
@@ -31,7 +32,9 @@ class FakeClock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr(ratelimit, "time", SimpleNamespace(monotonic=fake.monotonic))
-    monkeypatch.setattr(ratelimit, "asyncio", SimpleNamespace(sleep=fake.sleep, Lock=asyncio.Lock))
+    monkeypatch.setattr(ratelimit, "asyncio", SimpleNamespace(sleep=fake.sleep, Lock=asyncio.Lock,
+                                                               get_running_loop=asyncio.get_running_loop,
+                                                               CancelledError=asyncio.CancelledError))
     return fake
 
 
@@ -180,3 +183,94 @@ async def test_real_clock_rate_is_enforced() -> None:
         await limiter.acquire()
     elapsed = time.monotonic() - start
     assert 0.27 <= elapsed < 1.5  # 6 requests beyond the burst at 20/s
+
+
+# --- the adaptive in-flight limit (AIMD) -------------------------------------------------------------------------
+
+def test_adaptive_limit_halves_once_per_round_and_never_below_one() -> None:
+    limit = AdaptiveLimit(64)
+    taken = [0] * 10  # ten slots taken before any decrease: their 429s are one overload
+    assert [limit.overloaded(t) for t in taken] == [True] + [False] * 9
+    assert limit.limit == 32 and limit.decreases == 1
+    assert limit.overloaded(limit.decreases) and limit.limit == 16  # a slot taken after it: halves again
+    for _ in range(10):
+        limit.overloaded(limit.decreases)
+    assert limit.limit == 1
+
+
+def test_adaptive_limit_grows_by_about_one_per_round_of_successes_up_to_its_ceiling() -> None:
+    limit = AdaptiveLimit(4)
+    limit.overloaded(0)
+    limit.overloaded(1)
+    assert limit.limit == 1
+    limit.succeeded()
+    assert limit.limit == 2
+    limit.succeeded()
+    limit.succeeded()
+    assert limit.limit == pytest.approx(2.9)  # 2 + 1/2 + 1/2.5
+    for _ in range(100):
+        limit.succeeded()
+    assert limit.limit == 4
+
+
+async def test_adaptive_limit_admits_at_most_its_limit_in_arrival_order() -> None:
+    limit = AdaptiveLimit(4)
+    limit.overloaded(0)  # 2 slots
+    admitted: list[int] = []
+
+    async def take(i: int) -> None:
+        await limit.acquire()
+        admitted.append(i)
+
+    tasks = [asyncio.create_task(take(i)) for i in range(5)]
+    await asyncio.sleep(0)
+    assert admitted == [0, 1] and limit.in_flight == 2
+    limit.release()
+    await asyncio.sleep(0)
+    assert admitted == [0, 1, 2]
+    limit.succeeded()  # 2.5: still two slots
+    limit.succeeded()  # 2.9
+    limit.succeeded()  # 3.24: a third slot opens for the next waiter
+    await asyncio.sleep(0)
+    assert admitted == [0, 1, 2, 3] and limit.in_flight == 3
+    tasks[4].cancel()  # a waiter that gives up leaves no slot taken
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert limit.in_flight == 3
+    for _ in range(3):
+        limit.release()
+    assert limit.in_flight == 0
+
+
+async def test_a_cancelled_waiter_that_was_handed_a_slot_passes_it_on() -> None:
+    limit = AdaptiveLimit(1)
+    await limit.acquire()
+    first = asyncio.create_task(limit.acquire())
+    second = asyncio.create_task(limit.acquire())
+    await asyncio.sleep(0)
+    limit.release()  # hands the slot to `first` ...
+    first.cancel()  # ... which is cancelled before it runs
+    await asyncio.gather(first, return_exceptions=True)
+    await second
+    assert limit.in_flight == 1
+
+
+async def test_at_one_slot_a_refusing_server_is_paced_and_the_gap_then_shrinks(clock: FakeClock) -> None:
+    limit = AdaptiveLimit(2)
+    assert limit.overloaded(0) and limit.limit == 1 and limit.gap == 0  # first: the limit halves
+    assert limit.overloaded(1) and limit.gap == AdaptiveLimit.FIRST_GAP_S  # at one slot: a gap between starts
+    assert limit.overloaded(2) and limit.gap == 2 * AdaptiveLimit.FIRST_GAP_S
+    starts = []
+    for _ in range(3):
+        await limit.acquire()
+        starts.append(clock.now)
+        limit.release()
+    assert [b - a for a, b in itertools.pairwise(starts)] == [pytest.approx(0.1)] * 2
+    limit.succeeded()
+    assert limit.gap == pytest.approx(0.09) and limit.limit == 1  # no slot added while pacing
+    shrinks = 1
+    while limit.gap:
+        limit.succeeded()
+        shrinks += 1
+    assert shrinks == 44 and limit.limit == 1  # 0.1 * 0.9**44 < 1 ms
+    limit.succeeded()
+    assert limit.limit == 2  # the gap is gone: slots grow again

@@ -14,7 +14,6 @@ import asyncio
 import itertools
 import sys
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +21,12 @@ import aiohttp
 import httpx
 import orjson
 from pydantic import BaseModel, Field
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 from userturn.client.http import http_client
+from userturn.client.http.health import UNCOUNTED_KINDS, EndpointHealth
 from userturn.client.http.http_client import TRANSPORT_ERRORS, HttpReply, ResponseTooLarge, classify, describe, send
 from userturn.client.http.keys import key_note, key_origin, read_key
+from userturn.client.http.ratelimit import AdaptiveLimit
 from userturn.client.http.redact import redact, redact_bytes, register_secret
 from userturn.client.http.replies import (
     UNBOUNDED_RESPONSE_CAP,
@@ -38,13 +39,13 @@ from userturn.client.http.replies import (
     response_cap_for,
     server_message,
 )
+from userturn.client.http.urls import PREFLIGHT_HINTS, likely_base, proxy_hint, split_base_url
 
 from userturn.core import defaults
 from userturn.core.errors import EndpointError, RequestFailed, RetryableError, UserError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # a proxy or gateway answering for a server it cannot reach
-DOWN_KINDS = frozenset({"connect", "gateway"})  # attempts that got no sign of life from the server itself
 FATAL_STATUS = frozenset({401, 403, 404})  # the whole run is wrong: abort, keep completed records
 
 MODELS_RESPONSE_CAP = 16 << 20  # GET /models
@@ -66,6 +67,12 @@ class EndpointConfig(BaseModel):
     backoff_max: float = Field(default=defaults.BACKOFF_MAX_S, ge=0)
     max_response_bytes: int | None = Field(
         default=None, ge=1, description="cap on every response body; default: derived from each request's max_tokens")
+    hung_after: float = Field(default=defaults.HUNG_AFTER_TIMEOUTS, gt=0,
+                              description="request timeouts without any answer (and 3+ timed out) that stop the run")
+    loading_max_s: float = Field(default=defaults.LOADING_MAX_S, gt=0,
+                                 description="how long 503s with Retry-After (a server loading) are waited for")
+    throttled_max_s: float = Field(default=defaults.THROTTLED_MAX_S, gt=0,
+                                   description="how long nothing but 429s without Retry-After is waited for")
 
 
 class ServedModel(BaseModel):
@@ -73,22 +80,6 @@ class ServedModel(BaseModel):
 
     id: str
     root: str | None = None
-
-
-def split_base_url(base_url: str) -> tuple[str, str]:
-    """(scheme://host/path without a trailing slash, "?query" or ""): a path is inserted between the two, so a
-    query such as Azure's `?api-version=` stays at the end. UserError for URL credentials (never echoed)."""
-    parts = urllib.parse.urlsplit(base_url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = base_url.rpartition("@")[2]  # whatever came before an "@" may be a password
-        raise UserError(f"base URL {shown!r}: expected http(s)://HOST[:PORT]/PATH, e.g. http://127.0.0.1:30000/v1")
-    if parts.username is not None or parts.password is not None:
-        shown = http_client.without_credentials(base_url.strip())
-        raise UserError(f"base URL {shown} carries credentials (user:password@), which userturn does not send: put "
-                        "the API key in the variable --api-key-env names (sent as a Bearer token); a proxy's "
-                        "credentials go in --proxy or HTTPS_PROXY")
-    prefix = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
-    return prefix, f"?{parts.query}" if parts.query else ""
 
 
 def root_mismatch(served: list[ServedModel], model: str, tokenizer: str | None) -> str | None:
@@ -138,6 +129,7 @@ class Endpoint:
         self.config = config
         self._prefix, self._query = split_base_url(config.base_url)
         self.base_url = self._prefix + self._query
+        http_client.check_environment_proxy(self.base_url)
         self.stats = stats or EndpointStats()
         headers = {"content-type": "application/json", "accept": "application/json", "user-agent": USER_AGENT}
         key = read_key(config.api_key_env, config.api_key_file)
@@ -152,8 +144,10 @@ class Endpoint:
         self._backoff = wait_exponential_jitter(multiplier=config.backoff_initial, max=config.backoff_max,
                                                 jitter=config.backoff_initial)
         self._retry_if = retry_if_exception_type(RetryableError)
-        self._stop = stop_after_attempt(config.max_retries + 1)
-        self._last_response = float("-inf")  # monotonic time of the last attempt the server itself answered
+        self.health = EndpointHealth(self.base_url, request_timeout=config.request_timeout,
+                                     hung_after=config.hung_after, loading_max_s=config.loading_max_s,
+                                     throttled_max_s=config.throttled_max_s)
+        self.limit = AdaptiveLimit(config.concurrency)  # lowered by 429s without Retry-After
         self._targets: dict[str, httpx.URL] = {}  # path -> its URL, parsed once (httpx parses a str per request)
 
     async def aclose(self) -> None:
@@ -182,12 +176,19 @@ class Endpoint:
         except TimeoutError:
             raise EndpointError(f"cannot reach {url}: no answer within {deadline:g}s") from None
         except TRANSPORT_ERRORS as exc:
-            raise EndpointError(f"cannot reach {url}: {redact(describe(exc))}") from None
+            raise EndpointError(f"cannot reach {url}: {redact(describe(exc))}{proxy_hint(exc)}") from None
+        if reply.status not in GATEWAY_STATUS:
+            self.health.answered()
         if reply.status in (401, 403):
             what = "refused the API key" if self.key_sent else "requires an API key"
             raise EndpointError(f"{url} {what} (HTTP {reply.status}): {server_message(reply)} "
                                 + key_note(self.config.api_key_env, self.config.api_key_file, self.key_sent))
-        served = served_models(reply) if reply.status < 400 else None  # some servers have no /models
+        if reply.status == 404:  # some servers have no /models; a base URL without its /v1 neither
+            await self._check_base(url)
+        elif 400 <= reply.status < 500 and reply.status not in (408, 429):
+            raise EndpointError(f"{url} refused the preflight request with HTTP {reply.status}: "
+                                f"{server_message(reply)}{PREFLIGHT_HINTS.get(reply.status, '')}; nothing was sent")
+        served = served_models(reply) if reply.status < 400 else None
         if served is None:
             return []
         ids = [m.id for m in served]
@@ -211,6 +212,20 @@ class Endpoint:
             return None
         return data if isinstance(data, dict) else None
 
+    async def _check_base(self, url: str) -> None:
+        """After a 404 on `url` (the model list): UserError naming the likely base URL when that one lists models."""
+        base = likely_base(self._prefix)
+        if base is None:
+            return
+        try:
+            async with asyncio.timeout(min(15.0, self.config.request_timeout)):
+                reply = await send(self._client, "GET", f"{base}/models{self._query}", None, MODELS_RESPONSE_CAP)
+        except (ResponseTooLarge, *TRANSPORT_ERRORS):
+            return
+        if reply.status < 400 and served_models(reply):
+            raise UserError(f"{url} answered HTTP 404, and {base}/models lists models: did you mean --base-url "
+                            f"{base + self._query}?")
+
     @staticmethod
     def _scrubbed(reply: HttpReply) -> HttpReply:
         content, reason = redact_bytes(reply.content), redact(reply.reason)
@@ -222,7 +237,7 @@ class Endpoint:
             async with asyncio.timeout(self.config.request_timeout):  # one deadline per attempt (httpx's: per phase)
                 reply = await send(self._client, "POST", target, body, cap)
         except ResponseTooLarge as exc:
-            self._last_response = time.monotonic()
+            self.health.answered()
             raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {self._cap_source(cap)}; "
                                 "--max-response-bytes raises it)") from None
         except httpx.TooManyRedirects:
@@ -243,24 +258,30 @@ class Endpoint:
             return RetryableError(f"timeout after {self.config.request_timeout:g}s", kind="timeout")
         detail = redact(describe(exc))
         if kind == "malformed":
-            self._last_response = time.monotonic()  # the server is there, it just answered garbage
+            self.health.answered()  # the server is there, it just answered garbage
             return RetryableError(f"malformed response from {url}: {detail}", kind="malformed")
         return RetryableError(f"connection error: {detail}", kind=kind)
 
     def _reply_data(self, url: str, reply: HttpReply, shape: ReplyShape) -> dict[str, Any]:
         """The JSON body of a reply; RetryableError or RequestFailed for a status or body that is not a good one."""
         status = reply.status
-        if status not in GATEWAY_STATUS:
-            self._last_response = time.monotonic()
+        retry_after = parse_retry_after(reply.retry_after)
+        loading = status == 503 and retry_after is not None  # a server loading (or draining) says when to come back
+        if status not in GATEWAY_STATUS or loading:
+            self.health.answered()
         reply = self._scrubbed(reply)
         if 300 <= status < 400:  # a redirect without a Location to follow
             raise RequestFailed(f"HTTP {status} from {url}: no Location to follow; use the final URL as the base URL",
                                 status=status)
         if status >= 400:
             message = f"HTTP {status} from {url}: {server_message(reply)}"
+            if loading:
+                raise RetryableError(f"{message} (Retry-After: {redact(one_line(reply.retry_after or '', 40))})",
+                                     retry_after, kind="loading")
+            if status == 429 and retry_after is None:
+                raise RetryableError(message, kind="throttled")
             if status in RETRYABLE_STATUS or status >= 500:
-                raise RetryableError(message, parse_retry_after(reply.retry_after),
-                                     kind="gateway" if status in GATEWAY_STATUS else "http")
+                raise RetryableError(message, retry_after, kind="gateway" if status in GATEWAY_STATUS else "http")
             raise RequestFailed(message, status=status)
         try:
             data = orjson.loads(reply.content)
@@ -276,15 +297,17 @@ class Endpoint:
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, RetryableError) and exc.retry_after is not None:
-            return exc.retry_after
+            return max(exc.retry_after, self.config.backoff_initial) if exc.kind == "loading" else exc.retry_after
         return float(self._backoff(state))
 
     async def post_json(self, path: str, payload: dict[str, Any] | bytes, *,
                         response_cap: int | None = None) -> CallResult:
         """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures; RequestFailed when it
-        gives up, EndpointError for a fatal status (401/403/404, a redirect that leads nowhere). The body is capped
-        at `max_response_bytes`, else `response_cap`, else the cap of a dict payload's max_tokens, else
-        `UNBOUNDED_RESPONSE_CAP`."""
+        gives up (with `endpoint_down` when the endpoint is down, hung, still loading or throttled past its bounds:
+        client.http.health), EndpointError for a fatal status (401/403/404, a redirect that leads nowhere). A 429
+        without Retry-After halves the endpoint's in-flight limit and a 503 with Retry-After is waited for, neither
+        spending an attempt. The body is capped at `max_response_bytes`, else `response_cap`, else the cap of a dict
+        payload's max_tokens, else `UNBOUNDED_RESPONSE_CAP`."""
         url = self.url(path)
         target = self._targets.get(path)
         if target is None:
@@ -296,26 +319,40 @@ class Endpoint:
             response_cap = response_cap or response_cap_for(payload)
         cap = self.config.max_response_bytes or response_cap or UNBOUNDED_RESPONSE_CAP
         shape = reply_shape(path)
-        stats = self.stats
+        stats, health, limit = self.stats, self.health, self.limit
         token = next(self._ids)
         start = time.monotonic()
         stats.inflight[token] = start
         stats.requests += 1
         attempts = 0
+        counted = 0  # attempts that spend the retry budget (not: throttled, loading)
+        budget = self.config.max_retries + 1
         first: RetryableError | None = None
         failed_at = start
-        retrying = AsyncRetrying(retry=self._retry_if, stop=self._stop, wait=self._wait, reraise=True,
-                                 before_sleep=self._count_retry)
+        retrying = AsyncRetrying(retry=self._retry_if, stop=lambda _: counted >= budget, wait=self._wait,
+                                 reraise=True, before_sleep=self._count_retry)
         try:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
+                    taken_at = await limit.acquire()
                     try:
                         data = await self._attempt(url, target, body, cap, shape)
                     except RetryableError as exc:
                         if first is None:
                             first, failed_at = exc, time.monotonic()
+                        if exc.kind not in UNCOUNTED_KINDS:
+                            counted += 1
+                        elif exc.kind == "throttled":
+                            limit.overloaded(taken_at)
+                        stop = health.stop_reason(exc)
+                        if stop is not None:
+                            raise RequestFailed(exc.reason, attempts=attempts, endpoint_down=stop) from None
                         raise
+                    finally:
+                        limit.release()
+                    health.succeeded()
+                    limit.succeeded()
                     return CallResult(data=data, attempts=attempts, latency_s=time.monotonic() - start)
             raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises the last error
         except RetryableError as last:
@@ -326,21 +363,16 @@ class Endpoint:
             exc.attempts = attempts
             stats.failures += 1
             if exc.status in FATAL_STATUS or (exc.status is not None and 300 <= exc.status < 400):
-                raise EndpointError(exc.reason) from None
+                hint = likely_base(self._prefix) if exc.status == 404 else None
+                raise EndpointError(exc.reason + (f"; did you mean --base-url {hint}?" if hint else ""),
+                                    resumable=exc.status != 404) from None
             raise
         finally:
             stats.inflight.pop(token, None)
 
     def _give_up(self, first: RetryableError, last: RetryableError, attempts: int, failed_at: float) -> RequestFailed:
-        """The RequestFailed for a request out of attempts, marking the endpoint down after a whole retry schedule
-        without a sign of life: the first attempt got no answer, the last could not connect or met a 502/503/504, and
-        nothing (no attempt of this request or any other) has been answered since the first failure."""
-        down = None
-        answered = first.kind in ("http", "malformed")  # later answers move `_last_response` past `failed_at`
-        if last.kind in DOWN_KINDS and not answered and self._last_response < failed_at:
-            silent = time.monotonic() - failed_at
-            down = (f"endpoint {self.base_url} is unreachable: nothing answered for {silent:.1f}s "
-                    f"({attempts} attempts; last: {last.reason})")
+        """The RequestFailed for a request out of attempts, marked `endpoint_down` by the health rule."""
+        down = self.health.down_reason(first, last, attempts, failed_at)
         reason = last.reason if attempts == 1 else f"{last.reason} (gave up after {attempts} attempts)"
         return RequestFailed(reason, attempts=attempts, endpoint_down=down)
 

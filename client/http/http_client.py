@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import ssl
 import urllib.parse
+import urllib.request
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -22,6 +23,8 @@ from userturn.client.http.redact import register_secret
 from userturn.core.errors import AttemptKind, UserError
 
 MAX_DETAIL = 300
+SOCKS_SCHEMES = ("socks4", "socks4a", "socks5", "socks5h", "socks")
+NO_SOCKS = "userturn speaks to http:// and https:// proxies only, not SOCKS; use an HTTP proxy (--proxy http://HOST:PORT)"
 
 
 class Network(BaseModel):
@@ -39,6 +42,8 @@ def configure(*, proxy: str | None = None, ca_bundle: str | None = None, check_m
     """Set the process's `Network` (the CLI calls this once); UserError with one line for a bad value."""
     if proxy is not None:
         parts = urllib.parse.urlsplit(proxy)
+        if parts.scheme in SOCKS_SCHEMES:
+            raise UserError(f"--proxy {without_credentials(proxy)}: {NO_SOCKS}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UserError(f"--proxy {without_credentials(proxy)}: expected http://HOST:PORT (or https://)")
         register_secret(parts.password, "proxy password")
@@ -46,6 +51,24 @@ def configure(*, proxy: str | None = None, ca_bundle: str | None = None, check_m
         ssl_context(ca_bundle)  # a missing or unreadable bundle stops here, before anything is sent
     global NETWORK
     NETWORK = Network(proxy=proxy, ca_bundle=ca_bundle, check_model=check_model)
+
+
+def check_environment_proxy(url: str) -> None:
+    """UserError (one line, the proxy shown without credentials) when the environment's proxy for `url` (as httpx
+    picks it: HTTPS_PROXY / HTTP_PROXY, else ALL_PROXY, unless NO_PROXY names the host; none with --proxy) is not
+    an http(s):// one: httpx would speak HTTP to a SOCKS proxy."""
+    if NETWORK.proxy is not None:
+        return
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    key = next((k for k in (parts.scheme, "all") if proxies.get(k)), None)
+    if key is None or urllib.request.proxy_bypass(parts.hostname or ""):  # NO_PROXY
+        return
+    proxy = proxies[key]
+    if "://" not in proxy or proxy.split("://", 1)[0].lower() in ("http", "https"):  # httpx: no scheme is http://
+        return
+    name = next((n for n in (f"{key}_proxy", f"{key.upper()}_PROXY") if os.environ.get(n)), f"{key.upper()}_PROXY")
+    raise UserError(f"${name} is {without_credentials(proxy)}: {NO_SOCKS} (or NO_PROXY for {parts.hostname})")
 
 
 def without_credentials(url: str) -> str:

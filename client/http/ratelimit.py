@@ -1,9 +1,10 @@
-"""Async token buckets for requests-per-minute and tokens-per-minute limits."""
+"""Async token buckets for requests-per-minute and tokens-per-minute limits, and the adaptive in-flight limit."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 
 
 class TokenBucket:
@@ -60,3 +61,93 @@ class RateLimiter:
         """Refund the difference once the server reported real usage."""
         if self.tokens is not None and actual_tokens is not None and actual_tokens < estimated_tokens:
             self.tokens.refund(estimated_tokens - actual_tokens)
+
+
+class AdaptiveLimit:
+    """An in-flight limit between 1 and `ceiling`, adapted by additive increase and multiplicative decrease (as
+    TCP's congestion window and adaptive concurrency limiters do): `overloaded` halves it, each `succeeded` adds
+    1/limit (one more slot per limit's worth of successes). At one slot, a server still refusing (it answers faster
+    than its rate limit allows) gets paced: `overloaded` doubles a gap between request starts (from `FIRST_GAP_S`),
+    each success shrinks it by a tenth, and the limit grows again once the gap is gone.
+
+    `acquire` waits, in arrival order, while `floor(limit)` slots are taken (and for the gap), and returns the
+    number of decreases so far: an overload seen by a slot taken before the last decrease is the same overload and
+    does not decrease again."""
+
+    FIRST_GAP_S = 0.05
+    MIN_GAP_S = 0.001
+
+    def __init__(self, ceiling: int) -> None:
+        if ceiling < 1:
+            raise ValueError("the in-flight limit must be at least 1")
+        self.ceiling = ceiling
+        self.limit = float(ceiling)
+        self.gap = 0.0  # seconds between request starts, at one slot
+        self.in_flight = 0
+        self.decreases = 0
+        self._next_start = 0.0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def _room(self) -> bool:
+        return self.in_flight < int(self.limit)
+
+    async def acquire(self) -> int:
+        """Take a slot (waiting for one, then for the gap); the decrease count at that moment (for
+        `overloaded`)."""
+        if self._room() and not self._waiters:
+            self.in_flight += 1
+        else:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # handed a slot, then cancelled: pass it on
+                    self.release()
+                else:
+                    self._waiters.remove(waiter)
+                raise
+        if self.gap:
+            now = time.monotonic()
+            start, self._next_start = max(now, self._next_start), max(now, self._next_start) + self.gap
+            if start > now:
+                try:
+                    await asyncio.sleep(start - now)
+                except asyncio.CancelledError:
+                    self.release()
+                    raise
+        return self.decreases
+
+    def release(self) -> None:
+        """Give a slot back (once per `acquire`)."""
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self._room():
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
+
+    def succeeded(self) -> None:
+        """A request went through: a tenth off the gap, or (without one) one more slot after `limit` of them, up to
+        the ceiling."""
+        if self.gap:
+            self.gap = self.gap * 0.9 if self.gap * 0.9 >= self.MIN_GAP_S else 0.0
+        elif self.limit < self.ceiling:
+            self.limit = min(float(self.ceiling), self.limit + 1.0 / self.limit)
+            self._wake()
+
+    def overloaded(self, taken_at: int) -> bool:
+        """The server refused a request sent from a slot taken when `taken_at` decreases had happened: halve the
+        limit, or at one slot double the gap, unless that was done since; True when it was done now."""
+        if taken_at != self.decreases:
+            return False
+        if self.limit >= 2:
+            self.limit /= 2
+        else:
+            self.limit = 1.0
+            self.gap = max(2 * self.gap, self.FIRST_GAP_S)
+        self.decreases += 1
+        return True

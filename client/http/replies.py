@@ -5,14 +5,19 @@ server's own message in an error reply, the Retry-After header, and the fields e
 from __future__ import annotations
 
 import email.utils
+import html
+import re
 import time
 from typing import Any, Literal
 
 import orjson
+from pydantic import ValidationError
 from userturn.client.http.http_client import HttpReply
 from userturn.client.http.redact import redact
 
 from userturn.core.engine_traits import EngineTraits
+from userturn.core.errors import first_error
+from userturn.core.records import Usage
 
 MAX_RETRY_AFTER_S = 120.0
 # The response cap: what a reply of `max_tokens` tokens can take, with room to spare. 256 bytes per token is twice
@@ -25,6 +30,8 @@ ReplyShape = Literal["completion", "chat"] | None
 # The names engines give a choice's matched stop (SGLang, vLLM) and a message's reasoning text (SGLang, vLLM).
 STOP_REASON_FIELDS = ("matched_stop", "stop_reason")
 REASONING_FIELDS = ("reasoning_content", "reasoning")
+HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+HTML_TAG = re.compile(r"<[^>]*>")
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -124,7 +131,9 @@ def server_message(reply: HttpReply) -> str:
         elif isinstance(body, dict) and "detail" in body:
             text = str(body["detail"])
     except (orjson.JSONDecodeError, AttributeError):
-        pass
+        if text.startswith("<"):  # a proxy's or gateway's HTML page: its title, else its text
+            title = HTML_TITLE.search(text)
+            text = html.unescape(title.group(1) if title else HTML_TAG.sub(" ", text))
     return redact(one_line(text) or reply.reason or "no message")
 
 
@@ -147,3 +156,15 @@ def reasoning_text(message: dict[str, Any], traits: EngineTraits) -> str | None:
     when there is none (or it is not text)."""
     value = _engine_field(message, traits.reasoning_field, REASONING_FIELDS, traits)
     return value if isinstance(value, str) else None
+
+
+def usage_of(value: Any) -> tuple[Usage | None, str | None]:
+    """A reply's `usage` (None when it has none) and, when it is malformed (not an object of integer counts), why
+    it was dropped: the completion beside it is good, only the count is lost."""
+    if value is None:
+        return None, None
+    try:
+        return Usage.model_validate(value), None
+    except ValidationError as exc:
+        detail = first_error(exc)  # "field: message", or ": message" for the value itself
+        return None, redact(one_line("usage" + ("" if detail.startswith(":") else ".") + detail, 200))

@@ -136,6 +136,9 @@ class ProbeRun(AssistantTurns):
             jobs = self._jobs(existing, turns)  # one generator, pulled by every worker: lazy, bounded
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
         except EndpointError as exc:
+            if not exc.resumable:  # the command must change (a base URL that answers 404): no resume advice
+                kept = f"; the {c.done} records of this run are kept in {self.out_path}" if c.done else ""
+                raise EndpointError(f"{exc}{kept}", resumable=False) from None
             raise type(exc)(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
                             "rerun the same command to resume") from None
         finally:

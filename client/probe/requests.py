@@ -3,13 +3,14 @@ temperature and seed, the record fields, and one sample's request turned into it
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import EndpointError, RequestFailed
-from userturn.client.http.replies import matched_stop
+from userturn.client.http.replies import matched_stop, usage_of
 from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import Job, clean_user_turn
@@ -18,6 +19,8 @@ from userturn.client.probe.state import RunState
 from userturn.core.errors import first_error
 from userturn.core.records import Message, ProbeRecord, sha256_text
 from userturn.core.text import content_text, strip_reasoning
+
+log = logging.getLogger("userturn")
 
 
 class RequestBuilder(RunState):
@@ -116,19 +119,17 @@ class RequestBuilder(RunState):
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             return ProbeRecord(**self._fields(job), status="error", error=f"malformed completion body ({exc})",
                                attempts=result.attempts, latency_s=result.latency_s)
-        usage = result.data.get("usage")
-        if isinstance(usage, dict):
+        usage, dropped = usage_of(result.data.get("usage"))
+        if dropped is not None and not self._usage_noted:  # the completion is good: keep it, without the count
+            self._usage_noted = True
+            log.warning("userturn: warning: %s answered a malformed usage (%s): it is left out of the records, the "
+                        "completions are kept", endpoint.base_url, dropped)
+        if usage is not None:
             stats = endpoint.stats
-            prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if type(prompt_tokens) is int:  # counts of another type are left to the record's validation
-                stats.prompt_tokens += prompt_tokens
-            if type(completion_tokens) is int:
-                stats.completion_tokens += completion_tokens
+            stats.prompt_tokens += usage.prompt_tokens or 0
+            stats.completion_tokens += usage.completion_tokens or 0
             if self.limiter.tokens is not None:
-                total = usage.get("total_tokens")
-                self.limiter.settle(job.estimated_tokens, total if type(total) is int else None)
-        else:
-            usage = None
+                self.limiter.settle(job.estimated_tokens, usage.total_tokens)
         user_turn = clean_user_turn(text, self._stops)
         latency = round(result.latency_s, 6)
         fields = self._fields(job)

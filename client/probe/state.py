@@ -71,6 +71,7 @@ class RunState:
         self.scorer = scorer
         self.role_flip = role_flip
         self.limiter = RateLimiter(settings.rpm, settings.tpm)
+        self._usage_noted = False  # a malformed usage was reported once (RequestBuilder._probe)
         self.special_tokens: SpecialTokens | None = getattr(renderer, "special_tokens", None) \
             if settings.mode == "raw" else None
         self.counters = RunCounters()

@@ -16,14 +16,19 @@ class UserError(Exception):
 
 class EndpointError(UserError):
     """The run must stop (exit 3, completed records kept): an endpoint refused the whole run (401/403/404) or is
-    down."""
+    down, hung, still loading or throttled. `resumable`: rerunning the same command can go on (False when the
+    command itself must change, e.g. a base URL that answers 404)."""
 
     exit_code = 3
+
+    def __init__(self, message: str, *, resumable: bool = True) -> None:
+        super().__init__(message)
+        self.resumable = resumable
 
 
 # What one HTTP attempt can end in (client.http.endpoint.Endpoint): RetryableError is retried with backoff,
 # RequestFailed fails the sample (an error record), EndpointError stops the run.
-AttemptKind = Literal["http", "malformed", "connect", "gateway", "dropped", "timeout"]
+AttemptKind = Literal["http", "malformed", "connect", "gateway", "dropped", "timeout", "loading", "throttled"]
 
 
 class EndpointAttemptError(Exception):
@@ -37,7 +42,8 @@ class EndpointAttemptError(Exception):
 class RetryableError(EndpointAttemptError):
     """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response). `kind`: "http" (a
     retryable status or a malformed body), "malformed" (not valid HTTP), "connect", "gateway" (a 502/503/504),
-    "dropped" (the connection broke) or "timeout"."""
+    "dropped" (the connection broke), "timeout", "loading" (a 503 with Retry-After) or "throttled" (a 429 without
+    Retry-After); the last two spend no attempt (client.http.health)."""
 
     def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
         super().__init__(reason)

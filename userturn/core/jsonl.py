@@ -314,9 +314,12 @@ class JsonlWriter:
             raise self._as_error(exc, "cannot create the folder of") from None
         results_lock.acquire(self.path)  # before the tail is cut: a live writer's line is never cut
         self._locked = True
+        self._created = False  # the file did not exist before this writer: removed again when nothing was written
         try:
             if self.path.exists():
                 _cut_torn_tail(self.path)
+            else:
+                self._created = True
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self._end = os.fstat(self._fd).st_size  # a line boundary: the offset every batch starts at
         except OSError as exc:
@@ -388,7 +391,9 @@ class JsonlWriter:
         return ResultsWriteError(f"{what} {self.path}: {exc.strerror or exc}{tail}")
 
     def close(self) -> None:
-        """Write what is pending, make it durable (fsync) and release the lock. Raises the write error, if any."""
+        """Write what is pending, make it durable (fsync) and release the lock; a file this writer created and wrote
+        nothing to is removed (under the lock), so a run that wrote nothing leaves no empty results file. Raises the
+        write error, if any."""
         try:
             if self._fd >= 0:
                 try:
@@ -399,6 +404,9 @@ class JsonlWriter:
                 if self._fd >= 0:
                     os.close(self._fd)
                     self._fd = -1
+                    if self._created and self._end == 0:
+                        with contextlib.suppress(FileNotFoundError):
+                            self.path.unlink()
         finally:
             self._release()
         if self._error is not None:
