@@ -5,6 +5,7 @@ scroll box, so the page itself never scrolls sideways. Checked on the document s
 from __future__ import annotations
 
 from html.parser import HTMLParser
+from typing import ClassVar
 
 import pytest
 from report_grid import PAPER_MODELS, TEMPERATURES, grid_records
@@ -21,7 +22,8 @@ class Outline(HTMLParser):
     """The page as events: section ids (h2) and figures in document order, and per table its class, the classes of
     its enclosing elements and its body rows."""
 
-    VOID = {"meta", "br", "img", "input", "hr", "link", "path", "use", "rect", "line", "circle", "polyline"}
+    VOID: ClassVar[set[str]] = {"meta", "br", "img", "input", "hr", "link", "path", "use", "rect", "line",
+                                "circle", "polyline"}
 
     def __init__(self) -> None:
         super().__init__()
