@@ -52,7 +52,8 @@ th{background:#f3f3f3} td.num{text-align:right} .self{color:#b00;font-weight:bol
 .rates td.num{white-space:nowrap} .rates tr.first td{border-top:2px solid #888}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;font-size:12px;max-width:420px}
 pre.prompt{max-width:900px;background:#f8f8f8;padding:4px} img,svg{max-width:100%;height:auto}
-figure{margin:1em 0} figcaption{font-weight:bold} nav a{margin-right:.8em}
+figure{margin:1em 0;min-width:0;max-width:100%} figcaption{font-weight:bold} nav a{margin-right:.8em}
+.figs{display:flex;flex-wrap:wrap;align-items:flex-start;column-gap:2.5em}
 .note{color:#555;font-size:13px} .warn{background:#fff4d6;border-left:4px solid #e0a800;padding:6px 10px}
 </style></head><body>
 <h1>userturn report</h1>
@@ -64,9 +65,9 @@ temperature</a><a href="#rows">all {{ groups|length }} rows</a>{% if agreements 
 agreement</a>{% endif %}<a href="#examples">examples per label</a><a href="#records">records</a>{% if failures %}
 <a href="#failures">judge failures</a>{% endif %}<a href="#provenance">provenance</a></nav>
 <h2 id="figures">Figures</h2>
-{% if figures %}{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.title }}</figcaption>
-{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% endif %}
-</figure>{% endfor %}{% elif no_figures %}<p class="warn">No figures: {{ no_figures }}.</p>{% endif %}
+{% if figures %}<div class="figs">{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.title }}
+</figcaption>{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">
+{% endif %}</figure>{% endfor %}</div>{% elif no_figures %}<p class="warn">No figures: {{ no_figures }}.</p>{% endif %}
 {% if skipped %}<p class="note">Not drawn, nothing to show:</p><ul class="note">{% for title, why in skipped %}
 <li>{{ title }}: {{ why }}</li>{% endfor %}</ul>{% endif %}
 <h2 id="rates">Follow-up rate by model and temperature</h2>
