@@ -65,9 +65,10 @@ temperature</a><a href="#rows">all {{ groups|length }} rows</a>{% if agreements 
 agreement</a>{% endif %}<a href="#examples">examples per label</a><a href="#records">records</a>{% if failures %}
 <a href="#failures">judge failures</a>{% endif %}<a href="#provenance">provenance</a></nav>
 <h2 id="figures">Figures</h2>
-{% if figures %}<div class="figs">{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.title }}
-</figcaption>{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">
-{% endif %}</figure>{% endfor %}</div>{% elif no_figures %}<p class="warn">No figures: {{ no_figures }}.</p>{% endif %}
+{% if figures %}<div class="figs">
+{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.title }}</figcaption>
+{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% endif %}
+</figure>{% endfor %}</div>{% elif no_figures %}<p class="warn">No figures: {{ no_figures }}.</p>{% endif %}
 {% if skipped %}<p class="note">Not drawn, nothing to show:</p><ul class="note">{% for title, why in skipped %}
 <li>{{ title }}: {{ why }}</li>{% endfor %}</ul>{% endif %}
 <h2 id="rates">Follow-up rate by model and temperature</h2>
