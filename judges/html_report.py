@@ -46,6 +46,7 @@ TEMPLATE = """<!doctype html>
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222;overflow-wrap:break-word}
 .scroll{overflow:auto;max-width:100%;margin:1em 0} .scroll>table{margin:0} .tall{max-height:80vh}
 .tall thead th{position:sticky;top:0;z-index:1} .rows td{white-space:nowrap}
+.rows td:first-child{position:sticky;left:0;background:#fff} .rows th:first-child{left:0;z-index:2}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.num{text-align:right} .self{color:#b00;font-weight:bold}
