@@ -11,6 +11,7 @@ from pydantic import Field
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import Perturbed
 
+from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.options import ProbeOptions, sent_names
 from userturn.core.records import Message, ProbeRecord
@@ -66,6 +67,7 @@ class ProbeSettings(ProbeOptions):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                             description="the variables the renderer was loaded with (recorded)")
+    engine_traits: EngineTraits = EXTERNAL
 
 
 @dataclass(slots=True)

@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from userturn.serve.engines import engine_of
     from userturn.serve.k8s_manifests import render_k8s
     from userturn.serve.launcher import dry_run_key, plan
     from userturn.serve.manifest import load_manifest
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_slurm(m))
         return 0
     if args.dry_run:
-        if m.engine == "external":
+        if not engine_of(m).launches:
             print(f"# engine external: nothing to launch; endpoint {m.base_url}")
             return 0
         specs, router = plan(m, api_key=dry_run_key(m))
@@ -81,11 +82,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> int:
+    from userturn.serve.engines import engine_of
     from userturn.serve.launcher import launch
     from userturn.serve.process import ServerStartError
 
     with launch(m, log_dir=log_dir, launcher=launcher) as server:
-        if m.engine == "external":
+        if not engine_of(m).launches:
             print(f"external endpoint {server.base_url} (nothing launched)")
             return 0
         for url in server.base_urls:

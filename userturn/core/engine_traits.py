@@ -35,6 +35,10 @@ class EngineTraits(BaseModel):
     stop_reason_field: str | None
     # The chat message's field carrying reasoning text (SGLang `reasoning_content`, vLLM `reasoning`).
     reasoning_field: str | None
+    # Where the server names the weights it loaded, for the preflight's weights-vs-tokenizer check: (GET route, key of
+    # its JSON answer), e.g. SGLang ("/model_info", "model_path"), whose /v1/models `root` is the served name;
+    # "root" under "/v1/models" means the model card's `root`. None: the server does not say.
+    served_weights: tuple[str, str] | None = None
 
 
 EXTERNAL = EngineTraits(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from userturn.core import defaults
+from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.options import Options, ProbeOptions, RendererName
 from userturn.core.options import resolve as resolve_options
@@ -43,6 +44,7 @@ class ProbeTarget:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    engine_traits: EngineTraits = EXTERNAL  # what the launched engine does with a request (an endpoint: unknown)
 
 
 class TargetSource(NamedTuple):
@@ -123,7 +125,7 @@ def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tup
             base_urls=list(source.base_urls or server.base_urls), model=source.model or server.model_name,
             api_key_env=server.api_key_env or source.api_key_env or defaults.API_KEY_ENV,
             stop=list(probe.stop), stop_token_ids=list(probe.stop_token_ids), extra_body=dict(probe.extra_body),
-            **fields), options
+            engine_traits=server.traits if not source.base_urls else EXTERNAL, **fields), options
 
 
 def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:
@@ -188,7 +190,7 @@ class TargetSession:
             **{name: getattr(o, name) for name in o.model_fields_set}, model=t.model, dataset=dataset,
             perturbations=list(perturbations), mode=mode, assistant_from=assistant_from, extra_stop=list(t.stop),
             extra_stop_token_ids=list(t.stop_token_ids), extra_body=dict(t.extra_body),
-            template_kwargs=o.rendered_kwargs if mode == "raw" else {})
+            template_kwargs=o.rendered_kwargs if mode == "raw" else {}, engine_traits=t.engine_traits)
 
     def probe_run(self, items: Sequence[DatasetItem], *, dataset: str, mode: Mode, perturbations: Sequence[str],
                   assistant_from: Literal["dataset", "model"], out_path: str, judge: JudgeHook | None = None,
