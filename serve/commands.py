@@ -8,7 +8,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
-from userturn.serve.engines import LaunchArgs, Target, engine_of, flag_args
+from userturn.serve.engines import LaunchArgs, Target, engine_of
 from userturn.serve.manifest import Manifest
 
 from userturn.core.errors import UserError

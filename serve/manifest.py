@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from userturn.serve.engines import ENGINES, engine_of
 
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
 from userturn.core.options import Options
 from userturn.core.shipped import resolve_named
-from userturn.serve.engines import ENGINES, engine_of
 
 # Readiness routes of a custom `command:` (an engine's own are in its definition, userturn.serve.engines).
 CUSTOM_HEALTH_PATHS: tuple[str, ...] = ("/v1/models",)

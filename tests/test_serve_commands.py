@@ -113,7 +113,7 @@ def test_api_key_flags_and_dry_run_never_shows_a_key(capsys: pytest.CaptureFixtu
     assert "'--api-key=<generated at launch>'" in line
 
 
-def test_server_argv(tmp_path: Path) -> None:
+def test_cpu_engine_argv(tmp_path: Path) -> None:
     m = parse_manifest({"engine": "transformers", "model": "/models/tiny", "served_model_name": "tiny", "seed": 3,
                         "context_length": 2048, "dtype": "bfloat16", "chat_template": "/t.jinja",
                         "tokenizer": "/tok", "trust_remote_code": True})
@@ -135,7 +135,7 @@ def test_cpu_engine_argv_parses_in_the_engine() -> None:
     assert (cfg.model, cfg.port, cfg.seed, cfg.context_length, cfg.threads, cfg.name) == ("/m", 5, 1, 99, 1, "/m")
 
 
-def test_server_argv(tmp_path: Path) -> None:
+def test_llamacpp_argv_on_cpu_unless_gpus(tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"")
     m = parse_manifest({"engine": "llamacpp", "model": str(gguf), "served_model_name": "q", "context_length": 4096,

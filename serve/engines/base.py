@@ -69,6 +69,7 @@ class EngineDefinition:
     serves_checkpoint: ClassVar[bool] = False  # serves a transformers checkpoint directory (`userturn train`)
     image: ClassVar[str | None] = None  # default container image, pinned to the version its flags were checked on
     reasoning_parsers: ClassVar[frozenset[str]] = frozenset()  # the engine's own spellings
+    parser_aliases: ClassVar[dict[str, str]] = {}  # another engine's spelling -> this engine's
     sampler_flags: ClassVar[tuple[str, ...]] = ()  # launch flags that set sampling defaults (extra_args may override)
     traits: ClassVar[EngineTraits]
 
@@ -88,14 +89,25 @@ class EngineDefinition:
                 raise ValueError("nnodes > 1 is only supported by engine 'sglang' (vllm: one node, up to its GPUs)")
             if m.dist_init_addr is not None:
                 raise ValueError("dist_init_addr is only supported by engine 'sglang'")
-        if m.reasoning_parser is not None and self.reasoning_parsers and m.reasoning_parser not in self.reasoning_parsers:
-            raise ValueError(f"reasoning_parser {m.reasoning_parser!r} is not one of engine '{self.kind}''s parsers "
-                             f"({', '.join(sorted(self.reasoning_parsers))})")
+        parser = m.reasoning_parser
+        if parser is not None and self.reasoning_parsers and parser not in self.reasoning_parsers:
+            hint = self.parser_spelling(parser)
+            raise ValueError(f"reasoning_parser: {parser!r} is not a parser of engine '{self.kind}'"
+                             + (f" (its name for it: {hint!r})" if hint else "")
+                             + f"; its parsers: {', '.join(sorted(self.reasoning_parsers))}")
         if m.api_key is not None and not self.takes_api_key:
             raise ValueError(f"api_key is not supported by engine '{self.kind}' (it takes no key)")
         if m.deterministic and not self.deterministic_flags():
             raise ValueError(f"deterministic is only supported by engine 'sglang' (engine '{self.kind}' needs no "
                              "switch for seeded sampling)")
+
+    def parser_spelling(self, name: str) -> str | None:
+        """This engine's spelling of a reasoning parser another engine calls `name` (e.g. vLLM's `openai_gptoss`
+        for SGLang's `gpt-oss`), else None."""
+        if name in self.parser_aliases:
+            return self.parser_aliases[name]
+        folded = {p.replace("-", "_").lower(): p for p in self.reasoning_parsers}
+        return folded.get(name.replace("-", "_").lower())
 
     def deterministic_flags(self) -> list[str]:
         """The launch flags of `deterministic: true` ([] when the engine has no such switch)."""

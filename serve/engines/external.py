@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from userturn.core.engine_traits import EXTERNAL
 from userturn.serve.engines.base import EngineDefinition
+
+from userturn.core.engine_traits import EXTERNAL
 
 if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest

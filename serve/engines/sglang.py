@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args, key_flag
 
 from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import UserError
-from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args, key_flag
 
 if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest
@@ -42,6 +43,8 @@ class SGLang(EngineDefinition):
     uses_gpus = parallel = multi_node = has_router = serves_checkpoint = True
     image = f"lmsysorg/sglang:v{VERSION}"
     reasoning_parsers = REASONING_PARSERS
+    parser_aliases: ClassVar[dict[str, str]] = {"openai_gptoss": "gpt-oss",
+                                                "minimax_m2_append_think": "minimax-append-think"}
     sampler_flags = ("--sampling-defaults",)
     traits = TRAITS
 

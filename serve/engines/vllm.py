@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args, key_flag
 
 from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import UserError
-from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args, key_flag
 
 if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest
@@ -42,6 +43,8 @@ class VLLM(EngineDefinition):
     uses_gpus = parallel = True
     image = f"vllm/vllm-openai:v{VERSION}"
     reasoning_parsers = REASONING_PARSERS
+    parser_aliases: ClassVar[dict[str, str]] = {"gpt-oss": "openai_gptoss", "qwen3-thinking": "qwen3",
+                                                "minimax-append-think": "minimax_m2_append_think"}
     sampler_flags = ("--generation-config", "--override-generation-config")
     traits = TRAITS
 
