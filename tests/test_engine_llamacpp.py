@@ -120,3 +120,16 @@ judges:
     assert len(records) == 4 and {r.status for r in records.values()} == {"ok"}
     assert {r.model for r in records.values()} == {"smollm2-135m-instruct"}
     assert json.loads(standin.read_text())["parsed"]["special"] is True
+
+
+def test_the_launched_engines_traits_reach_the_probe_settings(standin: Path) -> None:
+    from userturn.orchestrate.run_builder import TargetSession, TargetSource, open_target
+
+    with open_target(TargetSource(manifest=str(QUICKSTART)), []) as (target, options):
+        settings = TargetSession(target, options).settings(dataset="d", mode="raw", perturbations=["none"],
+                                                           assistant_from="dataset")
+    assert settings.engine_traits.engine == "llamacpp" and settings.engine_traits.honours_stop_token_ids is False
+    with open_target(TargetSource(base_urls=["http://127.0.0.1:9/v1"], model="m"), []) as (target, options):
+        settings = TargetSession(target, options).settings(dataset="d", mode="raw", perturbations=["none"],
+                                                           assistant_from="dataset")
+    assert settings.engine_traits.engine == "external"  # an endpoint by URL: nothing known
