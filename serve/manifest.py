@@ -147,11 +147,29 @@ class Manifest(_Strict):
     base_url: str | None = Field(default=None, description="engine external: the endpoint (…/v1)")
     api_key_env: str | None = Field(default=None, description="env var holding the API key")
     api_key: Literal["generate", "env"] | None = Field(
-        default=None, description="launched servers require an API key, which the probe sends: 'generate' (a new "
-        "random key per launch) or 'env' (the key in api_key_env); a custom command takes it as {api_key}")
+        default=None, description="the key a launched server requires, which the probe sends: 'generate' (a new "
+        "random key per launch; the default for engines that take a key, unless a router or a custom command "
+        "without {api_key} serves it), 'env' (the key in api_key_env), or 'none' (no key: anyone who reaches the "
+        "port may use the server); a custom command takes it as {api_key}")
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     source: Path | None = Field(default=None, exclude=True, description="the YAML file (set by load_manifest)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_key(cls, data: Any) -> Any:
+        """Launched servers require a generated key unless the manifest says `api_key: none` (or cannot take one)."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("api_key") == "none":
+            return {**data, "api_key": None}
+        engine = ENGINES.get(data.get("engine"))  # type: ignore[arg-type]
+        command = data.get("command")
+        takes_key = (engine is not None and engine.launches and engine.takes_api_key and data.get("router") is None
+                     and (not command or any("{api_key}" in str(a) for a in command)))
+        if "api_key" not in data and takes_key:
+            return {**data, "api_key": "generate"}
+        return data
 
     @field_validator("health_paths")
     @classmethod

@@ -127,3 +127,28 @@ def test_packaged_models_are_resolved_for_every_engine_that_takes_a_file(tmp_pat
     missing = parse_manifest({"engine": "llamacpp", "model": "pkg:weights_pkg/none.gguf"})
     with pytest.raises(UserError, match=r"none\.gguf"):
         engine_of(missing).resolve_model(missing)
+
+
+def test_launched_servers_require_a_generated_key_unless_the_manifest_opts_out() -> None:
+    for engine in ("sglang", "vllm", "llamacpp"):
+        assert parse_manifest({"engine": engine, "model": "m.gguf"}).api_key == "generate", engine
+        assert parse_manifest({"engine": engine, "model": "m.gguf", "api_key": "none"}).api_key is None, engine
+    assert load_manifest(MANIFESTS / "qwen3.5-9b.yaml").api_key == "generate"
+    # no key where none can be taken: the CPU engine, an endpoint, a router, a command without {api_key}
+    assert parse_manifest({"engine": "transformers", "model": "m"}).api_key is None
+    assert parse_manifest({"engine": "external", "base_url": "http://h/v1", "model": "m"}).api_key is None
+    assert parse_manifest({"engine": "sglang", "model": "m", "replicas": 2, "router": {}}).api_key is None
+    assert parse_manifest({"engine": "sglang", "model": "m", "command": ["srv", "{port}"]}).api_key is None
+    keyed = parse_manifest({"engine": "sglang", "model": "m", "command": ["srv", "{port}", "--key={api_key}"]})
+    assert keyed.api_key == "generate"
+    # an opted-out manifest stays opted out when dumped and read back (as `userturn train` writes it)
+    opted = parse_manifest({"engine": "vllm", "model": "m", "api_key": "none"})
+    assert parse_manifest(opted.model_dump(mode="json", exclude_unset=True)).api_key is None
+
+
+def test_local_launches_listen_on_loopback_unless_the_manifest_asks() -> None:
+    m = parse_manifest({"engine": "vllm", "model": "m"})
+    argv = server_argv(m, port=1)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    wide = parse_manifest({"engine": "vllm", "model": "m", "host": "0.0.0.0"})
+    assert server_argv(wide, port=1)[server_argv(wide, port=1).index("--host") + 1] == "0.0.0.0"
