@@ -80,7 +80,8 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": CACHE_DIR}],
     }
     if with_probes:
-        c.update(_probes(m.readiness_paths[0] if m.command or m.health_paths else "/health", port, m.timeout_s))
+        path = m.readiness_paths[0] if m.command or m.health_paths else engine_of(m).k8s_health_path
+        c.update(_probes(path, port, m.timeout_s))
     return c
 
 

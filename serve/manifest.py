@@ -106,7 +106,7 @@ class Manifest(_Strict):
     """How to serve one model (or reach one endpoint), plus its probe defaults."""
 
     name: str | None = Field(default=None, description="label; defaults to the file name without .yaml")
-    engine: str = Field(description="sglang, vllm, transformers (the embedded CPU engine), llamacpp or external")
+    engine: str = Field(description="; ".join(f"{kind}: {e.summary}" for kind, e in ENGINES.items()))
     model: str | None = Field(default=None, description="model path, hub id, or GGUF file (path or "
                               "pkg:PACKAGE/file.gguf inside an installed package)")
     revision: str | None = None
