@@ -133,3 +133,11 @@ def test_the_launched_engines_traits_reach_the_probe_settings(standin: Path) -> 
         settings = TargetSession(target, options).settings(dataset="d", mode="raw", perturbations=["none"],
                                                            assistant_from="dataset")
     assert settings.engine_traits.engine == "external"  # an endpoint by URL: nothing known
+
+
+def test_dry_run_shows_the_packaged_file_the_launch_would_load(capsys: pytest.CaptureFixture[str]) -> None:
+    from userturn.cli import main
+
+    assert main(["serve", "quickstart-llamacpp", "--dry-run"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith(f"llama-server -m {resolve(SMOLLM)} ") and "'<generated at launch>'" in line

@@ -93,8 +93,8 @@ class EngineDefinition:
         if parser is not None and self.reasoning_parsers and parser not in self.reasoning_parsers:
             hint = self.parser_spelling(parser)
             raise ValueError(f"reasoning_parser: {parser!r} is not a parser of engine '{self.kind}'"
-                             + (f" (its name for it: {hint!r})" if hint else "")
-                             + f"; its parsers: {', '.join(sorted(self.reasoning_parsers))}")
+                             + (f" (its name for it: {hint!r})" if hint
+                                else f"; its parsers: {', '.join(sorted(self.reasoning_parsers))}"))
         if m.api_key is not None and not self.takes_api_key:
             raise ValueError(f"api_key is not supported by engine '{self.kind}' (it takes no key)")
         if m.deterministic and not self.deterministic_flags():
@@ -125,6 +125,11 @@ class EngineDefinition:
     def resolve_model(self, m: Manifest) -> str | None:
         """The model to load, made local where the engine takes a file: a `pkg:` name becomes the file inside its
         installed package (one-line UserError if missing); None: the manifest's value as is."""
+        return self.resolve_packaged(m)
+
+    def resolve_packaged(self, m: Manifest) -> str | None:
+        """A `pkg:` model as the file inside its installed package (one-line UserError if missing), else None; never
+        downloads (what --dry-run shows)."""
         model = m.resolve_path(m.model) or ""
         if not model.startswith(PKG_PREFIX):
             return None

@@ -52,7 +52,7 @@ class CpuEngine(EngineDefinition):
     def resolve_model(self, m: Manifest) -> str | None:
         """A local dir or GGUF file as is, a `pkg:` GGUF file inside its installed package, a hub id downloaded (or
         taken from the cache)."""
-        packaged = super().resolve_model(m)
+        packaged = self.resolve_packaged(m)
         if packaged is not None:
             return packaged
         model = m.resolve_path(m.model) or ""

@@ -68,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
         if not engine_of(m).launches:
             print(f"# engine external: nothing to launch; endpoint {m.base_url}")
             return 0
-        specs, router = plan(m, api_key=dry_run_key(m))
+        try:  # the file a `pkg:` model names, as the launch would load it (nothing downloaded)
+            model = None if m.command else engine_of(m).resolve_packaged(m)
+        except UserError as exc:
+            model = None
+            print(f"# {exc}")
+        specs, router = plan(m, model=model, api_key=dry_run_key(m))
         for s in [*specs, *([router] if router else [])]:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on {s.url}")
             print(s.shell())
