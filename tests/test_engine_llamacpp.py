@@ -79,15 +79,13 @@ def test_launch_resolves_the_packaged_model_and_runs_the_binary_on_path(standin:
     assert recorded["parsed"]["model"] == resolve(SMOLLM)  # pkg: resolved, not passed to -m as written
 
 
-def test_a_key_starting_with_a_dash_reaches_llama_server_as_the_key(standin: Path) -> None:
+def test_a_key_starting_with_a_dash_reaches_llama_server_as_the_key(standin: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     m = parse_manifest({"name": "keyed", "engine": "llamacpp", "model": SMOLLM, "api_key": "env",
                         "api_key_env": "LLAMA_TEST_KEY"})
-    os.environ["LLAMA_TEST_KEY"] = "-starts-with-a-dash"
-    try:
-        with launch(m, status=None):
-            pass
-    finally:
-        del os.environ["LLAMA_TEST_KEY"]
+    monkeypatch.setenv("LLAMA_TEST_KEY", "-starts-with-a-dash")
+    with launch(m, status=None):
+        pass
     assert json.loads(standin.read_text())["parsed"]["api_key"] == "-starts-with-a-dash"
 
 
