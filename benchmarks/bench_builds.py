@@ -68,7 +68,7 @@ def run_once(checkout: Path, server: LoopbackServer, dataset: Path, work: Path, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--build", type=build, action="append", required=True, metavar="NAME=CHECKOUT")
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--items", type=int, default=400)

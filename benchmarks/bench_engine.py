@@ -164,7 +164,7 @@ def generate_run(model: Any, tok: Any, texts: list[str], batched: bool, new_toke
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch threads everywhere (default: the engine's)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=48)

@@ -110,7 +110,8 @@ def run_scenario(results: Path, out: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False,
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=100_000, help="records in the results file (default 100,000)")
     parser.add_argument("--keep", default=None, metavar="DIR", help="write the files here and keep them")
     parser.add_argument("--max-resume-mb", type=float, default=150.0, help="target for the resume peak RSS")

@@ -610,7 +610,8 @@ def print_profile(work: Path, kind: str) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False,
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=10_000, help="requests per client and scenario")
     parser.add_argument("--samples", type=int, action="append",
                         help="samples per item of a workload (repeatable; default 10 and 1): requests / samples items")

@@ -102,7 +102,7 @@ def measure(args: list[str]) -> tuple[float, float, int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--temperatures", type=int, default=2)

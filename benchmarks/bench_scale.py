@@ -235,7 +235,8 @@ def run_memory(work: Path, counts: list[int]) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False,
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=["resume", "memory"], action="append", help="default: both")
     parser.add_argument("--records", type=int, default=1_000_000, help="records in the file to resume")
     parser.add_argument("--samples", type=int, default=100, help="samples per item in that file")

@@ -120,7 +120,7 @@ def render_and_record() -> tuple[Callable[[], object], Callable[[], object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--raw-us", type=float, action="append",
                         help="the raw loop's CPU per request (bench_probe.py's 'CPU us raw'), one per target in "
                              "the order printed, or one for all; default: only the floor is printed")

@@ -27,6 +27,7 @@ class JudgeConfig(BaseModel):
     model: str
     base_url: str
     api_key_env: str = defaults.API_KEY_ENV
+    api_key_file: str | None = Field(default=None, description="file holding the key (wins over api_key_env)")
     temperature: float = Field(default=defaults.JUDGE_TEMPERATURE, ge=0)
     max_tokens: int = Field(default=defaults.JUDGE_MAX_TOKENS, ge=defaults.MIN_JUDGE_MAX_TOKENS,
                             description="room for reasoning judges")

@@ -208,6 +208,22 @@ def judged_by_line(groups: list[GroupSummary]) -> str:
     return "judged by: " + (", ".join(judges) or "no judge model") + rules_text
 
 
+def seed_line(groups: list[GroupSummary]) -> str | None:
+    """The line a report carries when sampled rows (T > 0) were generated where the seed was not honoured or its
+    handling is not known (`seed_honoured` false, or null for an external endpoint, in their configuration): their
+    records cannot be repeated by a rerun. None otherwise, and for files that do not record it."""
+    sampled = [g.config for g in groups if g.temperature > 0 and g.config and "seed_honoured" in g.config]
+    ignored = sorted({str(c.get("engine")) for c in sampled if c["seed_honoured"] is False})
+    unknown = sum(c["seed_honoured"] is None for c in sampled)
+    parts = [f"ignored by the engine ({', '.join(ignored)}) for {sum(c['seed_honoured'] is False for c in sampled)} "
+             "sampled rows"] if ignored else []
+    if unknown:
+        parts.append(f"not known to be honoured (external endpoint) for {unknown} sampled rows")
+    if not parts:
+        return None
+    return f"seed: {' and '.join(parts)}: a rerun need not repeat their records (seed_honoured in the configuration)"
+
+
 def print_report(console: Console, groups: list[GroupSummary], agreements: list[PanelAgreement],
                  source: str, *, wide: bool = False) -> None:
     """Render the whole terminal report (compact columns; `wide`: all of them), no line with trailing spaces."""
@@ -221,6 +237,8 @@ def print_report(console: Console, groups: list[GroupSummary], agreements: list[
     for g in groups:
         if g.perturbation != "none" and g.delta_vs_none is None and g.delta_note:
             print_trimmed(console, f"Δ n/a for {g.series} · T={fmt_temp(g.temperature)}: {g.delta_note}")
+    if seed := seed_line(groups):
+        print_trimmed(console, escape(seed))
     if any(g.self_judged for g in groups):
         print_trimmed(console, "[bold red]SELF[/]: labelled by the same model that was probed (self-judged); "
                       "use an independent judge for reported numbers.")

@@ -12,6 +12,7 @@ from userturn.serve.engines import LaunchArgs, Target, engine_of
 from userturn.serve.manifest import Manifest
 
 from userturn.core.errors import UserError
+from userturn.core.fingerprint import redacted_command, redacted_environment
 
 ROUTER_MODULE = "sglang_router.launch_router"
 ROUTER_HEALTH_PATHS = ("/health", "/v1/models")
@@ -35,10 +36,12 @@ class LaunchSpec:
         """Root URL for a local client (0.0.0.0 / :: become loopback)."""
         return root_url(self.host, self.port)
 
-    def shell(self) -> str:
-        """The command as one shell line: `K=V ... argv`, every part quoted."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return f"{env} {shlex.join(self.argv)}" if env else shlex.join(self.argv)
+    def shell(self, redact: bool = True) -> str:
+        """The command as one shell line: `K=V ... argv`, every part quoted; with `redact` (what a log gets), the
+        values of key, token, secret and password flags and variables and URL credentials as `[redacted]`."""
+        env, argv = (redacted_environment(self.env), redacted_command(self.argv)) if redact else (self.env, self.argv)
+        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        return f"{shown} {shlex.join(argv)}" if shown else shlex.join(argv)
 
 
 def root_url(host: str, port: int) -> str:

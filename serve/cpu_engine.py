@@ -185,6 +185,8 @@ class Generator:
             if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike
                 tokenizer_source = str(gguf_tokenizer_dir(cfg.model))
             started = time.monotonic()
+            print(f"cpu_engine: preparing {path.name}: from the cache, else converted once (about 30 s on 2 cores)",
+                  flush=True)
             converted, hit = converted_model_dir(path, dtype, str(dtype))
             size = f"{folder_size(converted) / 1e6:.0f} MB"
             self.notes.append(f"converted model from cache {converted} ({size})" if hit else
@@ -348,7 +350,8 @@ def build_app(gen: Generator) -> web.Application:
 
 
 def parse_args(argv: list[str] | None = None) -> EngineConfig:
-    p = argparse.ArgumentParser(prog="python -m userturn.serve.cpu_engine", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False,
+                                prog="python -m userturn.serve.cpu_engine", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="model path, hub id, or GGUF file (path or pkg:PACKAGE/file.gguf)")
     p.add_argument("--tokenizer")
     p.add_argument("--served-model-name")

@@ -186,7 +186,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
                 say(f"starting {p.spec.name} on port {p.spec.port} (log: {p.log_path})")
                 p.start()
             for p in procs:
-                wait_until_ready(p, deadline)
+                wait_until_ready(p, deadline, say)
             base_urls = replica_urls = [v1(s.url) for s in specs]
             if router is not None:
                 rp = ServerProcess(router, logs / f"{router.name}-{router.port}-{stamp}.log")

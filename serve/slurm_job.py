@@ -22,7 +22,7 @@ def resolve_model_exports(model: str, served: str, revision: str | None = None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m userturn.serve.slurm_job")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m userturn.serve.slurm_job")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("resolve-model", help="print MODEL/SERVED exports for the CPU engine")
     r.add_argument("--model", required=True)

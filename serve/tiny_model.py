@@ -117,7 +117,8 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write a tiny random-weight ChatML model (smoke tests).")
+    parser = argparse.ArgumentParser(allow_abbrev=False,
+                                     description="Write a tiny random-weight ChatML model (smoke tests).")
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

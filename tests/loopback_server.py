@@ -264,7 +264,8 @@ async def serve(config: ServerConfig) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
-    parser = argparse.ArgumentParser(description="OpenAI-compatible loopback server for tests and benchmarks.")
+    parser = argparse.ArgumentParser(allow_abbrev=False,
+                                     description="OpenAI-compatible loopback server for tests and benchmarks.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed as READY <port>)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added delay per generation request")

@@ -19,7 +19,7 @@ def test_mistyped_subcommand_choice_and_flag_get_a_suggestion(capsys: pytest.Cap
     for argv, needle in ((["reprot", "x"], "(did you mean report?)"),
                          (["report", "x", "--format", "cvs"], "(did you mean csv?)"),
                          (["report", "x", "--jsn"], "unrecognized arguments: --jsn (did you mean --json?)"),
-                         (["report", "x", "--modle=m"], "--modle=m (did you mean --model?)")):
+                         (["report", "x", "--modle=m"], "--modle=[value not shown] (did you mean --model?)")):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
@@ -119,6 +119,25 @@ def test_sigterm_while_a_server_is_launched_still_gives_the_resume_hint(
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert "terminated (SIGTERM); completed records are kept, rerun the same command" in capsys.readouterr().err
+
+
+def test_sigterm_during_serve_says_the_servers_were_stopped(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` writes no records: its stop line says what it did, not how to resume records."""
+    from userturn.serve.launcher import terminate_on_sigterm
+
+    def command(args: argparse.Namespace) -> int:
+        with terminate_on_sigterm():
+            signal.raise_signal(signal.SIGTERM)
+        return 0
+
+    monkeypatch.setattr("userturn.cli.serve.run", command)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["serve", "quickstart-cpu"]) == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().err == "userturn: terminated (SIGTERM); the servers it started were stopped\n"
 
 
 def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:

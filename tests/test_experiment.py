@@ -130,12 +130,21 @@ def test_assistant_samples_copies_items_with_query_ids():
     assert expand_assistant_samples([item], 1) == [item]
 
 
-def test_assistant_source_auto():
+def test_assistant_source_auto_takes_a_uniform_dataset_and_refuses_a_mix_unless_chosen():
     exp = Experiment.model_validate({"name": "a", "models": [{"base_url": "u", "model": "m"}], "datasets": ["x"]})
     answered = DatasetItem(id="1", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
-    open_ = DatasetItem(id="2", messages=[{"role": "user", "content": "q"}])
-    assert assistant_source(exp.datasets[0], exp, [answered]) == "dataset"
-    assert assistant_source(exp.datasets[0], exp, [answered, open_]) == "model"
+    open_ = DatasetItem(id="2", messages=[{"role": "user", "content": "q"}]).located("x.jsonl:2")
+    assert assistant_source(exp.datasets[0], exp, [answered], "e.yaml") == "dataset"
+    assert assistant_source(exp.datasets[0], exp, [open_, open_], "e.yaml") == "model"
+    with pytest.raises(UserError) as info:  # one open item does not switch the whole dataset to the model
+        assistant_source(exp.datasets[0], exp, [answered, open_, answered], "e.yaml")
+    assert str(info.value) == (
+        "e.yaml: dataset x: x.jsonl:2: item '2' has no assistant turn to probe (1 of 3 items lack one, the others "
+        "end with one): fix them, or choose model-written assistant turns for every item with assistant_from: model")
+    chosen = exp.model_copy(update={"assistant_from": "model"})
+    assert assistant_source(chosen.datasets[0], chosen, [answered, open_], "e.yaml") == "model"
+    entry = exp.datasets[0].model_copy(update={"assistant_from": "model"})  # the dataset's own key chooses too
+    assert assistant_source(entry, exp, [answered, open_], "e.yaml") == "model"
 
 
 def test_shipped_experiments_validate():
@@ -164,7 +173,10 @@ def test_dry_run_prints_the_plan(tmp_path: Path, capsys):
                  + "temperatures: [0, 1]\nsamples: 2\n")
     assert main(["run", str(path), "--dry-run"]) == 3  # the plan is printed; nothing listens on port 1
     out, err = capsys.readouterr()
-    assert out.startswith("t1: 1 probe runs, 8 records planned")
+    assert out.startswith("t1: 1 models x 1 datasets x 1 modes (raw) x 1 perturbations (none): 4 records per "
+                          "dataset item\nmodels:\n  m: endpoint http://127.0.0.1:1/v1 (model m); temperatures [0.0, "
+                          "1.0], samples 2")
+    assert "\nitems: data 2\nrecords planned: 8\n" in out
     assert "endpoints: 0 of 1 base_url models reachable and serving their model" in out
     lines = [line for line in err.splitlines() if not line.startswith("userturn: warning: ")]  # T=0 x 2 samples
     assert len(lines) == 1 and lines[0].startswith(f"userturn: {path}: models.0 (m): cannot reach "
@@ -185,9 +197,11 @@ def test_dry_run_refuses_a_tokenizer_without_a_chat_template(tmp_path: Path, cap
     second = f"  - base_url: http://127.0.0.1:1/v1\n    model: second\n    tokenizer: {bare}\ndatasets:"
     path = write(tmp_path, BASE.replace("model: m\n", f"model: m\n    tokenizer: {QWEN_DIR}\n")
                  .replace("datasets:", second))
-    assert main(["run", str(path), "--dry-run"]) == 2
-    err = capsys.readouterr().err
-    assert f"{path}: models.1 (second): " in err and "no chat template" in err and err.count("\n") == 1
+    assert main(["run", str(path), "--dry-run"]) == 2  # the other checks still ran: one line each
+    out, err = capsys.readouterr()
+    template = [line for line in err.splitlines() if "no chat template" in line]
+    assert len(template) == 1 and template[0].startswith(f"userturn: {path}: models.1 (second): ")
+    assert "--- m: raw prompt" in out and "endpoints: 0 of 2 base_url models reachable" in out
 
 
 def test_assistant_from_dataset_on_open_conversations_stops_before_launch(tmp_path: Path, capsys):
@@ -196,8 +210,9 @@ def test_assistant_from_dataset_on_open_conversations_stops_before_launch(tmp_pa
                  + "assistant_from: dataset\n")
     for argv in (["run", str(path), "--dry-run"], ["run", str(path)]):  # the real run: before any server starts
         assert main(argv) == 2
-        err = capsys.readouterr().err
-        assert "item 'a' ends with a user turn" in err and err.count("\n") == 1, err
+        lines = capsys.readouterr().err.splitlines()
+        assert "item 'a' ends with a user turn" in lines[0]
+        assert len(lines) == (2 if "--dry-run" in argv else 1), lines  # the dry run still checks the endpoint
 
 
 def test_a_failing_model_names_its_grid_entry(tmp_path: Path, capsys):

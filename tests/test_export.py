@@ -87,6 +87,21 @@ def test_cli_nothing_to_export_and_missing_file(tmp_path: Path, capsys):
     assert "results file not found" in capsys.readouterr().err
 
 
+def test_cli_an_export_without_pairs_says_so_not_that_labels_are_missing(tmp_path: Path, capsys):
+    results = tmp_path / "r.jsonl"
+    with JsonlWriter(results) as writer:  # labelled, but each context has one label only: nothing to pair
+        writer.write(rec(0, "genuine_followup", "Why?"))
+        writer.write(rec(0, "generic", item="i2"))
+    assert main(["export", str(results), "--format", "preference"]) == 1
+    err = capsys.readouterr().err
+    assert "judge the results first" not in err
+    assert "no context has both a genuine follow-up and another label among its 2 labelled records" in err
+    with JsonlWriter(results) as writer:  # appended: i1's record is now generic too
+        writer.write(rec(0, "generic"))
+    assert main(["export", str(results), "--format", "sft"]) == 1
+    assert "none of the 2 labelled records is a genuine follow-up" in capsys.readouterr().err
+
+
 def human_rec(sample: int, *, model: str = "m", perturbation: str = "none", temperature: float = 0.0,
               second_turn: str | None = "Now do it for 3 + 5.", label: str | None = None) -> ProbeRecord:
     record = rec(sample, label, perturbation=perturbation, temperature=temperature)

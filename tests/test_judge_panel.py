@@ -156,7 +156,7 @@ async def test_generation_errors_pass_through() -> None:
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     add_judge_arguments(parser)
     return parser.parse_args(list(argv))
 

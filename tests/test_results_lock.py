@@ -165,3 +165,33 @@ def test_a_lock_on_a_network_file_system_warns_once(tmp_path: Path, monkeypatch:
     with results_lock.results_lock(tmp_path / "local.jsonl"):
         pass
     assert capsys.readouterr().err == ""
+
+
+def test_the_sidecar_and_the_refusal_hold_no_secret(tmp_path: Path) -> None:
+    """The holder's command line carries a proxy password and a token: the sidecar (mode 0600) and the second
+    writer's refusal show it redacted; a raw 0644 sidecar left by another version is redacted on reading and made
+    0600 by the next holder."""
+    path = tmp_path / "out.jsonl"
+    secret_args = ["--proxy", "http://alice:pw-Zq81xYw@127.0.0.1:3128", "--hf-token", "tok-SECRET-1234"]
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), *secret_args], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "LOCKED"
+        sidecar = lock_path_for(path)
+        assert sidecar.stat().st_mode & 0o777 == 0o600
+        text = sidecar.read_text()
+        with pytest.raises(ResultsLocked) as refused:
+            JsonlWriter(path)
+    finally:
+        stop(proc)
+    for shown in (text, str(refused.value)):
+        assert "pw-Zq81xYw" not in shown and "tok-SECRET-1234" not in shown, shown
+        assert "http://[redacted]@127.0.0.1:3128" in shown and "--hf-token [redacted]" in shown, shown
+    stale = lock_path_for(path)
+    stale.write_text('{"pid": 1, "host": "h", "command": "userturn probe --proxy http://a:pw-Zq81xYw@h:1", '
+                     '"started": "2026-01-01T00:00:00Z"}\n')
+    os.chmod(stale, 0o644)
+    assert "pw-Zq81xYw" not in results_lock.describe_holder(stale)
+    with JsonlWriter(path):
+        assert stale.stat().st_mode & 0o777 == 0o600
+        assert "pw-Zq81xYw" not in stale.read_text()

@@ -372,3 +372,21 @@ def test_api_key_from_env_must_be_set(tmp_path: Path, monkeypatch: pytest.Monkey
         pass
     monkeypatch.setenv("MY_KEY", "sekrit")
     assert launcher.server_api_key(m) == ("MY_KEY", "sekrit")
+
+
+def test_a_slow_start_says_how_long_it_has_waited_and_what_the_server_logs(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first start that converts a model for half a minute is never silent: a line every PROGRESS_EVERY_S with
+    the last line of the server's log."""
+    from userturn.serve import health
+
+    monkeypatch.setattr(health, "PROGRESS_EVERY_S", 0.3)
+    code = "import time; print('cpu_engine: preparing model.gguf', flush=True); time.sleep(600)"
+    m = parse_manifest({"engine": "sglang", "model": "x", "name": "slow", "startup_timeout": 1.5,
+                        "command": [sys.executable, "-c", code]})
+    said: list[str] = []
+    with pytest.raises(ServerStartError), launch(m, log_dir=tmp_path, status=said.append):
+        pass
+    waiting = [line for line in said if "still starting" in line]
+    assert waiting and waiting[-1].startswith("slow-r0: still starting (")
+    assert waiting[-1].endswith("s); its log says: cpu_engine: preparing model.gguf")

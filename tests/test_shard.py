@@ -20,7 +20,14 @@ from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
 
 from userturn.cli import main
 from userturn.cli.app import build_parser
-from userturn.cli.run_shards import FORWARDED, PARENT_ONLY, check_flags, worker_argv
+from userturn.cli.run_shards import (
+    FORWARDED,
+    PARENT_ONLY,
+    THROUGH_ENVIRONMENT,
+    check_flags,
+    worker_argv,
+    worker_environment,
+)
 from userturn.core.errors import UserError
 from userturn.core.shards import Shard, SplitMismatch, check_split, shard_of, sharded_path, split_files
 from userturn.orchestrate.shard_workers import Worker, run_workers
@@ -137,7 +144,9 @@ def test_dry_run_plans_one_shard(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert 0 < mine < 10
     assert main(["run", str(tmp_path / "exp.yaml"), "--dry-run", "--shard", "2/3"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"t (shard 2/3): 1 probe runs, {2 * mine} records planned (1 models x 1 datasets [{mine}]")
+    assert out.startswith("t (shard 2/3): 1 models x 1 datasets x 1 modes (raw) x 2 perturbations (none, swap): 2 "
+                          "records per dataset item")
+    assert f"\nitems: data {mine}\nrecords planned: {2 * mine}\n" in out
 
 
 def run_args(*argv: str):
@@ -146,14 +155,16 @@ def run_args(*argv: str):
 
 def test_every_flag_of_run_is_forwarded_to_the_workers_or_kept_by_the_parent() -> None:
     args = run_args()
-    assert set(vars(args)) <= set(FORWARDED) | set(PARENT_ONLY), set(vars(args)) - set(FORWARDED) - set(PARENT_ONLY)
-    args = run_args("--out-dir", "d", "--keep-going", "--rejudge", "--launcher", "slurm", "--proxy", "http://p:3",
+    known = set(FORWARDED) | set(PARENT_ONLY) | set(THROUGH_ENVIRONMENT)
+    assert set(vars(args)) <= known, set(vars(args)) - known
+    args = run_args("--out-dir", "d", "--keep-going", "--rejudge", "--launcher", "slurm", "--proxy", "http://u:pw@p:3",
                     "--ca-bundle", "ca.pem", "--no-model-check", "--parallel-models", "3", "--workers", "2")
     argv = worker_argv(args, Path("/x/exp.yaml"), Shard(2, 2))
     assert argv[:3] == [sys.executable, "-m", "userturn"]
     assert argv[3:] == ["run", "/x/exp.yaml", "--shard", "2/2", "--no-progress", "--out-dir", "d", "--keep-going",
-                        "--rejudge", "--launcher", "slurm", "--proxy", "http://p:3", "--ca-bundle", "ca.pem",
-                        "--no-model-check", "--parallel-models", "3"]
+                        "--rejudge", "--launcher", "slurm", "--ca-bundle", "ca.pem",
+                        "--no-model-check", "--parallel-models", "3"]  # the proxy (and its password): not here
+    assert worker_environment(args) == {"USERTURN_PROXY": "http://u:pw@p:3"}  # but in the worker's environment
     worker = build_parser().parse_args(argv[3:])  # what the worker parses
     assert worker.shard == Shard(2, 2) and worker.workers is None and worker.out_dir == "d"
 

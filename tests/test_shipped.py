@@ -92,4 +92,4 @@ def test_wheel_ships_data_and_types_and_works_by_name_elsewhere(tmp_path: Path) 
     assert "quickstart-cpu" in userturn("list", "manifests")
     assert "--served-model-name smollm2-135m-instruct" in userturn("serve", "quickstart-cpu", "--dry-run")
     assert "--model-path Qwen/Qwen3.5-2B" in userturn("serve", "qwen3.5-2b", "--dry-run")
-    assert "quickstart-cpu: temperatures [0.0, 1.0]" in userturn("run", "smoke", "--dry-run")
+    assert "; temperatures [0.0, 1.0]" in userturn("run", "smoke", "--dry-run").split("\n  quickstart-cpu: ", 1)[1]

@@ -30,7 +30,7 @@ def test_show_prints_generated_and_human_turns_and_labels(tmp_path: Path, capsys
     assert main(["show", str(results)]) == 0
     out = capsys.readouterr().out
     assert "human next turn" in out and "What if each sister has two brothers?" in out
-    assert "restates_query (rule)" in out and "unjudged" in out and "106" not in out
+    assert "restates_query" in out and "(rule)" in out and "unjudged" in out and "106" not in out
     assert main(["show", str(results), "--limit", "1"]) == 0
     out = capsys.readouterr().out
     assert "(first 1 of 2)" in out and "Why one?" not in out
@@ -132,3 +132,55 @@ def test_short_keys_grow_until_unique():
     assert key_hash("k7671")[:7] == key_hash("k20777")[:7] == "4bb86b5"
     assert len(pair["k7671"]) == len(pair["k20777"]) == 8 and pair["k7671"] != pair["k20777"]
     assert len(pair["k1"]) == 7
+
+
+def test_show_at_100_columns_cuts_no_word(tmp_path: Path, capsys, monkeypatch):
+    """Every word of every cell appears whole: narrow terminals stack model, item, T, s and perturbation in one
+    cell, and the label column is as wide as its longest label."""
+    monkeypatch.setenv("COLUMNS", "100")
+    results = tmp_path / "r.jsonl"
+    record = grid_record("org/alpha-1B", 0, perturbation="wrong_answer", label="genuine_followup")
+    record = record.model_copy(update={"perturbation_detail": {"rule": "####", "original": "72", "new": "75"},
+                                       "user_turn": "Why did you subtract eighteen from the remaining apples?",
+                                       "label_source": "majority"})
+    with JsonlWriter(results) as writer:
+        writer.write(record)
+    assert main(["show", str(results)]) == 0
+    out = capsys.readouterr().out
+    words = {w for line in out.splitlines()[1:] for w in line.replace("│", " ").replace("┃", " ").split()}
+    for word in ("genuine_followup", "(majority)", "wrong_answer", "subtract", "remaining", "apples?",
+                 "org/alpha-1B", "72", "→", "75", "T=0", "s=0", "brothers"):
+        assert word in words, (word, out)
+    table = [line.rstrip() for line in out.splitlines()[1:]]
+    assert max(len(line) for line in table) <= 100 and all(line[-1] in "┓┃┩│┤┘" for line in table)
+    assert main(["show", str(results), table_rows(out)[0]]) == 0  # the record view names what was changed
+    assert 'perturbed    {"rule":"####","original":"72","new":"75"}' in capsys.readouterr().out
+
+
+def test_show_has_the_report_s_filters_names_failed_judgements_and_prints_json(tmp_path: Path, capsys):
+    import json
+
+    from userturn.core.records import JudgeVerdict
+
+    results = tmp_path / "r.jsonl"
+    failed = grid_record("m", 0, item="q3").model_copy(update={
+        "judge_status": "error", "judges": [JudgeVerdict(judge="j", status="error", error="unparseable")]})
+    warm = grid_record("m", 1, item="q4").model_copy(update={
+        "temperature": 1.0, "key": record_key("m", "mt-bench", "q4", "none", 1.0, 1)})
+    other = grid_record("m", 0, item="q5").model_copy(update={
+        "dataset": "gsm8k", "key": record_key("m", "gsm8k", "q5", "none", 0.0, 0)})
+    with JsonlWriter(results) as writer:
+        for r in (failed, warm, other, grid_record("m", 0, item="q6")):
+            writer.write(r)
+    assert main(["show", str(results), "--label", "judge_failed"]) == 0
+    out = capsys.readouterr().out
+    assert len(table_rows(out)) == 1 and "judge_failed" in out and "unjudged" not in out
+    assert main(["show", str(results), "--label", "unjudged"]) == 0
+    assert len(table_rows(capsys.readouterr().out)) == 3  # a failed judgement is not "unjudged"
+    assert main(["show", str(results), "--temperature", "1", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["key"] for x in lines] == [warm.key] and lines[0]["temperature"] == 1.0
+    assert main(["show", str(results), "--dataset", "gsm*", "--json"]) == 0
+    assert [json.loads(x)["item_id"] for x in capsys.readouterr().out.splitlines()] == ["q5"]
+    assert main(["show", str(results), "--temperature", "0.7"]) == 2
+    assert "--temperature 0.7: no record at that temperature (present: 0, 1)" in capsys.readouterr().err

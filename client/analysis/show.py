@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 from pydantic import BaseModel
@@ -28,57 +30,103 @@ def last_user_query(record: ProbeRecord) -> str:
 
 
 class ShowFilter(BaseModel):
-    """`userturn show`'s row filters: shell patterns (`Qwen/*`, `*-9B`) matched against the whole value; several
-    values of one filter are alternatives. A record without a label matches `unjudged`."""
+    """`userturn show`'s row filters, those of `userturn report` and more: shell patterns (`Qwen/*`, `*-9B`) matched
+    against the whole value, temperatures as numbers; several values of one filter are alternatives. A record
+    without a label matches `judge_failed` when its judgement failed, else `unjudged`."""
 
     models: list[str] = []
+    datasets: list[str] = []
     labels: list[str] = []
     perturbations: list[str] = []
+    temperatures: list[float] = []
     items: list[str] = []
 
 
 def label_of(record: ProbeRecord) -> str:
-    return record.label or "unjudged"
+    """The label, or what stands in for a missing one: `judge_failed` (the judgement failed) or `unjudged`."""
+    return record.label or ("judge_failed" if record.judge_status == "error" else "unjudged")
+
+
+def detail_text(detail: Mapping[str, Any] | None, limit: int = 40) -> str:
+    """A perturbation's detail in a few characters: `72 → 75` for a changed number, else its fields."""
+    if not detail:
+        return ""
+    if "original" in detail and "new" in detail:
+        return f"{detail['original']} → {detail['new']}"
+    return clip(", ".join(f"{k}={v}" for k, v in detail.items()), limit)
 
 
 def verdict_of(record: ProbeRecord) -> str:
-    """The label and its source (`genuine (judge)`), or `judge failed`, or `unjudged`."""
+    """The label and its source (`genuine_followup (judge)`), or `judge_failed`, or `unjudged`."""
     if record.label:
         return f"{record.label} ({record.label_source})" if record.label_source else record.label
-    return "judge failed" if record.judge_status == "error" else "unjudged"
+    return label_of(record)
 
 
 def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
     """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
     from userturn.client.terminal import matching
 
+    from userturn.core.errors import UserError
+
     models = matching("--model", rows.models, {r.model for r in records})
+    datasets = matching("--dataset", rows.datasets, {r.dataset for r in records})
     labels = matching("--label", rows.labels, {label_of(r) for r in records})
     perturbations = matching("--perturb", rows.perturbations, {r.perturbation for r in records})
     items = matching("--item", rows.items, {r.item_id for r in records})
-    return [r for r in records if r.model in models and label_of(r) in labels and r.perturbation in perturbations
-            and r.item_id in items]
+    present = {r.temperature for r in records}
+    for t in rows.temperatures:
+        if not any(math.isclose(t, have, abs_tol=1e-9) for have in present):
+            shown = ", ".join(f"{have:g}" for have in sorted(present)) or "none"
+            raise UserError(f"--temperature {t:g}: no record at that temperature (present: {shown})")
+    return [r for r in records if r.model in models and r.dataset in datasets and label_of(r) in labels
+            and r.perturbation in perturbations and r.item_id in items
+            and (not rows.temperatures or any(math.isclose(t, r.temperature, abs_tol=1e-9) for t in rows.temperatures))]
+
+
+COMPACT_BELOW = 140  # terminal columns under which a row's identity shares one cell (no word is cut)
 
 
 def turns_table(records: Sequence[ProbeRecord], *, keys: Mapping[str, str], title: str,
-                limit: int | None = None) -> Table:
+                limit: int | None = None, width: int = 200) -> Table:
     """One row per ok record (in file order): short key (`keys`: {key: short key}), model, item, T, sample,
-    perturbation, query, generated turn, human turn, label."""
+    perturbation (and what it changed), query, generated turn, human turn, label. Under COMPACT_BELOW columns
+    (`width`) model, item, T, sample and perturbation share one cell, so every column fits its longest word."""
     from userturn.client.terminal import wrap_name
 
     rows = [r for r in records if r.status == "ok"]
     shown = rows[:limit] if limit is not None else rows
     with_human = any(human_turn(r) for r in shown)
     more = f" (first {len(shown)} of {len(rows)})" if len(shown) < len(rows) else ""
-    table = Table(title=title + more, title_justify="left", header_style="bold", show_lines=True)
-    for name in ("key", "model", "item", "T", "s", "perturb", "user query", "generated user turn",
-                 *(("human next turn",) if with_human else ()), "label"):
-        table.add_column(name, overflow="fold", no_wrap=name in ("key", "T", "s"))
-    for r in shown:
-        human = (clip(human_turn(r)),) if with_human else ()
-        table.add_row(keys.get(r.key, r.key), wrap_name(r.model, MODEL_WIDTH), r.item_id, f"{r.temperature:g}",
-                      str(r.sample), r.perturbation, clip(last_user_query(r), CLIP // 2), clip(r.user_turn),
-                      *human, verdict_of(r))
+    compact = width < COMPACT_BELOW
+    table = Table(title=title + more, title_justify="left", header_style="bold", show_lines=True,
+                  width=width if compact else None)
+
+    def perturb(r: ProbeRecord) -> str:
+        return r.perturbation + (f"\n{detail_text(r.perturbation_detail)}" if r.perturbation_detail else "")
+
+    def where(r: ProbeRecord) -> str:
+        return f"{wrap_name(r.model, MODEL_WIDTH)}\n{r.item_id} T={r.temperature:g} s={r.sample}\n{perturb(r)}"
+
+    cells: dict[str, list[str]] = {"key": [keys.get(r.key, r.key) for r in shown]}
+    if compact:
+        cells["condition"] = [where(r) for r in shown]  # model, item T s, perturbation
+    else:
+        cells |= {"model": [wrap_name(r.model, MODEL_WIDTH) for r in shown], "item": [r.item_id for r in shown],
+                  "T": [f"{r.temperature:g}" for r in shown], "s": [str(r.sample) for r in shown],
+                  "perturb": [perturb(r) for r in shown]}
+    texts = {"user query": [clip(last_user_query(r), CLIP // 2) for r in shown],
+             "generated user turn": [clip(r.user_turn) for r in shown]}
+    if with_human:
+        texts["human next turn"] = [clip(human_turn(r)) for r in shown]
+    cells |= texts
+    cells["label"] = [verdict_of(r).replace(" (", "\n(") for r in shown]
+    for name, column in cells.items():
+        words = max((len(word) for cell in column for word in cell.split()), default=1)
+        table.add_column(name, overflow="fold", ratio=1 if name in texts else None,
+                         min_width=None if name in texts else min(words, 24))
+    for row in zip(*cells.values(), strict=True):
+        table.add_row(*row)
     return table
 
 
@@ -94,6 +142,8 @@ def record_view(record: ProbeRecord, prompt: ReplayedPrompt | None, prompt_probl
              f"model        {record.model}    dataset {record.dataset}    item {record.item_id}",
              f"mode         {record.mode}    perturbation {record.perturbation}    temperature {record.temperature!r}"
              f"    sample {record.sample}    seed {record.seed}",
+             *([f"perturbed    {orjson.dumps(record.perturbation_detail).decode()}"] if record.perturbation_detail
+               else []),
              f"status       {record.status}" + (f" ({record.error})" if record.error else "")
              + (f"    finish_reason {record.finish_reason}" if record.finish_reason else "")
              + (f"    matched_stop {record.matched_stop!r}" if record.matched_stop is not None else "")]

@@ -24,6 +24,7 @@ from userturn.client.data.dataset import MAX_LINE_BYTES, DatasetItem, parse_item
 from userturn.core.errors import UserError
 
 T = TypeVar("T")
+NAMES_SCORER, HAS_ANSWER = 1, 2  # an item's flags: its meta names a scorer; it carries an `answer`
 SCREEN_BLOCK = 1 << 20  # bytes of consecutive lines a screen looks at in one go (`JsonlItems.raw_lines`)
 
 
@@ -31,7 +32,7 @@ class JsonlItems(Sequence[DatasetItem]):
     """Validated items of a JSONL file, parsed on access. Slicing and `shuffled` give views without parsing."""
 
     def __init__(self, path: Path, offsets: array, ids: list[str], assistant_ended: bytearray,
-                 numbers: array, checksums: array, names_scorer: bytearray, in_file_order: bool = True) -> None:
+                 numbers: array, checksums: array, flags: bytearray, in_file_order: bool = True) -> None:
         self.path = path
         self._in_file_order = in_file_order  # offsets increase: a line's neighbours in the view are in the file
         self._offsets = offsets
@@ -39,7 +40,7 @@ class JsonlItems(Sequence[DatasetItem]):
         self._checksums = checksums  # CRC-32 of each validated (stripped) line
         self.ids = ids  # item ids, in order
         self._assistant_ended = assistant_ended
-        self._names_scorer = names_scorer  # 1 where the item's meta has a `scorer` key (scoring.preflight)
+        self._flags = flags  # NAMES_SCORER | HAS_ANSWER of each item, seen when it was validated (scoring)
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -53,7 +54,7 @@ class JsonlItems(Sequence[DatasetItem]):
     def __getitem__(self, index: int | slice) -> DatasetItem | JsonlItems:
         if isinstance(index, slice):
             return JsonlItems(self.path, self._offsets[index], self.ids[index], self._assistant_ended[index],
-                              self._numbers[index], self._checksums[index], self._names_scorer[index],
+                              self._numbers[index], self._checksums[index], self._flags[index],
                               self._in_file_order and (index.step or 1) > 0)
         with self.path.open("rb") as fh:
             fh.seek(self._offsets[index])
@@ -118,7 +119,20 @@ class JsonlItems(Sequence[DatasetItem]):
 
     def scorer_naming(self) -> list[int]:
         """The indices of the items whose meta names a scorer (seen when they were validated)."""
-        return [index for index, names in enumerate(self._names_scorer) if names]
+        return [index for index, flags in enumerate(self._flags) if flags & NAMES_SCORER]
+
+    def answering_without_scorer(self) -> list[int]:
+        """The indices of the items that carry an `answer` and whose meta names no scorer."""
+        return [index for index, flags in enumerate(self._flags) if flags & (HAS_ANSWER | NAMES_SCORER) == HAS_ANSWER]
+
+    def first_open(self) -> tuple[int, str, str] | None:
+        """(how many items do not end with an assistant turn, the first one's id, its `file:line`), or None when
+        every item ends with one."""
+        open_items = [index for index, ended in enumerate(self._assistant_ended) if not ended]
+        if not open_items:
+            return None
+        first = open_items[0]
+        return len(open_items), self.ids[first], f"{self.path}:{self._numbers[first]}"
 
     @property
     def all_end_with_assistant(self) -> bool:
@@ -137,7 +151,7 @@ class JsonlItems(Sequence[DatasetItem]):
                           bytearray(self._assistant_ended[i] for i in order),
                           array("q", (self._numbers[i] for i in order)),
                           array("I", (self._checksums[i] for i in order)),
-                          bytearray(self._names_scorer[i] for i in order), in_file_order)
+                          bytearray(self._flags[i] for i in order), in_file_order)
 
 
 def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
@@ -150,7 +164,7 @@ def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
         raise UserError(f"--limit must be at least 1 (got {limit})")
     offsets, numbers, checksums = array("q"), array("q"), array("I")
     ids: list[str] = []
-    ended, names_scorer = bytearray(), bytearray()
+    ended, flags = bytearray(), bytearray()
     seen: dict[str, int] = {}
     offset = 0
     with path.open("rb") as fh:
@@ -170,9 +184,10 @@ def load_jsonl_lazy(path: str | Path, limit: int | None = None) -> JsonlItems:
             checksums.append(zlib.crc32(raw))
             ids.append(item.id)
             ended.append(item.ends_with_assistant)
-            names_scorer.append(item.meta is not None and "scorer" in item.meta)
+            flags.append((NAMES_SCORER if item.meta is not None and item.meta.get("scorer") is not None else 0)
+                         | (HAS_ANSWER if item.answer is not None else 0))
             if limit is not None and len(ids) >= limit:
                 break
     if not ids:
         raise UserError(f"{path}: no items")
-    return JsonlItems(path, offsets, ids, ended, numbers, checksums, names_scorer)
+    return JsonlItems(path, offsets, ids, ended, numbers, checksums, flags)

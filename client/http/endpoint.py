@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import sys
 import time
 import urllib.parse
@@ -26,6 +25,7 @@ from pydantic import BaseModel, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 from userturn.client.http import http_client
 from userturn.client.http.http_client import TRANSPORT_ERRORS, HttpReply, ResponseTooLarge, classify, describe, send
+from userturn.client.http.keys import key_note, key_origin, read_key
 from userturn.client.http.redact import redact, redact_bytes, register_secret
 from userturn.client.http.replies import (
     UNBOUNDED_RESPONSE_CAP,
@@ -58,6 +58,7 @@ class EndpointConfig(BaseModel):
 
     base_url: str = Field(description="e.g. http://127.0.0.1:30000/v1")
     api_key_env: str = defaults.API_KEY_ENV
+    api_key_file: str | None = Field(default=None, description="file holding the key (wins over api_key_env)")
     request_timeout: float = Field(default=defaults.REQUEST_TIMEOUT_S, gt=0, description="per-attempt deadline, s")
     max_retries: int = Field(default=defaults.MAX_RETRIES, ge=0)
     concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
@@ -65,21 +66,6 @@ class EndpointConfig(BaseModel):
     backoff_max: float = Field(default=defaults.BACKOFF_MAX_S, ge=0)
     max_response_bytes: int | None = Field(
         default=None, ge=1, description="cap on every response body; default: derived from each request's max_tokens")
-
-
-def read_api_key(variable: str) -> str | None:
-    """The key in $`variable`, surrounding whitespace stripped (a key read from a file ends in a newline); None when
-    unset or blank. UserError naming the variable (never the key) for a control or non-ASCII character inside it:
-    sent in a header it would end the request head early or inject headers."""
-    key = os.environ.get(variable, "").strip()
-    if not key:
-        return None
-    if not key.isascii():
-        raise UserError(f"${variable} holds an API key with a non-ASCII character in it; check how the variable is set")
-    if not key.isprintable():
-        raise UserError(f"${variable} holds an API key with a control character (e.g. a line break) inside it; only "
-                        "surrounding whitespace is stripped: check how the variable is set")
-    return key
 
 
 class ServedModel(BaseModel):
@@ -154,10 +140,11 @@ class Endpoint:
         self.base_url = self._prefix + self._query
         self.stats = stats or EndpointStats()
         headers = {"content-type": "application/json", "accept": "application/json", "user-agent": USER_AGENT}
-        key = read_api_key(config.api_key_env)
+        key = read_key(config.api_key_env, config.api_key_file)
         if key:
             headers["authorization"] = f"Bearer {key}"
-            register_secret(key, config.api_key_env)
+            register_secret(key, key_origin(config.api_key_env, config.api_key_file))
+        self.key_sent = key is not None
         self._client = http_client.make_client(
             headers=headers, concurrency=config.concurrency, connect_timeout=min(10.0, config.request_timeout),
             request_timeout=config.request_timeout, transport=transport)
@@ -197,8 +184,9 @@ class Endpoint:
         except TRANSPORT_ERRORS as exc:
             raise EndpointError(f"cannot reach {url}: {redact(describe(exc))}") from None
         if reply.status in (401, 403):
-            raise EndpointError(f"{url} refused the API key (HTTP {reply.status}): "
-                                f"{server_message(reply)} (key from ${self.config.api_key_env})")
+            what = "refused the API key" if self.key_sent else "requires an API key"
+            raise EndpointError(f"{url} {what} (HTTP {reply.status}): {server_message(reply)} "
+                                + key_note(self.config.api_key_env, self.config.api_key_file, self.key_sent))
         served = served_models(reply) if reply.status < 400 else None  # some servers have no /models
         if served is None:
             return []
@@ -209,6 +197,19 @@ class Endpoint:
             raise UserError(f"{url} does not serve model {model!r} (it serves: {named}{more}); fix the model "
                             "name, or pass --no-model-check for a router or gateway whose list does not name it")
         return served
+
+    async def root_json(self, route: str) -> dict[str, Any] | None:
+        """GET `route` under the server's root (the base URL without its `/v1`, where SGLang's `/model_info` and
+        llama-server's `/props` live): its JSON object, or None when the server answers none (what such a route
+        reports is informational: the run goes on without it)."""
+        url = f"{self._prefix.removesuffix('/v1')}/{route.lstrip('/')}{self._query}"
+        try:
+            async with asyncio.timeout(min(15.0, self.config.request_timeout)):
+                reply = await send(self._client, "GET", url, None, MODELS_RESPONSE_CAP)
+            data = orjson.loads(reply.content) if reply.status < 400 else None
+        except (ResponseTooLarge, orjson.JSONDecodeError, *TRANSPORT_ERRORS):
+            return None
+        return data if isinstance(data, dict) else None
 
     @staticmethod
     def _scrubbed(reply: HttpReply) -> HttpReply:

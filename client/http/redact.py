@@ -19,10 +19,12 @@ _byte_forms: dict[bytes, bytes] = {}
 
 
 def register_secret(value: str | None, label: str) -> None:
-    """Scrub `value` (and its encoded forms) from now on, replaced by `[redacted $label]`."""
+    """Scrub `value` (and its encoded forms) from now on, replaced by `[redacted $label]` for a variable's name,
+    `[redacted label]` for another description of where it came from (`key file PATH`)."""
     if not value or len(value) < MIN_SECRET_LENGTH or value in _forms:
         return
-    replacement = f"[redacted ${label}]"
+    label = label.removeprefix("$")
+    replacement = f"[redacted ${label}]" if label.isidentifier() else f"[redacted {label}]"
     escaped = orjson.dumps(value).decode()[1:-1]
     for form in (value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value, safe=""), escaped,
                  escaped.replace("/", "\\/"), base64.b64encode(value.encode()).decode()):

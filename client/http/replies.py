@@ -1,5 +1,6 @@
 """What a reply may be: the byte cap of a response (by its max_tokens), the shape a body must have, the
-server's own message in an error reply, and the Retry-After header."""
+server's own message in an error reply, the Retry-After header, and the fields engines name each their own way
+(the stop that matched, the reasoning text)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import orjson
 from userturn.client.http.http_client import HttpReply
 from userturn.client.http.redact import redact
 
+from userturn.core.engine_traits import EngineTraits
+
 MAX_RETRY_AFTER_S = 120.0
 # The response cap: what a reply of `max_tokens` tokens can take, with room to spare. 256 bytes per token is twice
 # the longest tokens of common vocabularies (~128 bytes) after JSON escaping; logprobs add an entry per alternative.
@@ -19,6 +22,9 @@ BYTES_PER_TOKEN = 256
 LOGPROB_BYTES = 512  # one {"token", "logprob", "bytes"} entry
 UNBOUNDED_RESPONSE_CAP = 64 << 20  # a request without max_tokens
 ReplyShape = Literal["completion", "chat"] | None
+# The names engines give a choice's matched stop (SGLang, vLLM) and a message's reasoning text (SGLang, vLLM).
+STOP_REASON_FIELDS = ("matched_stop", "stop_reason")
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -120,3 +126,24 @@ def server_message(reply: HttpReply) -> str:
     except (orjson.JSONDecodeError, AttributeError):
         pass
     return redact(one_line(text) or reply.reason or "no message")
+
+
+def _engine_field(obj: dict[str, Any], named: str | None, known: tuple[str, ...], traits: EngineTraits) -> Any:
+    """`obj[named]`; for an external endpoint (whose engine is not known) without it, the first of `known` there."""
+    value = obj.get(named) if named else None
+    if value is None and traits.engine == "external":
+        value = next((obj[name] for name in known if obj.get(name) is not None), None)
+    return value
+
+
+def matched_stop(choice: dict[str, Any], traits: EngineTraits) -> Any:
+    """The stop string (or token id) a completion choice ended at, from the engine's own field
+    (`EngineTraits.stop_reason_field`); None when the engine does not say."""
+    return _engine_field(choice, traits.stop_reason_field, STOP_REASON_FIELDS, traits)
+
+
+def reasoning_text(message: dict[str, Any], traits: EngineTraits) -> str | None:
+    """The reasoning text of a chat message, from the engine's own field (`EngineTraits.reasoning_field`); None
+    when there is none (or it is not text)."""
+    value = _engine_field(message, traits.reasoning_field, REASONING_FIELDS, traits)
+    return value if isinstance(value, str) else None

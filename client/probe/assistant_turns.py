@@ -11,6 +11,9 @@ import orjson
 from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import EndpointError, RequestFailed
+from userturn.client.http.replies import reasoning_text
+from userturn.client.probe.perturbations import needs_partner
+from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.planning import Planner
 from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import AssistantTurn
@@ -27,7 +30,7 @@ class AssistantTurns(Planner):
 
     # ----- the assistant turn ---------------------------------------------------------------------------------
     async def _assistant_turns(self) -> dict[str, AssistantTurn]:
-        """The model's assistant turn of every item of the run, and the turn of every `swap` partner (which may lie
+        """The model's assistant turn of every item of the run, and the turn of every partner (which may lie
         outside it). Dataset turns of the run's own items are taken when the item is probed (`_turn`), so a run
         over a dataset kept on disk holds no per-item state."""
         s = self.settings
@@ -84,8 +87,9 @@ class AssistantTurns(Planner):
 
     def _reusable_answers(self) -> dict[str, tuple[str, str | None]]:
         """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
-        earlier runs (records' `meta.assistant_turn`, swap records' partner turns), so a resumed run probes the same
-        turns. An item's own record wins over a partner's (it alone has the finish reason) in any file order."""
+        earlier runs (records' `meta.assistant_turn`, partner-needing records' partner turns), so a resumed run
+        probes the same turns. An item's own record wins over a partner's (it alone has the finish reason) in any
+        file order."""
         s = self.settings
         mine = self.configs[s.perturbations[0]]
         reuse: dict[str, tuple[str, str | None]] = {}
@@ -105,8 +109,8 @@ class AssistantTurns(Planner):
             if isinstance(text, str):
                 finish = meta.get("assistant_finish_reason")
                 reuse.setdefault(record.item_id, (text, finish if isinstance(finish, str) else None))
-            partner = meta.get("swap_partner")
-            if (record.perturbation == "swap" and isinstance(partner, str) and record.messages
+            partner = meta.get(PARTNER_META)
+            if (needs_partner([record.perturbation]) and isinstance(partner, str) and record.messages
                     and record.messages[-1].role == "assistant"):
                 partners.setdefault(partner, (record.messages[-1].content, None))
         return {**partners, **reuse}
@@ -137,6 +141,7 @@ class AssistantTurns(Planner):
             "temperature": s.assistant_temperature,
             "max_tokens": s.assistant_max_tokens,
             "seed": sample_seed(s.seed, item.id, s.assistant_temperature, 0, "assistant"),
+            **s.engine_traits.neutral_sampler,
             **s.extra_body,
         }
         try:
@@ -150,7 +155,7 @@ class AssistantTurns(Planner):
             return AssistantTurn(None, "model", error=f"assistant turn failed: {exc.reason}")
         except (KeyError, IndexError, TypeError):
             return AssistantTurn(None, "model", error="assistant turn failed: malformed chat completion")
-        reasoning = message.get("reasoning_content")
+        reasoning = reasoning_text(message, s.engine_traits)
         if "<think>" in content or "</think>" in content:
             reasoning = reasoning or reasoning_of(content)
             content = strip_reasoning(content)

@@ -10,6 +10,7 @@ other settings is refused before anything is written.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,8 @@ from userturn.client.http.endpoint import EndpointError
 from userturn.client.http.redact import redact
 from userturn.client.probe.assistant_turns import AssistantTurns
 from userturn.client.probe.perturb import PerturbationNotApplicable, Perturbed
+from userturn.client.probe.perturbations import registry
+from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import AssistantTurn, Job, ProbeSettings, ProbeSummary
 from userturn.client.render.special_tokens import check_items
@@ -62,12 +65,12 @@ class ProbeRun(AssistantTurns):
                 turn = self._turn(item, turns)
             context: dict[str, Any] = {"assistant_source": turn.source, "assistant_text": turn.text,
                                        "assistant_finish_reason": turn.finish_reason}
-            partner = self._partners.get(item.id) if perturbation == "swap" else None
+            partner = self._partners.get(item.id) if registry()[perturbation].needs_partner else None
             if partner is not None:
-                context["swap_partner"] = partner
+                context[PARTNER_META] = partner
             error = turn.error or ("no assistant turn" if turn.messages is None else None)
             if error is None and partner is not None and turns[partner].messages is None:
-                error = f"swap partner {partner}: {turns[partner].error or 'no assistant turn'}"
+                error = f"{perturbation} partner {partner}: {turns[partner].error or 'no assistant turn'}"
             if error is not None or turn.messages is None:
                 out.extend(self._error_record(key, item, perturbation, t, k, turn.messages or [], error or "",
                                               context) for t, k, key in keys)
@@ -118,6 +121,8 @@ class ProbeRun(AssistantTurns):
         info = getattr(self.renderer, "info", None) if self.settings.mode == "raw" else None
         self._unwritten = {fp: ConfigLine(fingerprint=fp, config=self.configs[p], renderer=info, run=run)
                            for p, fp in self.fingerprints.items()}
+        for notice in self.notices:  # what the run says about its engine, once it is known to start
+            print(notice, file=sys.stderr, flush=True)
         writer = JsonlWriter(self.out_path, per_tick=True)
         self._judge_start = self._judge_totals()  # a panel shared by several runs counts on: this run's part
         started = time.monotonic()

@@ -1,5 +1,5 @@
 """Planning: every planned key, the plan's own checks, resuming against a results file, the items still to probe,
-and the swap partner of each item."""
+and the partner of each item (for a perturbation that needs one)."""
 
 from __future__ import annotations
 
@@ -89,9 +89,9 @@ class Planner(RequestBuilder):
         return read(unfinished()) if read is not None else ((self.items[i], plans) for i, plans in unfinished())
 
     def _partner(self, item: DatasetItem) -> str | None:
-        """The item whose assistant turn `swap` puts in (README "Perturbations"): the first after this one on the
+        """The item whose assistant turn a partner-needing perturbation puts in: the first after this one on the
         `SwapRing` of another query, of the same `meta.category` and, for dataset turns, with another assistant turn;
-        None when none qualifies or `swap` is not planned."""
+        None when none qualifies or no such perturbation is planned."""
         if self._ring is None:
             return None
         query = (item.meta or {}).get("query_id", item.id)

@@ -9,6 +9,8 @@ import orjson
 from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import EndpointError, RequestFailed
+from userturn.client.http.replies import matched_stop
+from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import Job, clean_user_turn
 from userturn.client.probe.state import RunState
@@ -22,9 +24,10 @@ class RequestBuilder(RunState):
     """Builds request bodies and records; sends one sample (`_probe`)."""
 
     def _payload_base(self, messages: list[Message]) -> tuple[dict[str, Any], str, int]:
-        """The request body the samples of one (item, perturbation) share, with the sampling options that are set
-        and the extra body (which wins; a temperature or seed in it is sent instead of the samples' own), the sha256
-        of its prompt, and the tokens it is estimated to cost (0 without --tpm)."""
+        """The request body the samples of one (item, perturbation) share, with the sampling options that are set,
+        the sampler (`ProbeSettings.sampler`) and the extra body (which wins; a temperature or seed in it is sent
+        instead of the samples' own), the sha256 of its prompt, and the tokens it is estimated to cost (0 without
+        --tpm)."""
         s = self.settings
         if s.mode == "chat":
             assert self.role_flip is not None
@@ -35,11 +38,12 @@ class RequestBuilder(RunState):
         else:
             assert self.renderer is not None
             text = self.renderer.user_turn_prompt(messages, cache=False)  # once per (item, perturbation)
-            payload = {"model": s.model, "prompt": text, "max_tokens": s.max_tokens, "stop": self._stops}
-            if s.send_stop_token_ids and self._stop_ids:
-                payload["stop_token_ids"] = self._stop_ids
+            payload = {"model": s.model, "prompt": text, "max_tokens": s.max_tokens, "stop": self._sent_stops}
+            if self._sent_stop_ids:
+                payload["stop_token_ids"] = self._sent_stop_ids
             counted = self.renderer.count_tokens(text, cache=False) if s.tpm else None
         payload.update(s.request_fields())
+        payload.update(self._sampler)
         payload.update(s.extra_body)
         estimate = (counted if counted is not None else len(text) // 4) + s.max_tokens if s.tpm else 0
         return payload, sha256_text(text), estimate
@@ -60,8 +64,8 @@ class RequestBuilder(RunState):
             meta["assistant_turn"] = context["assistant_text"]
             if context.get("assistant_finish_reason") is not None:
                 meta["assistant_finish_reason"] = context["assistant_finish_reason"]
-        if context.get("swap_partner") is not None:
-            meta["swap_partner"] = context["swap_partner"]
+        if context.get(PARTNER_META) is not None:
+            meta[PARTNER_META] = context[PARTNER_META]
         meta.update(s.record_meta)
         return {
             "model": s.model, "dataset": s.dataset, "mode": s.mode, "perturbation": perturbation,
@@ -130,8 +134,8 @@ class RequestBuilder(RunState):
         fields = self._fields(job)
         try:
             return ProbeRecord(**fields, user_turn=user_turn, finish_reason=choice.get("finish_reason"),
-                               matched_stop=choice.get("matched_stop"), status="ok", usage=usage, latency_s=latency,
-                               attempts=result.attempts)
+                               matched_stop=matched_stop(choice, s.engine_traits), status="ok", usage=usage,
+                               latency_s=latency, attempts=result.attempts)
         except ValidationError as exc:
             return ProbeRecord(**fields, status="error", attempts=result.attempts, latency_s=latency,
                                error=f"malformed completion body ({first_error(exc)})")

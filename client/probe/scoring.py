@@ -1,23 +1,26 @@
-"""Task accuracy of the assistant turn: GSM8K final-number match, IFEval verifiable instructions.
+"""Task accuracy of the assistant turn: final-number match (`numeric`), normalised text match (`exact`), IFEval
+verifiable instructions (`ifeval`); one registry, `SCORERS`.
 
-`score(dataset, item, response) -> (correct, task_scores)`, (None, None) without a scorer; the scorer comes from
-`item.meta["scorer"]`, else the dataset name (`gsm8k:train` -> gsm8k). Reasoning is removed first.
+`score(dataset, item, response, chosen) -> (correct, task_scores)`, (None, None) without a scorer; the scorer is
+`item.meta["scorer"]`, else `chosen` (`--scorer`, `scorer:`), else the dataset name (`gsm8k:train` -> gsm8k).
+Reasoning is removed first. Light to import (the CLI's parser lists `SCORERS`).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
-
-from userturn.client.data.dataset import DatasetItem
-from userturn.client.data.lazy_dataset import JsonlItems
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from userturn.core.errors import UserError
 from userturn.core.text import strip_reasoning
+
+if TYPE_CHECKING:
+    from userturn.client.data.dataset import DatasetItem
 
 Score = tuple[bool | None, dict[str, float] | None]
 
@@ -145,14 +148,67 @@ def parse_number(text: str) -> Decimal | None:
         return None
 
 
-def score_gsm8k(item: DatasetItem, response: str) -> Score:
+_FRACTION = re.compile(r"\s*(?P<num>-?\d+)\s*/\s*(?P<den>\d+)\s*")
+# "35/" right before a found number, "/36" right after one (not part of a date such as 1/2/3 or of 1.5/2)
+_NUMERATOR = re.compile(r"(?<![\w/.,])(?P<sign>[-−]?)(?P<num>\d+)[ \t]*/[ \t]*$")
+_DENOMINATOR = re.compile(r"[ \t]*/[ \t]*(?P<den>\d+)(?![\w/]|[.,]\d)")
+
+
+def parse_gold(text: str) -> Fraction | None:
+    """A numeric reference answer as an exact value: a number (`parse_number`) or a fraction such as '35/36'."""
+    number = parse_number(text)
+    if number is not None:
+        return Fraction(number)
+    fraction = _FRACTION.fullmatch(text.replace("−", "-"))
+    if fraction is None or int(fraction.group("den")) == 0:
+        return None
+    return Fraction(int(fraction.group("num")), int(fraction.group("den")))
+
+
+def final_value(text: str) -> Fraction | None:
+    """The value a response is scored on: `find_final_number`, read as a fraction where that whole number is the
+    numerator or the denominator of one written `a/b` ("the probability is 35/36" -> 35/36)."""
+    found = find_final_number(text)
+    if found is None:
+        return None
+    value = Fraction(found.value)
+    if value.denominator != 1 or text[found.start:found.end].find(".") >= 0:
+        return value
+    after = _DENOMINATOR.match(text, found.end)
+    if after is not None and int(after.group("den")):
+        return value / int(after.group("den"))
+    before = _NUMERATOR.search(text, 0, found.start)
+    if before is not None and value:
+        return Fraction(int(before.group("num")) * (-1 if before.group("sign") else 1), abs(value.numerator))
+    return value
+
+
+def score_numeric(item: DatasetItem, response: str) -> Score:
+    """The response's final number (`final_value`) equals the item's numeric `answer`, exactly."""
     if item.answer is None:
         return None, None
-    reference = parse_number(item.answer)
+    reference = parse_gold(item.answer)
     if reference is None:
         raise UserError(f"item {item.id}: reference answer {item.answer!r} is not a number")
-    found = find_final_number(response)
-    correct = found is not None and found.value == reference
+    found = final_value(response)
+    correct = found is not None and found == reference
+    return correct, {"exact_match": float(correct)}
+
+
+_MARKUP = re.compile(r"[*_`]+")
+
+
+def normalise_answer(text: str) -> str:
+    """Text as `exact` compares it: markdown emphasis and code marks removed, case folded, runs of whitespace one
+    space, and surrounding spaces, quotes and end punctuation (`.!?;:`) stripped."""
+    return " ".join(_MARKUP.sub("", text).casefold().split()).strip(" .!?;:'\"")
+
+
+def score_exact(item: DatasetItem, response: str) -> Score:
+    """The whole response equals the item's `answer`, both normalised (`normalise_answer`)."""
+    if item.answer is None:
+        return None, None
+    correct = normalise_answer(response) == normalise_answer(item.answer)
     return correct, {"exact_match": float(correct)}
 
 
@@ -199,7 +255,48 @@ def score_ifeval(item: DatasetItem, response: str) -> Score:
     return scores.binary_strict == 1.0, task_scores
 
 
-SCORERS: dict[str, Callable[[DatasetItem, str], Score]] = {"gsm8k": score_gsm8k, "ifeval": score_ifeval}
+@dataclass(frozen=True)
+class Scorer:
+    """A task scorer: `fn(item, response) -> (correct, task_scores)` and what it checks (the `--scorer` help).
+    `numeric`: every `answer` it scores must be a number, checked before any request."""
+
+    fn: Callable[[DatasetItem, str], Score]
+    checks: str
+    numeric: bool = False
+    reads_answer: bool = True
+
+
+SCORERS: dict[str, Scorer] = {
+    "numeric": Scorer(score_numeric, "the final number of the response equals `answer` (a number, or a fraction "
+                                     "such as 35/36)", numeric=True),
+    "exact": Scorer(score_exact, "the whole response equals `answer`, ignoring case, spacing, markdown emphasis "
+                                 "and end punctuation"),
+    "ifeval": Scorer(score_ifeval, "IFEval's instruction checkers on meta.instruction_id_list and meta.kwargs",
+                     reads_answer=False),
+    "gsm8k": Scorer(score_numeric, "numeric, under the name the gsm8k dataset gives it", numeric=True),
+}
+
+
+def answer_scorers() -> list[str]:
+    """The scorers that read an item's `answer`, each once (an alias such as gsm8k left out)."""
+    seen: set[Callable[[DatasetItem, str], Score]] = set()
+    names = []
+    for name, scorer in SCORERS.items():
+        if scorer.reads_answer and scorer.fn not in seen:
+            seen.add(scorer.fn)
+            names.append(name)
+    return names
+
+
+def scorer_help() -> str:
+    """The registry as help text: `name: what it checks; ...`."""
+    return "; ".join(f"{name}: {scorer.checks}" for name, scorer in SCORERS.items())
+
+
+def check_scorer(name: str | None, where: str = "--scorer") -> None:
+    """A UserError naming `where` when `name` is not a scorer of the registry."""
+    if name is not None and name not in SCORERS:
+        raise UserError(f"{where}: unknown scorer {name!r} (choose from {', '.join(SCORERS)})")
 
 
 def _dataset_scorer(dataset: str) -> str | None:
@@ -208,30 +305,72 @@ def _dataset_scorer(dataset: str) -> str | None:
     return base if base in SCORERS else None
 
 
-def scorer_name(dataset: str, item: DatasetItem) -> str | None:
-    """Which scorer applies: the item's `meta.scorer`, else the dataset's base name if it has one."""
+def scorer_name(dataset: str, item: DatasetItem, chosen: str | None = None) -> str | None:
+    """Which scorer applies: the item's `meta.scorer`, else `chosen` (the run's `scorer` option), else the
+    dataset's base name if it names one."""
     name = (item.meta or {}).get("scorer")
     if name is None:
-        name = _dataset_scorer(dataset)
+        name = chosen if chosen is not None else _dataset_scorer(dataset)
     if name is not None and name not in SCORERS:
         raise UserError(f"item {item.id}: unknown scorer {name!r} (choose from {', '.join(SCORERS)})")
     return name
 
 
-def score(dataset: str, item: DatasetItem, response: str) -> Score:
-    """(correct, task_scores) of one assistant response; (None, None) when the dataset has no scorer."""
-    name = scorer_name(dataset, item)
+def score(dataset: str, item: DatasetItem, response: str, chosen: str | None = None) -> Score:
+    """(correct, task_scores) of one assistant response; (None, None) when no scorer applies."""
+    name = scorer_name(dataset, item, chosen)
     if name is None:
         return None, None
-    return SCORERS[name](item, strip_reasoning(response))
+    return SCORERS[name].fn(item, strip_reasoning(response))
 
 
-def preflight(dataset: str, items: Iterable[DatasetItem]) -> None:
-    """Fail before any request if a scorer the items need cannot run here."""
-    if isinstance(items, JsonlItems):  # kept on disk: only the items whose meta names one (known from validation)
-        names = {_dataset_scorer(dataset)} | {scorer_name(dataset, items[i]) for i in items.scorer_naming()}
+def _scorable(dataset: str, items: Sequence[DatasetItem], chosen: str | None) -> Iterator[DatasetItem]:
+    """The items a scorer may apply to; of a file kept on disk only those whose meta names one, unless the run or
+    the dataset's name chooses a scorer for all (known from validation: nothing else is parsed)."""
+    from userturn.client.data.lazy_dataset import JsonlItems
+
+    if isinstance(items, JsonlItems) and chosen is None and _dataset_scorer(dataset) is None:
+        for index in items.scorer_naming():
+            yield items[index]
     else:
-        names = {scorer_name(dataset, item) for item in items}
+        yield from items
+
+
+def preflight(dataset: str, items: Sequence[DatasetItem], chosen: str | None = None) -> None:
+    """Fail before any request if a scorer the items need cannot run here, or an item's `answer` is not the number
+    a numeric scorer compares (one line naming the item and where it was read)."""
+    check_scorer(chosen)
+    names = {_dataset_scorer(dataset), chosen}
+    for item in _scorable(dataset, items, chosen):
+        name = scorer_name(dataset, item, chosen)
+        names.add(name)
+        if name is not None and SCORERS[name].numeric and item.answer is not None and parse_gold(item.answer) is None:
+            where = f"{item.where}: " if item.where else ""
+            raise UserError(f"{where}item {item.id}: answer {item.answer!r} is not a number, and the {name} scorer "
+                            "compares numbers (give the number, or choose another scorer)")
     if "ifeval" in names:
         _ifeval_registry()
         check_nltk_data()
+
+
+def unscored_answers(dataset: str, items: Sequence[DatasetItem], chosen: str | None = None) -> tuple[int, str] | None:
+    """(how many items carry an `answer` that no scorer scores, the first one's id), or None when there are none."""
+    from userturn.client.data.lazy_dataset import JsonlItems
+
+    if chosen is not None or _dataset_scorer(dataset) is not None:
+        return None
+    if isinstance(items, JsonlItems):
+        unscored = items.answering_without_scorer()
+        return (len(unscored), items.ids[unscored[0]]) if unscored else None
+    ids = [item.id for item in items if item.answer is not None and (item.meta or {}).get("scorer") is None]
+    return (len(ids), ids[0]) if ids else None
+
+
+def unscored_notice(dataset: str, items: Sequence[DatasetItem], chosen: str | None, how: str) -> str | None:
+    """The one-line notice for items whose `answer` no scorer reads (`how`: the flag or key that chooses one)."""
+    found = unscored_answers(dataset, items, chosen)
+    if found is None:
+        return None
+    count, first = found
+    return (f"userturn: {dataset}: {count} of {len(items)} items carry an `answer` (first: item {first!r}) but no "
+            f"scorer applies, so they get no task accuracy; choose one with {how} ({', '.join(answer_scorers())})")

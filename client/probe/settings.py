@@ -13,7 +13,7 @@ from userturn.client.probe.perturb import Perturbed
 
 from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
-from userturn.core.options import ProbeOptions, sent_names
+from userturn.core.options import ProbeOptions, sampler_names, sent_names
 from userturn.core.records import Message, ProbeRecord
 
 
@@ -67,7 +67,22 @@ class ProbeSettings(ProbeOptions):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                             description="the variables the renderer was loaded with (recorded)")
-    engine_traits: EngineTraits = EXTERNAL
+    engine_traits: EngineTraits = Field(default=EXTERNAL, description="what the serving engine does with a request: "
+                                        "its neutral sampler, seed, stop limits and field names")
+
+    def sampler(self) -> dict[str, float | int]:
+        """The sampling fields every user-turn request sends besides temperature and seed (and records as sent):
+        each sampler option that is set, else the engine's neutral value where it lists one; a field extra_body
+        sets is extra_body's (sent and recorded there)."""
+        neutral = self.engine_traits.neutral_sampler
+        names = [*sampler_names(), *(name for name in neutral if name not in sampler_names())]
+        out: dict[str, float | int] = {}
+        for name in names:
+            value = getattr(self, name, None) if name in sampler_names() else None
+            value = neutral.get(name) if value is None else value
+            if value is not None and name not in self.extra_body:
+                out[name] = value
+        return out
 
 
 @dataclass(slots=True)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from userturn.core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -84,3 +86,32 @@ def merge_stops(*groups: Iterable[str]) -> list[str]:
 def stop_token_ids(stops: Iterable[str], tokens: Mapping[str, AddedToken]) -> list[int]:
     """Ids of the stops that are single added tokens (plain-text stops have no id)."""
     return [tokens[stop].id for stop in stops if stop in tokens]
+
+
+def fit_stops(stops: Sequence[str], ids: Sequence[int], token_ids: Mapping[str, int], limit: int | None, *,
+              send_ids: bool, ids_carry: bool, engine: str) -> tuple[list[str], list[int]]:
+    """(stop strings, stop token ids) one request sends: every string, and `ids` when `send_ids`, where `limit` (the
+    engine's most stop strings per request; None: no limit) allows. Over the limit, when `ids_carry` (the engine
+    honours stop_token_ids): every string without a token id in `token_ids`, then the others in order while room is
+    left; the ids of the strings left out are sent (after `ids` when `send_ids`), so generation stops at the same
+    places. UserError in one line when the ids cannot carry what is left out."""
+    if limit is None or len(stops) <= limit:
+        return list(stops), list(ids) if send_ids else []
+    shown = ", ".join(stops)
+    head = f"{len(stops)} stop strings ({shown}), but {engine} accepts at most {limit} per request"
+    if not ids_carry and engine == "external":
+        raise UserError(f"{head} (OpenAI's limit) and is not known to honour stop_token_ids: pass "
+                        "--send-stop-token-ids (send_stop_token_ids: true) if it does (SGLang, vLLM), or shorten the "
+                        "stop list (the manifest's or experiment's probe stop)")
+    if not ids_carry:
+        raise UserError(f"{head} and does not honour stop_token_ids: shorten the stop list (the manifest's or "
+                        "experiment's probe stop), or serve the model with an engine that honours stop_token_ids")
+    plain = [stop for stop in stops if stop not in token_ids]
+    if len(plain) > limit:
+        raise UserError(f"{head}; {len(plain)} of them are not single tokens ({', '.join(plain)}), so stop_token_ids "
+                        "cannot carry them: shorten the stop list")
+    room = limit - len(plain)
+    carried = [stop for stop in stops if stop in token_ids]
+    kept = set(plain) | set(carried[:room])
+    dropped_ids = [token_ids[stop] for stop in carried[room:]]
+    return [stop for stop in stops if stop in kept], list(dict.fromkeys([*(ids if send_ids else []), *dropped_ids]))

@@ -130,7 +130,8 @@ class PromptRenderer:
 
     def __init__(self, info: RendererInfo, backend: _Backend, *, stop: list[str] | None = None,
                  stop_token_ids: list[int] | None = None, tokenizer_json_path: Path | None = None,
-                 count_fn: Any = None, special_tokens: SpecialTokens | None = None) -> None:
+                 count_fn: Any = None, special_tokens: SpecialTokens | None = None,
+                 token_ids: Mapping[str, int] | None = None) -> None:
         self.info = info
         self.name = info.tokenizer
         self.family: Family = "gpt-oss" if info.renderer == "harmony" else detect_family(info.template or "",
@@ -140,6 +141,7 @@ class PromptRenderer:
         self.template_sha256 = backend.template_sha256  # not the recorded one: a replay compares the two
         self.stop = stop or []
         self.stop_token_ids = stop_token_ids or []
+        self.token_ids = dict(token_ids or {})  # the single-token texts a stop string may be (sent as ids instead)
         self.strip_prefix = info.strip_prefix
         self._tokenizer_json_path = tokenizer_json_path
         self._count_fn = count_fn
@@ -194,7 +196,8 @@ class PromptRenderer:
                                 harmony={"today": backend.today, "reasoning_effort": backend.reasoning_effort,
                                          "model_identity": backend.model_identity})
             return cls(info, backend, stop=backend.stop, stop_token_ids=backend.stop_token_ids,
-                       count_fn=backend.count_tokens, special_tokens=specials | backend.special_tokens)
+                       count_fn=backend.count_tokens, special_tokens=specials | backend.special_tokens,
+                       token_ids=dict(zip(backend.stop, backend.stop_token_ids, strict=True)))
         jinja = JinjaBackend(source, {**variables, **extra}, now, name_or_path)
         stop = merge_stops(_end_of_turn(jinja, tokens), eos_stops(files.config, files.generation_config, tokens))
         info = RendererInfo(tokenizer=name_or_path, renderer="jinja", chat_template=chat_template, template=source,
@@ -202,7 +205,8 @@ class PromptRenderer:
                             variables=jinja.variables, strip_prefix=tokenizer_prefix(files, variables.get("bos_token")),
                             now=now.isoformat())
         return cls(info, jinja, stop=stop, stop_token_ids=stop_token_ids(stop, tokens),
-                   tokenizer_json_path=files.tokenizer_json_path, special_tokens=specials)
+                   tokenizer_json_path=files.tokenizer_json_path, special_tokens=specials,
+                   token_ids={tok.content: tok.id for tok in tokens.values()})
 
     @classmethod
     def from_info(cls, info: RendererInfo) -> PromptRenderer:

@@ -21,7 +21,6 @@ HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tik
 TRAITS = EngineTraits(
     engine="cpu", seed_honoured=True, server_sampler_defaults={}, neutral_sampler={"top_p": 1.0, "top_k": -1},
     max_stop_strings=None, honours_stop_token_ids=True, stop_reason_field="matched_stop", reasoning_field=None,
-    served_weights=("/v1/models", "root"),
 )
 
 

@@ -33,7 +33,8 @@ TRAITS = EngineTraits(
     max_stop_strings=None,
     honours_stop_token_ids=False,  # llama-server ignores `stop_token_ids`: stops must be strings
     stop_reason_field=None, reasoning_field="reasoning_content",
-    served_weights=("/props", "model_path"),
+    weights_route="/props",  # {"model_path": ..., "default_generation_settings": {...}}
+    sampler_route="/props",
 )
 
 

@@ -23,7 +23,7 @@ REASONING_PARSERS = frozenset({
     "gigachat35", "response_template"})
 # Where the server says which weights it loaded: GET /model_info -> {"model_path": ...} (its /v1/models `root` is
 # the served name, not the weights).
-SERVED_WEIGHTS = ("/model_info", "model_path")
+WEIGHTS_ROUTE = "/model_info"
 
 TRAITS = EngineTraits(
     engine="sglang",
@@ -31,7 +31,7 @@ TRAITS = EngineTraits(
     server_sampler_defaults={},  # launched with --sampling-defaults openai (default 'model': generation_config.json)
     neutral_sampler={"top_p": 1.0, "top_k": -1, "min_p": 0.0},
     max_stop_strings=None, honours_stop_token_ids=True, stop_reason_field="matched_stop",
-    reasoning_field="reasoning_content", served_weights=SERVED_WEIGHTS,
+    reasoning_field="reasoning_content", weights_route=WEIGHTS_ROUTE,
 )
 
 

@@ -31,8 +31,7 @@ TRAITS = EngineTraits(
     server_sampler_defaults={},  # launched with --generation-config vllm (default 'auto': generation_config.json)
     neutral_sampler={"top_p": 1.0, "top_k": -1, "min_p": 0.0},
     max_stop_strings=DEFAULT_MAX_STOP_STRINGS, honours_stop_token_ids=True, stop_reason_field="stop_reason",
-    reasoning_field="reasoning",
-    served_weights=("/v1/models", "root"),  # vLLM's model card `root` is the model path it loaded
+    reasoning_field="reasoning",  # the served weights: /v1/models `root` (the model path it loaded)
 )
 
 
@@ -57,13 +56,9 @@ class VLLM(EngineDefinition):
         super().check(m)
         if m.probe.send_stop_token_ids is None:
             m.probe.send_stop_token_ids = True  # vLLM honours stop_token_ids on raw /v1/completions
-        limit = m.env.get(MAX_STOP_STRINGS_ENV, str(DEFAULT_MAX_STOP_STRINGS))
-        if not limit.isdigit():
+        limit = m.env.get(MAX_STOP_STRINGS_ENV)
+        if limit is not None and not limit.isdigit():
             raise ValueError(f"env.{MAX_STOP_STRINGS_ENV}: {limit!r} is not a whole number")
-        if len(m.probe.stop) > int(limit) and not m.command:
-            raise ValueError(f"probe.stop: {len(m.probe.stop)} stop strings, vLLM accepts {limit} per request (HTTP "
-                             f"400 above it): set env: {{{MAX_STOP_STRINGS_ENV}: '{len(m.probe.stop)}'}} or send "
-                             "fewer strings (their token ids go in probe.stop_token_ids)")
 
     def argv(self, m: Manifest, a: LaunchArgs) -> list[str]:
         """`--generation-config vllm`: sampling settings a request leaves out take vLLM's neutral defaults, not the

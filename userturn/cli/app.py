@@ -39,12 +39,29 @@ def did_you_mean(word: str, candidates: Sequence[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+def shown_extras(extras: Sequence[str], flags: Sequence[str]) -> str:
+    """Unrecognised arguments as an error shows them: each unknown flag with the closest known one, the value after
+    it (or after its `=`) not shown, since an unknown flag's value may be a key (`--openai-api-key sk-...`)."""
+    shown, after_flag = [], False
+    for arg in extras:
+        if arg.startswith("-") and len(arg) > 1:
+            name, eq, _ = arg.partition("=")
+            shown.append(f"{name}{'=[value not shown]' if eq else ''}{did_you_mean(name, flags)}")
+            after_flag = not eq
+        else:
+            shown.append("[value not shown]" if after_flag else arg)
+            after_flag = False
+    return " ".join(shown)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (the full usage is one `--help` away) with a suggestion for a
-    mistyped subcommand, choice or flag, and every option's default in `--help`."""
+    mistyped subcommand, choice or flag, every option's default in `--help`, and no prefix matching: a flag is
+    taken only as spelled in full."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # `--api-key sk-..` must never be taken as `--api-key-env sk-..`
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
@@ -61,11 +78,10 @@ class Parser(argparse.ArgumentParser):
         if extras:
             commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
             parser = commands.get(getattr(parsed, "command", None) or "", self)
-            flags = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
-            named = [f"{arg}{did_you_mean(arg.split('=', 1)[0], flags) if arg.startswith('-') else ''}"
-                     for arg in extras]
-            self.exit(2, f"{parser.prog}: error: unrecognized arguments: {' '.join(named)} (see {parser.prog} "
-                         "--help)\n")
+            flags = [flag for action in parser._actions for flag in action.option_strings
+                     if flag.startswith("--") and action.help != argparse.SUPPRESS]  # not the refused key flags
+            self.exit(2, f"{parser.prog}: error: unrecognized arguments: {shown_extras(extras, flags)} (see "
+                         f"{parser.prog} --help)\n")
         return parsed
 
     def format_help(self) -> str:
@@ -135,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from userturn.cli.paths import check_paths
 
         check_paths(args)  # every bad path is one line and exit 2, before anything loads or launches
+        from userturn.cli.key_args import check_key_flags
+
+        check_key_flags(args)  # a bad key variable or file likewise (never echoing a key)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a reader that went away (`| head`) is found here, not at exit
         return status
@@ -149,15 +168,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         what = "terminated (SIGTERM)" if Terminated.received else "interrupted"
-        print(f"userturn: {what}; completed records are kept, rerun the same command to resume", file=sys.stderr)
+        print(f"userturn: {what}; {_after_stop(args)}", file=sys.stderr)
         return 143 if Terminated.received else 130
     except SystemExit as exc:  # a launched server's context turns SIGTERM/SIGHUP into SystemExit(128 + signal)
         if exc.code not in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
             raise
         name = "SIGTERM" if exc.code == 128 + signal.SIGTERM else "SIGHUP"
-        print(f"userturn: terminated ({name}); completed records are kept, rerun the same command to resume",
-              file=sys.stderr)
+        print(f"userturn: terminated ({name}); {_after_stop(args)}", file=sys.stderr)
         return int(exc.code)
+
+
+def _after_stop(args: argparse.Namespace) -> str:
+    """What a stopped command leaves: `serve` writes no records, it stops its servers."""
+    if getattr(args, "command", None) == "serve":
+        return "the servers it started were stopped"
+    return "completed records are kept, rerun the same command to resume"
 
 
 def entry() -> int:

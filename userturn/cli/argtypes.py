@@ -37,6 +37,7 @@ non_negative_int: Callable[[str], int] = _bounded(int, lambda value: value >= 0,
 positive_float: Callable[[str], float] = _bounded(float, lambda value: value > 0, "positive")
 non_negative_float: Callable[[str], float] = _bounded(float, lambda value: value >= 0, "0 or more")
 probability: Callable[[str], float] = _bounded(float, lambda value: 0 < value <= 1, "above 0 and at most 1")  # top_p
+unit_interval: Callable[[str], float] = _bounded(float, lambda value: 0 <= value <= 1, "0 to 1")  # min_p
 
 
 def json_object(text: str) -> dict[str, Any]:

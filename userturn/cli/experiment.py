@@ -32,6 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--dry-run", action="store_true",
                      help="validate, load datasets, check every base_url model's endpoint (reachable, serving the "
                           "model; exit 3 naming each that is not) and print the plan; nothing is launched")
+    grid = run.add_argument_group("a part of the grid (a smoke test of a real grid: the same records the full run "
+                                  "makes, so the full run resumes them)")
+    grid.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                      help="the first N items of every dataset (after its own limit and shuffle_seed)")
+    grid.add_argument("--model", dest="models", action="append", default=[], metavar="PATTERN",
+                      help="only the models whose label (manifest file name) or model name matches this shell "
+                           "pattern; repeat for several")
     run.add_argument("--keep-going", action="store_true",
                      help="when a model fails (unreachable, not served, its server fails to start), go on with the "
                           "others; at the end report the finished part and one line per failed model (exit 3)")
@@ -53,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "slurm: as one SLURM job array), wait for all, exit with the worst exit code")
     run.set_defaults(func=run_command)
 
-    export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL)",
+    export = sub.add_parser("export", help="judged results as SFT / preference training data (TRL JSONL), or as "
+                            "Inspect eval logs for `inspect view`",
                             description="Write judged conversations as TRL conversational JSONL: `sft` rows end "
                                         "with the genuine follow-up as the final user turn; `preference` rows pair a "
                                         "genuine follow-up (chosen) with a degenerate one (rejected) for the same "
@@ -61,8 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "rows end with the human-written next turn the dataset carries "
                                         "(meta.second_turn, MT-Bench), one per distinct unperturbed conversation.")
     add_results_argument(export, "export")
-    export.add_argument("--format", choices=["sft", "preference", "sft-human"], required=True)
-    export.add_argument("--out", default=None, metavar="FILE", help="output file (default: stdout)")
+    export.add_argument("--format", choices=["sft", "preference", "sft-human", "inspect"], required=True,
+                        help="inspect: one Inspect eval log (.eval) per model x dataset x configuration, read with "
+                        "`inspect view --log-dir DIR` (needs userturn[inspect])")
+    export.add_argument("--out", default=None, metavar="FILE",
+                        help="output file (default: stdout); a folder for --format inspect")
     export.set_defaults(func=export_command)
 
     show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
@@ -76,10 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
                                       "value; repeat a flag for alternatives)")
     filters.add_argument("--model", action="append", default=[], metavar="PATTERN", help="models to show")
+    filters.add_argument("--dataset", action="append", default=[], metavar="PATTERN", help="datasets to show")
     filters.add_argument("--label", action="append", default=[], metavar="PATTERN",
-                         help="labels to show (`unjudged`: records without one)")
+                         help="labels to show (`unjudged`: records no judge has labelled yet; `judge_failed`: "
+                              "records whose judgement failed)")
     filters.add_argument("--perturb", action="append", default=[], metavar="PATTERN", help="perturbations to show")
+    filters.add_argument("--temperature", action="append", default=[], type=float, metavar="T",
+                         help="temperatures to show (as in `userturn report`)")
     filters.add_argument("--item", action="append", default=[], metavar="PATTERN", help="dataset item ids to show")
+    show.add_argument("--json", action="store_true",
+                      help="the selected records as JSON lines (every field, as in the results file) instead of a "
+                           "table")
     add_show_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
     show.set_defaults(func=show_command)
 
@@ -120,16 +138,18 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.core.shipped import resolve_named
     from userturn.orchestrate.experiment import check_files, load_experiment, results_path
     from userturn.orchestrate.grid import run_experiment
+    from userturn.orchestrate.plan_preview import select
 
     check_flags(args)
     configure_network(args)
     source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
     exp, base = load_experiment(source)
+    exp = select(exp, args.limit, args.models)
     check_files(exp, source)
     if args.dry_run:
         if args.keep_going:
             raise UserError("--keep-going applies to a real run, not to --dry-run")
-        return dry_run(exp, base, source, args.shard)
+        return dry_run(exp, base, source, args.shard, args.launcher)
     if args.workers is not None and args.workers > 1:
         return workers_command(args, exp, source)
     from userturn.serve.launcher import terminate_on_sigterm
@@ -163,49 +183,55 @@ def run_command(args: argparse.Namespace) -> int:
     return status
 
 
-def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
-    """Validate the grid without launching anything: datasets load, settings resolve, each model's chat template
-    renders one real prompt (raw mode; printed), and `base_url` models and judges are checked (`shard`'s counts)."""
+def dry_run(exp: Any, base: Path, source: Path, shard: Any = None, launcher: str | None = None) -> int:
+    """The plan from the experiment and its manifests first (nothing loaded, nothing launched), then the checks:
+    datasets load, each model's chat template renders one real prompt (raw mode; printed), `base_url` models and
+    judges answer. A failed check is one line and the others still run: exit 2 when data, a manifest or a template
+    failed, else 3 when an endpoint did not answer."""
     from userturn.client.probe.dry_run import render_preview, shown
+    from userturn.core import aio
     from userturn.orchestrate.experiment import (
         assistant_source,
+        check_endpoints,
+        check_scoring,
         load_items,
         naming_entry,
-        planned_records,
         target_source,
     )
+    from userturn.orchestrate.plan_preview import build_plan, plan_lines
     from userturn.orchestrate.run_builder import ProbeTarget, load_renderer, preview
 
-    datasets = [load_items(entry, exp, base) for entry in exp.datasets]
-    sources = [assistant_source(entry, exp, items) for entry, (_, items, _) in zip(exp.datasets, datasets,
-                                                                                     strict=True)]
-    counts = [len(items if shard is None else shard.select(items)) for _, items, _ in datasets]
-    options = []
-    prompts = []
-    for index, entry in enumerate(exp.models):
-        with naming_entry(source, index, entry):
-            fields, o = preview(target_source(entry, exp, base), [entry.layer(), exp.layer()])
-            options.append(o)
-            if "raw" in exp.modes:
+    plan = build_plan(exp, base, source, launcher)
+    for line in plan_lines(exp, plan, exp.name if shard is None else f"{exp.name} (shard {shard})"):
+        print(line)
+    sys.stdout.flush()  # the plan is on the screen before any check waits on a hub or an endpoint
+    problems = [m.problem for m in plan.models if m.problem]  # settings that do not resolve: exit 2
+    loaded = []
+    for index, entry in enumerate(exp.datasets):
+        try:
+            name, items, _ = load_items(entry, exp, base)
+            check_scoring(exp, base, source, name, items)
+            chosen = assistant_source(entry, exp, items, source)
+        except UserError as exc:  # named once: by the check itself, else here
+            problems.append(str(exc) if str(exc).startswith(str(source)) else
+                            f"{source}: datasets.{index} ({entry.spec}): {exc}")
+            continue
+        loaded.append((name, items, chosen, len(items if shard is None else shard.select(items))))
+    if loaded:
+        print("items: " + ", ".join(f"{name} {count}" for name, _, _, count in loaded))
+    if len(loaded) == len(exp.datasets):
+        print(f"records planned: {plan.records_per_item(exp) * sum(count for *_, count in loaded)}")
+    if "raw" in exp.modes and loaded:
+        name, items, chosen, _ = loaded[0]
+        for index, (entry, model) in enumerate(zip(exp.models, plan.models, strict=True)):
+            if model.options is None:
+                continue
+            with naming_entry(source, index, entry, problems):
+                fields, options = preview(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
                 target = ProbeTarget(base_urls=[], model=str(entry.model or entry.label), **fields)
-                prompt = render_preview(load_renderer(target, o), datasets[0][1], sources[0])
-                prompts.append((entry.label, datasets[0][0], prompt))
-    grids = sorted({f"{len(o.temperatures)} temperatures x {o.samples} samples" for o in options})
-    title = exp.name if shard is None else f"{exp.name} (shard {shard})"
-    runs = len(exp.models) * len(exp.datasets) * len(exp.modes)
-    print(f"{title}: {runs} probe runs, {planned_records(exp, counts, options)} records planned "
-          f"({len(exp.models)} models x {len(exp.datasets)} datasets {counts} x {len(exp.modes)} modes x "
-          f"{len(exp.perturbations)} perturbations x {' or '.join(grids)} x {exp.assistant_samples} assistant "
-          "samples)")
-    for entry, o in zip(exp.models, options, strict=True):
-        print(f"  {entry.label}: temperatures {o.temperatures}, samples {o.samples}, max_tokens {o.max_tokens}, "
-              f"top_p {o.top_p}, concurrency {o.concurrency}")
-    for label, dataset, prompt in prompts:
-        print(f"--- {label}: raw prompt of the first {dataset} item, as it will be sent (ends at the open user "
-              f"header) ---\n{shown(prompt)}\n--- end of prompt ---")
-    from userturn.core import aio
-    from userturn.orchestrate.experiment import check_endpoints
-
+                prompt = render_preview(load_renderer(target, options), items, chosen)
+                print(f"--- {entry.label}: raw prompt of the first {name} item, as it will be sent (ends at the "
+                      f"open user header) ---\n{shown(prompt)}\n--- end of prompt ---")
     endpoints = sum(entry.base_url is not None for entry in exp.models)
     judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
     model_problems, judge_problems = aio.run(check_endpoints(exp, base, source))
@@ -215,9 +241,9 @@ def dry_run(exp: Any, base: Path, source: Path, shard: Any = None) -> int:
     parts += [f"{judges - len(judge_problems)} of {judges} judges reachable and serving theirs"] if judges else []
     parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
     print("endpoints: " + "; ".join(parts))
-    for problem in model_problems + judge_problems:
+    for problem in problems + model_problems + judge_problems:
         print(f"userturn: {problem}", file=sys.stderr)
-    return 3 if model_problems or judge_problems else 0
+    return 2 if problems else 3 if model_problems or judge_problems else 0
 
 
 def _records(named: list[str]) -> list:
@@ -231,6 +257,8 @@ def _records(named: list[str]) -> list:
 
 
 def export_command(args: argparse.Namespace) -> int:
+    if args.format == "inspect":
+        return _export_inspect(args)
     from userturn.client.analysis.export import export_rows
 
     rows, stats = export_rows(_records(args.results), args.format)
@@ -250,11 +278,33 @@ def export_command(args: argparse.Namespace) -> int:
     print(f"userturn: exported {stats.written} {args.format} rows from {stats.records} records"
           f"{' to ' + args.out if args.out else ''} ({skipped})", file=sys.stderr)
     if stats.written == 0:
-        hint = ("no record carries a human next turn (meta.second_turn: e.g. --dataset mt-bench)"
-                if args.format == "sft-human" else "judge the results first: records need labels")
-        print(f"userturn: nothing to export ({hint})", file=sys.stderr)
+        print(f"userturn: nothing to export ({_nothing_hint(args.format, stats)})", file=sys.stderr)
         return 1
     return 0
+
+
+def _nothing_hint(fmt: str, stats: Any) -> str:
+    """Why an export wrote no row, from what it counted."""
+    labelled = sum(stats.by_label.values())
+    if fmt == "sft-human":
+        return "no record carries a human next turn (meta.second_turn: e.g. --dataset mt-bench)"
+    if not labelled:
+        return "judge the results first: records need labels"
+    if fmt == "sft":
+        return f"none of the {labelled} labelled records is a genuine follow-up"
+    return (f"no context has both a genuine follow-up and another label among its {labelled} labelled records; "
+            "pairs need several samples per context (--samples) at a temperature above 0")
+
+
+def _export_inspect(args: argparse.Namespace) -> int:
+    from userturn.judges.inspect_log import export_inspect
+
+    done = export_inspect(args.results, args.out)
+    print(f"userturn: wrote {len(done.logs)} Inspect log(s), {done.samples} samples ({done.labelled} labelled, "
+          f"{done.judge_failures} judge failures, {done.generation_errors} generation errors) to {args.out}",
+          file=sys.stderr)
+    print(f"next: inspect view --log-dir {args.out}", file=sys.stderr)
+    return 0 if done.samples else 1
 
 
 def show_command(args: argparse.Namespace) -> int:
@@ -262,19 +312,27 @@ def show_command(args: argparse.Namespace) -> int:
     from userturn.client.short_keys import short_keys
     from userturn.client.terminal import console
 
-    rows = ShowFilter(models=args.model, labels=args.label, perturbations=args.perturb, items=args.item)
+    rows = ShowFilter(models=args.model, datasets=args.dataset, labels=args.label, perturbations=args.perturb,
+                      temperatures=args.temperature, items=args.item)
     if wants_record(args):
-        given = [flag for flag, values in (("--model", rows.models), ("--label", rows.labels),
-                                            ("--perturb", rows.perturbations), ("--item", rows.items)) if values]
+        given = [flag for flag, values in (("--model", rows.models), ("--dataset", rows.datasets),
+                                            ("--label", rows.labels), ("--perturb", rows.perturbations),
+                                            ("--temperature", rows.temperatures), ("--item", rows.items)) if values]
         if given:
             raise UserError(f"{given[0]} filters the table of turns, not one KEY")
         return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
     records = _records(args.results)
+    if args.json:
+        chosen = select_records(records, rows)
+        for record in chosen[:args.limit] if args.limit is not None else chosen:
+            sys.stdout.buffer.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
+        return 0
     keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
-    console().print(turns_table(select_records(records, rows), limit=args.limit, keys=keys,
-                                title=f"userturn show: {' '.join(args.results)}"))
+    out = console()
+    out.print(turns_table(select_records(records, rows), limit=args.limit, keys=keys, width=out.width,
+                          title=f"userturn show: {' '.join(args.results)}"))
     return 0
 
 

@@ -55,7 +55,9 @@ Rerun the same command to resume; --dry-run checks every model's template with o
     "export": """\
   userturn export runs/q9b.judged.jsonl --format sft --out sft.jsonl
   userturn export runs/q9b.judged.jsonl --format preference --out pairs.jsonl
-  userturn export runs/smoke/results.jsonl --format sft-human --out human.jsonl""",
+  userturn export runs/smoke/results.jsonl --format sft-human --out human.jsonl
+  # Inspect eval logs, one per model x dataset x configuration; read them with: inspect view --log-dir logs/
+  userturn export runs/grid/ --format inspect --out logs/""",
     "show": """\
   userturn show runs/smoke/results.jsonl
   userturn show runs/smoke/results.jsonl \\

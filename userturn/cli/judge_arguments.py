@@ -13,6 +13,7 @@ from userturn.cli.argtypes import (
     positive_float,
     positive_int,
 )
+from userturn.cli.key_args import add_key_arguments
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -26,16 +27,15 @@ judge_max_tokens = at_least(defaults.MIN_JUDGE_MAX_TOKENS,
 def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = False,
                         concurrency_flags: tuple[str, ...] = ("--judge-concurrency",), resumable: bool = True) -> None:
     """The judge flags, shared by `userturn probe` (inline judging), `judge` and `judge-eval` (not resumable: no
-    `--rejudge`)."""
+    `--rejudge`). Every judge setting is spelled `--judge-*` on every command; `judge` and `judge-eval`, which have
+    no other endpoint, also accept `--concurrency` for `--judge-concurrency` (`concurrency_flags`)."""
     group = parser.add_argument_group("judge")
     group.add_argument("--judge-model", action="append", default=None, metavar="NAME", required=required,
                        help="judge model name; repeat for a panel (label = majority, ties go to the first listed)")
     group.add_argument("--judge-base-url", action="append", default=None, metavar="URL",
                        help="OpenAI-compatible base URL of the judge (e.g. http://127.0.0.1:30000/v1); give once "
                             "for all judges or once per --judge-model, in the same order")
-    group.add_argument("--judge-api-key-env", action="append", default=None, metavar="VAR",
-                       help=f"env var holding the judge API key (default {defaults.API_KEY_ENV}); once, or once per "
-                            "judge")
+    add_key_arguments(group, judge=True)
     d = defaults
     group.add_argument("--judge-max-tokens", type=judge_max_tokens, default=d.JUDGE_MAX_TOKENS, metavar="N",
                        help=f"max tokens per judge reply, at least {d.MIN_JUDGE_MAX_TOKENS}; leave room for reasoning "
@@ -50,7 +50,8 @@ def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                        help=f"re-ask a judge whose reply is not a valid verdict up to N times (default "
                             f"{d.JUDGE_REASKS})")
     group.add_argument(*concurrency_flags, dest="judge_concurrency", type=positive_int, default=d.JUDGE_CONCURRENCY,
-                       metavar="C", help=f"judge requests in flight per judge (default {d.JUDGE_CONCURRENCY})")
+                       metavar="C", help=f"judge requests in flight per judge (default {d.JUDGE_CONCURRENCY})"
+                       + ("; --concurrency is the same flag here" if len(concurrency_flags) > 1 else ""))
     group.add_argument("--judge-extra-body", type=json_object, default=None, metavar="JSON",
                        help='JSON object merged into each judge request, e.g. \'{"chat_template_kwargs": '
                             '{"enable_thinking": false}}\'')
@@ -92,12 +93,13 @@ def panel_config(args: argparse.Namespace) -> PanelConfig | None:
 
     urls = _per_judge(args.judge_base_url, len(models), "--judge-base-url", None)
     keys = _per_judge(args.judge_api_key_env, len(models), "--judge-api-key-env", defaults.API_KEY_ENV)
+    files: list[str | None] = [*_per_judge(args.judge_api_key_file, len(models), "--judge-api-key-file", "")]
     judges = [
-        JudgeConfig(model=m, base_url=u, api_key_env=k, temperature=args.judge_temperature,
+        JudgeConfig(model=m, base_url=u, api_key_env=k, api_key_file=f or None, temperature=args.judge_temperature,
                     max_tokens=args.judge_max_tokens, request_timeout=args.judge_timeout,
                     max_retries=args.judge_max_retries, reasks=args.judge_reasks,
                     concurrency=args.judge_concurrency, extra_body=args.judge_extra_body or {})
-        for m, u, k in zip(models, urls, keys, strict=True)
+        for m, u, k, f in zip(models, urls, keys, files, strict=True)
     ]
     return PanelConfig(judges=judges, judge_all=args.judge_all, force=bool(getattr(args, "force", False)),
                        rejudge=bool(getattr(args, "rejudge", False)),

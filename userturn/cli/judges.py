@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="keep verdicts of judges outside this panel on the records (they do not vote)")
     judge.add_argument("--no-progress", action="store_true",
                        help="plain progress lines (every 10 s and one at the end) instead of the live view")
-    add_judge_arguments(judge, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"))
+    add_judge_arguments(judge, required=True, concurrency_flags=("--judge-concurrency", "--concurrency"))
     add_network_arguments(judge.add_argument_group("network"))
     judge.set_defaults(func=judge_command)
 
@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="apply the rule pre-labels first, as `judge` does (default: judges see every item)")
     evaluate.add_argument("--json", action="store_true", help="print the scores as JSON")
     evaluate.add_argument("--out", default=None, metavar="PRED.jsonl", help="write the judged items (with gold)")
-    add_judge_arguments(evaluate, required=True, concurrency_flags=("--concurrency", "--judge-concurrency"),
+    add_judge_arguments(evaluate, required=True, concurrency_flags=("--judge-concurrency", "--concurrency"),
                         resumable=False)
     add_network_arguments(evaluate.add_argument_group("network"))
     evaluate.set_defaults(func=judge_eval_command)

@@ -76,6 +76,11 @@ def check_paths(args: argparse.Namespace) -> None:
         results_files(args.results, RESULTS_COMMANDS[command])
         if command == "judge" and args.out is not None:
             (output_dir if judge_out_is_folder(args.results) else output_file)(args.out, "--out")
+        if command == "export" and getattr(args, "format", None) == "inspect":
+            if args.out is None:
+                raise UserError("--format inspect writes one log per configuration: name a folder with --out DIR")
+            output_dir(args.out, "--out")
+            return
     dataset = getattr(args, "dataset", None) if command == "probe" else None
     if isinstance(dataset, str) and Path(dataset).is_dir():  # a built-in name is no path: only a directory is wrong
         raise UserError(f"--dataset {dataset}: is a directory; name a JSONL file or a built-in dataset")

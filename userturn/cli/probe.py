@@ -7,8 +7,19 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from userturn.cli.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, probability
+from userturn.cli.argtypes import (
+    at_least,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+    unit_interval,
+)
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
+from userturn.cli.key_args import add_key_arguments
+from userturn.client.probe.perturbations import names as perturbation_names
+from userturn.client.probe.scoring import SCORERS, scorer_help
 from userturn.core import defaults
 from userturn.core.errors import UserError
 
@@ -34,9 +45,7 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                    "tokenizer, stops and probe defaults; the server is shut down afterwards")
     g.add_argument("--launcher", choices=["local", "slurm"], default=None,
                    help="with --manifest: run the server as local processes (default) or as a SLURM job")
-    g.add_argument("--api-key-env", default=None, metavar="VAR",
-                   help=f"environment variable holding the API key (default {d.API_KEY_ENV}; optional for local "
-                        "servers; never written)")
+    add_key_arguments(g)
     g.add_argument("--concurrency", type=positive_int, default=None,
                    help=f"requests in flight (default {d.CONCURRENCY})")
     g.add_argument("--rpm", type=positive_float, default=None, help="requests-per-minute limit")
@@ -54,8 +63,8 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
 def add_network_arguments(g: argparse._ArgumentGroup) -> None:
     """--proxy, --ca-bundle and --no-model-check: how this process reaches its endpoints (client.http.http_client)."""
     g.add_argument("--proxy", default=None, metavar="URL",
-                   help="HTTP proxy for every request, e.g. http://proxy:3128 (wins over HTTPS_PROXY / HTTP_PROXY / "
-                        "NO_PROXY, which are honoured otherwise)")
+                   help="HTTP proxy for every request, e.g. http://proxy:3128 (default $USERTURN_PROXY; wins over "
+                        "HTTPS_PROXY / HTTP_PROXY / NO_PROXY, which are honoured otherwise)")
     g.add_argument("--ca-bundle", default=None, metavar="FILE",
                    help="PEM file (or directory) of the certificate authorities to trust for HTTPS (wins over "
                         "SSL_CERT_FILE / SSL_CERT_DIR)")
@@ -64,11 +73,17 @@ def add_network_arguments(g: argparse._ArgumentGroup) -> None:
                         "gateways)")
 
 
+PROXY_ENV = "USERTURN_PROXY"  # the proxy when --proxy is not given: how `run --workers` hands its shards a proxy
+
+
 def configure_network(args: argparse.Namespace) -> None:
-    """Apply --proxy, --ca-bundle and --no-model-check to every endpoint this process opens."""
+    """Apply --proxy (else $USERTURN_PROXY), --ca-bundle and --no-model-check to every endpoint this process opens."""
+    import os
+
     from userturn.client.http.http_client import configure
 
-    configure(proxy=args.proxy, ca_bundle=args.ca_bundle, check_model=not args.no_model_check)
+    configure(proxy=args.proxy or os.environ.get(PROXY_ENV) or None, ca_bundle=args.ca_bundle,
+              check_model=not args.no_model_check)
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,7 +112,13 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=positive_int, default=None, metavar="M",
                    help="max tokens of the user turn " + NOT_SET.format(d.MAX_TOKENS))
     g.add_argument("--top-p", type=probability, default=None, metavar="P",
-                   help="nucleus sampling, in (0, 1] " + NOT_SET.format("not sent"))
+                   help="nucleus sampling, in (0, 1] " + NOT_SET.format("the engine's neutral value, 1"))
+    g.add_argument("--top-k", type=at_least(-1, " (-1: no limit)"), default=None, metavar="K",
+                   help="top-k sampling " + NOT_SET.format("the engine's neutral value where it takes top_k, else "
+                                                           "not sent"))
+    g.add_argument("--min-p", type=unit_interval, default=None, metavar="P",
+                   help="min-p sampling, in [0, 1] " + NOT_SET.format("the engine's neutral value, 0, where it takes "
+                                                                      "min_p, else not sent"))
     g.add_argument("--seed", type=int, default=None, metavar="S",
                    help=f"run seed; each sample's seed derives from it (default {d.SEED})")
     g.add_argument("--limit", type=positive_int, default=None, metavar="N", help="first N items only")
@@ -107,13 +128,13 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         "--shuffle-seed) into --out with `.shard-I-of-N` before its suffix; the N shards together "
                         "write the records of the unsharded run")
     g.add_argument("--perturb", action="append", default=None, metavar="NAME",
-                   help="perturbation of the assistant turn (repeatable): none, wrong_answer, truncate, swap, "
-                        "remove, generic (default none)")
+                   help=f"perturbation of the assistant turn (repeatable): {', '.join(perturbation_names())} "
+                        "(default none; `userturn list perturbations` says what each changes)")
     g.add_argument("--mode", choices=["raw", "chat"], default="raw",
                    help="raw: completion ending at an open user header (default); chat: role-flip via chat API")
     g.add_argument("--assistant-from", choices=["dataset", "model"], default=None,
-                   help="where the assistant turn comes from (default: dataset if the item ends with one, "
-                        "else model)")
+                   help="where the assistant turn comes from (default: dataset when every item ends with one, "
+                        "model when none does; a dataset mixing both is refused until you choose)")
     g.add_argument("--assistant-temperature", type=non_negative_float, default=None, metavar="T",
                    help=f"temperature of a model-written assistant turn (default {d.ASSISTANT_TEMPERATURE:g})")
     g.add_argument("--assistant-max-tokens", type=positive_int, default=None, metavar="M",
@@ -121,6 +142,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--send-stop-token-ids", action="store_true", default=None,
                    help="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn token "
                         "is not an EOS, e.g. gpt-oss <|end|>) " + NOT_SET.format("off"))
+    g.add_argument("--scorer", choices=list(SCORERS), default=None,
+                   help="task scorer of the items whose meta.scorer names none (default: the dataset's name, if it "
+                        "names one; else items get no accuracy): " + scorer_help())
     g.add_argument("--allow-special-tokens", action="store_true", default=None,
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
@@ -181,7 +205,7 @@ def target_source(args: argparse.Namespace) -> TargetSource:
     from userturn.orchestrate.run_builder import TargetSource
 
     return TargetSource(manifest=args.manifest, base_urls=args.base_url, model=args.model,
-                        api_key_env=args.api_key_env, launcher=args.launcher)
+                        api_key_env=args.api_key_env, launcher=args.launcher, api_key_file=args.api_key_file)
 
 
 def check_conflicts(args: argparse.Namespace) -> None:
@@ -214,18 +238,20 @@ def probe_command(args: argparse.Namespace) -> int:
 
 async def probe_main(args: argparse.Namespace) -> int:
     from userturn.client.data.loaders import load_items
-    from userturn.client.probe.perturb import validate
-    from userturn.client.probe.scoring import preflight
+    from userturn.client.probe.perturb import needs_partner, validate
+    from userturn.client.probe.scoring import preflight, unscored_notice
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import check_split, sharded_path
-    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target
+    from userturn.orchestrate.run_builder import TargetSession, assistant_source, open_target, preview
 
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
-                                    whole="swap" in perturbations)
+                                    whole=needs_partner(perturbations))
     dataset_name = args.dataset_name or name
-    preflight(dataset_name, items)
+    chosen = preview(target_source(args), [flag_layer(args)])[1].scorer  # the flag, else the manifest's
+    preflight(dataset_name, items, chosen)
+    notice = unscored_notice(dataset_name, items, chosen, "--scorer")  # said with the run's summary
     # decided on every selected item, so each shard of a run takes its assistant turns from the same source
     args.assistant_from = assistant_source(items, args.assistant_from)  # an impossible choice stops before launch
     if args.shard is not None:  # cut after --limit and --shuffle-seed; swap partners still come from every item
@@ -244,12 +270,12 @@ async def probe_main(args: argparse.Namespace) -> int:
             try:
                 run = session.probe_run(items, dataset=dataset_name, mode=args.mode, perturbations=perturbations,
                                         assistant_from=args.assistant_from, out_path=args.out, judge=judge,
-                                        progress=not args.no_progress, swap_pool=every)
+                                        progress=not args.no_progress, partner_pool=every)
                 summary = await run.run()
             finally:
                 if judge is not None:
                     await judge.aclose()
-    return report_summary(summary, args.out)
+    return report_summary(summary, args.out, notice)
 
 
 async def _judge_panel(args: argparse.Namespace) -> Any:
@@ -264,7 +290,8 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     return panel
 
 
-def report_summary(summary: ProbeSummary, out: str) -> int:
+def report_summary(summary: ProbeSummary, out: str, notice: str | None = None) -> int:
+    """The run's closing lines on stderr (`notice`, e.g. answers no scorer reads, among them); the exit status."""
     print(
         f"userturn: wrote {summary.ok + summary.errors} records to {out} (ok {summary.ok}, errors {summary.errors}, "
         f"already done {summary.skipped}) in {summary.elapsed_s:.1f}s ({summary.req_per_s:.1f} req/s)",
@@ -274,6 +301,8 @@ def report_summary(summary: ProbeSummary, out: str) -> int:
         print(f"userturn: judged {summary.rejudged} records of earlier runs that had no complete label from this "
               "judge panel (their generations were kept)", file=sys.stderr)
     status = print_failures(summary.not_applicable, summary.errors, summary.judge_failures, out)
+    if notice is not None:
+        print(notice, file=sys.stderr)
     print(next_step(summary, out), file=sys.stderr)
     return status
 

@@ -4,18 +4,23 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
+from userturn.cli.probe import PROXY_ENV
 from userturn.core.errors import UserError
 from userturn.core.shards import MAX_SHARDS, Shard
 
 # `run` flags a worker is given as the parent got them (a test checks that every flag of `run` is in one of the two)
-FORWARDED = ("out_dir", "keep_going", "rejudge", "launcher", "proxy", "ca_bundle", "no_model_check",
-             "parallel_models")
+FORWARDED = ("out_dir", "keep_going", "rejudge", "launcher", "ca_bundle", "no_model_check", "parallel_models",
+             "limit", "models")
 PARENT_ONLY = ("experiment", "no_progress", "dry_run", "shard", "workers", "func", "command")
+# flags a worker gets through its environment, never its command line (a proxy URL may carry a password): local
+# processes inherit it, a SLURM array task gets it through sbatch --export=ALL
+THROUGH_ENVIRONMENT = {"proxy": PROXY_ENV}
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -33,8 +38,23 @@ def worker_argv(args: argparse.Namespace, source: Path, shard: Shard | str) -> l
     describes: `run SOURCE --shard I/N --no-progress` and the flags of FORWARDED."""
     from userturn.serve.engines import flag_args
 
+    models = [arg for pattern in getattr(args, "models", None) or [] for arg in ("--model", pattern)]
     return [sys.executable, "-m", "userturn", "run", str(source), "--shard", str(shard), "--no-progress",
-            *flag_args(*(("--" + dest.replace("_", "-"), getattr(args, dest)) for dest in FORWARDED))]
+            *flag_args(*(("--" + dest.replace("_", "-"), getattr(args, dest)) for dest in FORWARDED
+                         if dest != "models")), *models]
+
+
+def worker_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The variables every worker gets on top of this process's environment (THROUGH_ENVIRONMENT)."""
+    return {name: str(value) for dest, name in THROUGH_ENVIRONMENT.items() if (value := getattr(args, dest))}
+
+
+def shown_command(argv: list[str]) -> str:
+    """A worker's command line as it is printed: redacted (`core.fingerprint.redacted_command`), as every command
+    line userturn writes or prints."""
+    from userturn.core.fingerprint import redacted_command
+
+    return shlex.join(redacted_command(argv))
 
 
 def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
@@ -53,6 +73,7 @@ def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
     for shard, path in zip(shards, files, strict=True):
         print(f"userturn: shard {shard} writes {path}", file=sys.stderr)
     # the unsharded file's lock: no second `--workers` run, and no unsharded run, while the shards write
+    os.environ.update(worker_environment(args))  # inherited by the local processes and by sbatch
     with results_lock(unsharded), terminate_on_sigterm():
         if args.launcher == "slurm":
             codes, commands = _slurm_array(args, exp, source, unsharded.parent / "slurm-shards")
@@ -83,7 +104,7 @@ def _local_processes(args: argparse.Namespace, source: Path, shards: list[Shard]
 
     workers = [Worker(shard, worker_argv(args, source, shard)) for shard in shards]
     exits = aio.run(run_workers(workers))
-    return [e.returncode for e in exits], [shlex.join(w.argv[1:]) for w in workers]
+    return [e.returncode for e in exits], [shown_command(w.argv[1:]) for w in workers]
 
 
 def _slurm_array(args: argparse.Namespace, exp: Any, source: Path, run_dir: Path) -> tuple[list[int], list[str]]:

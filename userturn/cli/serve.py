@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         specs, router = plan(m, model=model, api_key=dry_run_key(m))
         for s in [*specs, *([router] if router else [])]:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on {s.url}")
-            print(s.shell())
+            print(s.shell(redact=False))  # its key is a placeholder (dry_run_key)
         return 0
     try:
         return _serve(m, args.log_dir, launcher)

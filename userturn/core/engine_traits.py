@@ -35,10 +35,12 @@ class EngineTraits(BaseModel):
     stop_reason_field: str | None
     # The chat message's field carrying reasoning text (SGLang `reasoning_content`, vLLM `reasoning`).
     reasoning_field: str | None
-    # Where the server names the weights it loaded, for the preflight's weights-vs-tokenizer check: (GET route, key of
-    # its JSON answer), e.g. SGLang ("/model_info", "model_path"), whose /v1/models `root` is the served name;
-    # "root" under "/v1/models" means the model card's `root`. None: the server does not say.
-    served_weights: tuple[str, str] | None = None
+    # A GET route under the server's root (not the /v1 base) whose JSON `model_path` names the loaded weights (SGLang
+    # `/model_info`: its /v1/models `root` is the served name); None: /v1/models `root` does (vLLM).
+    weights_route: str | None = None
+    # A GET route under the server's root whose JSON `default_generation_settings` reports the sampling defaults the
+    # server applies (llama-server `/props`); None: the server does not report them.
+    sampler_route: str | None = None
 
 
 EXTERNAL = EngineTraits(

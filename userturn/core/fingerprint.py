@@ -1,8 +1,9 @@
 """The configuration of a generation, its fingerprint, and the resume check.
 
 `generation_config`: what shapes a generation (what is probed, where the assistant turn comes from, the prompt's
-identity: template, its variables, stops, extra body) plus every option whose role records it
-(`userturn.core.options`); not temperature and sample (a record's identity), nor concurrency, rate limits,
+identity: template, its variables, stops, extra body; the engine, its server's sampler defaults and whether it
+honours the seed) plus every option whose role records it (`userturn.core.options`) and the sampler as sent; not
+temperature and sample (a record's identity), nor concurrency, rate limits,
 timeouts, retries or --limit. `fingerprint`: its sha256 as canonical JSON, carried by every record; the settings
 are in the file's configuration line (`records.ConfigLine`). Resuming is refused where ok records of the same model,
 dataset, mode and perturbation were made with other settings (`check_resume`), or carry no fingerprint (older files)
@@ -32,8 +33,11 @@ SCOPE: tuple[str, ...] = ("model", "dataset", "mode", "perturbation")
 # The settings an assistant turn written by the model depends on (reusing one across runs needs them equal).
 ASSISTANT_SETTINGS: tuple[str, ...] = (
     "model", "dataset", "assistant_source", "assistant_model",
-    *(name for name, role in roles().items() if role.assistant), "seed", "extra_body",
+    *(name for name, role in roles().items() if role.assistant), "seed", "extra_body", "engine",
+    "server_sampler_defaults",
 )
+# What the engine does with the sampler and the seed: in a configuration only where the run names its engine.
+ENGINE_SETTINGS: tuple[str, ...] = ("engine", "seed_honoured", "server_sampler_defaults")
 
 
 class GenerationContext(BaseModel):
@@ -55,13 +59,23 @@ class GenerationContext(BaseModel):
     stop: list[str] = Field(default_factory=list)
     stop_token_ids: list[int] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    engine: str | None = Field(default=None, description="the serving engine (`EngineTraits.engine`; external: "
+                               "a URL whose sampler defaults and seed handling cannot be known)")
+    seed_honoured: bool | None = Field(default=None, description="whether the engine's sampler uses the request's "
+                                       "seed; null: not known")
+    server_sampler_defaults: dict[str, float | int] | None = Field(
+        default=None, description="what the server applies to a sampling field a request leaves out; {}: all "
+        "neutral; null: not known")
 
 
-def generation_config(context: GenerationContext, options: Options) -> dict[str, Any]:
+def generation_config(context: GenerationContext, options: Options,
+                      sampler: Mapping[str, float | int] | None = None) -> dict[str, Any]:
     """The configuration of a run's generations: `context` plus every option its role records
-    (`userturn.core.options.Role`), as JSON values."""
-    return {**context.model_dump(mode="json"),
-            **options.recorded(assistant_by_model=context.assistant_source == "model")}
+    (`userturn.core.options.Role`), as JSON values; `sampler` (the sampling fields sent, the engine's neutral values
+    filled in) recorded as sent. The engine's fields (`ENGINE_SETTINGS`) are there only when `context.engine` is."""
+    exclude = set(ENGINE_SETTINGS) if context.engine is None else None
+    return {**context.model_dump(mode="json", exclude=exclude),
+            **options.recorded(assistant_by_model=context.assistant_source == "model"), **(sampler or {})}
 
 
 def fingerprint(config: Mapping[str, Any]) -> str:
@@ -107,6 +121,13 @@ def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> 
     return out
 
 
+def redacted_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the values of variables named like secrets (`HF_TOKEN`, `OPENAI_API_KEY`) as `[redacted]` and URL
+    credentials removed from the others."""
+    return {name: "[redacted]" if _SECRET_FLAG.match(f"--{name.replace('_', '-')}") else
+            _URL_CREDENTIALS.sub("[redacted]@", value) for name, value in env.items()}
+
+
 def run_info(argv: Sequence[str] | None = None, scrub: Callable[[str], str] = str) -> RunInfo:
     """This run: userturn version, start time (UTC), host and the redacted command line (`redacted_command`)."""
     return RunInfo(userturn_version=__version__, started=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -144,6 +165,6 @@ def check_unfingerprinted(keys: Iterable[str], planned: Collection[str], *, path
                                  f"{hint}")
 
 
-__all__ = ["ASSISTANT_SETTINGS", "SCOPE", "ConfigMismatch", "GenerationContext", "check_resume",
+__all__ = ["ASSISTANT_SETTINGS", "ENGINE_SETTINGS", "SCOPE", "ConfigMismatch", "GenerationContext", "check_resume",
            "check_unfingerprinted", "fingerprint", "first_difference", "generation_config", "redacted_command",
-           "run_info"]
+           "redacted_environment", "run_info"]

@@ -5,7 +5,9 @@ Every source of settings (CLI flags, an experiment and its model entries, a post
 `probe:` section) is an `Options`, None meaning "not set here"; `resolve` merges them by precedence and fills in the
 defaults (`ProbeOptions`). Each field's `Role` says whether it is sent in every user-turn request body and recorded
 in the configuration (and fingerprint). An option recorded before it could be unset (top_p) is recorded as null
-when unset; a newer one only once set, so existing files' fingerprints do not change.
+when unset; a newer one only once set, so existing files' fingerprints do not change. A `sampler` option is sent at
+the engine's neutral value when unset (`userturn.core.engine_traits.EngineTraits.neutral_sampler`), and recorded
+as sent.
 """
 
 from __future__ import annotations
@@ -25,20 +27,25 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(gt=0, le=1)]
+UnitFloat = Annotated[float, Field(ge=0, le=1)]
+TopK = Annotated[int, Field(ge=-1)]
 
 
 @dataclass(frozen=True)
 class Role:
     """What an option shapes, kept in its annotation. `null_recorded`: recorded as null when unset; `assistant`:
-    recorded only when the model writes the assistant turn."""
+    recorded only when the model writes the assistant turn; `sampler`: a sampling field an engine has a neutral value
+    for (sent at that value when unset)."""
 
     sent: bool = False
     recorded: bool = False
     null_recorded: bool = False
     assistant: bool = False
+    sampler: bool = False
 
 
 SENT = Role(sent=True, recorded=True)  # a sampling setting of the user-turn request
+SAMPLER = Role(sent=True, recorded=True, sampler=True)  # a sampling field with an engine-neutral value
 RECORDED = Role(recorded=True)  # shapes the generations without being sent as is (the run seed)
 ASSISTANT = Role(recorded=True, null_recorded=True, assistant=True)  # samples a model-written assistant turn
 OTHER = Role()  # renders prompts (recorded through the template's identity), picks samples or pushes the endpoint
@@ -63,8 +70,14 @@ class Options(BaseModel):
     samples: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="samples per item and temperature")
     # how each user turn is sampled
     max_tokens: Annotated[PositiveInt | None, SENT] = Field(default=None, description="max tokens of the user turn")
-    top_p: Annotated[Probability | None, Role(sent=True, recorded=True, null_recorded=True)] = Field(
-        default=None, description="nucleus sampling, in (0, 1]")
+    top_p: Annotated[Probability | None, Role(sent=True, recorded=True, null_recorded=True, sampler=True)] = Field(
+        default=None, description="nucleus sampling, in (0, 1] (default: the engine's neutral value, 1)")
+    top_k: Annotated[TopK | None, SAMPLER] = Field(
+        default=None, description="top-k sampling; -1: no limit (default: the engine's neutral value where it has "
+        "one, else not sent)")
+    min_p: Annotated[UnitFloat | None, SAMPLER] = Field(
+        default=None, description="min-p sampling, in [0, 1] (default: the engine's neutral value, 0, where it has "
+        "one, else not sent)")
     seed: Annotated[int | None, RECORDED] = Field(default=None, description="run seed; each sample's derives from it")
     send_stop_token_ids: Annotated[bool | None, OTHER] = Field(
         default=None, description="also send stop_token_ids (SGLang, vLLM; recorded as the ids sent)")
@@ -76,6 +89,9 @@ class Options(BaseModel):
         default=None, description="probe (and flag) items holding the tokenizer's special tokens")
     record_meta: Annotated[dict[str, Any] | None, OTHER] = Field(
         default=None, description="copied into every record's meta (a trained model's provenance)")
+    scorer: Annotated[str | None, OTHER] = Field(
+        default=None, description="task scorer of the items whose meta.scorer names none (client/probe/scoring.py "
+                                  "SCORERS; default: the dataset's name, if it names one)")
     # how hard the endpoint is pushed
     concurrency: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="requests in flight")
     rpm: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="requests-per-minute limit")
@@ -138,6 +154,21 @@ def sent_names() -> tuple[str, ...]:
     return tuple(name for name, role in roles().items() if role.sent)
 
 
+@cache
+def sampler_names() -> tuple[str, ...]:
+    """The sampling options an engine may have a neutral value for (`Role.sampler`)."""
+    return tuple(name for name, role in roles().items() if role.sampler)
+
+
+def is_neutral(name: str, value: Any) -> bool:
+    """Whether `value` of sampler option `name` leaves sampling as it is (top_p 1, min_p 0, top_k 0 or -1): what an
+    unset sampler option is sent as, whatever the engine's spelling of it."""
+    if type(value) not in (int, float):
+        return False
+    neutral: dict[str, tuple[float, ...]] = {"top_p": (1,), "min_p": (0,), "top_k": (0, -1)}
+    return value in neutral.get(name, ())
+
+
 class ProbeOptions(Options):
     """The options a probe runs with: every layer merged, then the defaults (`userturn/core/defaults.py`)."""
 
@@ -179,5 +210,5 @@ def resolve(layers: Sequence[Options]) -> ProbeOptions:
     return ProbeOptions(**merged(reversed(layers)).set_values())
 
 
-__all__ = ["ASSISTANT", "OTHER", "RECORDED", "SENT", "Options", "ProbeOptions", "RendererName", "Role", "merged",
-           "resolve", "roles", "sent_names"]
+__all__ = ["ASSISTANT", "OTHER", "RECORDED", "SENT", "Options", "ProbeOptions", "RendererName", "Role", "is_neutral",
+           "merged", "resolve", "roles", "sampler_names", "sent_names"]

@@ -1,9 +1,10 @@
 """One writer per results file: an exclusive advisory lock on a sidecar `<results>.lock`.
 
 `flock(LOCK_EX | LOCK_NB)`, so the kernel releases it however the holder exits. The holder writes its pid, host,
-command and start time into the sidecar; a second writer fails at once with `ResultsLocked` (exit 2) naming them.
-Re-entrant within a process (`userturn run` holds the file while each probe inside it takes it again). On a network
-file system (type from /proc/mounts) flock may hold on one node only: taking a lock there warns once.
+redacted command line and start time into the sidecar (mode 0600); a second writer fails at once with
+`ResultsLocked` (exit 2) naming them. Re-entrant within a process (`userturn run` holds the file while each probe
+inside it takes it again). On a network file system (type from /proc/mounts) flock may hold on one node only:
+taking a lock there warns once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import orjson
 
 from userturn.core.errors import UserError
+from userturn.core.fingerprint import redacted_command
 
 
 class ResultsLocked(UserError):
@@ -90,17 +92,20 @@ def lock_path_for(path: str | Path) -> Path:
 
 
 def _command() -> str:
-    """This process's command line, its program by name (`userturn probe --out ...`)."""
+    """This process's command line, its program by name (`userturn probe --out ...`), secrets redacted
+    (`core.fingerprint.redacted_command`: URL credentials, values of key/token/secret/password flags)."""
     program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("python")
     name = {"__main__.py": program.parent.name, "-c": "python -c"}.get(program.name, program.name)
-    return " ".join([name, *sys.argv[1:]])
+    return " ".join([name, *redacted_command(sys.argv[1:])])
 
 
 def describe_holder(lock_path: Path) -> str:
-    """`pid 123 on host, `userturn probe ...`, since 2025-01-01T00:00:00Z` from a sidecar, or what is known."""
+    """`pid 123 on host, `userturn probe ...`, since 2025-01-01T00:00:00Z` from a sidecar, or what is known. The
+    command is redacted again on reading: a sidecar written by another version may hold it raw."""
     try:
         info = orjson.loads(lock_path.read_bytes())
-        return (f"pid {info['pid']} on {info['host']}, `{info['command']}`, since {info['started']}")
+        command = " ".join(redacted_command(str(info["command"]).split(" ")))
+        return f"pid {info['pid']} on {info['host']}, `{command}`, since {info['started']}"
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
         return "a process that has not recorded itself yet"
 
@@ -117,7 +122,7 @@ def acquire(path: str | Path) -> None:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         warn_if_network_fs(lock_path)
         while True:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)  # only its owner reads it
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -134,6 +139,8 @@ def acquire(path: str | Path) -> None:
             if same:
                 break
             os.close(fd)
+        with contextlib.suppress(OSError):  # a sidecar left by a killed writer of another version may be 0644
+            os.fchmod(fd, 0o600)
         os.ftruncate(fd, 0)
         os.write(fd, orjson.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": _command()[:200],
                                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + b"\n")

@@ -9,12 +9,14 @@ import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from userturn.client.data.dataset import DatasetItem
+from userturn.client.http.keys import VARIABLE
 from userturn.client.probe.perturb import PERTURBATIONS
+from userturn.client.probe.perturbations import needs_partner
 from userturn.core import defaults
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
@@ -23,7 +25,26 @@ from userturn.core.shipped import resolve_named
 from userturn.orchestrate.run_builder import Mode, TargetSource
 from userturn.orchestrate.run_builder import assistant_source as auto_source
 
+
+def _variable_name(value: str | None) -> str | None:
+    """An environment variable's name; anything else (most likely a key) is refused without being shown."""
+    if value is not None and not VARIABLE.match(value):
+        raise ValueError("not the name of an environment variable (not shown: it may be a key); export the key in a "
+                         "variable and name it here, or put it in a file named by api_key_file")
+    return value
+
+
+KeyVariable = Annotated[str, AfterValidator(_variable_name)]
 RESUME_HINT = "use another --out-dir or experiment name"
+
+
+def known_scorer(value: str | None) -> str | None:
+    """`scorer:` checked against the registry (`client.probe.scoring.SCORERS`)."""
+    from userturn.client.probe.scoring import SCORERS
+
+    if value is not None and value not in SCORERS:
+        raise ValueError(f"unknown scorer {value!r} (choose from {', '.join(SCORERS)})")
+    return value
 
 
 class _Strict(BaseModel):
@@ -37,7 +58,9 @@ class ModelEntry(Options):
     manifest: str | None = Field(default=None, description="serving manifest YAML (launched for the run)")
     base_url: str | None = Field(default=None, description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
     model: str | None = Field(default=None, description="model name sent in requests (endpoint models)")
-    api_key_env: str | None = Field(default=None, description=f"default: the manifest's, else {defaults.API_KEY_ENV}")
+    api_key_env: KeyVariable | None = Field(default=None,
+                                            description=f"default: the manifest's, else {defaults.API_KEY_ENV}")
+    api_key_file: str | None = Field(default=None, description="file holding the key (relative to the cwd)")
     launcher: Literal["local", "slurm"] | None = Field(default=None, description="overrides the experiment's")
 
     @model_validator(mode="after")
@@ -47,6 +70,11 @@ class ModelEntry(Options):
         if self.manifest is not None and self.base_url is not None:
             raise ValueError("give `manifest` or `base_url`, not both")
         return self
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str | None) -> str | None:
+        return known_scorer(value)
 
     @property
     def label(self) -> str:
@@ -69,7 +97,8 @@ class JudgeEntry(_Strict):
 
     model: str
     base_url: str | None = Field(default=None, description="judge endpoint; not needed for `model: self`")
-    api_key_env: str = defaults.API_KEY_ENV
+    api_key_env: KeyVariable = defaults.API_KEY_ENV
+    api_key_file: str | None = Field(default=None, description="file holding the key (relative to the cwd)")
     temperature: float = Field(default=defaults.JUDGE_TEMPERATURE, ge=0)
     max_tokens: int = Field(default=defaults.JUDGE_MAX_TOKENS, ge=defaults.MIN_JUDGE_MAX_TOKENS)
     concurrency: int = Field(default=defaults.JUDGE_CONCURRENCY, ge=1)
@@ -106,6 +135,11 @@ class Experiment(Options):
         if isinstance(value, list):
             return [{"spec": v} if isinstance(v, str) else v for v in value]
         return value
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str | None) -> str | None:
+        return known_scorer(value)
 
     @field_validator("perturbations")
     @classmethod
@@ -223,7 +257,8 @@ async def _check_judges(exp: Experiment, source: Path) -> list[str]:
     for index, judge in enumerate(exp.judges):
         if judge.model in ("self", "rules") or judge.base_url is None:
             continue
-        config = EndpointConfig(base_url=judge.base_url, api_key_env=judge.api_key_env, max_retries=0,
+        config = EndpointConfig(base_url=judge.base_url, api_key_env=judge.api_key_env,
+                                api_key_file=judge.api_key_file, max_retries=0,
                                 request_timeout=exp.request_timeout or defaults.REQUEST_TIMEOUT_S)
         try:
             async with Endpoint(config) as endpoint:
@@ -252,15 +287,44 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
     spec = entry.spec if builtin is not None else resolve(base, entry.spec)
     name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
-                                   else exp.shuffle_seed, whole="swap" in exp.perturbations)
+                                   else exp.shuffle_seed, whole=needs_partner(exp.perturbations))
     return entry.name or name, items, every
 
 
-def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[DatasetItem]) \
+def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[DatasetItem], source: Path | str) \
         -> Literal["dataset", "model"]:
+    """Where one dataset's assistant turns come from (`run_builder.assistant_source`: a mix of items with and
+    without one is refused unless `assistant_from` chooses); an error names the experiment file and the dataset."""
     if exp.assistant_samples > 1:
         return "model"
-    return auto_source(items, entry.assistant_from or exp.assistant_from)
+    try:
+        return auto_source(items, entry.assistant_from or exp.assistant_from, how="assistant_from: model")
+    except UserError as exc:
+        raise UserError(f"{source}: dataset {entry.name or entry.spec}: {exc}") from None
+
+
+def check_scoring(exp: Experiment, base: Path, source: Path | str, name: str, items: Sequence[DatasetItem]) -> None:
+    """`scoring.preflight` of one dataset under each scorer its models' runs choose (`scorer`, before anything
+    launches), and the one-line notice (the `userturn` logger) when its items carry an `answer` no scorer reads."""
+    import logging
+
+    from userturn.client.probe import scoring
+
+    chosen: set[str | None] = set()
+    for entry in exp.models:
+        try:
+            chosen.add(model_options(entry, exp, base).scorer)
+        except UserError:  # a manifest that cannot be read: its launch names the entry (`--keep-going` skips it)
+            chosen.add(entry.scorer or exp.scorer)
+    for scorer in sorted(chosen, key=str):
+        try:
+            scoring.preflight(name, items, scorer)
+        except UserError as exc:
+            raise UserError(f"{source}: dataset {name}: {exc}") from None
+    notice = scoring.unscored_notice(name, items, None, "`scorer:` in the experiment file") if None in chosen \
+        else None
+    if notice is not None:
+        logging.getLogger("userturn").info(notice)
 
 
 def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
@@ -296,7 +360,7 @@ def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str 
         manifest=None if entry.manifest is None else resolve(base, entry.manifest),
         base_urls=[entry.base_url] if entry.base_url else None, model=entry.model, api_key_env=entry.api_key_env,
         launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
-    )
+        api_key_file=entry.api_key_file)
 
 
 def judge_panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:

@@ -4,6 +4,7 @@ time or with up to K servers launching at once (`run --parallel-models`)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from userturn.orchestrate.experiment import (
     RESUME_HINT,
     Experiment,
     assistant_source,
+    check_scoring,
     expand_assistant_samples,
     judge_panel,
     load_items,
@@ -26,6 +28,8 @@ from userturn.orchestrate.experiment import (
 )
 from userturn.orchestrate.run_builder import ProbeOptions
 
+log = logging.getLogger("userturn")
+
 
 async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None,
                          progress: bool = True, rejudge: bool = False, launcher: str | None = None,
@@ -33,7 +37,6 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
                          shard: Shard | None = None) -> tuple[Path, list[Any]]:
     """Run the grid into `<out_dir>/<name>/results.jsonl` (a `shard`'s items into its own file beside it) -> (results
     path, run summaries). With `failures` (`--keep-going`), a failing model is recorded there and the grid goes on."""
-    from userturn.client.probe import scoring
     from userturn.orchestrate.run_builder import open_target
 
     check_split(results_path(exp, out_dir), shard, hint=RESUME_HINT)
@@ -45,10 +48,10 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         raise UserError(f"{source}: datasets: two datasets are recorded as the same name ({names}); set `name`")
     datasets = []
     for (name, items, every), dataset in zip(loaded, exp.datasets, strict=True):
-        scoring.preflight(name, items)
+        check_scoring(exp, base, source, name, items)
         # decided on every selected item (`assistant_from: dataset` on open conversations is refused here), so
         # each shard takes its assistant turns from where the unsharded run does
-        chosen = assistant_source(dataset, exp, items)
+        chosen = assistant_source(dataset, exp, items, source)
         datasets.append(_Dataset(name, shard.select(items) if shard is not None else items, every, chosen))
     write_manifest(run_dir, exp, source)
     summaries: list[Any] = []
@@ -58,10 +61,27 @@ async def run_experiment(exp: Experiment, base: Path, source: Path, *, out_dir: 
         return results, summaries
     for index, entry in enumerate(exp.models):
         layers = [entry.layer(), exp.layer()]
+        if _finished(grid, index, entry, base, source, launcher, summaries):
+            continue
         with naming_entry(source, index, entry, failures), \
                 open_target(target_source(entry, exp, base, launcher), layers) as (target, options):
             summaries += await grid.probe_model(target, options)
     return results, summaries
+
+
+def _finished(grid: _Grid, index: int, entry: Any, base: Path, source: Path, launcher: str | None,
+              summaries: list[Any]) -> bool:
+    """True (and its summary added) when a manifest model's records are all done already: no server is started."""
+    from userturn.client.probe.settings import ProbeSummary
+    from userturn.orchestrate.finished import finished_records
+
+    with naming_entry(source, index, entry):
+        done = finished_records(entry, grid.exp, base, grid.datasets, grid.results, launcher, grid.rejudge)
+    if done is None:
+        return False
+    log.info(f"userturn: {entry.label}: all {done} records are done with these settings; its server is not started")
+    summaries.append(ProbeSummary(total=done, skipped=done, ok=0, errors=0, elapsed_s=0.0))
+    return True
 
 
 @dataclass(frozen=True)
@@ -108,7 +128,7 @@ class _Grid:
                             probe_items, dataset=name, mode=mode, perturbations=exp.perturbations,
                             assistant_from=data.assistant_from, out_path=str(results),
                             judge=panel, progress=self.progress,
-                            progress_title=f"{exp.name}: {target.model} on {name} ({mode})", swap_pool=pool,
+                            progress_title=f"{exp.name}: {target.model} on {name} ({mode})", partner_pool=pool,
                             resume_hint=RESUME_HINT))
                 existing = scan_results(results)
                 for run in runs:  # every run of this model is checked before any of them writes
@@ -141,8 +161,10 @@ async def _models_ahead(exp: Experiment, base: Path, source: Path, launcher: str
     upcoming = iter(enumerate(exp.models))
 
     def start_next() -> None:
-        """Enter the next model's target in a thread of the pool, if a model is left."""
-        if (nxt := next(upcoming, None)) is not None:
+        """Enter the next unfinished model's target in a thread of the pool, if a model is left."""
+        while (nxt := next(upcoming, None)) is not None and _finished(grid, *nxt, base, source, launcher, summaries):
+            pass
+        if nxt is not None:
             index, entry = nxt
             cm = open_target(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])
             entering[loop.run_in_executor(pool, cm.__enter__)] = (index, cm)

@@ -7,6 +7,7 @@ target's endpoints and renderer and builds each `ProbeRun`. Warnings go to the `
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,13 +39,14 @@ class ProbeTarget:
     base_urls: list[str]
     model: str
     api_key_env: str = defaults.API_KEY_ENV
+    api_key_file: str | None = None  # wins over api_key_env
     tokenizer: str | None = None
     chat_template: str | None = None
     renderer: RendererName = "auto"
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     extra_body: dict[str, Any] = field(default_factory=dict)
-    engine_traits: EngineTraits = EXTERNAL  # what the launched engine does with a request (an endpoint: unknown)
+    engine_traits: EngineTraits = EXTERNAL  # a launched engine's own (its definition fills them)
 
 
 class TargetSource(NamedTuple):
@@ -55,6 +57,7 @@ class TargetSource(NamedTuple):
     model: str | None = None
     api_key_env: str | None = None
     launcher: Launcher | None = None
+    api_key_file: str | None = None
 
 
 def resolve(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
@@ -111,7 +114,8 @@ def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tup
         fields, options = resolve(layers)
         warn_greedy_samples(options)
         yield ProbeTarget(base_urls=list(source.base_urls), model=source.model,
-                          api_key_env=source.api_key_env or defaults.API_KEY_ENV, **fields), options
+                          api_key_env=source.api_key_env or defaults.API_KEY_ENV, api_key_file=source.api_key_file,
+                          **fields), options
         return
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
@@ -124,6 +128,7 @@ def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tup
         yield ProbeTarget(
             base_urls=list(source.base_urls or server.base_urls), model=source.model or server.model_name,
             api_key_env=server.api_key_env or source.api_key_env or defaults.API_KEY_ENV,
+            api_key_file=None if server.api_key_env else source.api_key_file,  # a launched server's own key wins
             stop=list(probe.stop), stop_token_ids=list(probe.stop_token_ids), extra_body=dict(probe.extra_body),
             engine_traits=server.traits if not source.base_urls else EXTERNAL, **fields), options
 
@@ -149,12 +154,14 @@ class TargetSession:
         self.target = target
         self.options = options
         self.endpoints: list[Endpoint] = [
-            Endpoint(EndpointConfig(base_url=url, api_key_env=target.api_key_env,
+            Endpoint(EndpointConfig(base_url=url, api_key_env=target.api_key_env, api_key_file=target.api_key_file,
                                     request_timeout=options.request_timeout, max_retries=options.max_retries,
                                     concurrency=options.concurrency,
                                     max_response_bytes=options.max_response_bytes))
             for url in target.base_urls]
         self._renderer: PromptRenderer | None = None
+        self.engine_traits = target.engine_traits  # with what the server reports about itself after `check`
+        self._notices: list[str] = []  # said by the first run that starts generating (`check` finds them)
 
     @property
     def renderer(self) -> PromptRenderer:
@@ -165,13 +172,19 @@ class TargetSession:
 
     async def check(self) -> None:
         """Every endpoint answers and serves the model (else an error) before anything is generated; warns when
-        the served weights are not the tokenizer's."""
-        from userturn.client.http.endpoint import root_mismatch
+        the served weights are not the tokenizer's; reads the sampling defaults a self-describing server reports;
+        says once what cannot be known about the engine's sampler and seed."""
+        from userturn.client.http.server_facts import applied_traits, engine_notices, weights_warning
 
+        t = self.target
         for endpoint in self.endpoints:
-            warning = root_mismatch(await endpoint.check(self.target.model), self.target.model, self.target.tokenizer)
+            served = await endpoint.check(t.model)
+            warning = await weights_warning(endpoint, served, t.model, t.tokenizer, t.engine_traits)
             if warning:
                 log.warning("userturn: warning: %s", warning)
+        if self.endpoints:
+            self.engine_traits = await applied_traits(self.endpoints[0], t.engine_traits)
+        self._notices = engine_notices(self.engine_traits, [e.base_url for e in self.endpoints])
 
     async def __aenter__(self) -> TargetSession:
         return self
@@ -190,12 +203,12 @@ class TargetSession:
             **{name: getattr(o, name) for name in o.model_fields_set}, model=t.model, dataset=dataset,
             perturbations=list(perturbations), mode=mode, assistant_from=assistant_from, extra_stop=list(t.stop),
             extra_stop_token_ids=list(t.stop_token_ids), extra_body=dict(t.extra_body),
-            template_kwargs=o.rendered_kwargs if mode == "raw" else {}, engine_traits=t.engine_traits)
+            template_kwargs=o.rendered_kwargs if mode == "raw" else {}, engine_traits=self.engine_traits)
 
     def probe_run(self, items: Sequence[DatasetItem], *, dataset: str, mode: Mode, perturbations: Sequence[str],
                   assistant_from: Literal["dataset", "model"], out_path: str, judge: JudgeHook | None = None,
                   progress: bool = True, progress_title: str | None = None,
-                  swap_pool: Sequence[DatasetItem] | None = None, resume_hint: str | None = None) -> ProbeRun:
+                  partner_pool: Sequence[DatasetItem] | None = None, resume_hint: str | None = None) -> ProbeRun:
         """One `ProbeRun` of `items` on this target, with perturbations, task scoring and the chat-mode role flip."""
         from userturn.client.probe.perturb import perturb
         from userturn.client.probe.pipeline import ProbeRun
@@ -203,25 +216,39 @@ class TargetSession:
         from userturn.client.render.chat_mode import role_flip_messages
 
         extra: dict[str, Any] = {"resume_hint": resume_hint} if resume_hint else {}
+        extra["notices"], self._notices = self._notices, []
         return ProbeRun(items, self.settings(dataset=dataset, mode=mode, perturbations=perturbations,
                                              assistant_from=assistant_from),
                         endpoints=self.endpoints, renderer=self.renderer if mode == "raw" else None,
                         out_path=out_path, judge=judge, progress=progress, progress_title=progress_title,
-                        swap_pool=swap_pool, perturb=perturb, scorer=score, role_flip=role_flip_messages,
+                        partner_pool=partner_pool, perturb=perturb,
+                        scorer=functools.partial(score, chosen=self.options.scorer), role_flip=role_flip_messages,
                         **extra)
 
 
 def assistant_source(items: Sequence[DatasetItem], choice: Literal["dataset", "model", "auto"] | None,
-                     ) -> Literal["dataset", "model"]:
-    """Where the assistant turn comes from: as chosen, or (auto/None) the dataset when every item ends with one."""
-    ended = getattr(items, "all_end_with_assistant", None)  # known without parsing for a file kept on disk
-    if choice == "dataset" and ended is not True:
-        open_item = next((i for i in items if not i.ends_with_assistant), None)
-        if open_item is not None:  # no assistant turn to probe after: refused before anything launches
-            raise UserError(f"assistant turn from the dataset, but item {open_item.id!r} ends with a user turn "
-                            "(use --assistant-from model / assistant_from: model to have the model answer)")
-    if choice in ("dataset", "model"):
-        return choice
-    if ended is None:
-        ended = all(i.ends_with_assistant for i in items)
-    return "dataset" if ended else "model"
+                     how: str = "--assistant-from model") -> Literal["dataset", "model"]:
+    """Where the assistant turn comes from: as chosen; unchosen (auto/None), the dataset when every item ends with
+    one and the model when none does. Refused (a UserError, before anything launches): `dataset` with an item that
+    has no assistant turn, and, unchosen, a mix (one malformed row would switch every item to the model's turn).
+    `how`: the flag or key that chooses model-written turns, named in the message."""
+    if choice == "model":
+        return "model"
+    counted = getattr(items, "first_open", None)  # known without parsing for a file kept on disk
+    if counted is not None:
+        open_items = counted()
+    else:
+        found = [item for item in items if not item.ends_with_assistant]
+        open_items = (len(found), found[0].id, found[0].where) if found else None
+    if open_items is None:
+        return "dataset"
+    count, first, where = open_items
+    at = f"{where}: " if where else ""
+    if choice == "dataset":  # no assistant turn to probe after
+        raise UserError(f"{at}assistant turn from the dataset, but item {first!r} ends with a user turn ({count} of "
+                        f"{len(items)} items do); use {how} to have the model answer")
+    if count == len(items):
+        return "model"
+    raise UserError(f"{at}item {first!r} has no assistant turn to probe ({count} of {len(items)} items lack one, "
+                    f"the others end with one): fix them, or choose model-written assistant turns for every item with "
+                    f"{how}")

