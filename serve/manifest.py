@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from userturn.serve.engines import ENGINES, engine_of
+from userturn.serve.engines.base import engines_with
 
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
@@ -206,7 +207,7 @@ class Manifest(_Strict):
             raise ValueError("api_key with a router is not supported yet (the router would need the key too)")
         definition.check(self)
         if self.router is not None and not definition.has_router:
-            raise ValueError("router is only supported with engine 'sglang'")
+            raise ValueError(f"router is only supported with {engines_with('has_router')}")
         if self.nnodes > 1 and self.replicas > 1:
             raise ValueError("multi-node (nnodes > 1) serves one replica: use replicas: 1")
         if self.gpus and self.gpus < self.tp_size:

@@ -52,6 +52,19 @@ def key_flag(flag: str, key: str | None) -> list[str]:
     return [] if key is None else [f"{flag}={key}"]
 
 
+def registry() -> dict[str, EngineDefinition]:
+    """The registry (`userturn.serve.engines.ENGINES`), imported when first needed (it imports this module)."""
+    from userturn.serve.engines import ENGINES
+
+    return ENGINES
+
+
+def engines_with(attribute: str) -> str:
+    """`engines 'a' and 'b'` (or `engine 'a'`): the kinds whose definition sets `attribute`, for one-line errors."""
+    kinds = [repr(kind) for kind, engine in registry().items() if getattr(engine, attribute)]
+    return f"engine{'s' if len(kinds) > 1 else ''} {' and '.join(kinds)}"
+
+
 class EngineDefinition:
     """One engine kind. Subclasses set the class attributes and override what differs; instances are stateless."""
 
@@ -83,12 +96,13 @@ class EngineDefinition:
             for field, unset in (("tp_size", 1), ("dp_size", 1), ("mem_fraction_static", None),
                                  ("reasoning_parser", None), ("load_format", None)):
                 if getattr(m, field) != unset:
-                    raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
+                    raise ValueError(f"{field} is only supported by {engines_with('parallel')}")
         if not self.multi_node:
             if m.nnodes != 1:
-                raise ValueError("nnodes > 1 is only supported by engine 'sglang' (vllm: one node, up to its GPUs)")
+                raise ValueError(f"nnodes > 1 is only supported by {engines_with('multi_node')} (the others: one "
+                                 "node, up to its GPUs)")
             if m.dist_init_addr is not None:
-                raise ValueError("dist_init_addr is only supported by engine 'sglang'")
+                raise ValueError(f"dist_init_addr is only supported by {engines_with('multi_node')}")
         parser = m.reasoning_parser
         if parser is not None and self.reasoning_parsers and parser not in self.reasoning_parsers:
             hint = self.parser_spelling(parser)
@@ -98,8 +112,9 @@ class EngineDefinition:
         if m.api_key is not None and not self.takes_api_key:
             raise ValueError(f"api_key is not supported by engine '{self.kind}' (it takes no key)")
         if m.deterministic and not self.deterministic_flags():
-            raise ValueError(f"deterministic is only supported by engine 'sglang' (engine '{self.kind}' needs no "
-                             "switch for seeded sampling)")
+            deterministic = [k for k, e in registry().items() if e.deterministic_flags()]
+            raise ValueError(f"deterministic is only supported by engine {' and '.join(map(repr, deterministic))} "
+                             f"(engine '{self.kind}' needs no switch for seeded sampling)")
 
     def parser_spelling(self, name: str) -> str | None:
         """This engine's spelling of a reasoning parser another engine calls `name` (e.g. vLLM's `openai_gptoss`
