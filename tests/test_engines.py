@@ -150,3 +150,28 @@ def test_local_launches_listen_on_loopback_unless_the_manifest_asks() -> None:
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     wide = parse_manifest({"engine": "vllm", "model": "m", "host": "0.0.0.0"})
     assert server_argv(wide, port=1)[server_argv(wide, port=1).index("--host") + 1] == "0.0.0.0"
+
+
+def test_a_new_engine_is_one_definition_and_a_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What docs/serving.md's "Adding an engine" promises: nothing else names an engine."""
+    from userturn.serve.engines import EngineDefinition, LaunchArgs
+
+    class Toy(EngineDefinition):
+        kind = "toy"
+        summary = "a toy server"
+        image = "toy/server:1.0"
+        health_paths = ("/ready",)
+        traits = EXTERNAL
+
+        def argv(self, m: object, a: LaunchArgs) -> list[str]:
+            return ["toy-server", "--port", str(a.port), "--model", a.model or "", *(["--key", a.api_key]
+                                                                                      if a.api_key else [])]
+
+    monkeypatch.setitem(ENGINES, "toy", Toy())
+    m = parse_manifest({"engine": "toy", "model": "org/m", "name": "toy"})
+    assert server_argv(m, port=5, model="org/m") == ["toy-server", "--port", "5", "--model", "org/m"]
+    assert m.readiness_paths == ("/ready",) and m.api_key == "generate"
+    assert "image: toy/server:1.0" in render_k8s(m)
+    assert "bash -c 'toy-server --port \"$PORT\" --model \"$MODEL\" --key \"$USERTURN_API_KEY\"'" in render_slurm(m)
+    with pytest.raises(UserError, match="tp_size is only supported by engines 'sglang' and 'vllm'"):
+        parse_manifest({"engine": "toy", "model": "org/m", "tp_size": 2})
