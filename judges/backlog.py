@@ -16,7 +16,7 @@ import orjson
 from userturn.judges.panel import Assessment, JudgingFacts
 from userturn.judges.report_scan import parse_record
 
-from userturn.core.errors import UserError
+from userturn.core.errors import UserError, damaged_line
 from userturn.core.jsonl import is_config_line
 from userturn.core.records import ProbeRecord
 
@@ -48,7 +48,7 @@ def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[st
         return obj
     if not complete:
         return None
-    raise UserError(f"{path}:{number}: not a userturn record ({problem})")
+    raise damaged_line(path, number, problem)
 
 
 def read_record(fh: Any, path: Path, offset: int) -> ProbeRecord:

@@ -54,6 +54,8 @@ pre.prompt{max-width:900px;background:#f8f8f8;padding:4px} figure{margin:1em 0} 
 <p class="note">{{ source }} · {{ total }} records · generated {{ generated }}{% if filters %} · rows shown:
 {{ filters }}{% endif %}</p>
 {% if notice %}<p class="warn">{{ notice }}</p>{% endif %}
+{% if quote_reasks %}<p class="note">judge re-asks: {{ quote_reasks }} replies held only a verdict quoted from the
+generated turn, or two different verdicts, and were asked again (quoted text never votes).</p>{% endif %}
 <h2>Follow-up rate by group</h2>
 <p class="note">rate = genuine_followup / n (labelled records); items = distinct items behind n; 95% CI = Wilson
 score interval at the item-clustered effective sample size (the samples of one item are not independent).
@@ -346,12 +348,15 @@ def _inline_svg(svg: bytes) -> str:
 
 def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], examples: Examples, total: int,
                 figures: dict[str, dict[str, bytes]] | None, source: str, no_figures: str = "", *,
-                prompt_of: PromptOf | None = None, skipped: dict[str, str] | None = None, filters: str = "") -> str:
+                prompt_of: PromptOf | None = None, skipped: dict[str, str] | None = None, filters: str = "",
+                notice: str | None = None, quote_reasks: int = 0) -> str:
     """The report as one HTML string (autoescaped). `figures`: {name: {format: bytes}} (SVG inlined, else PNG as a
     data URI); `no_figures`: why there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of`
-    rebuilds a record's prompt for the sample table; `filters`: the row filters, as flags."""
+    rebuilds a record's prompt for the sample table; `filters`: the row filters, as flags; `notice`: the label
+    notice above the table (default: `judges.label_notice` for `source`); `quote_reasks`: judge replies asked again
+    because they held only a quoted verdict or two verdicts."""
+    from userturn.judges.label_notice import label_notice
     from userturn.judges.plots import TITLES
-    from userturn.judges.rules_only import unjudged_notice
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     shown_figures = [{"name": name, "title": TITLES.get(name, name),
@@ -365,7 +370,8 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         any_settings=any(g.settings for g in groups), figures=shown_figures,
         no_figures=no_figures or ("none was asked for" if figures is None else ""),
         skipped=[(TITLES.get(name, name), why) for name, why in (skipped or {}).items()],
-        notice=unjudged_notice(groups, source), filters=filters, samples=_samples(examples),
+        notice=notice or getattr(label_notice(groups, source), "text", None), quote_reasks=quote_reasks,
+        filters=filters, samples=_samples(examples),
         failures=_failures(examples.failures),
         failures_caption=examples.failures.caption, table=_table_rows(examples.table, prompt_of),
         table_caption=examples.table.caption, prompts_rendered=prompt_of is not None,

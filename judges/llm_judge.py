@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
-from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema
+from userturn.judges.parse import RAW_CAP, ParseError, capped, message_text, parse_verdict, response_schema
 from userturn.judges.prompt import JudgePrompt
 
 from userturn.core import defaults
@@ -98,7 +98,7 @@ class LLMJudge:
         """One verdict; HTTP failures and unparseable replies give status "error" (raw kept), never a label.
         Raises EndpointError when the endpoint is unusable (401/403/404, or unreachable after retries)."""
         messages = self.prompt.messages(query, response, user_turn)
-        attempts, raw, error = 0, None, "no reply"
+        attempts, raw, error, quoted = 0, None, "no reply", 0
         start = time.monotonic()
         async with self._semaphore:
             for turn in range(self.config.reasks + 1):
@@ -113,20 +113,22 @@ class LLMJudge:
                 attempts += made
                 content, finish = message_text(data)
                 try:
-                    output = parse_verdict(content)
+                    output = parse_verdict(content, user_turn)
                 except ParseError as exc:
-                    raw = content if content is not None else str(data)[:2000]
+                    raw = capped(content if content is not None else str(data), RAW_CAP)
                     error = f"unparseable reply: {exc}" + (" (finish_reason length)" if finish == "length" else "")
                     if turn < self.config.reasks:
                         self.reasks_made += 1
-                        messages = [*messages, {"role": "assistant", "content": content or ""},
+                        quoted += exc.quoted
+                        messages = [*messages, {"role": "assistant", "content": capped(content or "", RAW_CAP)},
                                     {"role": "user", "content": REASK.format(
                                         error=exc, labels=", ".join(LABELS))}]
                     continue
                 return JudgeVerdict(judge=self.name, source="judge", status="ok", label=output.label,
                                     rationale=output.rationale, prompt_sha256=self.prompt.sha256,
-                                    attempts=attempts, latency_s=round(time.monotonic() - start, 4))
+                                    attempts=attempts, quote_reasks=quoted,
+                                    latency_s=round(time.monotonic() - start, 4))
         return JudgeVerdict(judge=self.name, source="judge", status="error", raw=raw, error=error,
-                            prompt_sha256=self.prompt.sha256, attempts=attempts,
+                            prompt_sha256=self.prompt.sha256, attempts=attempts, quote_reasks=quoted,
                             latency_s=round(time.monotonic() - start, 4))
 

@@ -20,7 +20,7 @@ from userturn.judges.prompt import JudgePrompt, load_prompt
 
 from userturn.core.errors import UserError
 from userturn.core.records import JudgeVerdict, ProbeRecord
-from userturn.core.taxonomy import FOLLOWUP
+from userturn.core.taxonomy import is_followup
 
 if TYPE_CHECKING:
     from userturn.judges.backlog import JudgingScan
@@ -40,7 +40,7 @@ class JudgeCounters:
 
     def followup_rate(self) -> float | None:
         labelled = sum(self.labels.values())
-        return self.labels.get(FOLLOWUP, 0) / labelled if labelled else None
+        return sum(n for label, n in self.labels.items() if is_followup(label)) / labelled if labelled else None
 
 
 class PanelConfig(BaseModel):

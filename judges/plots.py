@@ -41,7 +41,7 @@ from userturn.judges.report import GroupSummary
 from userturn.judges.report_table import fmt_temp
 
 from userturn.core.errors import UserError
-from userturn.core.taxonomy import LABELS, SHORT
+from userturn.core.taxonomy import TAXONOMY
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
 TITLES = {  # what each figure shows: the HTML report's captions
@@ -52,8 +52,6 @@ TITLES = {  # what each figure shows: the HTML report's captions
 }
 FORMATS = ("png", "pdf", "svg")
 PNG_DPI = 200
-# Label colours: ColorBrewer Set2, a palette apart from the models' tab10 (bars are labels, tick texts are models).
-LABEL_COLORS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#b3b3b3")
 
 
 NO_JUDGE = "no row is labelled by a judge model (the rules alone never label a genuine follow-up)"
@@ -237,8 +235,7 @@ def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
         names = [wrap_name(_series_label(g.model, _variant(g), variants), 28) + f"\nlabelled {g.n} of {total}"
                  for g, total in zip(bars, totals, strict=True)]
         segments: list[tuple[str, str, list[int]]] = [
-            (f"{SHORT[label]} {label}", LABEL_COLORS[i % len(LABEL_COLORS)], [g.labels[label] for g in bars])
-            for i, label in enumerate(LABELS)]
+            (f"{info.short} {info.name}", info.colour, [g.labels[info.name] for g in bars]) for info in TAXONOMY]
         segments += [(name, colour, counts) for (name, colour), counts in
                      zip(UNLABELLED, ([g.unjudged for g in bars], [g.judge_failures for g in bars]), strict=True)
                      if any(counts)]

@@ -78,14 +78,18 @@ def parse_prompt(text: str, name: str) -> JudgePrompt:
     return JudgePrompt(name=name, system=system, user_template=user, sha256=sha256_text(text), fenced=fenced)
 
 
+def packaged_names() -> list[str]:
+    """The prompt files shipped in judges/prompts/, by name (`judge_v1.md`, ...)."""
+    return sorted(p.name for p in resources.files("userturn.judges").joinpath("prompts").iterdir()
+                  if p.name.endswith(".md"))
+
+
 def packaged_prompt(name: str) -> JudgePrompt:
     """A prompt shipped in judges/prompts/ by name: `judge_v1`, `judge_v2.md`, ..."""
     filename = name if name.endswith(".md") else f"{name}.md"
     resource = resources.files("userturn.judges").joinpath("prompts", filename)
     if not resource.is_file():
-        shipped = sorted(p.name for p in resources.files("userturn.judges").joinpath("prompts").iterdir()
-                         if p.name.endswith(".md"))
-        raise UserError(f"judge prompt not found: {name} (packaged prompts: {', '.join(shipped)})")
+        raise UserError(f"judge prompt not found: {name} (packaged prompts: {', '.join(packaged_names())})")
     return parse_prompt(resource.read_text(encoding="utf-8"), filename)
 
 

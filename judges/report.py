@@ -22,7 +22,7 @@ from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
 
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import as_paths, read_results
-from userturn.core.taxonomy import FOLLOWUP, LABELS
+from userturn.core.taxonomy import LABELS, is_followup
 
 UNFINGERPRINTED = "unfingerprinted"
 
@@ -90,6 +90,7 @@ class Report:
     keep: np.ndarray
     tallies: dict[int, ItemTallies]  # per final row index (same order as `groups`): item-level counts
     superseded: int = 0  # record lines replaced by a later line of the same key and configuration (not counted)
+    quote_reasks: int = 0  # judge replies asked again because they held only a quoted verdict or two verdicts
 
 
 def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
@@ -212,7 +213,7 @@ def build_report(scan: Scan) -> Report:
     hist = np.bincount(rows.astype(np.int64) * n_out + codes, minlength=n_rows * n_out).reshape(n_rows, n_out)
     counts = {name: hist @ table(fn) for name, fn in {
         "n": lambda o: o.label is not None,
-        "followups": lambda o: o.label == FOLLOWUP,
+        "followups": lambda o: is_followup(o.label),
         "judge_failures": lambda o: o.ok and o.judge_error,
         "generation_errors": lambda o: not o.ok,
         "unjudged": lambda o: o.ok and o.label is None and not o.judge_error,
@@ -226,12 +227,14 @@ def build_report(scan: Scan) -> Report:
     del tokens
     label_counts = {label: hist @ table(lambda o, label=label: o.label == label) for label in LABELS}
     pattern_counts: Counter = Counter()
-    for code, count in enumerate(hist.sum(axis=0).tolist()):
+    per_outcome = hist.sum(axis=0)
+    quote_reasks = int(per_outcome @ table(lambda o: o.quote_reasks))
+    for code, count in enumerate(per_outcome.tolist()):
         if count:
             pattern_counts[outcome_list[code].agreement] += count
 
     present = np.unique(rows).tolist()
-    tallies = _row_tallies(rows, items, table(lambda o: o.label == FOLLOWUP).astype(np.int8)[codes],
+    tallies = _row_tallies(rows, items, table(lambda o: is_followup(o.label)).astype(np.int8)[codes],
                            table(lambda o: o.label is not None).astype(np.int8)[codes], present)
     accuracy = _item_accuracy(rows, items, table(lambda o: o.correct is True).astype(np.int8)[codes],
                               table(lambda o: o.correct is not None).astype(np.int8)[codes], present)
@@ -258,7 +261,7 @@ def build_report(scan: Scan) -> Report:
     _add_deltas(groups, [row_list[r] for r in final_rows], [tallies[r] for r in final_rows], configs)
     return Report(groups=groups, agreements=agreements_from_patterns(pattern_counts), records=int(keep.sum()),
                   keep=keep, tallies={i: tallies[r] for i, r in enumerate(final_rows)},
-                  superseded=int(len(keep) - keep.sum()))
+                  superseded=int(len(keep) - keep.sum()), quote_reasks=quote_reasks)
 
 
 def _add_deltas(groups: list[GroupSummary], rows: list[RowId], tallies: list[ItemTallies],

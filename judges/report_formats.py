@@ -1,11 +1,14 @@
 """`userturn report --format csv|markdown|latex`: CSV with every count and the rates as fractions, for analysis;
-a Markdown pipe table and a LaTeX `booktabs` tabular with the terminal table's columns, for a paper.
+a Markdown pipe table and a LaTeX `booktabs` tabular with the terminal table's columns, for a paper. The Markdown
+and LaTeX tables carry the report's caveat (`judges.label_notice`: judge failures, rules only, unjudged records)
+above the table.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable, Sequence
 
 from userturn.judges.report import GroupSummary
@@ -21,9 +24,10 @@ CSV_COLUMNS = ["model", "dataset", "mode", "perturbation", "temperature", "setti
                "self_judged"]
 
 
-def to_csv(groups: Sequence[GroupSummary]) -> str:
+def to_csv(groups: Sequence[GroupSummary], caveat: str | None = None) -> str:
     """One CSV row per report row: the counts, the rates as fractions, one `label:<name>` column per label, the
-    judges (`;`-separated) and the configuration fingerprint. Empty cell = no value."""
+    judges (`;`-separated) and the configuration fingerprint. Empty cell = no value. No caption (plain CSV):
+    `caveat` is not written; the counts say it (judge_failures, unjudged, rule_labels)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([*CSV_COLUMNS, *(f"label:{label}" for label in LABELS), "judges", "config_fingerprint"])
@@ -62,10 +66,12 @@ def _md_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|")
 
 
-def to_markdown(groups: Sequence[GroupSummary]) -> str:
-    """A GitHub-flavoured pipe table (numbers right-aligned) and the note on what the columns mean."""
+def to_markdown(groups: Sequence[GroupSummary], caveat: str | None = None) -> str:
+    """A GitHub-flavoured pipe table (numbers right-aligned), the `caveat` above it as a quoted paragraph, and the
+    note on what the columns mean."""
     header, rows = _cells(groups)
-    lines = ["| " + " | ".join(header) + " |",
+    lines = [f"> **Caveat:** {_md_escape(caveat)}", ""] if caveat else []
+    lines += ["| " + " | ".join(header) + " |",
              "|" + "|".join("---:" if h in NUMERIC else "---" for h in header) + "|"]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + f"\n\n{NOTE}.\n"
@@ -81,16 +87,27 @@ def latex_escape(text: str) -> str:
     return "".join(LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
-def to_latex(groups: Sequence[GroupSummary]) -> str:
-    """A `booktabs` tabular (needs \\usepackage{booktabs}); the note as a comment above it."""
+_NEGATIVE = re.compile(r"-(?=\d)")
+
+
+def latex_number(text: str) -> str:
+    """A numeric cell for LaTeX: escaped, each negative sign a real minus (`$-$`), not a hyphen."""
+    return _NEGATIVE.sub("$-$", latex_escape(text))
+
+
+def to_latex(groups: Sequence[GroupSummary], caveat: str | None = None) -> str:
+    """A `booktabs` tabular (needs \\usepackage{booktabs}); the `caveat` (as `% CAVEAT:`) and the note as comments
+    above it."""
     header, rows = _cells(groups)
     spec = "".join("r" if h in NUMERIC else "l" for h in header)
-    lines = [f"% {NOTE}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
-             " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
-    lines += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in rows]
+    lines = [f"% CAVEAT: {' '.join(caveat.split())}"] if caveat else []
+    lines += [f"% {NOTE}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
+              " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    lines += [" & ".join(latex_number(c) if h in NUMERIC else latex_escape(c) for h, c in zip(header, row, strict=True))
+              + r" \\" for row in rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n"
 
 
-RENDERERS: dict[str, Callable[[Sequence[GroupSummary]], str]] = {
+RENDERERS: dict[str, Callable[[Sequence[GroupSummary], str | None], str]] = {
     "csv": to_csv, "markdown": to_markdown, "latex": to_latex}

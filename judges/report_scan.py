@@ -46,6 +46,7 @@ class Outcome(NamedTuple):
     correct: bool | None
     self_judged: bool  # labelled by an LLM judge that is the probed model itself
     agreement: tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # (LLM judges asked, their ok labels)
+    quote_reasks: int = 0  # judge replies asked again: only a verdict quoted from the turn, or two verdicts
 
 
 @functools.lru_cache(maxsize=4096)
@@ -93,6 +94,8 @@ def _problem(d: Any) -> str | None:
             return f"judges.{i}: source must be judge/rule and status ok/error"
         if v.get("label") is not None and v["label"] not in _LABELS:
             return f"judges.{i}.label: unknown label {v['label']!r}"
+        if type(v.get("quote_reasks", 0)) is not int:
+            return f"judges.{i}.quote_reasks: not an integer"
     return None
 
 
@@ -109,7 +112,8 @@ def row_and_outcome(d: dict) -> tuple[RowId, Outcome]:
     row = RowId(line_group_key(d), d.get("config_fingerprint"), panel)
     outcome = Outcome(d["status"] == "ok", label, label is not None and source == "rule",
                       d.get("judge_status") == "error", d.get("correct"), self_judged,
-                      (tuple(sorted({v["judge"] for v in llm})), ok_labels))
+                      (tuple(sorted({v["judge"] for v in llm})), ok_labels),
+                      sum(v.get("quote_reasks", 0) for v in llm))
     return row, outcome
 
 
@@ -129,7 +133,8 @@ def _signature(d: dict) -> tuple:
     correct = d.get("correct")
     return (line_group_values(d), d["temperature"].__class__, d.get("config_fingerprint"), d["status"],
             d.get("label"), d.get("label_source"), d.get("judge_status"), correct, correct.__class__,
-            tuple((v["judge"], v.get("source", "judge"), v["status"], v.get("label"), v.get("prompt_sha256"))
+            tuple((v["judge"], v.get("source", "judge"), v["status"], v.get("label"), v.get("prompt_sha256"),
+           v.get("quote_reasks"))
                   for v in d.get("judges", ())))
 
 

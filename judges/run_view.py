@@ -16,11 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 from userturn.client.analysis.export import human_turn
 from userturn.client.terminal import print_trimmed
+from userturn.judges.label_notice import label_notice
 from userturn.judges.prelabel import apply_rules, query_and_response
 from userturn.judges.report import GroupSummary, load_results, summarise_file
 from userturn.judges.report_filter import row_order
 from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
-from userturn.judges.rules_only import unjudged_notice
 
 from userturn.core.records import ProbeRecord, group_key
 from userturn.core.results_files import describe
@@ -149,13 +149,18 @@ def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[G
     for line in offline_facts(records):
         print_trimmed(console, escape(line))
     rules_only = not any(g.n > g.rule_labels for g in groups)
-    title = f"userturn report: {source}" + (" (rules only: no rate below is a measurement)" if rules_only else "")
+    failed = any(g.judge_failures for g in groups)
+    title = f"userturn report: {source}" + (f" ({'judge failed' if failed else 'rules only'}: no rate below is a "
+                                            "measurement)" if rules_only else "")
+    notice = label_notice(groups, results)
+    if notice and notice.above and failed:
+        print_trimmed(console, escape("NOTICE: " + notice.text))
     print_trimmed(console, groups_table(groups, title, width=width))
     print_trimmed(console, SHORT_LEGEND)
     print_trimmed(console, totals_line(groups))
-    notice = unjudged_notice(groups, source)
-    if notice:
-        print_trimmed(console, escape(notice + " (Or put a judge under `judges:` in the experiment file.)"))
+    if notice and not (notice.above and failed):
+        print_trimmed(console, escape(notice.text + ("" if failed else
+                                                     " (Or put a judge under `judges:` in the experiment file.)")))
     page = ("label shares, examples and provenance in one page" if rules_only else
             "the figures and the HTML report (examples, agreement, provenance)")
     flags = "--html report.html" if rules_only else "--html report.html --plots figures/"

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from userturn.serve.commands import ROUTER_MODULE, server_argv
 from userturn.serve.engines import ENGINES, definition, engine_of
+from userturn.serve.k8s_files import config_map, mount_files, pod_manifest
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
 
@@ -85,7 +86,7 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
     return c
 
 
-def _pod_spec(m: Manifest, container: dict[str, Any]) -> dict[str, Any]:
+def _pod_spec(m: Manifest, container: dict[str, Any], files: str | None = None) -> dict[str, Any]:
     k = m.cluster.k8s
     cache: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": k.cache_pvc}} if k.cache_pvc
@@ -96,6 +97,8 @@ def _pod_spec(m: Manifest, container: dict[str, Any]) -> dict[str, Any]:
         "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": k.shm_size}},
                     {"name": "model-cache", **cache}],
     }
+    if files:
+        mount_files(spec, files)
     if k.node_selector:
         spec["nodeSelector"] = dict(k.node_selector)
     tolerations = k.tolerations if k.tolerations is not None else ([GPU_TOLERATION] if m.gpus_per_node else [])
@@ -155,17 +158,19 @@ def render_k8s(m: Manifest) -> str:
     Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
     check_deployable(m)
     check_model_cache(m)
+    m, shipped = pod_manifest(m, CACHE_DIR)  # only what exists in the pod: no path of this machine
     k = m.cluster.k8s
     name = f"userturn-{slug(m.label)}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "userturn"}
     ns = {"namespace": k.namespace} if k.namespace else {}
     port = m.port or CLUSTER_PORT
-    docs: list[dict[str, Any]] = []
+    files = f"{name}-files" if shipped else None
+    docs: list[dict[str, Any]] = [config_map(files, ns, labels, shipped)] if files else []
     if m.nnodes == 1:
         service_name = name
         container = _container(m, _argv(m), with_probes=True)
         spec: dict[str, Any] = {"replicas": m.replicas, "selector": {"matchLabels": labels},
-                                "template": {"metadata": {"labels": labels}, "spec": _pod_spec(m, container)}}
+                                "template": {"metadata": {"labels": labels}, "spec": _pod_spec(m, container, files)}}
         if m.gpus_per_node:
             spec["strategy"] = {"type": "Recreate"}  # a rolling update would need a second set of free GPUs
         docs.append({"apiVersion": "apps/v1", "kind": "Deployment",
@@ -185,8 +190,8 @@ def render_k8s(m: Manifest) -> str:
                 "leaderWorkerTemplate": {
                     "size": m.nnodes,
                     "restartPolicy": "RecreateGroupOnPodRestart",
-                    "leaderTemplate": {"metadata": {"labels": leader_labels}, "spec": _pod_spec(m, leader)},
-                    "workerTemplate": {"metadata": {"labels": labels}, "spec": _pod_spec(m, worker)},
+                    "leaderTemplate": {"metadata": {"labels": leader_labels}, "spec": _pod_spec(m, leader, files)},
+                    "workerTemplate": {"metadata": {"labels": labels}, "spec": _pod_spec(m, worker, files)},
                 },
             },
         })

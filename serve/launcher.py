@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from userturn.serve.commands import LaunchSpec, replica_specs, router_spec
+from userturn.serve.commands import LaunchSpec, replica_specs, router_spec, server_argv
 from userturn.serve.engines import definition, engine_of
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
@@ -133,6 +133,21 @@ def plan(m: Manifest, *, model: str | None = None,
     specs = replica_specs(m, ports[: m.replicas], model=model, api_key=api_key)
     router = router_spec(m, specs, ports[-1]) if m.router is not None else None
     return specs, router
+
+
+DIST_ADDR_PLACEHOLDER = "<node0-host>:<dist-port>"
+
+
+def node_plan(m: Manifest, *, api_key: str | None = None) -> list[LaunchSpec]:
+    """One command per node of a multi-node replica (--dry-run): node 0 serves HTTP, the others join it. Node 0's
+    address is the manifest's `dist_init_addr`, else a placeholder to replace; the HTTP port is `port`, else one
+    free here (node 0 may be another machine, so a set port is not checked)."""
+    port = m.port or pick_ports(m.host, 0, 1)[0]
+    addr = m.dist_init_addr or DIST_ADDR_PLACEHOLDER
+    return [LaunchSpec(name=f"{m.label}-node{rank}", host=m.host, port=port, env=dict(m.env), api_key=api_key,
+                       health_paths=m.readiness_paths if rank == 0 else (),
+                       argv=server_argv(m, port=port, api_key=api_key, node_rank=rank, dist_init_addr=addr))
+            for rank in range(m.nnodes)]
 
 
 @contextlib.contextmanager

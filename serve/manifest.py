@@ -52,7 +52,8 @@ class SlurmConfig(_Strict):
     time: str = "04:00:00"
     cpus_per_task: int | None = Field(default=None, ge=1, description="default: 2 (CPU engine), 4 per GPU")
     mem: str | None = Field(default=None, description="--mem; default: 8G (CPU engine), 64G per GPU; '0' = whole node")
-    python: str | None = Field(default=None, description="Python on the nodes; default: the installing environment's")
+    python: str | None = Field(default=None, description="Python on the nodes; default: $USERTURN_PYTHON, else "
+                               "python3 on the job's PATH (--launcher slurm: the launching interpreter)")
     setup: list[str] = Field(default_factory=list, description="shell lines run before the server (module load ...)")
     sbatch_args: list[str] = Field(default_factory=list, description="extra '#SBATCH' options, e.g. --exclusive")
     dist_port: int = Field(default=0, ge=0, le=65535,

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -230,7 +231,9 @@ def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
     path = run_dir / "job.sbatch"
     path.write_text(script, encoding="utf-8")
     log = run_dir / ("%A_%a.log" if m.replicas > 1 else "%j.log")
-    export = f"ALL,USERTURN_ENDPOINT_DIR={run_dir / 'endpoints'}"
+    # the job runs this interpreter's environment unless the manifest or the shell names another
+    python = "" if m.cluster.slurm.python or "USERTURN_PYTHON" in os.environ else f"USERTURN_PYTHON={sys.executable},"
+    export = f"ALL,{python}USERTURN_ENDPOINT_DIR={run_dir / 'endpoints'}"
     if api_key is not None:
         key_file = run_dir / "api_key"
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

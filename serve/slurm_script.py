@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
+from pathlib import Path
 
+from userturn.serve import router_follower
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv
 from userturn.serve.engines import engine_of
 from userturn.serve.manifest import Manifest
@@ -28,6 +29,7 @@ PLACEHOLDERS = {
     "__USERTURN_API_KEY__": '"$USERTURN_API_KEY"',
     "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
 }
+DEFAULT_PYTHON = "python3"  # on the job's PATH (after the manifest's setup: lines); $USERTURN_PYTHON overrides it
 CPU_ENGINE_CPUS, CPU_ENGINE_MEM = 2, "8G"
 CPUS_PER_GPU, MEM_GB_PER_GPU = 4, 64
 
@@ -84,44 +86,11 @@ while True:
     time.sleep(2)
 """.strip()
 
-# Task 0, next to the router: every replica whose endpoint appears later (or moves, after a requeue) is added to the
-# router (POST /workers, or /add_worker on older routers); a replica's old URL is removed. Standard library only.
-FOLLOW_REPLICAS = r"""
-import json, os, sys, time, urllib.parse, urllib.request
-folder, job, n, router = sys.argv[1], sys.argv[2], int(sys.argv[3]), "http://127.0.0.1:" + os.environ["ROUTER_PORT"]
-known = {}
-first = set(os.environ.get("WORKERS", "").split())
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-def post(path, body=None):
-    req = urllib.request.Request(router + path, data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    opener.open(req, timeout=30).close()
-def add(url):
-    try:
-        post("/workers", json.dumps({"url": url}).encode())
-    except Exception:
-        post("/add_worker?url=" + urllib.parse.quote(url, safe=""))
-while True:
-    for i in range(n):
-        try:
-            with open(os.path.join(folder, "%s_%d.json" % (job, i))) as fh:
-                url = json.load(fh)["base_url"].rsplit("/v1", 1)[0]
-        except (OSError, ValueError, KeyError):
-            continue
-        if known.get(i) == url:
-            continue
-        try:
-            if url not in first:
-                add(url)
-                print("userturn: router: added replica %d at %s" % (i, url), flush=True)
-            if known.get(i):
-                post("/remove_worker?url=" + urllib.parse.quote(known[i], safe=""))
-            known[i] = url
-        except Exception as exc:
-            print("userturn: router: replica %d at %s not added yet (%s)" % (i, url, exc), flush=True)
-        first.discard(url)
-    time.sleep(5)
-""".strip()
+# Task 0, next to the router: replicas that appear later or move after a requeue are added to the router and a moved
+# replica's old URL is removed (serve/router_follower.py, standard library only, run as `python -c`).
+FOLLOW_REPLICAS = Path(router_follower.__file__).read_text(encoding="utf-8")
+FOLLOW_END = "USERTURN_FOLLOWER_END"  # ends the here-document that carries it
+assert FOLLOW_END not in FOLLOW_REPLICAS
 
 FREE_PORT = "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
 
@@ -189,9 +158,13 @@ def _router_lines(m: Manifest) -> list[str]:
         "    ROUTER=$!",
         f'    PORT="$ROUTER_PORT" "$USERTURN_PYTHON" -c "$WAIT_AND_PUBLISH" "$ROUTER" {",".join(ROUTER_HEALTH_PATHS)} '
         '"$ROUTER_FILE" || { kill "$SERVER"; exit 1; }',
-        "    # replicas that start later (or move after a requeue) join the running router",
-        f'    WORKERS="$WORKERS" "$USERTURN_PYTHON" -c {shlex.quote(FOLLOW_REPLICAS)} "$ENDPOINT_DIR" "$JOB" '
-        f"{m.replicas} &",
+        "    # replicas that start later (or move after a requeue) join the running router; the follower's source,",
+        "    # verbatim (a quoted here-document expands nothing):",
+        f"    FOLLOW_REPLICAS=$(cat <<'{FOLLOW_END}'",
+        FOLLOW_REPLICAS.rstrip("\n"),
+        FOLLOW_END,
+        "    )",
+        f'    "$USERTURN_PYTHON" -c "$FOLLOW_REPLICAS" "$ENDPOINT_DIR" "$JOB" {m.replicas} $WORKERS &',
         "fi",
     ]
 
@@ -227,12 +200,33 @@ def _hub_lines(m: Manifest) -> list[str]:
     return lines
 
 
+HOME_WORD = "__USERTURN_HOME__"  # a manifest path under ~ stays under the job's $HOME, not the emitting user's
+
+
+def _job_home(m: Manifest) -> Manifest:
+    """`m` with its `~/` paths (model, tokenizer, chat template) written as HOME_WORD/..., where the rest needs no
+    shell quoting (HOME_WORD becomes "$HOME" in the script); other values unchanged."""
+    update = {}
+    for key in ("model", "tokenizer", "chat_template"):
+        value = getattr(m, key)
+        if isinstance(value, str) and value.startswith("~/") and shlex.quote(value[2:]) == value[2:]:
+            update[key] = f"{HOME_WORD}/{value[2:]}"
+    if update and "model" in update:
+        update["served_model_name"] = m.request_model_name  # the name sent in requests, as the manifest wrote it
+    return m.model_copy(update=update) if update else m
+
+
 def render_slurm(m: Manifest, *, python: str | None = None) -> str:
-    """The sbatch script (see the module docstring). `python`: default the manifest's, else this interpreter."""
+    """The sbatch script (see the module docstring). Its Python is $USERTURN_PYTHON at run time, else `python`, else
+    the manifest's `cluster.slurm.python`, else `python3` on the job's PATH: never a path of the emitting machine
+    that the manifest or caller did not name."""
     check_deployable(m)
+    m = _job_home(m)
     s = m.cluster.slurm
     label = slug(m.label)
-    py = python or s.python or sys.executable
+    py = python or s.python or DEFAULT_PYTHON
+    if py.startswith("~/"):
+        py = "$HOME/" + py[2:]  # expanded by the job, inside the double quotes below
     cpus, mem = resources(m)
     lines = ["#!/bin/bash", f"#SBATCH --job-name=userturn-{label}", f"#SBATCH --nodes={m.nnodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --mem={mem}"]
@@ -291,4 +285,4 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
         *(_router_lines(m) if m.router else []),
         'wait "$SERVER"',
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).replace(HOME_WORD, '"$HOME"') + "\n"

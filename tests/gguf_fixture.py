@@ -10,7 +10,7 @@ CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['cont
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def write_tiny_gguf(path: Path, *, weights: bool = False) -> Path:
+def write_tiny_gguf(path: Path, *, weights: bool = False, pre: str | None = "smollm") -> Path:
     """Vocabulary: 3 specials (ids 0-2), a-z, 'Ġ' 'Ċ' '?' '.', and the merges 'he', 'll'. No tensors, unless
     `weights`: then a 1-layer llama with seeded random float32 weights (hidden 8) that transformers can load."""
     import gguf
@@ -24,7 +24,8 @@ def write_tiny_gguf(path: Path, *, weights: bool = False) -> Path:
     writer.add_feed_forward_length(16)
     writer.add_head_count(2)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
     tokens = [*SPECIALS, *(chr(c) for c in range(ord("a"), ord("z") + 1)), "Ġ", "Ċ", "?", ".", "he", "ll"]
     writer.add_token_list(tokens)
     writer.add_token_types([TokenType.CONTROL] * len(SPECIALS) + [TokenType.NORMAL] * (len(tokens) - len(SPECIALS)))
@@ -61,3 +62,23 @@ def _add_llama_weights(writer: Any, *, vocab: int, hidden: int, ffn: int, np: An
     tensors |= {f"blk.0.attn_{name}.weight": rand(hidden, hidden) for name in ("q", "k", "v", "output")}
     for name, values in tensors.items():
         writer.add_tensor(name, values)
+
+
+def write_relabelled_gguf(source: Path, path: Path, pre: str) -> Path:
+    """A copy of `source`'s metadata (no tensors: vocabulary only) with `tokenizer.ggml.pre` set to `pre`."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(source))
+    writer = gguf.GGUFWriter(str(path), str(reader.fields["general.architecture"].contents()))
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "tokenizer.ggml.pre"):
+            continue
+        vtype = field.types[0]
+        sub_type = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), vtype, sub_type=sub_type)
+    writer.add_tokenizer_pre(pre)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

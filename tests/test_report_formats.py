@@ -95,3 +95,10 @@ def test_terminal_table_has_no_trailing_spaces_and_none_first(results: Path,
     lines = text.splitlines()
     first_9b = next(i for i, line in enumerate(lines) if line.startswith(" m-9B") or line.startswith("m-9B"))
     assert " none " in lines[first_9b] and "0.8B" in "".join(lines[:first_9b])
+
+
+def test_latex_negatives_are_minus_signs_and_names_keep_their_hyphens(results: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    tex = report(capsys, str(results), "--format", "latex", "--perturb", "wrong_answer", "--model", "m-9B")
+    row = next(line for line in tex.splitlines() if line.startswith("m-9B"))
+    assert "& $-$25.0 [$-$" in row and "-2" not in row.replace("$-$", "")

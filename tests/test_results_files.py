@@ -124,7 +124,11 @@ def test_the_report_of_shards_is_the_unsharded_report(sharded: dict[str, Path], 
     assert len(json.loads(expected) if flags == ["--json"] else expected.splitlines()) >= 8  # 2 models x 2 x 2
     for args in ([sharded["folder"]], [sharded["shard1"], sharded["shard2"]], [sharded["cat"]],
                  [sharded["shard2"], sharded["shard1"]]):  # no key in two shards: the order does not matter
-        assert stdout(capsys, "report", *map(str, args), *flags) == expected
+        got, want = stdout(capsys, "report", *map(str, args), *flags), expected
+        if flags == ["--format", "markdown"]:  # the caveat's retry command names the files read
+            assert got.startswith("> **Caveat:**") and all(str(a) in got.split("\n\n", 1)[0] for a in args)
+            got, want = got.split("\n\n", 1)[1], want.split("\n\n", 1)[1]
+        assert got == want
 
 
 def test_the_report_table_names_every_file(sharded: dict[str, Path], capsys: pytest.CaptureFixture[str],

@@ -16,6 +16,12 @@ from userturn.core.records import ConfigLine, ProbeRecord
 from userturn.core.resume_index import ResumeIndex, scan_results
 
 
+@pytest.fixture(autouse=True)
+def no_careful_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These files are small: all of each would be the careful tail, parsed whole; here the fast path is tested."""
+    monkeypatch.setattr(resume_index, "CAREFUL_TAIL_BYTES", 0)
+
+
 def with_fields(record_line: bytes, **fields: object) -> bytes:
     obj = json.loads(record_line)
     obj.update(fields)

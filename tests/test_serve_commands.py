@@ -279,3 +279,30 @@ def test_dry_run_with_router(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     i = router.index("--worker-urls")
     assert router[i + 1:i + 3] == [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
     assert flags(router[i + 3:]) == {"--host": "127.0.0.1", "--port": str(base + 2), "--policy": "cache_aware"}
+
+
+def test_multinode_dry_run_prints_one_command_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    """The shipped 397B manifest leaves node 0's address to the cluster: the dry run names it as a placeholder."""
+    assert main(["serve", "qwen3.5-397b-a17b", "--dry-run"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    commands = [shlex.split(line) for line in out if not line.startswith("#")]
+    assert len(commands) == 2
+    ports = set()
+    for rank, argv in enumerate(commands):
+        f = flags(argv[argv.index("-m") + 2:])
+        assert (f["--nnodes"], f["--node-rank"], f["--dist-init-addr"]) == ("2", str(rank), "<node0-host>:<dist-port>")
+        ports.add(f["--port"])
+    assert len(ports) == 1
+    assert out[0].startswith("# qwen3.5-397b-a17b: 2 nodes; run each line on its own node, <node0-host>:<dist-port> "
+                             "replaced by node 0's address")
+    assert out[3] == "# qwen3.5-397b-a17b-node1: joins node 0 (no HTTP server of its own)"
+
+
+def test_multinode_dry_run_uses_the_manifest_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = manifest_file(tmp_path, {**FULL_SGLANG, "nnodes": 3, "gpus": 48})
+    assert main(["serve", str(p), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    commands = [shlex.split(line) for line in out.splitlines() if not line.startswith("#")]
+    assert [flags(c[c.index("-m") + 2:])["--node-rank"] for c in commands] == ["0", "1", "2"]
+    assert all(flags(c[c.index("-m") + 2:])["--dist-init-addr"] == "10.0.0.1:50000" for c in commands)
+    assert "<node0-host>" not in out and "node 0 at 10.0.0.1:50000" in out.splitlines()[0]

@@ -5,6 +5,7 @@ last replica, failures in one line, and scancel on every way out."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -279,3 +280,25 @@ def test_serve_prints_the_new_url_after_a_requeue(capsys: pytest.CaptureFixture[
     assert out == "ready: http://b:2/v1  model=m  (slurm job 77 moved)\n"
     assert err == ("userturn: slurm job 77 stopped serving at http://a:1/v1 (requeued?); waiting for its new "
                    "endpoint\n")
+
+
+@pytest.mark.parametrize(("slurm", "env", "exported"), [
+    ({}, None, True),  # the job runs the launching interpreter's environment
+    ({"python": "/opt/py/bin/python"}, None, False),  # the manifest names one: the script has it
+    ({}, "/shared/venv/bin/python", False),  # so does the shell ($USERTURN_PYTHON, passed on by --export=ALL)
+])
+def test_launcher_passes_its_python_to_the_job_not_the_script(
+        fake_slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slurm: dict[str, str], env: str | None,
+        exported: bool) -> None:
+    if env is None:
+        monkeypatch.delenv("USERTURN_PYTHON", raising=False)
+    else:
+        monkeypatch.setenv("USERTURN_PYTHON", env)
+    (fake_slurm / "state").write_text("77|RUNNING|None\n")
+    (fake_slurm / "endpoint").write_text(endpoint(4321))
+    with launch(manifest(cluster={"slurm": slurm}), launcher="slurm", log_dir=tmp_path / "runs", status=None):
+        pass
+    export = next(a for a in (fake_slurm / "sbatch.args").read_text().split() if a.startswith("--export="))
+    assert (f",USERTURN_PYTHON={sys.executable}," in export) is exported
+    script = next((tmp_path / "runs").rglob("job.sbatch")).read_text()
+    assert sys.executable not in script and sys.prefix not in script

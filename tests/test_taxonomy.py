@@ -57,3 +57,30 @@ async def test_a_judge_answering_related_new_query_is_counted_in_n_not_as_a_foll
     [group] = summarise(judged)
     assert (group.n, group.followups, group.followup_rate) == (4, 1, 0.25)
     assert (group.labels["related_new_query"], group.labels["genuine_followup"]) == (2, 1)
+
+
+def test_one_table_gives_every_label_every_attribute_and_distinct_colours():
+    from matplotlib.colors import to_rgb
+
+    from userturn.core.taxonomy import COLOURS, TAXONOMY, LabelInfo, is_followup
+
+    assert tuple(info.name for info in TAXONOMY) == LABELS and len(TAXONOMY) == 8
+    for info in TAXONOMY:
+        assert all(getattr(info, field) not in (None, "") for field in LabelInfo._fields), info
+        assert len(info.short) == 2 and info.short.isupper()
+        to_rgb(info.colour)  # a colour matplotlib draws
+    assert len({c.lower() for c in COLOURS.values()}) == len(LABELS)
+    assert [info.name for info in TAXONOMY if info.followup] == [FOLLOWUP]
+    assert is_followup("genuine_followup") and not is_followup("related_new_query") and not is_followup(None)
+
+
+def test_the_docs_label_table_is_the_taxonomy():
+    from pathlib import Path
+
+    from userturn.core.taxonomy import TAXONOMY
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "judging.md").read_text(encoding="utf-8")
+    for info in TAXONOMY:
+        row = (f"| `{info.name}` | {info.short} | {info.description} | `{info.colour}` | "
+               f"{'yes' if info.followup else 'no'} |")
+        assert row in docs, row

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import orjson
 
 from userturn.core.records import ProbeRecord
-from userturn.core.taxonomy import FOLLOWUP as GENUINE
+from userturn.core.taxonomy import is_followup
 
 Format = Literal["sft", "preference", "sft-human"]
 HUMAN_TURN = "second_turn"  # meta key of the human-written next user turn (MT-Bench)
@@ -65,7 +65,7 @@ def _usable(records: Iterable[ProbeRecord], stats: ExportStats) -> list[ProbeRec
 def sft_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[dict[str, Any]]:
     rows = []
     for record in _usable(records, stats):
-        if record.label != GENUINE:
+        if not is_followup(record.label):
             stats.skipped_not_genuine += 1
             continue
         rows.append({"id": record.item_id,
@@ -80,8 +80,8 @@ def preference_rows(records: Iterable[ProbeRecord], stats: ExportStats) -> list[
     rows = []
     for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
         group = sorted(groups[key], key=lambda r: r.sample)
-        genuine = [r for r in group if r.label == GENUINE]
-        degenerate = [r for r in group if r.label != GENUINE]
+        genuine = [r for r in group if is_followup(r.label)]
+        degenerate = [r for r in group if not is_followup(r.label)]
         pairs = min(len(genuine), len(degenerate))
         stats.unpaired += len(group) - 2 * pairs
         for good, bad in zip(genuine[:pairs], degenerate[:pairs], strict=True):

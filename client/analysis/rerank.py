@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from userturn.core.records import GroupKey, ProbeRecord, group_key, sha256_text
-from userturn.core.taxonomy import FOLLOWUP as GENUINE
+from userturn.core.taxonomy import is_followup
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -84,7 +84,7 @@ def collect(records: Iterable[ProbeRecord]) -> dict[GroupKey, dict[str, dict[str
         rid = response_id(r)
         response = group.setdefault(rid, Response(rid, r.correct))
         response.labeled += 1
-        response.genuine += r.label == GENUINE
+        response.genuine += is_followup(r.label)
     return out
 
 

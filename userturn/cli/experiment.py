@@ -126,7 +126,9 @@ def compact_command(args: argparse.Namespace) -> int:
         report = compact(path)
         print(f"userturn compact: {path}: kept {report.kept} of {report.records} record lines "
               f"({report.superseded} superseded) and {report.configs} configuration lines ({report.dropped_configs} "
-              f"repeated dropped){'; dropped a torn final line' if report.torn_tail else ''}", file=sys.stderr)
+              f"repeated dropped){'; dropped a torn final line' if report.torn_tail else ''}"
+              + (f"; removed {report.stale_temporaries} temporary files an interrupted compact left"
+                 if report.stale_temporaries else ""), file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,8 @@ import orjson
 from userturn.client.terminal import console
 from userturn.core.errors import UserError
 from userturn.core.results_files import configs_of, describe, results_files
-from userturn.judges.report import GroupSummary, summarise_file, to_json_rows
+from userturn.judges.label_notice import LabelNotice, label_notice
+from userturn.judges.report import GroupSummary, Report, summarise_file, to_json_rows
 from userturn.judges.report_filter import RowFilter, select_groups
 from userturn.judges.report_table import print_report
 
@@ -31,6 +32,7 @@ def run_report(args: argparse.Namespace) -> int:
     rows = RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
                      temperatures=args.temperature or [], model_order=args.model_order or [])
     groups = select_groups(report.groups, rows)
+    notice = label_notice(groups, args.results)
     status = 0
     figures: dict[str, dict[str, bytes]] | None = None
     skipped: dict[str, str] = {}
@@ -47,32 +49,43 @@ def run_report(args: argparse.Namespace) -> int:
             examples = select_examples(paths, report.keep)
             replay = Replayer(args.tokenizer, args.chat_template, configs=configs_of(paths))  # raw-mode prompts
             html = render_html(groups, report.agreements, examples, report.records, figures, source, why,
-                               prompt_of=replay.prompt, skipped=skipped, filters=rows.describe())
+                               prompt_of=replay.prompt, skipped=skipped, filters=rows.describe(),
+                               notice=notice.text if notice else None, quote_reasks=report.quote_reasks)
             print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.format != "table":
         from userturn.judges.report_formats import RENDERERS
 
-        sys.stdout.write(RENDERERS[args.format](groups))
+        sys.stdout.write(RENDERERS[args.format](groups, notice.caveat if notice else None))
     else:
-        title = source + (f" ({rows.describe()})" if rows.active else "")
-        if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
-            title += " (rules only: no rate below is a measurement)"
-        print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
-        from rich.markup import escape
-
-        from userturn.client.terminal import print_trimmed
-        from userturn.judges.rules_only import unjudged_notice
-
-        if notice := unjudged_notice(groups, source):
-            print_trimmed(console(), escape(notice))
+        _print_table(args, groups, report, notice, source + (f" ({rows.describe()})" if rows.active else ""))
     if report.superseded:
         across = " (within or across the files)" if len(paths) > 1 else ""
         print(f"userturn report: {report.superseded} superseded lines in {source} not counted (a later line of "
               f"the same key and configuration replaced each{across}, e.g. a re-judged record); `userturn compact` "
               "drops them within a file", file=sys.stderr)
     return status
+
+
+def _print_table(args: argparse.Namespace, groups: list[GroupSummary], report: Report, notice: LabelNotice | None,
+                 title: str) -> None:
+    """The terminal report: a notice that puts the rates in doubt above the table, any other below it."""
+    from rich.markup import escape
+
+    from userturn.client.terminal import print_trimmed
+
+    if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
+        title += " (judge failed" if any(g.judge_failures for g in groups) else " (rules only"
+        title += ": no rate below is a measurement)"
+    if notice and notice.above:
+        print_trimmed(console(), escape("NOTICE: " + notice.text))
+    print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
+    if notice and not notice.above:
+        print_trimmed(console(), escape(notice.text))
+    if report.quote_reasks:
+        print_trimmed(console(), f"judge re-asks: {report.quote_reasks} replies held only a verdict quoted from the "
+                      "generated turn, or two different verdicts, and were asked again (quoted text never votes)")
 
 
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from userturn.core.errors import UserError
 
 if TYPE_CHECKING:
+    from userturn.serve.commands import LaunchSpec
     from userturn.serve.launcher import Launcher, Server
     from userturn.serve.manifest import Manifest
 
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from userturn.serve.engines import engine_of
     from userturn.serve.k8s_manifests import render_k8s
-    from userturn.serve.launcher import dry_run_key, plan
+    from userturn.serve.launcher import dry_run_key, node_plan, plan
     from userturn.serve.manifest import load_manifest
     from userturn.serve.slurm_script import render_slurm
 
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         if not engine_of(m).launches:
             print(f"# engine external: nothing to launch; endpoint {m.base_url}")
             return 0
+        if m.nnodes > 1:
+            _print_nodes(m, node_plan(m, api_key=dry_run_key(m)))
+            return 0
         try:  # the file a `pkg:` model names, as the launch would load it (nothing downloaded)
             model = None if m.command else engine_of(m).resolve_packaged(m)
         except UserError as exc:
@@ -84,6 +88,21 @@ def run(args: argparse.Namespace) -> int:
         what = "the slurm job was cancelled" if launcher == "slurm" else "every server was stopped"
         print(f"userturn: interrupted; {what}", file=sys.stderr)
         return 130
+
+
+def _print_nodes(m: Manifest, nodes: list[LaunchSpec]) -> None:
+    """A multi-node replica's commands, one line per node, with what to fill in where the manifest does not say."""
+    from userturn.serve.launcher import DIST_ADDR_PLACEHOLDER
+
+    where = ("node 0 at " + m.dist_init_addr if m.dist_init_addr else
+             f"{DIST_ADDR_PLACEHOLDER} replaced by node 0's address and a free port there (or set dist_init_addr)")
+    print(f"# {m.label}: {m.nnodes} nodes; run each line on its own node, {where}")
+    for s in nodes:
+        if s.health_paths:
+            print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on port {s.port} of node 0")
+        else:
+            print(f"# {s.name}: joins node 0 (no HTTP server of its own)")
+        print(s.shell())
 
 
 def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> int:

@@ -62,3 +62,11 @@ def first_error(exc: ValidationError, whole: str = "") -> str:
     is with the object itself."""
     err = exc.errors()[0]
     return f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}"
+
+
+def damaged_line(path: object, number: int, why: str) -> UserError:
+    """The error for a complete line of a results file that a resume cannot read: names file:line and the way out
+    (delete the line and rerun: only its record is made again)."""
+    return UserError(f"{path}:{number}: not a userturn record ({why}); the line is damaged: delete it (e.g. "
+                     f"sed -i '{number}d' {path}) and rerun the same command, which makes that record again and "
+                     "keeps every other line")

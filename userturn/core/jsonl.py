@@ -34,18 +34,31 @@ class ReadReport:
     configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> configuration (its first line)
 
 
+def _is_config(obj: Any) -> bool:
+    """What makes a decoded results line a configuration line, for every reader: `"type": "config"`."""
+    return isinstance(obj, dict) and obj.get("type") == "config"
+
+
 def config_line(obj: Any) -> ConfigLine | None:
     """A decoded results line as a `ConfigLine` when it is one (`"type": "config"`), else None (a record).
     Raises ValidationError for a malformed configuration line."""
-    if isinstance(obj, dict) and obj.get("type") == "config":
-        return ConfigLine.model_validate(obj)
-    return None
+    return ConfigLine.model_validate(obj) if _is_config(obj) else None
 
 
 def is_config_line(raw: bytes) -> bool:
-    """Whether a raw line is a configuration line, without parsing it: userturn writes `"type"` first on them
-    (`ConfigLine`). For readers that validate records from bytes (`ProbeRecord.model_validate_json`)."""
-    return raw.lstrip().startswith(b'{"type":"config"')
+    """Whether a raw results line is a configuration line (`config_line` of its JSON is one), in whatever key order
+    and spacing it was written (`json.dumps`, `jq -S`); what userturn writes (`"type"` first, compact) is told
+    without parsing. A line that is not JSON is no configuration line (the readers of records name it)."""
+    line = raw.lstrip()
+    if line.startswith(b'{"type":"config"'):
+        return True
+    if b'"type"' not in line or b'"config"' not in line:
+        return False
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return _is_config(obj)
 
 
 def read_configs(path: str | Path) -> dict[str, ConfigLine]:
@@ -56,7 +69,7 @@ def read_configs(path: str | Path) -> dict[str, ConfigLine]:
     if not path.is_file():
         return configs
     for _, raw, _complete in iter_lines(path):
-        if not is_config_line(raw) and b'"config":{' not in raw:
+        if b'"config"' not in raw:  # neither a configuration line nor a record of schema 2 carrying one
             continue
         try:
             obj = orjson.loads(raw)
@@ -91,6 +104,7 @@ class CompactReport:
     configs: int = 0  # configuration lines kept: the first of each fingerprint
     dropped_configs: int = 0  # later configuration lines of a fingerprint already described (earlier runs' resumes)
     torn_tail: bool = False
+    stale_temporaries: int = 0  # hidden temporary files of compacts whose process is gone, removed
 
     @property
     def superseded(self) -> int:
@@ -101,10 +115,12 @@ def compact(path: str | Path) -> CompactReport:
     """Rewrite a results file to the first configuration line of each fingerprint and the last record line of each
     (key, configuration), byte for byte and in file order, under the writer lock; the new file replaces the old one
     atomically. A configuration only records of schema 2 carry gets a configuration line at the top. A malformed
-    line is a UserError naming file:line, and nothing is rewritten."""
+    line is a UserError naming file:line, and nothing is rewritten. Temporary files an interrupted compact of this
+    file left behind (its process is gone) are removed first."""
     path = Path(path)
     report = CompactReport()
     with results_lock.results_lock(path):
+        report.stale_temporaries = _remove_stale_temporaries(path)
         last: dict[tuple[str, str | None], int] = {}
         first_config: dict[str, int] = {}
         legacy: dict[str, ConfigLine] = {}
@@ -132,7 +148,7 @@ def compact(path: str | Path) -> CompactReport:
         keep = {*first_config.values(), *last.values()}
         described = [config for fingerprint, config in legacy.items() if fingerprint not in first_config]
         report.kept, report.configs = len(last), len(first_config) + len(described)
-        temporary = path.with_name(f".{path.name}.compact-{os.getpid()}")
+        temporary = path.with_name(f"{_temporary_prefix(path)}{os.getpid()}")
         try:
             with temporary.open("wb") as out:
                 out.writelines(config.model_dump_json().encode() + b"\n" for config in described)
@@ -151,6 +167,34 @@ def compact(path: str | Path) -> CompactReport:
             finally:
                 os.close(fd)
     return report
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}.compact-"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _remove_stale_temporaries(path: Path) -> int:
+    """Remove the `.NAME.compact-PID` files beside `path` whose process no longer runs (a compact killed before its
+    rename); the number removed. Called under the writer lock."""
+    prefix, removed = _temporary_prefix(path), 0
+    with contextlib.suppress(OSError), os.scandir(path.parent) as entries:
+        stale = [entry.path for entry in entries if entry.name.startswith(prefix)
+                 and entry.name[len(prefix):].isdigit() and not _process_alive(int(entry.name[len(prefix):]))]
+    for name in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+            removed += 1
+    return removed
 
 
 def _cut_torn_tail(path: Path) -> None:

@@ -47,6 +47,8 @@ class JudgeVerdict(BaseModel):
     error: str | None = None
     prompt_sha256: str | None = Field(default=None, description="hash of the judge prompt file")
     attempts: int = 0
+    quote_reasks: int = Field(default=0, description="replies that held only verdicts quoted from the generated "
+                              "turn, or several different verdicts, and were asked again")
     latency_s: float | None = None
 
 

@@ -1,8 +1,9 @@
 """What a resume needs from a results file, read in one streaming pass: the file is the only state.
 
 `scan_results(path)` keeps the keys whose last line is ok and the file's configurations. Each line is first matched
-against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings); any
-other line is parsed whole and gives the same state (tests/test_resume_index.py). A torn final line is skipped
+against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings) and its
+end checked; any other line, and every line of the file's last `CAREFUL_TAIL_BYTES` (where a crash leaves damage), is
+parsed whole and gives the same state (tests/test_resume_index.py). A torn final line is skipped
 (`torn_tail`); any other line that does not parse is a UserError naming file:line. Memory: the ok keys and one
 buffer (1,000,000 records peaked at 165 MB: docs/results-format.md).
 """
@@ -18,11 +19,12 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
-from userturn.core.errors import UserError
+from userturn.core.errors import UserError, damaged_line
 from userturn.core.jsonl import config_line, describe_error, legacy_config
 from userturn.core.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
 
 BUFFER_BYTES = 1 << 20  # the file is read in reads this big (its lines are split in C)
+CAREFUL_TAIL_BYTES = 4 << 20  # the file's last bytes, where a crash leaves damage: every line there is parsed whole
 
 _PLAIN = rb'"([^"\\\x00-\x1f]*)"'  # a JSON string that is its own UTF-8 bytes: no escape, no control character
 # The head of a record line exactly as JsonlWriter writes it (compact: `model_dump_json`; a fingerprint is 16 hex
@@ -77,9 +79,14 @@ def scan_results(path: str | Path) -> ResumeIndex:
     ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
     records = 0
     last_fingerprint = None  # of the last ok line: consecutive records mostly share one
+    careful_from = max(0, path.stat().st_size - CAREFUL_TAIL_BYTES)
+    position = 0
     with fh:
         for number, line in enumerate(fh, start=1):
-            head = match(line) if line.endswith(b"\n") else None  # a last line without a newline: parsed whole
+            # Parsed whole: a line in the careful tail, a last line without a newline, a line whose head is a
+            # record's but whose end is not (cut short, zeroed). A damaged line is never counted as done.
+            position += len(line)
+            head = match(line) if position <= careful_from and line.endswith((b"}\n", b"}\r\n")) else None
             if head is not None:
                 key_bytes, status, fingerprint = head.groups()
                 try:
@@ -118,7 +125,7 @@ def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> 
         if not complete:
             index.torn_tail = True
             return
-        raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
+        raise damaged_line(path, number, describe_error(exc)) from None
     index.lines += 1
     if status == "ok":
         index.ok.add(key)

@@ -26,6 +26,7 @@ from userturn.core.options import Options
 from userturn.core.records import ProbeRecord
 from userturn.core.shipped import resolve_named
 from userturn.core.taxonomy import FOLLOWUP as GENUINE
+from userturn.core.taxonomy import is_followup
 from userturn.orchestrate.experiment import JudgeEntry, resolve
 
 ExportFormat = Literal["sft-human", "sft", "preference"]
@@ -134,7 +135,7 @@ def _tallies(records: Iterable[ProbeRecord], temperature: float, metric: str) ->
         if r.status != "ok" or r.temperature != temperature or r.perturbation != "none":
             continue
         if metric == GENUINE:  # over labelled records, as the report counts them
-            hit, counted = r.label == GENUINE, r.label is not None
+            hit, counted = is_followup(r.label), r.label is not None
         elif metric == "rule_flagged":
             hit, counted = r.label_source == "rule", True
         else:
@@ -158,7 +159,7 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
             rb, rt = (clustered_rate(x.followups, x.labelled) for x in (tb, tt))
             diff = paired_difference(tt, tb)
             note = None
-            if metric == GENUINE and not any(r.label == GENUINE for r in [*base, *trained]) \
+            if metric == GENUINE and not any(is_followup(r.label) for r in [*base, *trained]) \
                     and all(r.label_source in (None, "rule") for r in [*base, *trained]):
                 note = "no judge model labelled these records (rules only): not measured"
             out.append(Metric(metric=metric, temperature=t, base_rate=rb.rate if rb else None,

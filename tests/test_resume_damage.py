@@ -1,0 +1,49 @@
+"""A resume that meets a damaged record line stops on it with the way out, instead of counting its key as done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_jsonl import make_record
+from userturn.judges.backlog import scan_judging
+
+from userturn.core.errors import UserError
+from userturn.core.resume_index import scan_results
+
+
+def damaged_files(tmp_path: Path) -> dict[str, Path]:
+    """Line 2 of each file is damaged: cut short with another record glued on (a concatenation without a newline),
+    cut short (the end zeroed), or a record whose end is not JSON."""
+    one, two, three = (make_record(i).model_dump_json().encode() + b"\n" for i in (1, 2, 3))  # as the writer writes
+    files = {"glued": one + two[:-40] + three, "cut": one + two[:-40] + b"\x00" * 39 + b"\n" + three,
+             "garbled": one + two[:-3] + b"#}\n" + three}
+    out = {}
+    for name, data in files.items():
+        out[name] = tmp_path / f"{name}.jsonl"
+        out[name].write_bytes(data)
+    return out
+
+
+@pytest.mark.parametrize("name", ["glued", "cut", "garbled"])
+def test_a_damaged_record_is_never_done_on_resume(tmp_path: Path, name: str) -> None:
+    path = damaged_files(tmp_path)[name]
+    with pytest.raises(UserError) as caught:
+        scan_results(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:2: not a userturn record (")
+    assert f"delete it (e.g. sed -i '2d' {path}) and rerun the same command" in message
+
+
+def test_outside_the_careful_tail_a_record_cut_short_is_not_done(tmp_path: Path, monkeypatch) -> None:
+    from userturn.core import resume_index
+
+    monkeypatch.setattr(resume_index, "CAREFUL_TAIL_BYTES", 0)  # the whole file is read by the fast path
+    with pytest.raises(UserError, match=r"cut\.jsonl:2: not a userturn record .* delete it"):
+        scan_results(damaged_files(tmp_path)["cut"])
+
+
+def test_the_judges_resume_names_a_damaged_output_line_and_the_way_out(tmp_path: Path) -> None:
+    path = damaged_files(tmp_path)["glued"]
+    with pytest.raises(UserError, match=r"glued\.jsonl:2: not a userturn record .* delete it \(e\.g\. sed -i '2d'"):
+        scan_judging(path, lambda facts: "todo")
