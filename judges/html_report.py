@@ -26,6 +26,7 @@ from userturn.client.analysis.export import human_turn
 from userturn.client.render.prompt_replay import ReplayedPrompt
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
+from userturn.judges.rate_grid import rate_grid
 from userturn.judges.report import GroupSummary, is_self_judged
 from userturn.judges.report_scan import Scan, checked_lines, parse_record
 from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
@@ -42,12 +43,18 @@ CLIP = 600
 TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>userturn report: {{ source }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222;overflow-wrap:break-word}
+.scroll{overflow:auto;max-width:100%;margin:1em 0} .scroll>table{margin:0} .tall{max-height:80vh}
+.tall thead th{position:sticky;top:0;z-index:1} .rows td{white-space:nowrap}
+.rows td:first-child{position:sticky;left:0;background:#fff} .rows th:first-child{left:0;z-index:2}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.num{text-align:right} .self{color:#b00;font-weight:bold}
-pre{white-space:pre-wrap;margin:0;font-size:12px;max-width:520px} img,svg{max-width:100%;height:auto}
-pre.prompt{max-width:900px;background:#f8f8f8;padding:4px} figure{margin:1em 0} figcaption{font-weight:bold}
+.rates td.num{white-space:nowrap} .rates tr.first td{border-top:2px solid #888}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;font-size:12px;max-width:420px}
+pre.prompt{max-width:900px;background:#f8f8f8;padding:4px} img,svg{max-width:100%;height:auto}
+figure{margin:1em 0;min-width:0;max-width:100%} figcaption{font-weight:bold} nav a{margin-right:.8em}
+.figs{display:flex;flex-wrap:wrap;align-items:flex-start;column-gap:2.5em}
 .note{color:#555;font-size:13px} .warn{background:#fff4d6;border-left:4px solid #e0a800;padding:6px 10px}
 </style></head><body>
 <h1>userturn report</h1>
@@ -56,17 +63,43 @@ pre.prompt{max-width:900px;background:#f8f8f8;padding:4px} figure{margin:1em 0} 
 {% if notice %}<p class="warn">{{ notice }}</p>{% endif %}
 {% if quote_reasks %}<p class="note">judge re-asks: {{ quote_reasks }} replies held only a verdict quoted from the
 generated turn, or two different verdicts, and were asked again (quoted text never votes).</p>{% endif %}
-<h2>Follow-up rate by group</h2>
+<nav class="note">On this page: <a href="#figures">figures</a><a href="#rates">follow-up rate by model and
+temperature</a><a href="#rows">all {{ groups|length }} rows</a>{% if agreements %}<a href="#agreement">judge
+agreement</a>{% endif %}<a href="#examples">examples per label</a><a href="#records">records</a>{% if failures %}
+<a href="#failures">judge failures</a>{% endif %}<a href="#provenance">provenance</a></nav>
+<h2 id="figures">Figures</h2>
+{% if figures %}<div class="figs">
+{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.title }}</figcaption>
+{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% endif %}
+</figure>{% endfor %}</div>{% elif no_figures %}<p class="warn">No figures: {{ no_figures }}.</p>{% endif %}
+{% if skipped %}<p class="note">Not drawn, nothing to show:</p><ul class="note">{% for title, why in skipped %}
+<li>{{ title }}: {{ why }}</li>{% endfor %}</ul>{% endif %}
+<h2 id="rates">Follow-up rate by model and temperature</h2>
+{% if grid.why_empty %}<p class="note">No follow-up rate to show: {{ grid.why_empty }}.</p>{% else %}
+<p class="note">Genuine follow-up rate (item-clustered 95% CI){% if not grid.perturbations %} of the unperturbed
+rows{% endif %}; accuracy = task accuracy of the probed assistant turns. Every row, perturbations included:
+<a href="#rows">all rows</a>.</p>
+<div class="scroll"><table class="rates"><thead><tr><th>model</th>{% if grid.datasets %}<th>dataset</th>{% endif %}
+{% if grid.variants %}<th>mode · settings</th>{% endif %}{% if grid.perturbations %}<th>perturbation</th>{% endif %}
+{% for t in grid.labels %}<th>T={{ t }}</th>{% endfor %}<th>accuracy</th></tr></thead>
+{% for line in grid.lines %}<tr{% if not loop.first and line.dataset != loop.previtem.dataset %} class="first"
+{%- endif %}><td>{{ line.model }}</td>{% if grid.datasets %}<td>{{ line.dataset }}</td>
+{% endif %}{% if grid.variants %}<td>{{ line.variant }}</td>{% endif %}{% if grid.perturbations %}
+<td>{{ line.perturbation }}</td>{% endif %}{% for c in line.cells %}<td class="num" title="{{ c.title }}">{{ c.text }}
+</td>{% endfor %}<td class="num">{{ line.accuracy }}</td></tr>
+{% endfor %}</table></div>{% endif %}
+<h2 id="rows">Follow-up rate by group: all {{ groups|length }} rows</h2>
 <p class="note">rate = genuine_followup / n (labelled records); items = distinct items behind n; 95% CI = Wilson
 score interval at the item-clustered effective sample size (the samples of one item are not independent).
 Δ vs none = this row's rate minus the none row's over the items labelled under both, in percentage points, with a
 paired item-level 95% interval (Newcombe's method 10). Judge failures, generation errors and unjudged records are
 outside n. Raw and chat mode, different generation configurations and different judge panels are separate rows.</p>
-<table><tr><th>model</th><th>dataset</th><th>mode</th><th>perturbation</th><th>temp</th>
+<div class="scroll tall">
+<table class="rows"><thead><tr><th>model</th><th>dataset</th><th>mode</th><th>perturbation</th><th>temp</th>
 {% if any_settings %}<th>settings</th>{% endif %}<th>n</th><th>items</th>
 <th>follow-ups</th><th>rate</th><th>95% CI</th><th>Δ vs none (95% CI)</th>
 <th>judge failures</th><th>generation errors</th><th>unjudged</th>
-<th>accuracy</th>{% for l in labels %}<th title="{{ l }}">{{ short[l] }}</th>{% endfor %}<th>judged by</th></tr>
+<th>accuracy</th>{% for l in labels %}<th title="{{ l }}">{{ short[l] }}</th>{% endfor %}<th>judged by</th></tr></thead>
 {% for g in groups %}<tr><td>{{ g.model }}</td><td>{{ g.dataset }}</td><td>{{ g.mode }}</td>
 <td>{{ g.perturbation }}</td><td class="num">{{ temp(g.temperature) }}</td>
 {% if any_settings %}<td>{{ g.settings }}</td>{% endif %}<td class="num">{{ g.n }}</td>
@@ -80,43 +113,39 @@ outside n. Raw and chat mode, different generation configurations and different 
 <td>{{ g.judges|join(", ") or ("rules" if g.rule_labels else "—") }}{% if g.self_judged %}
 <span class="self" title="judged by the probed model itself">self-judged {{ g.self_judged }}/{{ g.n }}</span>
 {% endif %}</td></tr>
-{% endfor %}</table>
+{% endfor %}</table></div>
 {% if any_self %}<p class="self">self-judged: some labels come from the same model that was probed; use an
 independent judge for reported numbers.</p>{% endif %}
-<table><tr><th>code</th><th>label</th><th>meaning</th></tr>
-{% for l in labels %}<tr><td>{{ short[l] }}</td><td>{{ l }}</td><td>{{ descriptions[l] }}</td></tr>{% endfor %}</table>
-{% if agreements %}<h2>Judge agreement</h2>
-<table><tr><th>judges</th><th>items</th><th>agreement</th><th>kappa</th></tr>
+<div class="scroll"><table><tr><th>code</th><th>label</th><th>meaning</th></tr>
+{% for l in labels %}<tr><td>{{ short[l] }}</td><td>{{ l }}</td><td>{{ descriptions[l] }}</td></tr>{% endfor %}
+</table></div>
+{% if agreements %}<h2 id="agreement">Judge agreement</h2>
+<div class="scroll"><table><tr><th>judges</th><th>items</th><th>agreement</th><th>kappa</th></tr>
 {% for agreement in agreements %}
 <tr><td>{{ agreement.judges|join(", ") }}</td><td class="num">{{ agreement.items }}</td>
 <td class="num">{{ rate(agreement.percent_agreement) }}</td>
 <td class="num">{{ kappa(agreement.kappa) }} ({{ agreement.kappa_kind }})</td></tr>
 {% if agreement.pairs|length > 1 %}{% for p in agreement.pairs %}<tr><td>{{ p.judges|join(" vs ") }}</td>
 <td class="num">{{ p.items }}</td><td class="num">{{ rate(p.percent_agreement) }}</td>
-<td class="num">{{ kappa(p.cohen_kappa) }} (cohen)</td></tr>{% endfor %}{% endif %}{% endfor %}</table>{% endif %}
-<h2>Figures</h2>
-{% if figures %}{% for f in figures %}<figure id="fig-{{ f.name }}"><figcaption>{{ f.title }}</figcaption>
-{% if f.svg %}{{ f.svg }}{% else %}<img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% endif %}
-</figure>{% endfor %}{% elif no_figures %}<p class="warn">No figures: {{ no_figures }}.</p>{% endif %}
-{% if skipped %}<p class="note">Not drawn, nothing to show:</p><ul class="note">{% for title, why in skipped %}
-<li>{{ title }}: {{ why }}</li>{% endfor %}</ul>{% endif %}
-<h2>Sample generated user turns per label</h2>
+<td class="num">{{ kappa(p.cohen_kappa) }} (cohen)</td></tr>{% endfor %}{% endif %}{% endfor %}</table></div>{% endif %}
+<h2 id="examples">Sample generated user turns per label</h2>
 <p class="note">Per label, records from distinct items (a fixed pseudo-random choice of items, the same on every
 run), so one item cannot fill a label's examples.</p>
 {% for label, shown in samples.items() %}<h3>{{ label }}: {{ shown.caption }}</h3>
-<table><tr><th>record</th><th>query</th><th>assistant response</th><th>generated user turn</th>
+<div class="scroll"><table><tr><th>record</th><th>query</th><th>assistant response</th><th>generated user turn</th>
 {% if any_human %}<th title="the human-written next turn the dataset carries (meta.second_turn)">human next turn
 </th>{% endif %}<th>label by</th><th>rationale</th></tr>
 {% for s in shown.rows %}<tr><td>{{ s.key }}</td><td><pre>{{ s.query }}</pre></td><td><pre>{{ s.response }}</pre></td>
 <td><pre>{{ s.turn }}</pre></td>{% if any_human %}<td><pre>{{ s.human }}</pre></td>{% endif %}
 <td>{{ s.by }}{% if s.self %} <span class="self">self</span>{% endif %}</td>
-<td>{{ s.rationale }}</td></tr>{% endfor %}</table>
+<td>{{ s.rationale }}</td></tr>{% endfor %}</table></div>
 {% endfor %}
 <h2 id="records">Records: {{ table_caption }}</h2>
 <p class="note">A fixed pseudo-random sample of the ok records. Open a row's prompt to see it exactly as sent
 {% if not prompts_rendered %}(chat mode; raw-mode prompts need the probe's tokenizer: <code>userturn report FILE
 --html OUT --tokenizer DIR_OR_HUB_ID</code>){% endif %}; <code>userturn show FILE KEY</code> prints one record
 whole.</p>
+<div class="scroll">
 <table><tr><th>record</th><th>item</th><th>T</th><th>perturbation</th><th>label</th><th>generated user turn</th>
 <th>prompt</th></tr>
 {% for r in table %}<tr><td>{{ r.key }}</td><td>{{ r.item }}</td><td class="num">{{ r.temp }}</td>
@@ -125,14 +154,14 @@ whole.</p>
 <pre class="prompt">{{ r.prompt }}</pre></details>
 {% else %}<details><summary>conversation{% if r.note %} (prompt not rebuilt: {{ r.note }}){% endif %}
 </summary><pre class="prompt">{{ r.messages }}</pre></details>{% endif %}</td></tr>
-{% endfor %}</table>
-{% if failures %}<h2>Judge failures (raw judge output kept): {{ failures_caption }}</h2>
-<table><tr><th>record</th><th>judge</th><th>error</th><th>raw</th></tr>
+{% endfor %}</table></div>
+{% if failures %}<h2 id="failures">Judge failures (raw judge output kept): {{ failures_caption }}</h2>
+<div class="scroll"><table><tr><th>record</th><th>judge</th><th>error</th><th>raw</th></tr>
 {% for f in failures %}<tr><td>{{ f.key }}</td><td>{{ f.judge }}</td><td>{{ f.error }}</td>
 <td><pre>{{ f.raw }}</pre></td></tr>
-{% endfor %}</table>{% endif %}
+{% endfor %}</table></div>{% endif %}
 <h2 id="provenance">Provenance</h2>
-<table><tr><th>generated</th><td>{{ generated }}</td></tr>
+<div class="scroll"><table><tr><th>generated</th><td>{{ generated }}</td></tr>
 <tr><th>results file</th><td>{{ source }}{% if prov.file %} ({{ prov.file }}){% endif %}</td></tr>
 <tr><th>versions</th><td>{% for name, v in prov.versions.items() %}{{ name }} {{ v }}{% if not loop.last %}, {% endif %}
 {% endfor %}</td></tr>
@@ -141,12 +170,12 @@ whole.</p>
 <tr><th>judge prompts (sha256)</th><td>{% for judge, shas in prov.judge_prompts.items() %}{{ judge }}:
 {{ shas|join(", ") }}<br>{% else %}none{% endfor %}</td></tr>
 {% if prov.unfingerprinted %}<tr><th>unfingerprinted</th><td>{{ prov.unfingerprinted }} records from before
-configuration fingerprints</td></tr>{% endif %}</table>
+configuration fingerprints</td></tr>{% endif %}</table></div>
 <h3>Configurations ({{ prov.configs|length }})</h3>
-<table><tr><th>fingerprint</th><th>rows</th><th>records</th><th>settings</th></tr>
+<div class="scroll"><table><tr><th>fingerprint</th><th>rows</th><th>records</th><th>settings</th></tr>
 {% for c in prov.configs %}<tr><td><code>{{ c.fingerprint }}</code></td><td class="num">{{ c.rows }}</td>
 <td class="num">{{ c.records }}</td><td><details><summary>{{ c.name }}</summary><pre>{{ c.json }}</pre></details></td>
-</tr>{% endfor %}</table>
+</tr>{% endfor %}</table></div>
 </body></html>
 """
 
@@ -365,7 +394,7 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
                      for name, f in (figures or {}).items()]
     return env.from_string(TEMPLATE).render(
         source=source, total=total, generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        groups=groups, labels=LABELS, short=SHORT, descriptions=DESCRIPTIONS,
+        groups=groups, grid=rate_grid(groups), labels=LABELS, short=SHORT, descriptions=DESCRIPTIONS,
         any_self=any(g.self_judged for g in groups), agreements=agreements,
         any_settings=any(g.settings for g in groups), figures=shown_figures,
         no_figures=no_figures or ("none was asked for" if figures is None else ""),

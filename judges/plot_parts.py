@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -21,6 +22,10 @@ LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 DODGE_POINTS = 5.0  # points drawn at the same place are shifted this many typographic points apart (vertically)
 DODGE_SHARE = 0.6  # of the smallest gap between two temperatures, the width the models' points spread over
+PANELS_WIDE = 14.0  # inches of panels side by side at most (plus the legend's): wider figures get rows
+EDGE = 0.025  # axes reach this share of their span beyond 0% and 100%: a point there is drawn whole
+TITLE_CHARS_PER_INCH = 11.0  # a figure title (11 pt) is wrapped at about this many characters per inch of width
+TEXT_CONTRAST = 3.0  # a model colour used for text is darkened until it has this contrast ratio on white
 
 
 def matplotlib_missing() -> str | None:
@@ -110,15 +115,30 @@ def _series_label(model: str, variant: str, variants: dict[str, list[str]]) -> s
 
 
 def _padded(low: float, high: float, floor: float = 0.0) -> tuple[float, float]:
-    """Axis limits around [low, high] (in %) with 8% padding, clamped to [floor, 100]; a little span always."""
+    """Axis limits around [low, high] (in %) with 8% padding, within [floor, 100] but for an EDGE share of the span
+    beyond them, so a marker at 0% (or 100%) is drawn whole and its interval bar does not hide in the spine; a
+    little span always."""
     span = max(high - low, 2.0)
-    return max(floor, low - 0.08 * span), min(100.0, high + 0.08 * span)
+    return max(floor - EDGE * span, low - 0.08 * span), min(100.0 + EDGE * span, high + 0.08 * span)
 
 
 def _panels(plt: Any, count: int, width: float = 4.2, height: float = 3.6, sharey: bool = True) -> tuple[Any, list]:
-    fig, axes = plt.subplots(1, max(1, count), figsize=(width * max(1, count) + 1.8, height), sharey=sharey,
+    """A figure of `count` panels (width x height inches each): side by side up to PANELS_WIDE inches of panels,
+    then in further rows; the `count` panels in reading order (the grid's spare cells hidden)."""
+    count = max(1, count)
+    ncols = max(1, min(count, int(PANELS_WIDE // width)))
+    nrows = math.ceil(count / ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(width * ncols + 1.8, height * nrows), sharey=sharey,
                              squeeze=False)
-    return fig, list(axes[0])
+    cells = list(grid.flat)
+    for ax in cells[count:]:
+        ax.set_visible(False)
+    return fig, cells[:count]
+
+
+def first_in_row(ax: Any) -> bool:
+    """The panel opens its row of the grid (where a shared y axis is labelled)."""
+    return bool(ax.get_subplotspec().is_first_col())
 
 
 def _finish(fig: Any, legend: dict[str, Any], title: str) -> Any:
@@ -126,9 +146,32 @@ def _finish(fig: Any, legend: dict[str, Any], title: str) -> Any:
     if legend:
         fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                    frameon=False)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(wrapped_title(fig, title), fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def wrapped_title(fig: Any, title: str) -> str:
+    """`title` wrapped to the figure's width (TITLE_CHARS_PER_INCH), so a narrow figure's title is not wider than it."""
+    return textwrap.fill(title, max(30, int(TITLE_CHARS_PER_INCH * fig.get_size_inches()[0])))
+
+
+def text_color(colour: str) -> str:
+    """`colour`, darkened toward black until it has a TEXT_CONTRAST contrast ratio on white (WCAG relative
+    luminance), for text drawn in a model's colour; a colour dark enough already is returned unchanged."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    def luminance(rgb: tuple[float, ...]) -> float:
+        lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    red, green, blue = to_rgb(colour)
+    for step in range(21):
+        keep = 1 - 0.05 * step
+        shade = (red * keep, green * keep, blue * keep)
+        if 1.05 / (luminance(shade) + 0.05) >= TEXT_CONTRAST:
+            return to_hex(shade)
+    return "#000000"
 
 
 def dodge_offsets(temps: Sequence[float], count: int) -> list[float]:

@@ -33,9 +33,12 @@ from userturn.judges.plot_parts import (
     _variants,
     accuracy_interval,
     dodge_offsets,
+    first_in_row,
     judged,
     model_colors,
     plot_temperature,
+    text_color,
+    wrapped_title,
 )
 from userturn.judges.report import GroupSummary
 from userturn.judges.report_table import fmt_temp
@@ -82,12 +85,14 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
     rows = _baseline(groups)
     colors = colors or model_colors(g.model for g in groups)
     datasets = sorted({g.dataset for g in rows})
-    fig, axes = _panels(plt, len(datasets))
+    temps = sorted({g.temperature for g in rows})
+    most = max(len({(g.model, _variant(g)) for g in rows if g.dataset == d}) for d in datasets)
+    # a wider panel when many intervals stand side by side: 4.2 inches up to 16 of them, then 0.06 inch each
+    fig, axes = _panels(plt, len(datasets), width=4.2 + 0.06 * max(0, most * len(temps) - 16))
     variants = _variants(rows)
     place = _by_model(colors)
     legend: dict[str, Any] = {}
     high = max(100 * (g.ci_high or 0.0) for g in rows)
-    temps = sorted({g.temperature for g in rows})
     for ax, dataset in zip(axes, datasets, strict=False):
         series: dict[tuple[str, str], list[GroupSummary]] = defaultdict(list)
         for g in rows:
@@ -101,12 +106,14 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
             y = [100 * (g.followup_rate or 0.0) for g in members]
             bars = [_bar(100 * (g.followup_rate or 0.0), 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))
                     for g in members]
-            line = ax.errorbar([g.temperature + shift for g in members], y, yerr=list(zip(*bars, strict=True)),
-                               color=colors[model], linestyle=LINESTYLES[index % len(LINESTYLES)],
-                               marker=MARKERS[index % len(MARKERS)],
-                               markersize=4, capsize=3, linewidth=1.4, elinewidth=0.9,
-                               label=_series_label(model, variant, variants))
-            legend.setdefault(line.get_label(), line)
+            label = _series_label(model, variant, variants)
+            # the line through the true temperatures (its slopes are the data's); only markers and bars are dodged
+            (line,) = ax.plot([g.temperature for g in members], y, color=colors[model], linewidth=1.2, alpha=0.75,
+                              linestyle=LINESTYLES[index % len(LINESTYLES)], zorder=1.5, label=f"_{label} (line)")
+            points = ax.errorbar([g.temperature + shift for g in members], y, yerr=list(zip(*bars, strict=True)),
+                                 color=colors[model], linestyle="none", marker=MARKERS[index % len(MARKERS)],
+                                 markersize=4, capsize=2.5, elinewidth=0.9, label=label)
+            legend.setdefault(label, (line, points))
         ax.set_title(dataset, fontsize=10)
         ax.set_xlabel("sampling temperature")
         ax.set_xticks(temps)
@@ -115,10 +122,12 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
         reach = max((abs(x) for x in shifts), default=0.0)
         ax.set_xlim(temps[0] - reach - 0.06 * span, temps[-1] + reach + 0.06 * span)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("genuine follow-up rate (%)")
+    for ax in axes:
+        if first_in_row(ax):
+            ax.set_ylabel("genuine follow-up rate (%)")
     axes[0].set_ylim(*_padded(0.0, high))
-    return _finish(fig, legend, "Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; models "
-                   "side by side at each temperature)")
+    return _finish(fig, legend, "Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; lines "
+                   "through the true temperatures, markers side by side)")
 
 
 def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | None = None,
@@ -175,9 +184,10 @@ def perturbation_effects(groups: Sequence[GroupSummary], temperature: float | No
     place = _by_model(colors)
     datasets = sorted({g.dataset for g in rows})
     perturbations = sorted({g.perturbation for g in rows})
-    fig, axes = _panels(plt, len(datasets), width=4.2, height=max(2.6, 0.7 * len(perturbations) + 1.6))
-    variants = _variants(rows)
     slots = sorted({(g.model, _variant(g)) for g in rows}, key=lambda s: (place[s[0]], s[1]))
+    per_row = max(0.7, 0.09 * len(slots))  # inches per perturbation: eleven models' intervals stay apart
+    fig, axes = _panels(plt, len(datasets), width=4.2, height=max(2.6, per_row * len(perturbations) + 1.6))
+    variants = _variants(rows)
     legend: dict[str, Any] = {}
     low = min(100 * (g.delta_ci_low or 0.0) for g in rows)
     high = max(100 * (g.delta_ci_high or 0.0) for g in rows)
@@ -248,19 +258,20 @@ def label_mix(groups: Sequence[GroupSummary], temperature: float | None = None,
         ax.set_yticks(range(len(bars)))
         ax.set_yticklabels(names, fontsize=7)
         for tick, g in zip(ax.get_yticklabels(), bars, strict=True):
-            tick.set_color(colors[g.model])  # the model's colour, as in the other figures
+            tick.set_color(text_color(colors[g.model]))  # the model's colour (as in the other figures), legible
         ax.set_ylim(len(bars) - 0.5, -0.5)
         ax.set_xlim(0, 100)
         ax.set_xlabel("share of generated turns (%)", fontsize=8)
         ax.set_title(dataset, fontsize=10)
     for ax in list(grid.flat)[len(datasets):]:
         ax.set_visible(False)
-    fig.suptitle(f"Label composition per model at T={fmt_temp(t or 0.0)} (unperturbed)", fontsize=11)
+    title = f"Label composition per model at T={fmt_temp(t or 0.0)} (unperturbed)"
+    fig.suptitle(wrapped_title(fig, title), fontsize=11)
     ncol = min(5, len(handles))
     legend_inches = 0.2 * math.ceil(len(handles) / max(1, ncol)) + 0.15  # its rows, below the panels' x labels
     fig.tight_layout(rect=(0, legend_inches / fig.get_size_inches()[1], 1, 1))
-    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=ncol, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="upper center", ncol=ncol, frameon=False,
+               bbox_to_anchor=(0.5, legend_inches / fig.get_size_inches()[1]))  # just below the panels' x labels
     return fig
 
 

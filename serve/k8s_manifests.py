@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 from userturn.serve.commands import ROUTER_MODULE, server_argv
+from userturn.serve.engines import ENGINES, definition, engine_of
 from userturn.serve.k8s_files import config_map, mount_files, pod_manifest
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
@@ -17,9 +18,7 @@ from userturn.core.errors import UserError
 
 CLUSTER_PORT = 30000
 DEFAULT_DIST_PORT = 50000
-SGLANG_IMAGE = "lmsysorg/sglang:latest"
-VLLM_IMAGE = "vllm/vllm-openai:latest"
-DEFAULT_IMAGES = {"sglang": SGLANG_IMAGE, "vllm": VLLM_IMAGE}
+SGLANG_IMAGE = definition("sglang").image or ""  # the router's image too
 CACHE_DIR = "/root/.cache/huggingface"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 PROBE_PERIOD_S = 10
@@ -33,15 +32,14 @@ class _NoAliasDumper(yaml.SafeDumper):
 
 
 def image(m: Manifest) -> str:
-    """The container image: the manifest's, else SGLang's / vLLM's for those engines, else a one-line UserError."""
-    k = m.cluster.k8s
-    if k.image:
-        return k.image
-    if m.engine in DEFAULT_IMAGES and not m.command:
-        return DEFAULT_IMAGES[m.engine]
+    """The container image: the manifest's, else the engine's pinned default, else a one-line UserError."""
+    found = m.cluster.k8s.image or engine_of(m).default_image(m)
+    if found:
+        return found
     what = "a custom command" if m.command else f"engine '{m.engine}'"
+    defaults = ", ".join(f"{e.image} ({k})" for k, e in ENGINES.items() if e.image)
     raise UserError(f"{m.source or 'manifest'}: cluster.k8s.image: {what} needs an image that has it installed "
-                    f"(the defaults {SGLANG_IMAGE} and {VLLM_IMAGE} have only SGLang / vLLM)")
+                    f"(the defaults {defaults} have only their own engine)")
 
 
 API_KEY_REF = "$(USERTURN_API_KEY)"  # expanded by Kubernetes from the container's env (the api_key Secret)
@@ -49,7 +47,8 @@ API_KEY_REF = "$(USERTURN_API_KEY)"  # expanded by Kubernetes from the container
 
 def _argv(m: Manifest, *, node_rank: str | None = None, dist_addr: str | None = None) -> list[str]:
     return server_argv(m, port=m.port or CLUSTER_PORT, host="0.0.0.0", python="python3", node_rank=node_rank,
-                       dist_init_addr=dist_addr, api_key=API_KEY_REF if m.api_key else None)
+                       dist_init_addr=dist_addr, api_key=API_KEY_REF if m.api_key else None, target="k8s",
+                       image=image(m))
 
 
 def _probes(path: str, port: int, startup_s: float | None = None) -> dict[str, Any]:
@@ -82,7 +81,8 @@ def _container(m: Manifest, argv: list[str], *, with_probes: bool) -> dict[str, 
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": CACHE_DIR}],
     }
     if with_probes:
-        c.update(_probes(m.readiness_paths[0] if m.command or m.health_paths else "/health", port, m.timeout_s))
+        path = m.readiness_paths[0] if m.command or m.health_paths else engine_of(m).k8s_health_path
+        c.update(_probes(path, port, m.timeout_s))
     return c
 
 

@@ -8,11 +8,9 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import itertools
 import os
 import secrets
-import shutil
 import signal
 import sys
 import tempfile
@@ -23,17 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from userturn.serve.commands import LLAMA_SERVER, VLLM, LaunchSpec, replica_specs, router_spec, server_argv
+from userturn.serve.commands import LaunchSpec, replica_specs, router_spec, server_argv
+from userturn.serve.engines import definition, engine_of
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.process import ServerProcess, ServerStartError, pick_ports, start_error
 
+from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import UserError
-from userturn.core.packaged import is_gguf, resolve
 
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]
-HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
 API_KEY_VAR = "USERTURN_API_KEY"  # generated keys live in USERTURN_API_KEY_<n> of this process (one per launch)
 _launches = itertools.count(1)
 
@@ -63,6 +61,11 @@ class Server:
     def base_url(self) -> str:
         return self.base_urls[0]
 
+    @property
+    def traits(self) -> EngineTraits:
+        """What the server does with a request (seed, sampler defaults, stops, field names), for the probe."""
+        return engine_of(self.manifest).engine_traits(self.manifest)
+
     def failure(self) -> str | None:
         """One line saying why the deployment stopped serving (a process or the SLURM job ended), else None."""
         for p in self.processes:
@@ -77,51 +80,21 @@ def v1(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-def resolve_cpu_model(m: Manifest) -> str:
-    """The local model path for the embedded engine: a local dir or GGUF file as is, a `pkg:` GGUF file inside its
-    installed package, a hub id downloaded (or taken from the cache)."""
-    model = m.resolve_path(m.model) or ""
-    where = f"{m.source}: model" if m.source else "model"
-    if is_gguf(model):
-        try:
-            path = Path(resolve(model)).expanduser()
-        except UserError as exc:
-            raise UserError(f"{where}: {exc}") from None
-        if not path.is_file():
-            raise UserError(f"{where}: GGUF file not found: {model}")
-        return str(path)
-    if Path(model).expanduser().exists():
-        return model
-    try:
-        from huggingface_hub import snapshot_download
+def resolve_model(m: Manifest) -> str | None:
+    """The model the engine loads, made local by its definition (a `pkg:` file for every engine that takes one; the
+    CPU engine also fetches hub ids); None: the manifest's value as is."""
+    return None if m.command else engine_of(m).resolve_model(m)
 
-        return snapshot_download(model, revision=m.revision, allow_patterns=HUB_PATTERNS, etag_timeout=10)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{where}: cannot get {model!r} from the Hugging Face hub ({type(exc).__name__}: "
-                        f"{reason[:160]}); use a local path, or manifests/quickstart-cpu.yaml (SmolLM2 from an "
-                        "installed package, no hub needed)") from None
+
+def resolve_cpu_model(m: Manifest) -> str:
+    """The local model path for the embedded engine (a local dir or GGUF file, a `pkg:` file, a hub snapshot)."""
+    return definition("transformers").resolve_model(m) or (m.resolve_path(m.model) or "")
 
 
 def check_installed(m: Manifest) -> None:
-    """One-line UserError naming the extra to install when the engine is missing."""
-    if m.command:
-        return
-    if m.engine == "sglang" and importlib.util.find_spec("sglang") is None:
-        raise UserError("engine 'sglang' is not installed: pip install 'userturn[sglang]' (on a CUDA machine)")
-    if m.engine == "vllm" and shutil.which(VLLM) is None:
-        raise UserError("engine 'vllm' needs the `vllm` command on PATH: pip install vllm (on a CUDA machine)")
-    if m.engine == "transformers":
-        needed = ("torch", "transformers", *(("gguf", "accelerate") if is_gguf(m.model) else ()))
-        for mod in needed:
-            if importlib.util.find_spec(mod) is None:
-                what = "engine 'transformers'" if mod in ("torch", "transformers") else "a GGUF model"
-                raise UserError(f"{what} needs {mod}: pip install 'userturn[cpu]'")
-    if m.engine == "llamacpp" and shutil.which(LLAMA_SERVER) is None:
-        raise UserError(f"engine 'llamacpp' needs {LLAMA_SERVER} on PATH: install llama.cpp "
-                        "(https://github.com/ggml-org/llama.cpp) or set command:")
-    if m.router is not None and importlib.util.find_spec("sglang_router") is None:
-        raise UserError("router 'sglang' is not installed: pip install sglang-router")
+    """One-line UserError naming what to install when the engine (or its router) is missing."""
+    if not m.command:
+        engine_of(m).installed(m)
 
 
 def server_api_key(m: Manifest) -> tuple[str, str] | None:
@@ -203,7 +176,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
     `launcher="slurm"` submits the manifest's sbatch script instead and cancels the job on the way out."""
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     say = status or (lambda _msg: None)
-    if m.engine == "external":
+    if not engine_of(m).launches:
         assert m.base_url is not None
         url = v1(m.base_url)
         yield Server(manifest=m, base_urls=[url], model_name=m.request_model_name, replica_urls=[url],
@@ -214,7 +187,7 @@ def launch(manifest: Manifest | str | Path, *, log_dir: str | Path | None = None
             yield server
         return
     check_installed(m)
-    model = resolve_cpu_model(m) if m.engine == "transformers" and not m.command else None
+    model = resolve_model(m)
     key = server_api_key(m)
     specs, router = plan(m, model=model, api_key=key[1] if key else None)
     logs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "userturn-serve"
@@ -279,4 +252,4 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         yield server
 
 
-__all__ = ["Server", "ServerStartError", "launch", "plan", "resolve_cpu_model"]
+__all__ = ["Server", "ServerStartError", "launch", "plan", "resolve_cpu_model", "resolve_model"]

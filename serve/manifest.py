@@ -6,25 +6,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from userturn.serve.engines import ENGINES, engine_of
+from userturn.serve.engines.base import engines_with
 
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
 from userturn.core.options import Options
 from userturn.core.shipped import resolve_named
 
-Engine = Literal["sglang", "vllm", "transformers", "llamacpp", "external"]
-GPU_ENGINES: frozenset[str] = frozenset({"sglang", "vllm", "llamacpp"})
-PARALLEL_ENGINES: frozenset[str] = frozenset({"sglang", "vllm"})  # engines with tp/dp, memory fraction, parsers
-DEFAULT_STARTUP_TIMEOUT_S: dict[str, float] = {"sglang": 1800.0, "vllm": 1800.0, "transformers": 600.0,
-                                               "llamacpp": 900.0}
-# Readiness probes per engine, polled in order: the first must answer 200, then the next, ...
-DEFAULT_HEALTH_PATHS: dict[str, tuple[str, ...]] = {
-    "sglang": ("/health_generate", "/v1/models"),
-    "vllm": ("/health", "/v1/models"),
-    "transformers": ("/health", "/v1/models"),
-    "llamacpp": ("/health", "/v1/models"),
-    "custom": ("/v1/models",),
-}
+# Readiness routes of a custom `command:` (an engine's own are in its definition, userturn.serve.engines).
+CUSTOM_HEALTH_PATHS: tuple[str, ...] = ("/v1/models",)
 
 
 class _Strict(BaseModel):
@@ -117,7 +108,7 @@ class Manifest(_Strict):
     """How to serve one model (or reach one endpoint), plus its probe defaults."""
 
     name: str | None = Field(default=None, description="label; defaults to the file name without .yaml")
-    engine: Engine
+    engine: str = Field(description="; ".join(f"{kind}: {e.summary}" for kind, e in ENGINES.items()))
     model: str | None = Field(default=None, description="model path, hub id, or GGUF file (path or "
                               "pkg:PACKAGE/file.gguf inside an installed package)")
     revision: str | None = None
@@ -140,6 +131,10 @@ class Manifest(_Strict):
     reasoning_parser: str | None = None
     trust_remote_code: bool = False
     load_format: str | None = Field(default=None, description="e.g. sglang's 'dummy' (random weights)")
+    deterministic: bool = Field(default=False, description="sglang: --enable-deterministic-inference, so a "
+                                "request's seed reaches the sampler (SGLang ignores it otherwise); slower")
+    binary: str | None = Field(default=None, description="the server executable (llamacpp: llama-server, vllm: "
+                               "vllm); default: found on PATH here and in a SLURM job, the image's own in a pod")
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     startup_timeout: float | None = Field(default=None, gt=0, description="seconds; default per engine")
@@ -154,11 +149,29 @@ class Manifest(_Strict):
     base_url: str | None = Field(default=None, description="engine external: the endpoint (…/v1)")
     api_key_env: str | None = Field(default=None, description="env var holding the API key")
     api_key: Literal["generate", "env"] | None = Field(
-        default=None, description="launched servers require an API key, which the probe sends: 'generate' (a new "
-        "random key per launch) or 'env' (the key in api_key_env); a custom command takes it as {api_key}")
+        default=None, description="the key a launched server requires, which the probe sends: 'generate' (a new "
+        "random key per launch; the default for engines that take a key, unless a router or a custom command "
+        "without {api_key} serves it), 'env' (the key in api_key_env), or 'none' (no key: anyone who reaches the "
+        "port may use the server); a custom command takes it as {api_key}")
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     source: Path | None = Field(default=None, exclude=True, description="the YAML file (set by load_manifest)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_key(cls, data: Any) -> Any:
+        """Launched servers require a generated key unless the manifest says `api_key: none` (or cannot take one)."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("api_key") == "none":
+            return {**data, "api_key": None}
+        engine = ENGINES.get(data.get("engine"))  # type: ignore[arg-type]
+        command = data.get("command")
+        takes_key = (engine is not None and engine.launches and engine.takes_api_key and data.get("router") is None
+                     and (not command or any("{api_key}" in str(a) for a in command)))
+        if "api_key" not in data and takes_key:
+            return {**data, "api_key": "generate"}
+        return data
 
     @field_validator("health_paths")
     @classmethod
@@ -168,44 +181,34 @@ class Manifest(_Strict):
                 raise ValueError(f"health path {p!r} must start with '/'")
         return v
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str) -> str:
+        if v not in ENGINES:
+            raise ValueError(f"unknown engine {v!r}: one of {', '.join(repr(k) for k in ENGINES)}")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
         e = self.engine
-        if e == "external":
+        definition = engine_of(self)
+        if not definition.launches:
             if not self.base_url:
-                raise ValueError("engine 'external' needs base_url")
-            if self.command or self.replicas > 1:
-                raise ValueError("engine 'external' launches nothing: drop command/replicas")
+                raise ValueError(f"engine '{e}' needs base_url")
         else:
             if self.base_url:
                 raise ValueError("base_url is only for engine 'external'")
             if not self.model and not self.command:
                 raise ValueError(f"engine '{e}' needs model (a path or hub id)")
-        if e not in PARALLEL_ENGINES and not self.command:
-            for field, unset in (("tp_size", 1), ("dp_size", 1), ("mem_fraction_static", None),
-                                 ("reasoning_parser", None), ("load_format", None)):
-                if getattr(self, field) != unset:
-                    raise ValueError(f"{field} is only supported by engines 'sglang' and 'vllm'")
-        if e != "sglang" and not self.command:
-            if self.nnodes != 1:
-                raise ValueError("nnodes > 1 is only supported by engine 'sglang' (vllm: one node, up to its GPUs)")
-            if self.dist_init_addr is not None:
-                raise ValueError("dist_init_addr is only supported by engine 'sglang'")
-        if e == "vllm" and self.probe.send_stop_token_ids is None:
-            self.probe.send_stop_token_ids = True  # vLLM honours stop_token_ids on raw /v1/completions
-        if self.api_key is not None:
-            if e == "external":
-                raise ValueError("api_key is for launched servers: an external endpoint's key goes in api_key_env")
-            if self.api_key == "env" and not self.api_key_env:
-                raise ValueError("api_key: env needs api_key_env (the variable that holds the key)")
-            if self.command and not any("{api_key}" in a for a in self.command):
-                raise ValueError("api_key: the custom command must take the key as {api_key}")
-            if e == "transformers" and not self.command:
-                raise ValueError("api_key is not supported by engine 'transformers' (the CPU engine takes no key)")
-            if self.router is not None:
-                raise ValueError("api_key with a router is not supported yet (the router would need the key too)")
-        if self.router is not None and e != "sglang":
-            raise ValueError("router is only supported with engine 'sglang'")
+        if self.api_key == "env" and not self.api_key_env:
+            raise ValueError("api_key: env needs api_key_env (the variable that holds the key)")
+        if self.api_key is not None and self.command and not any("{api_key}" in a for a in self.command):
+            raise ValueError("api_key: the custom command must take the key as {api_key}")
+        if self.api_key is not None and self.router is not None:
+            raise ValueError("api_key with a router is not supported yet (the router would need the key too)")
+        definition.check(self)
+        if self.router is not None and not definition.has_router:
+            raise ValueError(f"router is only supported with {engines_with('has_router')}")
         if self.nnodes > 1 and self.replicas > 1:
             raise ValueError("multi-node (nnodes > 1) serves one replica: use replicas: 1")
         if self.gpus and self.gpus < self.tp_size:
@@ -232,7 +235,7 @@ class Manifest(_Strict):
         """GPUs one replica uses across all its nodes (0 for the CPU engine)."""
         if self.gpus is not None:
             return self.gpus
-        if self.engine in GPU_ENGINES:
+        if engine_of(self).uses_gpus:
             return self.tp_size * self.dp_size
         return 0
 
@@ -242,13 +245,13 @@ class Manifest(_Strict):
 
     @property
     def timeout_s(self) -> float:
-        return self.startup_timeout or DEFAULT_STARTUP_TIMEOUT_S.get(self.engine, 600.0)
+        return self.startup_timeout or engine_of(self).startup_timeout_s
 
     @property
     def readiness_paths(self) -> tuple[str, ...]:
         if self.health_paths:
             return tuple(self.health_paths)
-        return DEFAULT_HEALTH_PATHS["custom" if self.command else self.engine]
+        return CUSTOM_HEALTH_PATHS if self.command else engine_of(self).health_paths
 
     def resolve_path(self, value: str | None) -> str | None:
         """A value written as a relative path (./x, ../x) is relative to the manifest file; others pass as is."""

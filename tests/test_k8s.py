@@ -102,7 +102,7 @@ def test_gpu_deployment_starts_on_a_real_cluster() -> None:
     pod = dep["spec"]["template"]["spec"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     c = pod["containers"][0]
-    assert c["image"] == "lmsysorg/sglang:latest"
+    assert c["image"] == "lmsysorg/sglang:v0.5.23"  # pinned to the version its flags were checked on
     assert c["command"][:3] == ["python3", "-m", "sglang.launch_server"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 30000}
@@ -155,7 +155,7 @@ def test_api_key_comes_from_a_secret() -> None:
     text = render_k8s(m)
     dep, _svc = validate_all(text)
     c = dep["spec"]["template"]["spec"]["containers"][0]
-    assert c["command"][c["command"].index("--api-key") + 1] == "$(USERTURN_API_KEY)"  # Kubernetes expands it
+    assert "--api-key=$(USERTURN_API_KEY)" in c["command"]  # Kubernetes expands it; one word, never a flag
     assert {"name": "USERTURN_API_KEY", "valueFrom": {"secretKeyRef": {"name": "my-key", "key": "key"}}} in c["env"]
     assert "kubectl create secret generic my-key --from-literal=key=" in text.splitlines()[3]
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"  # no key needed there
@@ -164,7 +164,7 @@ def test_api_key_comes_from_a_secret() -> None:
 def test_vllm_deployment_runs_vllm_serve_in_the_vllm_image() -> None:
     dep, _svc = validate_all(render_k8s(load_manifest(MANIFESTS / "qwen3.5-9b-vllm.yaml")))
     c = dep["spec"]["template"]["spec"]["containers"][0]
-    assert c["image"] == "vllm/vllm-openai:latest"
+    assert c["image"] == "vllm/vllm-openai:v0.33.0"
     assert c["command"][:3] == ["vllm", "serve", "Qwen/Qwen3.5-9B"]
     assert c["command"][c["command"].index("--port") + 1] == "30000"
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 30000}

@@ -88,7 +88,7 @@ def test_vllm_manifest_validates_with_parallelism_and_stop_token_ids(tmp_path: P
         ({"engine": "vllm", "model": "x", "dist_init_addr": "h:1"}, "dist_init_addr is only supported by engine"),
         ({"engine": "vllm", "model": "x", "router": {}}, "router is only supported"),
         ({"engine": "vllm", "model": "x", "api_key": "env"}, "api_key: env needs api_key_env"),
-        ({"engine": "transformers", "model": "x", "api_key": "generate"}, "the CPU engine takes no key"),
+        ({"engine": "transformers", "model": "x", "api_key": "generate"}, "engine 'transformers' (it takes no key)"),
         ({"engine": "vllm", "command": ["srv", "--port", "{port}"], "api_key": "generate"}, "as {api_key}"),
         ({"engine": "external", "base_url": "http://h/v1", "api_key": "generate"}, "goes in api_key_env"),
         ({"engine": "sglang", "model": "x", "replicas": 2, "router": {}, "api_key": "generate"}, "router"),

@@ -9,15 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 from userturn.serve.commands import (
-    cpu_engine_argv,
     custom_argv,
     gpu_slices,
-    llamacpp_argv,
     replica_specs,
     root_url,
     router_spec,
     server_argv,
-    sglang_argv,
 )
 from userturn.serve.manifest import parse_manifest
 
@@ -50,7 +47,7 @@ def flags(argv: list[str]) -> dict[str, str | None]:
 
 def test_sglang_flags_exactly() -> None:
     m = parse_manifest(FULL_SGLANG)
-    argv = sglang_argv(m, port=30000, python="python", node_rank=1)
+    argv = server_argv(m, port=30000, python="python", node_rank=1)
     assert argv[:3] == ["python", "-m", "sglang.launch_server"]
     assert argv == [
         "python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-397B-A17B",
@@ -58,13 +55,14 @@ def test_sglang_flags_exactly() -> None:
         "--dp-size", "1", "--mem-fraction-static", "0.85", "--context-length", "32768", "--dtype", "bfloat16",
         "--random-seed", "7", "--chat-template", "/t/chat.jinja", "--reasoning-parser", "qwen3",
         "--trust-remote-code", "--load-format", "dummy", "--nnodes", "2", "--node-rank", "1",
-        "--dist-init-addr", "10.0.0.1:50000", "--served-model-name", "qwen-big", "--enable-metrics",
+        "--dist-init-addr", "10.0.0.1:50000", "--sampling-defaults", "openai", "--served-model-name", "qwen-big",
+        "--enable-metrics",
     ]
 
 
 def test_sglang_minimal_omits_unset_options() -> None:
     m = parse_manifest({"engine": "sglang", "model": "m/x"})
-    f = flags(sglang_argv(m, port=1234, python="python")[3:])
+    f = flags(server_argv(m, port=1234, python="python")[3:])
     assert f["--served-model-name"] == "m/x" and f["--port"] == "1234" and f["--dtype"] == "auto"
     for absent in ("--nnodes", "--node-rank", "--dist-init-addr", "--load-format", "--trust-remote-code",
                    "--random-seed", "--mem-fraction-static", "--reasoning-parser", "--chat-template"):
@@ -74,7 +72,7 @@ def test_sglang_minimal_omits_unset_options() -> None:
 def test_sglang_multinode_needs_dist_init_addr() -> None:
     m = parse_manifest({**FULL_SGLANG, "dist_init_addr": None})
     with pytest.raises(UserError, match="dist_init_addr"):
-        sglang_argv(m, port=1)
+        server_argv(m, port=1)
 
 
 def test_vllm_flags_exactly() -> None:
@@ -101,28 +99,31 @@ def test_vllm_dry_run_prints_vllm_serve(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_api_key_flags_and_dry_run_never_shows_a_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    for engine in ("sglang", "vllm", "llamacpp"):
+    for engine in ("sglang", "vllm"):  # argparse: one word, so a key starting with '-' is never a flag
         argv = server_argv(parse_manifest({"engine": engine, "model": "m.gguf", "api_key": "generate"}), port=1,
-                           api_key="k3y")
-        assert argv[argv.index("--api-key") + 1] == "k3y", engine
+                           api_key="-k3y")
+        assert "--api-key=-k3y" in argv, engine
+    argv = server_argv(parse_manifest({"engine": "llamacpp", "model": "m.gguf", "api_key": "generate"}), port=1,
+                       api_key="-k3y")  # llama.cpp's parser takes the next word as the value, whatever it is
+    assert argv[argv.index("--api-key") + 1] == "-k3y"
     p = tmp_path / "m.yaml"
     p.write_text(yaml.safe_dump({"engine": "vllm", "model": "x", "api_key": "generate"}))
     assert main(["serve", str(p), "--dry-run"]) == 0
     line = capsys.readouterr().out.splitlines()[1]
-    assert "--api-key '<generated at launch>'" in line
+    assert "'--api-key=<generated at launch>'" in line
 
 
 def test_cpu_engine_argv(tmp_path: Path) -> None:
     m = parse_manifest({"engine": "transformers", "model": "/models/tiny", "served_model_name": "tiny", "seed": 3,
                         "context_length": 2048, "dtype": "bfloat16", "chat_template": "/t.jinja",
                         "tokenizer": "/tok", "trust_remote_code": True})
-    argv = cpu_engine_argv(m, port=8000, python="py", threads=2)
+    argv = server_argv(m, port=8000, python="py", threads=2)
     assert argv[:5] == ["py", "-m", "userturn.serve.cpu_engine", "--model", "/models/tiny"]
     f = flags(argv[3:])
     assert f == {"--model": "/models/tiny", "--tokenizer": "/tok", "--host": "127.0.0.1", "--port": "8000",
                  "--served-model-name": "tiny", "--dtype": "bfloat16", "--seed": "3", "--context-length": "2048",
                  "--chat-template": "/t.jinja", "--trust-remote-code": None, "--threads": "2"}
-    assert cpu_engine_argv(m, port=8000, model="/cache/tiny")[4] == "/cache/tiny"
+    assert server_argv(m, port=8000, model="/cache/tiny")[4] == "/cache/tiny"
 
 
 def test_cpu_engine_argv_parses_in_the_engine() -> None:
@@ -130,22 +131,23 @@ def test_cpu_engine_argv_parses_in_the_engine() -> None:
     from userturn.serve.cpu_engine import parse_args
 
     m = parse_manifest({"engine": "transformers", "model": "/m", "seed": 1, "context_length": 99, "port": 5})
-    cfg = parse_args(cpu_engine_argv(m, port=5, threads=1)[3:])
+    cfg = parse_args(server_argv(m, port=5, threads=1)[3:])
     assert (cfg.model, cfg.port, cfg.seed, cfg.context_length, cfg.threads, cfg.name) == ("/m", 5, 1, 99, 1, "/m")
 
 
-def test_llamacpp_argv(tmp_path: Path) -> None:
+def test_llamacpp_argv_on_cpu_unless_gpus(tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"")
     m = parse_manifest({"engine": "llamacpp", "model": str(gguf), "served_model_name": "q", "context_length": 4096,
                         "seed": 1})
-    argv = llamacpp_argv(m, port=8080)
+    argv = server_argv(m, port=8080)
     assert argv[:3] == ["llama-server", "-m", str(gguf)]
     f = flags(argv)
     assert f["--alias"] == "q" and f["--ctx-size"] == "4096" and f["--seed"] == "1" and "--jinja" in f
-    assert f["--n-gpu-layers"] == "999"
-    hub = parse_manifest({"engine": "llamacpp", "model": "unsloth/Qwen3-0.6B-GGUF:Q4_K_M", "gpus": 0})
-    argv = llamacpp_argv(hub, port=1)
+    assert "--n-gpu-layers" not in f  # no GPUs unless the manifest asks
+    assert f["--n-gpu-layers"] == "999" if (f := flags(server_argv(m.model_copy(update={"gpus": 1}), port=1))) else 0
+    hub = parse_manifest({"engine": "llamacpp", "model": "unsloth/Qwen3-0.6B-GGUF:Q4_K_M"})
+    argv = server_argv(hub, port=1)
     assert argv[1:3] == ["-hf", "unsloth/Qwen3-0.6B-GGUF:Q4_K_M"] and "--n-gpu-layers" not in argv
 
 

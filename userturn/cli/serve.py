@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from userturn.serve.engines import engine_of
     from userturn.serve.k8s_manifests import render_k8s
     from userturn.serve.launcher import dry_run_key, node_plan, plan
     from userturn.serve.manifest import load_manifest
@@ -65,13 +66,18 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_slurm(m))
         return 0
     if args.dry_run:
-        if m.engine == "external":
+        if not engine_of(m).launches:
             print(f"# engine external: nothing to launch; endpoint {m.base_url}")
             return 0
         if m.nnodes > 1:
             _print_nodes(m, node_plan(m, api_key=dry_run_key(m)))
             return 0
-        specs, router = plan(m, api_key=dry_run_key(m))
+        try:  # the file a `pkg:` model names, as the launch would load it (nothing downloaded)
+            model = None if m.command else engine_of(m).resolve_packaged(m)
+        except UserError as exc:
+            model = None
+            print(f"# {exc}")
+        specs, router = plan(m, model=model, api_key=dry_run_key(m))
         for s in [*specs, *([router] if router else [])]:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on {s.url}")
             print(s.shell(redact=False))  # its key is a placeholder (dry_run_key)
@@ -100,11 +106,12 @@ def _print_nodes(m: Manifest, nodes: list[LaunchSpec]) -> None:
 
 
 def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> int:
+    from userturn.serve.engines import engine_of
     from userturn.serve.launcher import launch
     from userturn.serve.process import ServerStartError
 
     with launch(m, log_dir=log_dir, launcher=launcher) as server:
-        if m.engine == "external":
+        if not engine_of(m).launches:
             print(f"external endpoint {server.base_url} (nothing launched)")
             return 0
         for url in server.base_urls:

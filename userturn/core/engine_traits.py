@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-EngineKind = Literal["sglang", "vllm", "llamacpp", "cpu", "external"]
+EngineKind = Literal["sglang", "vllm", "llamacpp", "cpu", "external"]  # "cpu": the embedded engine (`transformers`)
 
 
 class EngineTraits(BaseModel):

@@ -130,7 +130,7 @@ def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tup
             api_key_env=server.api_key_env or source.api_key_env or defaults.API_KEY_ENV,
             api_key_file=None if server.api_key_env else source.api_key_file,  # a launched server's own key wins
             stop=list(probe.stop), stop_token_ids=list(probe.stop_token_ids), extra_body=dict(probe.extra_body),
-            **fields), options
+            engine_traits=server.traits if not source.base_urls else EXTERNAL, **fields), options
 
 
 def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:

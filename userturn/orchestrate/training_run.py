@@ -21,9 +21,9 @@ from pydantic import BaseModel
 from userturn.client.train.data import DataFile, EvalSet
 from userturn.client.train.trainer import BaseModelSource, TrainResult, TrainSettings
 from userturn.core.errors import UserError
+from userturn.serve.engines import ENGINES, engine_of
 from userturn.serve.manifest import Manifest, load_manifest
 
-TRAINABLE_ENGINES = ("transformers", "sglang")  # engines that serve a transformers checkpoint directory
 TRAINING_FILE = "training.json"
 MANIFEST_FILE = "manifest.yaml"
 
@@ -33,9 +33,10 @@ def base_source(manifest: Manifest) -> BaseModelSource:
     from userturn.core.packaged import is_gguf
 
     where = manifest.source or manifest.label
-    if manifest.engine not in TRAINABLE_ENGINES:
+    if not engine_of(manifest).serves_checkpoint:
+        trainable = " or ".join(k for k, e in ENGINES.items() if e.serves_checkpoint)
         raise UserError(f"{where}: engine {manifest.engine!r}: train needs a manifest whose engine serves a "
-                        f"transformers checkpoint ({' or '.join(TRAINABLE_ENGINES)})")
+                        f"transformers checkpoint ({trainable})")
     model = manifest.resolve_path(manifest.model)
     if not model:
         raise UserError(f"{where}: no `model` to train")
@@ -105,8 +106,8 @@ def trained_manifest(base: Manifest, provenance: dict[str, Any], model_name: str
     if data.get("chat_template"):
         data["chat_template"] = base.resolve_path(data["chat_template"])
     data.update(name=label, model="./", served_model_name=model_name)
-    if base.engine == "transformers":
-        data["dtype"] = "float32"  # as saved
+    if not engine_of(base).uses_gpus:
+        data["dtype"] = "float32"  # as saved: a CPU engine loads it as it is
     probe = dict(data.get("probe") or {})
     probe["tokenizer"] = "./"
     if probe.get("chat_template"):
