@@ -66,7 +66,7 @@ def check(m: Manifest, n: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--model", default="Qwen/Qwen3-0.6B")
     ap.add_argument("--gguf", default=None, help="a GGUF file for llama.cpp")
     ap.add_argument("--engines", default="sglang,vllm,llamacpp")

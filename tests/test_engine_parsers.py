@@ -40,7 +40,7 @@ def test_sglang_argv_parses_with_server_args() -> None:
 
     for m in manifests("sglang", {"model": "m", "deterministic": True, "api_key": "generate"},
                        {"model": "m", "nnodes": 2, "tp_size": 2, "dist_init_addr": "10.0.0.1:5000"}):
-        parser = argparse.ArgumentParser()
+        parser = argparse.ArgumentParser(allow_abbrev=False)
         ServerArgs.add_cli_args(parser)
         argv = server_argv(m, port=30000, python="python", api_key=KEY if m.api_key else None, node_rank=0)
         args = parser.parse_args(argv[3:])
