@@ -32,7 +32,7 @@ from userturn.judges.report import GroupSummary, summarise_file
 from userturn.core.errors import UserError
 from userturn.core.records import ConfigLine, ProbeRecord
 from userturn.core.results_files import configs_of, read_results, results_files
-from userturn.core.taxonomy import FOLLOWUP
+from userturn.core.taxonomy import is_followup
 
 ERROR_VALUE = "error"  # a failed verdict's score value: no label is called that
 HUMAN_TURN = "second_turn"  # meta key of the dataset's human-written next user turn (MT-Bench)
@@ -103,7 +103,7 @@ def _scores(inspect_ai: Any, record: ProbeRecord) -> dict[str, Any]:
         why = deciding.rationale if deciding else None
         scores["label"] = score(value=record.label, answer=record.user_turn, explanation=why,
                                 metadata={"label_source": record.label_source, "judge_panel": record.judge_panel})
-        scores["genuine_followup"] = score(value=int(record.label == FOLLOWUP), answer=record.user_turn,
+        scores["genuine_followup"] = score(value=int(is_followup(record.label)), answer=record.user_turn,
                                            explanation=why)
     for verdict in record.judges:
         name = verdict.judge if verdict.judge not in scores else f"judge:{verdict.judge}"
