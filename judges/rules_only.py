@@ -4,6 +4,8 @@ gets it with `judges: [{model: rules}]`; every record no rule labels stays *unju
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from userturn.judges.panel import JudgeCounters
 from userturn.judges.prelabel import prelabel
 
@@ -25,6 +27,10 @@ class RulesOnly:
         out.label, out.label_source, out.judge_status = verdict.label, "rule", "ok"
         self.counters.rule_labels += 1
         return out
+
+    def pending_judgements(self, path: str, keys: Collection[str]) -> None:
+        """None: the rules label each record as it is written and keep no backlog."""
+        return None
 
     async def check(self) -> None:
         return None

@@ -108,9 +108,9 @@ def test_a_sampling_option_reaches_the_request_body_and_the_configuration_from_i
     session = TargetSession(ProbeTarget(base_urls=[], model="m"), resolve([layer]))
     settings = session.settings(dataset="d", mode="raw", perturbations=["none"], assistant_from="dataset")
     run = ProbeRun([], settings, endpoints=[], renderer=ChatMLRenderer(), out_path="unused.jsonl", progress=False)
-    body, _, _ = run._payload_base([Message(role="user", content="Q"), Message(role="assistant", content="A")])
+    body, _, _ = run.requests.payload_base([Message(role="user", content="Q"), Message(role="assistant", content="A")])
     assert body[name] == value
-    assert run.configs["none"][name] == value
+    assert run.requests.configs["none"][name] == value
     assert name in OWN_FIELDS  # extra_body cannot replace it unseen
 
 
@@ -118,7 +118,7 @@ def test_an_unset_sampling_option_is_sent_at_the_engines_neutral_value_or_not_at
     """An external endpoint's neutral sampler is top_p=1 alone: top_k and min_p, which it may not accept, stay out."""
     settings = ProbeSettings(model="m", dataset="d")
     run = ProbeRun([], settings, endpoints=[], renderer=ChatMLRenderer(), out_path="unused.jsonl", progress=False)
-    body, _, _ = run._payload_base([Message(role="user", content="Q"), Message(role="assistant", content="A")])
+    body, _, _ = run.requests.payload_base([Message(role="user", content="Q"), Message(role="assistant", content="A")])
     assert body["top_p"] == 1.0 and "top_k" not in body and "min_p" not in body
     assert body["max_tokens"] == defaults.MAX_TOKENS
 

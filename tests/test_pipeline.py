@@ -27,9 +27,15 @@ class ChatMLRenderer:
     """Test double with the pipeline's Renderer shape (the real one is client.render.templates.PromptRenderer)."""
 
     template_sha256 = "t" * 64
+    engine = "jinja"
+    name = "chatml"
+    info = None  # not replayable
+    special_tokens = None  # none checked
+
     def __init__(self) -> None:
         self.stop = ["<|im_end|>"]
         self.stop_token_ids = [7]
+        self.token_ids: dict[str, int] = {}
 
     def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str:
         body = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
@@ -289,6 +295,9 @@ class CountingJudge:
         return record.model_copy(update={"label": label, "label_source": "judge",
                                          "judge_status": "ok" if label else "error"})
 
+    def pending_judgements(self, path, keys):
+        return None
+
 
 async def test_inline_judge_hook_and_perturbations_in_keys(tmp_path):
     def perturb(name, messages, *, seed, pool, **_):
@@ -401,6 +410,9 @@ class UnreachableJudge:
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord:
         raise EndpointError("cannot reach http://judge.test/v1")
+
+    def pending_judgements(self, path, keys):
+        return None
 
 
 async def test_unreachable_judge_keeps_the_generation_and_stops(tmp_path):

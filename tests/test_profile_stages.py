@@ -15,9 +15,9 @@ STACKS = "\n".join([
     f"{LOOP};ProbeRun._worker (client/probe/pipeline.py:155);ProbeRun._jobs (client/probe/pipeline.py:44);"
     "PromptRenderer._render (client/render/templates.py:290);root (<template>:30) 30",  # render inside the jobs
     f"{LOOP};ProbeRun._worker (client/probe/pipeline.py:155);ProbeRun._jobs (client/probe/pipeline.py:44) 5",
-    f"{LOOP};ProbeRun._worker (client/probe/pipeline.py:155);RequestBuilder._probe (client/probe/requests.py:120);"
+    f"{LOOP};ProbeRun._worker (client/probe/pipeline.py:155);RequestBuilder.probe (client/probe/requests.py:120);"
     "Endpoint.post_json (client/http/endpoint.py:330);AsyncRetrying.__anext__ (tenacity/asyncio/__init__.py:10) 15",
-    f"{LOOP};ProbeRun._worker (client/probe/pipeline.py:155);RequestBuilder._probe (client/probe/requests.py:120);"
+    f"{LOOP};ProbeRun._worker (client/probe/pipeline.py:155);RequestBuilder.probe (client/probe/requests.py:120);"
     "Endpoint.post_json (client/http/endpoint.py:330);Endpoint._attempt (client/http/endpoint.py:245);"
     "send (userturn/client/http/http_client.py:124);AsyncClient.send (httpx/_client.py:1594) 40",  # wheel layout
 ])

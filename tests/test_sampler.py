@@ -41,7 +41,7 @@ QA = [Message(role="user", content="Q"), Message(role="assistant", content="A")]
 
 def body_and_config(s) -> tuple[dict, dict]:
     run = ProbeRun([], s, endpoints=[], renderer=ChatMLRenderer(), out_path="unused.jsonl", progress=False)
-    return run._payload_base(QA)[0], run.configs["none"]
+    return run.requests.payload_base(QA)[0], run.requests.configs["none"]
 
 
 # ----- the sampler sent and recorded ------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ def test_another_sampler_is_another_configuration(change):
                     progress=False)
     other = ProbeRun([], settings(**{"engine_traits": VLLM, **change}), endpoints=[], renderer=ChatMLRenderer(),
                      out_path="x.jsonl", progress=False)
-    assert base.fingerprints["none"] != other.fingerprints["none"]
+    assert base.requests.fingerprints["none"] != other.requests.fingerprints["none"]
 
 
 async def test_a_run_states_its_sampler_on_the_wire_and_in_its_configuration_line(tmp_path):
@@ -231,7 +231,7 @@ def test_too_many_stops_for_an_endpoint_that_ignores_ids_are_refused_before_any_
     # an external endpoint the user says honours stop_token_ids (--send-stop-token-ids) gets the ids instead
     run = ProbeRun([], settings(send_stop_token_ids=True), endpoints=[], renderer=GlmRenderer(), out_path="x.jsonl",
                    progress=False)
-    assert run._payload_base(QA)[0]["stop"] == GLM_STOPS[:4]
+    assert run.requests.payload_base(QA)[0]["stop"] == GLM_STOPS[:4]
 
 
 # ----- what a self-describing server reports --------------------------------------------------------------------

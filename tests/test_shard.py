@@ -222,10 +222,15 @@ class _Renderer:
     """The pipeline's Renderer shape (client.probe.settings.Renderer), enough to plan a run."""
 
     template_sha256 = "t" * 64
+    engine = "jinja"
+    name = "chatml"
+    info = None  # not replayable
+    special_tokens = None  # none checked
 
     def __init__(self) -> None:
         self.stop = ["<|im_end|>"]
         self.stop_token_ids: list[int] = []
+        self.token_ids: dict[str, int] = {}
 
     def user_turn_prompt(self, messages: list, *, cache: bool = True) -> str:
         return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
@@ -254,4 +259,4 @@ def test_a_reused_model_turn_comes_from_the_items_own_record_whatever_the_file_o
              for i in range(2)]
     run = ProbeRun(items, ProbeSettings(model="m", dataset="d", assistant_from="model"), endpoints=[],
                    renderer=_Renderer(), out_path=str(out), progress=False)
-    assert run._reusable_answers() == {"q0": ("A0", "length")}
+    assert run.assistant.reusable_answers() == {"q0": ("A0", "length")}

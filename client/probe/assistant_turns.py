@@ -1,22 +1,21 @@
 """The assistant turn each item is probed with: the dataset's own, or the model's (generated once, reused from
-earlier runs of the same settings), and the task score of the turn probed."""
+earlier runs of the same settings)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
-from userturn.client.http.endpoint import EndpointError, RequestFailed
+from userturn.client.http.endpoint import Endpoint, EndpointError, RequestFailed
 from userturn.client.http.replies import reasoning_text
 from userturn.client.probe.perturbations import needs_partner
 from userturn.client.probe.perturbations.base import PARTNER_META
-from userturn.client.probe.planning import Planner
 from userturn.client.probe.seeds import sample_seed
-from userturn.client.probe.settings import AssistantTurn
+from userturn.client.probe.settings import AssistantTurn, ProbeSettings
 
 from userturn.core.fingerprint import ASSISTANT_SETTINGS
 from userturn.core.jsonl import config_line, iter_lines, legacy_config
@@ -25,23 +24,30 @@ from userturn.core.text import content_text, reasoning_of, strip_reasoning
 from userturn.core.workers import run_all
 
 
-class AssistantTurns(Planner):
-    """Assistant turns: taken, generated or reused; scored."""
+class AssistantTurns:
+    """Assistant turns: taken from the dataset, generated on the next of `endpoints` (a cycle the run shares with its
+    requests), or reused from the results file `out_path` where `config` (the run's first configuration) agrees on
+    the assistant settings."""
 
-    # ----- the assistant turn ---------------------------------------------------------------------------------
-    async def _assistant_turns(self) -> dict[str, AssistantTurn]:
-        """The model's assistant turn of every item of the run, and the turn of every partner (which may lie
-        outside it). Dataset turns of the run's own items are taken when the item is probed (`_turn`), so a run
-        over a dataset kept on disk holds no per-item state."""
+    def __init__(self, settings: ProbeSettings, *, endpoints: Iterator[Endpoint], out_path: str,
+                 config: Mapping[str, Any]) -> None:
+        self.settings = settings
+        self._next_endpoint = endpoints
+        self.out_path = out_path
+        self._config = config
+
+    async def collect(self, items: Sequence[DatasetItem], partners: Mapping[str, str],
+                      pool_item: Callable[[str], DatasetItem]) -> dict[str, AssistantTurn]:
+        """The model's assistant turn of every one of `items`, and the turn of every partner (which may lie outside
+        them: `pool_item` finds it). Dataset turns of the run's own items are taken when the item is probed
+        (`turn`), so a run over a dataset kept on disk holds no per-item state."""
         s = self.settings
         turns: dict[str, AssistantTurn] = {}
         needed: list[DatasetItem] = []
-        if self._ring is not None:
-            self._partners = {item.id: p for item in self.items if (p := self._partner(item)) is not None}
-        wanted = {item.id: item for item in self.items} if s.assistant_from == "model" else {}
-        for partner in self._partners.values():
-            wanted.setdefault(partner, self._pool[partner])
-        reuse = self._reusable_answers() if s.assistant_from == "model" else {}
+        wanted = {item.id: item for item in items} if s.assistant_from == "model" else {}
+        for partner in partners.values():
+            wanted.setdefault(partner, pool_item(partner))
+        reuse = self.reusable_answers() if s.assistant_from == "model" else {}
         for item in wanted.values():
             if s.assistant_from == "dataset":
                 turns[item.id] = self._dataset_turn(item)
@@ -56,7 +62,7 @@ class AssistantTurns(Planner):
                 turns[item.id] = turn
         return turns
 
-    def _turn(self, item: DatasetItem, turns: dict[str, AssistantTurn]) -> AssistantTurn:
+    def turn(self, item: DatasetItem, turns: Mapping[str, AssistantTurn]) -> AssistantTurn:
         """The assistant turn `item` is probed with: generated (or looked up) earlier, or its dataset's own."""
         return turns.get(item.id) or self._dataset_turn(item)
 
@@ -85,13 +91,13 @@ class AssistantTurns(Planner):
             except (orjson.JSONDecodeError, ValidationError):
                 continue
 
-    def _reusable_answers(self) -> dict[str, tuple[str, str | None]]:
+    def reusable_answers(self) -> dict[str, tuple[str, str | None]]:
         """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in
         earlier runs (records' `meta.assistant_turn`, partner-needing records' partner turns), so a resumed run
         probes the same turns. An item's own record wins over a partner's (it alone has the finish reason) in any
         file order."""
         s = self.settings
-        mine = self.configs[s.perturbations[0]]
+        mine = self._config
         reuse: dict[str, tuple[str, str | None]] = {}
         partners: dict[str, tuple[str, str | None]] = {}
         configs: dict[str, dict[str, Any]] = {}
@@ -114,13 +120,6 @@ class AssistantTurns(Planner):
                     and record.messages[-1].role == "assistant"):
                 partners.setdefault(partner, (record.messages[-1].content, None))
         return {**partners, **reuse}
-
-    def _score(self, item: DatasetItem, messages: list[Message]) -> tuple[bool | None, dict[str, float] | None]:
-        """Task accuracy of the assistant turn actually probed (after perturbation): (None, None) without a scorer,
-        and without an assistant turn (`remove`)."""
-        if self.scorer is None or not messages or messages[-1].role != "assistant":
-            return None, None
-        return self.scorer(self.settings.dataset, item, strip_reasoning(messages[-1].content))
 
     def _history(self, item: DatasetItem) -> list[Message]:
         """The conversation the model answers: everything up to (not including) a final assistant turn."""

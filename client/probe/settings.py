@@ -3,26 +3,41 @@ shapes) and the small values its stages pass on (`Job`, `AssistantTurn`, `ProbeS
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import Field
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import Perturbed
+from userturn.client.render.special_tokens import SpecialTokens
 
 from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.options import ProbeOptions, sampler_names, sent_names
-from userturn.core.records import Message, ProbeRecord
+from userturn.core.records import Message, ProbeRecord, RendererInfo
 
 
 class Renderer(Protocol):
-    """What the pipeline needs from a chat-template renderer (client.render.templates.PromptRenderer)."""
+    """What the pipeline needs from a chat-template renderer (client.render.templates.PromptRenderer): what it
+    records (`template_sha256`, `engine`, `info`: None for a renderer that cannot be replayed), its stops and the
+    single-token texts a stop may be sent as (`token_ids`), its `name` (the tokenizer, named in errors) and the
+    special tokens content must not hold (None: none checked)."""
 
     template_sha256: str
     stop: list[str]
     stop_token_ids: list[int]
+    engine: str
+    name: str
+
+    @property
+    def token_ids(self) -> Mapping[str, int]: ...
+
+    @property
+    def info(self) -> RendererInfo | None: ...
+
+    @property
+    def special_tokens(self) -> SpecialTokens | None: ...
 
     def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str: ...
 
@@ -37,15 +52,26 @@ class JudgeCounts(Protocol):
     rule_labels: int
 
 
+class JudgeBacklog(Protocol):
+    """The ok records of a results file a judge hook has still to label (a `judges.backlog.JudgingScan`)."""
+
+    @property
+    def todo(self) -> Sized: ...
+
+    def records(self) -> Iterator[ProbeRecord]: ...
+
+
 class JudgeHook(Protocol):
     """Labels a record as it is written (a `userturn.judges.panel.JudgePanel`) and counts what it labelled (the run
-    reports `counters`). A hook that also has `pending_judgements(path, keys)` (a `judges.backlog.JudgingScan`) gets
-    the file's ok records it has not labelled yet judged on a rerun. The pipeline never imports the judges."""
+    reports `counters`); `pending_judgements(path, keys)` gives the file's ok records among `keys` it has not labelled
+    yet (judged on a rerun), or None when it keeps no such backlog. The pipeline never imports the judges."""
 
     @property
     def counters(self) -> JudgeCounts: ...
 
     async def judge(self, record: ProbeRecord) -> ProbeRecord: ...
+
+    def pending_judgements(self, path: str, keys: Collection[str]) -> JudgeBacklog | None: ...
 
 
 PerturbFn = Callable[..., Perturbed | list[Message]]

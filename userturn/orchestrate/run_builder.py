@@ -234,12 +234,9 @@ def assistant_source(items: Sequence[DatasetItem], choice: Literal["dataset", "m
     `how`: the flag or key that chooses model-written turns, named in the message."""
     if choice == "model":
         return "model"
-    counted = getattr(items, "first_open", None)  # known without parsing for a file kept on disk
-    if counted is not None:
-        open_items = counted()
-    else:
-        found = [item for item in items if not item.ends_with_assistant]
-        open_items = (len(found), found[0].id, found[0].where) if found else None
+    from userturn.client.data.item_source import item_source
+
+    open_items = item_source(items).first_open()  # known without parsing for a file kept on disk
     if open_items is None:
         return "dataset"
     count, first, where = open_items
