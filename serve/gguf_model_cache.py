@@ -8,7 +8,6 @@ Folders are staged and renamed into place: of two engines converting at once the
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from userturn.core.files import cache_root, file_sha256, publish_folder
+from userturn.core.version import library_versions
 
 MARKER = "userturn_gguf_model.txt"
 LIBRARIES = ("torch", "transformers", "gguf", "safetensors")
@@ -43,19 +43,9 @@ def remembered_sha256(path: Path) -> str:
     return sha
 
 
-def library_versions() -> str:
-    versions = []
-    for name in LIBRARIES:
-        try:
-            versions.append(f"{name}={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{name}=none")
-    return " ".join(versions)
-
-
 def cache_key(path: Path, dtype: str) -> str:
     """What the converted folder depends on: the file's bytes, the dtype and the library versions."""
-    text = f"{remembered_sha256(path)}\0{dtype}\0{library_versions()}"
+    text = f"{remembered_sha256(path)}\0{dtype}\0{library_versions(LIBRARIES)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -85,7 +75,7 @@ def converted_model_dir(path: Path, dtype: Any, dtype_name: str,
     if (target / MARKER).is_file():
         return target, True
     publish_folder(target, lambda staging: convert(path, dtype, staging), MARKER,
-                   f"{path}\n{dtype_name}\n{library_versions()}\n")
+                   f"{path}\n{dtype_name}\n{library_versions(LIBRARIES)}\n")
     return target, False
 
 

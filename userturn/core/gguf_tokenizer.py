@@ -19,6 +19,7 @@ from userturn.core.errors import UserError
 from userturn.core.files import cache_root, publish_folder
 from userturn.core.gguf_pretokenizers import apply_pre_tokenizer, pre_tokenizer_for
 from userturn.core.packaged import resolve
+from userturn.core.version import library_versions
 
 MARKER = "userturn_gguf_source.txt"
 CONVERSION = "llama.cpp-pre-tokenizer-1"  # part of the cache key: change it whenever the conversion changes
@@ -33,20 +34,10 @@ def gguf_file(name: str) -> Path:
     return path.resolve()
 
 
-def _versions() -> str:
-    versions = []
-    for name in LIBRARIES:
-        try:
-            versions.append(f"{name}={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{name}=none")
-    return " ".join(versions)
-
-
 def cache_key(path: Path) -> str:
     """What a converted folder depends on: the file (path, size, mtime), `CONVERSION` and the libraries' versions."""
     stat = path.stat()
-    text = f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0{CONVERSION}\0{_versions()}"
+    text = f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0{CONVERSION}\0{library_versions(LIBRARIES)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
