@@ -2,7 +2,8 @@
 local stand-ins, offline: SGLang is tests/standins/sglang (first on PYTHONPATH, so userturn's own
 `python -m sglang.launch_server` launches it, with its API key), the hub tokenizers and datasets are written into
 a fresh HF_HOME (tests/paper_standins.py) where the real tokenizer code and the real loaders read them with
-HF_HUB_OFFLINE=1, and the judge is tests/fixtures/judges/judge_server.py on the experiment's own 127.0.0.1:31000.
+HF_HUB_OFFLINE=1, and the judge is tests/fixtures/judges/judge_server.py on the experiment's own 127.0.0.1:31000
+(another port, in a copy of the file, where that one is taken).
 
 Two of the eleven models: qwen3.5-0.8b (a chat template, rendered by Jinja) and gpt-oss-20b (harmony), the two
 ways the grid renders prompts; the other Qwen3.5 and gpt-oss manifests differ from these only in size and GPUs,
@@ -39,16 +40,29 @@ def port_taken(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.fixture
-def judge() -> Iterator[subprocess.Popen[str]]:
+def experiment(tmp_path: Path) -> Iterator[Path]:
+    """experiments/paper.yaml with the stand-in judge on its own port, 31000; where another process holds that
+    port, a copy in tmp_path that differs only in the judge's port (and manifest paths made absolute)."""
+    port, path = JUDGE_PORT, ROOT / "experiments" / "paper.yaml"
     if port_taken(JUDGE_PORT):
-        pytest.skip(f"127.0.0.1:{JUDGE_PORT} (the paper's judge) is taken by another process")
+        port, text = free_port(), path.read_text()
+        assert text.count(f"127.0.0.1:{JUDGE_PORT}/v1") == 1
+        path = tmp_path / "paper.yaml"
+        path.write_text(text.replace("../manifests/", f"{ROOT / 'manifests'}/")
+                        .replace(f"127.0.0.1:{JUDGE_PORT}/v1", f"127.0.0.1:{port}/v1"))
     process = subprocess.Popen([sys.executable, str(TESTS / "fixtures" / "judges" / "judge_server.py"), "--port",
-                                str(JUDGE_PORT), "--model", "gpt-oss-120b"], stdout=subprocess.PIPE, text=True)
+                                str(port), "--model", "gpt-oss-120b"], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], 30)
     assert ready and process.stdout.readline().startswith("READY"), "the stand-in judge did not start"
-    yield process
+    yield path
     process.terminate()
     process.wait(timeout=10)
 
@@ -79,7 +93,7 @@ def planned_records() -> int:
     return per_model * len(MODELS)
 
 
-def test_the_paper_grid_runs_limited_on_local_standins(tmp_path: Path, judge: subprocess.Popen[str]) -> None:
+def test_the_paper_grid_runs_limited_on_local_standins(tmp_path: Path, experiment: Path) -> None:
     offline_hub(tmp_path / "hf")
     punkt_tab(tmp_path / "nltk_data")
     launches = tmp_path / "launches.jsonl"
@@ -87,7 +101,7 @@ def test_the_paper_grid_runs_limited_on_local_standins(tmp_path: Path, judge: su
            "PYTHONPATH": os.pathsep.join([str(TESTS / "standins"), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "STANDIN_LAUNCHES": str(launches), "USERTURN_CACHE_DIR": str(tmp_path / "cache"),
            "NLTK_DATA": str(tmp_path / "nltk_data"), "TMPDIR": str(tmp_path)}  # TMPDIR: the servers' logs
-    command = [sys.executable, "-m", "userturn", "run", "experiments/paper.yaml", "--out-dir", str(tmp_path / "runs"),
+    command = [sys.executable, "-m", "userturn", "run", str(experiment), "--out-dir", str(tmp_path / "runs"),
                "--no-progress", "--limit", str(LIMIT), *(f"--model={m}" for m in MODELS)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
