@@ -39,12 +39,6 @@ def planned_groups(model: str, exp: Experiment, datasets: Sequence[DatasetPart],
             for mode in exp.modes for perturbation in exp.perturbations}
 
 
-def planned_keys(model: str, exp: Experiment, datasets: Sequence[DatasetPart], temperatures: Sequence[float],
-                 samples: int) -> list[str]:
-    """Every record key one model's runs plan, in run order."""
-    return [key for _, keys in planned_groups(model, exp, datasets, temperatures, samples).values() for key in keys]
-
-
 def _not_applicable(item: Any, perturbation: str, unperturbed: ProbeRecord | None, seed: int) -> bool:
     """Whether `perturbation` does not apply to the item's conversation as its `none` record holds it, decided
     offline as the probe decides it (False when that needs the server or another item's turn)."""
