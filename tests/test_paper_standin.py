@@ -103,6 +103,11 @@ def test_the_paper_grid_runs_limited_on_local_standins(tmp_path: Path, experimen
            "NLTK_DATA": str(tmp_path / "nltk_data"), "TMPDIR": str(tmp_path)}  # TMPDIR: the servers' logs
     command = [sys.executable, "-m", "userturn", "run", str(experiment), "--out-dir", str(tmp_path / "runs"),
                "--no-progress", "--limit", str(LIMIT), *(f"--model={m}" for m in MODELS)]
+    preview = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                             env=env)
+    assert preview.returncode == 0, preview.stderr[-4000:]
+    assert "items: gsm8k 5, ifeval 5, mt-bench 5, healthbench 5, coval 5\nrecords planned: 4000\n" in preview.stdout
+    assert "endpoints: 1 of 1 judges reachable" in preview.stdout and not launches.exists()
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     results = tmp_path / "runs" / "paper" / "results.jsonl"
@@ -116,6 +121,8 @@ def test_the_paper_grid_runs_limited_on_local_standins(tmp_path: Path, experimen
     assert {r["dataset"] for r in records} == {"gsm8k", "ifeval", "mt-bench", "healthbench", "coval"}
     assert {r["temperature"] for r in records} == {0.3, 0.6, 1.0, 1.2}
     assert f"({planned_records()} new ok, 0 errors, 0 already done)" in done.stderr
+    # the plan's 4000 (every perturbation of every item) less the samples whose perturbation does not apply
+    assert f"{4000 - planned_records()} samples skipped: their perturbation does not apply" in done.stderr
     assert "Traceback" not in done.stderr
     # the servers userturn launched: SGLang's flags, its own key, the manifests' settings
     started = [json.loads(line)["parsed"] for line in launches.read_text().splitlines()]
