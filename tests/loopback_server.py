@@ -12,7 +12,12 @@ It prints ``READY <port>`` on stdout once listening (port 0 picks a free port). 
 * ``POST /v1/completions`` and ``POST /v1/chat/completions``: a short deterministic reply derived from the
   prompt (or the last message), ``finish_reason`` "stop", ``matched_stop`` "<|im_end|>", usage with token
   counts of about len/4, ``n`` choices when ``n`` is given; ``max_tokens`` cuts the reply (finish "length").
-* ``GET /v1/models``, ``GET /health``, ``GET /stats`` (request counters as JSON).
+* ``GET /v1/models``, ``GET /health``, ``GET /health_generate`` (SGLang's), ``GET /stats`` (request counters as
+  JSON), and with ``--model-path P`` SGLang's ``GET /model_info`` (``{"model_path": P, ...}``).
+
+``--sglang`` answers as SGLang does: ``matched_stop`` is the first of the request's ``stop_token_ids`` (else its
+first ``stop`` string), and an assistant turn asked for (a chat completion, or a prompt that ends at an assistant
+header) is an answer that states a number ("... The answer is N.") instead of a user turn.
 
 Fault injection applies to the first N POSTs: an HTTP status (with an optional Retry-After), a dropped
 connection, a truncated JSON body, a reply slower than ``--slow-ms``, a 200 with ``choices: []``, or a 200 whose
@@ -62,6 +67,8 @@ class ServerConfig(BaseModel):
     huge_bytes: int = Field(default=50_000_000, ge=0, description="text length of a 'huge' fault's reply")
     model: str = "loopback"
     hang_after: int | None = Field(default=None, ge=0, description="answer this many POSTs, then hang on every other")
+    model_path: str | None = Field(default=None, description="weights named by GET /model_info (SGLang's route)")
+    sglang: bool = Field(default=False, description="SGLang's matched_stop; assistant turns answered with a number")
 
 
 def reply_text(source: str, index: int = 0) -> str:
@@ -72,28 +79,53 @@ def reply_text(source: str, index: int = 0) -> str:
     return f"Thanks. Could you say more about {tail}?{suffix}"
 
 
+ASSISTANT_HEADER = re.compile(r"(?:<\|im_start\|>|<\|start\|>)assistant(?:<\|channel\|>\w+<\|message\|>)?\s*"
+                              r"(?:<think>\s*</think>\s*)?$")
+
+
+def assistant_text(source: str) -> str:
+    """A short deterministic assistant answer to `source` that states a numeric final answer."""
+    words = SPECIAL_TOKEN.sub(" ", source).split()
+    return f"Working through: {' '.join(words[-5:])}. The answer is {len(words) % 50 + 2}."
+
+
 def approx_tokens(text: str) -> int:
     """Token count stand-in: about four characters per token, at least one."""
     return max(1, len(text) // 4)
 
 
-def _cut(text: str, max_tokens: Any) -> tuple[str, str, str | None]:
+def _cut(text: str, max_tokens: Any) -> tuple[str, str, str | int | None]:
     """(text, finish_reason, matched_stop) after applying `max_tokens`."""
     if isinstance(max_tokens, int) and max_tokens > 0 and approx_tokens(text) > max_tokens:
         return text[: max_tokens * 4], "length", None
     return text, "stop", STOP_TOKEN
 
 
-def completion_body(payload: dict[str, Any], serial: int, model: str) -> dict[str, Any]:
-    """The /v1/completions answer for `payload`."""
+def sglang_matched_stop(payload: dict[str, Any]) -> str | int:
+    """What SGLang reports as `matched_stop`: the stop token id or string that ended the generation."""
+    for field in ("stop_token_ids", "stop"):
+        given = payload.get(field)
+        if isinstance(given, list) and given:
+            return given[0]
+        if isinstance(given, str | int) and not isinstance(given, bool):
+            return given
+    return STOP_TOKEN
+
+
+def completion_body(payload: dict[str, Any], serial: int, model: str, sglang: bool = False) -> dict[str, Any]:
+    """The /v1/completions answer for `payload` (`sglang`: as SGLang answers, see the module docstring)."""
     prompt = payload.get("prompt") or ""
     if isinstance(prompt, list):
         prompt = " ".join(str(p) for p in prompt)
     n = int(payload.get("n") or 1)
     choices = []
     completion_tokens = 0
+    answering = sglang and ASSISTANT_HEADER.search(str(prompt)) is not None
     for i in range(n):
-        text, finish, matched = _cut(reply_text(str(prompt), i), payload.get("max_tokens"))
+        text = assistant_text(str(prompt)) if answering else reply_text(str(prompt), i)
+        text, finish, matched = _cut(text, payload.get("max_tokens"))
+        if sglang and matched is not None:
+            matched = sglang_matched_stop(payload)
         completion_tokens += approx_tokens(text)
         choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": matched})
     prompt_tokens = approx_tokens(str(prompt))
@@ -108,8 +140,8 @@ def completion_body(payload: dict[str, Any], serial: int, model: str) -> dict[st
     }
 
 
-def chat_body(payload: dict[str, Any], serial: int, model: str) -> dict[str, Any]:
-    """The /v1/chat/completions answer for `payload`."""
+def chat_body(payload: dict[str, Any], serial: int, model: str, sglang: bool = False) -> dict[str, Any]:
+    """The /v1/chat/completions answer for `payload` (`sglang`: an assistant answer that states a number)."""
     messages = payload.get("messages") or []
     last = str(messages[-1].get("content") or "") if messages and isinstance(messages[-1], dict) else ""
     everything = " ".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
@@ -117,7 +149,9 @@ def chat_body(payload: dict[str, Any], serial: int, model: str) -> dict[str, Any
     choices = []
     completion_tokens = 0
     for i in range(n):
-        text, finish, matched = _cut(reply_text(last, i), payload.get("max_tokens"))
+        text, finish, matched = _cut(assistant_text(last) if sglang else reply_text(last, i), payload.get("max_tokens"))
+        if sglang and matched is not None:
+            matched = sglang_matched_stop(payload)
         completion_tokens += approx_tokens(text)
         choices.append({"index": i, "message": {"role": "assistant", "content": text},
                         "finish_reason": finish, "matched_stop": matched})
@@ -218,8 +252,8 @@ def build_app(config: ServerConfig) -> Any:
         if config.latency_ms:
             await asyncio.sleep(config.latency_ms / 1000)
         serial = counts[kind]
-        body = completion_body(payload, serial, config.model) if kind == "completions" else \
-            chat_body(payload, serial, config.model)
+        body = completion_body(payload, serial, config.model, config.sglang) if kind == "completions" else \
+            chat_body(payload, serial, config.model, config.sglang)
         counts["answered"] += 1
         return json_response(body)
 
@@ -240,6 +274,17 @@ def build_app(config: ServerConfig) -> Any:
         counts["health"] += 1
         return json_response({"status": "ok"})
 
+    async def health_generate(request: web.Request) -> web.Response:
+        counts["health_generate"] += 1
+        return web.Response(status=200)
+
+    async def model_info(request: web.Request) -> web.Response:
+        counts["model_info"] += 1
+        if (denied := unauthorized(request)) is not None:
+            return denied
+        return json_response({"model_path": config.model_path, "tokenizer_path": config.model_path,
+                              "is_generation": True})
+
     async def stats(request: web.Request) -> web.Response:
         return json_response(dict(counts))
 
@@ -249,7 +294,9 @@ def build_app(config: ServerConfig) -> Any:
         web.post("/v1/chat/completions", chat),
         web.get("/v1/models", models),
         web.get("/health", health),
+        web.get("/health_generate", health_generate),
         web.get("/stats", stats),
+        *([web.get("/model_info", model_info)] if config.model_path is not None else []),
     ])
     return app
 
@@ -288,6 +335,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--huge-bytes", type=int, default=50_000_000, help="text length of a 'huge' fault's reply")
     parser.add_argument("--model", default="loopback")
     parser.add_argument("--hang-after", type=int, default=None, help="answer N POSTs, then hang on every other")
+    parser.add_argument("--model-path", default=None, help="weights named by GET /model_info (SGLang's route)")
+    parser.add_argument("--sglang", action="store_true",
+                        help="SGLang's matched_stop; prompts ending at an assistant header answered with a number")
     args = parser.parse_args(argv)
     return ServerConfig(**vars(args))
 

@@ -116,3 +116,34 @@ def test_the_paper_grid_previews_offline(tmp_path: Path) -> None:
     judge = [line for line in problems if ": judges.0 (gpt-oss-120b): " in line]  # port 31000 may be taken
     assert ("endpoints: 0 of 1 judges reachable" in out) == (len(judge) == 1)
     assert "Traceback" not in err
+
+
+def test_a_resumed_run_whose_missing_records_are_perturbations_that_do_not_apply_starts_no_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """wrong_answer applies to an item whose assistant turn states a number, not to the others: their keys stay
+    missing, and the resume knows that offline from each item's `none` record."""
+    with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="mock-b")) as server:
+        path = grid(tmp_path, server.base_url, endpoint_model=False)
+        data = tmp_path / "data.jsonl"
+        data.write_text("".join(json.dumps({"id": f"i{n}", "answer": "7", "messages": [
+            {"role": "user", "content": f"q{n}"},
+            {"role": "assistant", "content": "The answer is 4." if n == 0 else "I am not sure."}]}) + "\n"
+            for n in range(5)))
+        path.write_text(path.read_text() + "perturbations: [none, wrong_answer]\n")
+        out = tmp_path / "runs"
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        records, _ = read_records(out / "g" / "results.jsonl")
+        assert sorted(k for k in records if "wrong_answer" in k) == ["mock-b|data|i0|raw|wrong_answer|t=0.5|s=0"]
+        assert len(records) == 5 + 1
+        capsys.readouterr()
+        before = len(server.requests)
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        assert len(server.requests) == before, err
+        assert "b: all 6 records are done with these settings; its server is not started" in err
+        # the none record of an item gone: the resume cannot tell offline, so the server is started
+        lines = (out / "g" / "results.jsonl").read_text().splitlines()
+        kept = [line for line in lines if '"mock-b|data|i3|raw|none|' not in line]
+        (out / "g" / "results.jsonl").write_text("\n".join(kept) + "\n")
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        assert len(server.requests) > before and "(1 new ok, 0 errors, 5 already done)" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from userturn.core.options import is_neutral, sampler_names
-from userturn.core.records import record_key
+from userturn.core.records import ProbeRecord, record_key
 from userturn.orchestrate.experiment import Experiment, ModelEntry, expand_assistant_samples, target_source
 
 
@@ -25,12 +25,37 @@ class DatasetPart(Protocol):
     def items(self) -> Sequence[Any]: ...
 
 
-def planned_keys(model: str, exp: Experiment, datasets: Sequence[DatasetPart], temperatures: Sequence[float],
-                 samples: int) -> list[str]:
-    """Every record key one model's runs plan (every item, mode, perturbation, temperature and sample)."""
-    return [record_key(model, data.name, item.id, perturbation, t, k, mode)
+Group = tuple[str, str, str, str]  # (dataset, item id, mode, perturbation): the keys of one perturbed conversation
+
+
+def planned_groups(model: str, exp: Experiment, datasets: Sequence[DatasetPart], temperatures: Sequence[float],
+                   samples: int) -> dict[Group, tuple[Any, list[str]]]:
+    """Every record key one model's runs plan (every item, mode, perturbation, temperature and sample), with its
+    item, grouped by (dataset, item id, mode, perturbation)."""
+    return {(data.name, item.id, mode, perturbation): (item, [record_key(model, data.name, item.id, perturbation, t,
+                                                                        k, mode)
+                                                             for t in temperatures for k in range(samples)])
             for data in datasets for item in expand_assistant_samples(data.items, exp.assistant_samples)
-            for mode in exp.modes for perturbation in exp.perturbations for t in temperatures for k in range(samples)]
+            for mode in exp.modes for perturbation in exp.perturbations}
+
+
+def _not_applicable(item: Any, perturbation: str, unperturbed: ProbeRecord | None, seed: int) -> bool:
+    """Whether `perturbation` does not apply to the item's conversation as its `none` record holds it, decided
+    offline as the probe decides it (False when that needs the server or another item's turn)."""
+    from userturn.client.probe.perturb import PerturbationNotApplicable, perturb
+    from userturn.client.probe.perturbations import needs_partner
+    from userturn.client.probe.seeds import sample_seed
+
+    if unperturbed is None or unperturbed.status != "ok" or perturbation == "none" or needs_partner([perturbation]):
+        return False
+    try:
+        perturb(perturbation, list(unperturbed.messages), seed=sample_seed(seed, item.id, 0, 0, perturbation),
+                pool=[], gold=item.answer)
+    except PerturbationNotApplicable:
+        return True
+    except ValueError:
+        return False
+    return False
 
 
 def finished_records(entry: ModelEntry, exp: Experiment, base: Path, datasets: Sequence[DatasetPart], results: Path,
@@ -46,9 +71,24 @@ def finished_records(entry: ModelEntry, exp: Experiment, base: Path, datasets: S
     source = target_source(entry, exp, base, launcher)
     model = entry.model or load_manifest(str(source.manifest)).request_model_name
     _, options = preview(source, [entry.layer(), exp.layer()])
-    keys = planned_keys(model, exp, datasets, options.temperatures, options.samples)
+    groups = planned_groups(model, exp, datasets, options.temperatures, options.samples)
     index = scan_results(results)
-    if not keys or index.torn_tail or any(key not in index.ok for key in keys):
+    if not groups or index.torn_tail:
+        return None
+    records: dict[str, ProbeRecord] | None = None
+    keys: list[str] = []
+    for (dataset, item_id, mode, perturbation), (item, group) in groups.items():
+        done = [key in index.ok for key in group]
+        if all(done):
+            keys += group
+            continue
+        unperturbed = groups.get((dataset, item_id, mode, "none"))
+        if any(done) or unperturbed is None:
+            return None
+        records = _records(results) if records is None else records
+        if not _not_applicable(item, perturbation, records.get(unperturbed[1][0]), options.seed):
+            return None
+    if not keys:
         return None
     for config in index.ok_configs.values():
         if config.get("model") != model:
@@ -58,15 +98,18 @@ def finished_records(entry: ModelEntry, exp: Experiment, base: Path, datasets: S
         if any(config.get(name) != value for name, value in wanted.items() if name not in unset) or any(
                 config.get(name) is not None and not is_neutral(name, config[name]) for name in unset):
             return None  # other settings: the probe's resume check names them
-    if exp.judges and not _all_labelled(results, set(keys)):
+    if exp.judges and not _all_labelled(records if records is not None else _records(results), set(keys)):
         return None
     return len(keys)
 
 
-def _all_labelled(results: Path, keys: set[str]) -> bool:
-    """Whether the current record of every key carries a label or a settled judgement (none to retry)."""
+def _records(results: Path) -> dict[str, ProbeRecord]:
     from userturn.core.results_files import read_results
 
-    records, _ = read_results([results])
+    return read_results([results])[0]
+
+
+def _all_labelled(records: dict[str, ProbeRecord], keys: set[str]) -> bool:
+    """Whether the current record of every key carries a label or a settled judgement (none to retry)."""
     return all(key in records and records[key].label is not None and records[key].judge_status != "error"
                for key in keys)
