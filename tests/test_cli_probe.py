@@ -41,8 +41,8 @@ def probe(*args: str, timeout: float = 120, env: dict | None = None) -> subproce
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("userturn: error:"), proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("userturn: note: ")]
+    assert len(lines) == 1 and lines[0].startswith("userturn: error:"), proc.stderr  # notes aside: one error line
     for needle in needles:
         assert needle in lines[0], lines[0]
 

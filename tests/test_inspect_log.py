@@ -180,9 +180,10 @@ def test_inspect_view_lists_the_exported_logs(judged: Path, tmp_path: Path) -> N
     logs = tmp_path / "logs"
     assert main(["export", str(judged), "--format", "inspect", "--out", str(logs)]) == 0
     port = free_port()
-    inspect = Path(sys.executable).with_name("inspect")
-    proc = subprocess.Popen([str(inspect), "view", "--log-dir", str(logs), "--host", "127.0.0.1", "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    inspect = [sys.executable, "-c", "import sys; from inspect_ai._cli.main import main; sys.argv[0] = 'inspect'; "
+               "sys.exit(main())"]  # the `inspect` console script, whichever environment runs the tests
+    proc = subprocess.Popen([*inspect, "view", "--log-dir", str(logs), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         listing = None
         for _ in range(120):
