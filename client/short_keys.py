@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from userturn.core.errors import UserError
-from userturn.core.jsonl import iter_lines
 from userturn.core.results_files import as_paths
+from userturn.core.results_reader import read_lines
 
 MIN_DIGITS = 7
 
@@ -41,7 +41,7 @@ def keyed_lines(files: Sequence[Path]) -> Iterator[tuple[Path, int, bytes, dict[
     """(file, line number, raw line, object) of each line of results files, read one at a time; a line that is not a
     JSON object is a UserError naming file:line (a torn final line is skipped, as every reader skips it)."""
     for path in files:
-        for number, raw, complete in iter_lines(path):
+        for number, _, raw, complete in read_lines(path):
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError:
