@@ -125,3 +125,32 @@ def test_a_malformed_line_is_named_by_file_and_line(varied: Path, capsys) -> Non
         assert f"{varied}:4: not a userturn record" in capsys.readouterr().err
     with pytest.raises(Exception, match=f"{varied}:4: not a userturn record"):
         resume_index.scan_results(varied)
+
+
+def test_the_judge_backlog_reads_the_current_line_of_each_key(varied: Path) -> None:
+    from userturn.judges.backlog import scan_judging
+
+    scan = scan_judging(varied, lambda facts: "todo")
+    assert len(scan.todo) == 8
+    assert [(r.item_id, r.perturbation, r.config_fingerprint, r.label) for r in scan.records()] == [
+        ("1", "none", A, "genuine_followup"), ("1", "generic", A, "generic"), ("3", "none", A, None),
+        ("1", "swap", B, "empty"), ("2", "swap", B, None), ("2", "none", A, "genuine_followup"),
+        ("3", "none", B, "genuine_followup"), ("2", "generic", B, "meta_commentary")]
+
+
+def test_one_module_decides_what_a_results_line_is() -> None:
+    """Line splitting, configuration lines and the superseding rule are defined in results_reader only."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    owned = {"iter_lines", "read_lines", "is_config_line", "config_line", "_is_config", "legacy_config",
+             "last_of_each", "keep_last"}
+    defined: dict[str, list[str]] = {}
+    for folder in ("userturn", "client", "judges"):
+        for source in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(source.read_text())):
+                if isinstance(node, ast.FunctionDef) and node.name in owned:
+                    defined.setdefault(node.name, []).append(str(source.relative_to(root)))
+    # jsonl.iter_lines: read_lines without offsets, for client/probe/assistant_turns.py
+    assert defined.pop("iter_lines") == ["userturn/core/jsonl.py"]
+    assert all(where == ["userturn/core/results_reader.py"] for where in defined.values()), defined
