@@ -20,14 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
-from typing import IO, Any, Generic, NamedTuple, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-import numpy as np
 import orjson
 from pydantic import ValidationError
 
 from userturn.core.errors import UserError, damaged_line, first_error
 from userturn.core.records import ConfigLine
+
+if TYPE_CHECKING:
+    import numpy as np  # imported by `last_of_each` only: the probe's resume never loads numpy
 
 BUFFER_BYTES = 1 << 20  # the file is read in reads this big (its lines are split in C)
 
@@ -157,6 +159,8 @@ class Current(Generic[V]):
 
 def last_of_each(identities: np.ndarray) -> np.ndarray:
     """`Current`'s rule on a column: True per line that is the last of its identity hash, in file order."""
+    import numpy as np
+
     _, last_from_end = np.unique(identities[::-1], return_index=True)  # the first of each, from the end
     keep = np.zeros(len(identities), dtype=bool)
     keep[len(identities) - 1 - last_from_end] = True
