@@ -8,8 +8,8 @@ This module owns the rules every reader shares; the views (`jsonl.read_records` 
   loop `raw_lines` (numbered lines as read, newline kept);
 - configuration lines: `is_config_line` (raw bytes), `config_line` (a decoded line), and the configuration a record
   of schema 2 carries itself (`legacy_config`);
-- torn tails and damaged lines: `decode` (a line that does not decode is skipped when it is the file's torn final
-  line, without a newline, and is a UserError naming file:line otherwise: `not_a_record`, or
+- torn tails and damaged lines: `decode` / `decode_raw` (a line that does not decode is skipped when it is the
+  file's torn final line, without a newline, and is a UserError naming file:line otherwise: `not_a_record`, or
   `errors.damaged_line` where the way out is deleting the line and rerunning);
 - superseded lines: a later line of the same identity replaces an earlier one: `Current` (a dict of current lines
   that counts the superseded ones) and `last_of_each` (the same rule on a numpy column of identity hashes);
@@ -125,14 +125,20 @@ def decode(path: Path, line: Line, check: Callable[[Any], R], *, damaged: bool =
     """One line decoded: its `ConfigLine` for a configuration line, else `check(its JSON)` (a record, as the view
     wants it; `check` raises ValueError or ValidationError when it is none). None for the torn final line; any
     other line that does not decode is a UserError naming path:line (`errors.damaged_line` when `damaged`)."""
+    return decode_raw(path, line.number, line.raw, line.complete, check, damaged)
+
+
+def decode_raw(path: Path, number: int, raw: bytes, complete: bool, check: Callable[[Any], R],
+               damaged: bool = False) -> ConfigLine | R | None:
+    """`decode` of a line given by its parts (a hot loop's `raw_lines`: no `Line` made)."""
     try:
-        obj = orjson.loads(line.raw)
+        obj = orjson.loads(raw)
         config = config_line(obj)
         return config if config is not None else check(obj)
     except ValueError as exc:  # orjson.JSONDecodeError and pydantic's ValidationError are ValueErrors
-        if not line.complete:
+        if not complete:
             return None
-        raise (damaged_line if damaged else not_a_record)(path, line.number, describe_error(exc)) from None
+        raise (damaged_line if damaged else not_a_record)(path, number, describe_error(exc)) from None
 
 
 def record_id(obj: dict[str, Any]) -> tuple[str, str | None]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from userturn.core.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
-from userturn.core.results_reader import Line, decode, legacy_config, open_results, raw_lines
+from userturn.core.results_reader import decode_raw, legacy_config, open_results, raw_lines
 
 CAREFUL_TAIL_BYTES = 4 << 20  # the file's last bytes, where a crash leaves damage: every line there is parsed whole
 
@@ -107,12 +107,12 @@ def scan_results(path: str | Path) -> ResumeIndex:
 
 def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
     """A line whose head did not give the resume fields: parsed whole (a torn final line is reported)."""
-    decoded = decode(path, Line(number, 0, raw, raw.endswith(b"\n")), _record_state, damaged=True)
-    if decoded is None:
-        index.torn_tail = True
-        return
-    if isinstance(decoded, ConfigLine):
-        index.configs.setdefault(decoded.fingerprint, decoded)
+    decoded = decode_raw(path, number, raw, raw.endswith(b"\n"), _record_state, True)
+    if not isinstance(decoded, tuple):  # not a record (tested first: records are the common case)
+        if decoded is None:
+            index.torn_tail = True
+        elif isinstance(decoded, ConfigLine):
+            index.configs.setdefault(decoded.fingerprint, decoded)
         return
     obj, key, status = decoded
     index.lines += 1
