@@ -154,3 +154,18 @@ def test_one_module_decides_what_a_results_line_is() -> None:
     # jsonl.iter_lines: read_lines without offsets, for client/probe/assistant_turns.py
     assert defined.pop("iter_lines") == ["userturn/core/jsonl.py"]
     assert all(where == ["userturn/core/results_reader.py"] for where in defined.values()), defined
+
+
+def test_the_report_checks_what_it_reads_against_the_record_model(varied: Path, capsys) -> None:
+    """Every field the report reads is checked by the record model's own types (a judge's prompt_sha256 included:
+    it tells panels apart), so a line the record model refuses is refused by the report too, naming file:line."""
+    lines = varied.read_bytes().splitlines(keepends=True)
+    bad = orjson.loads(lines[1])
+    bad["judges"][0]["prompt_sha256"] = 12
+    lines[1] = orjson.dumps(bad) + b"\n"
+    varied.write_bytes(b"".join(lines))
+    assert main(["report", str(varied), "--json"]) == 2
+    assert f"{varied}:2: not a userturn record (judges.0.prompt_sha256: Input should be a valid string)" in \
+        capsys.readouterr().err
+    with pytest.raises(Exception, match=f"{varied}:2: not a userturn record"):
+        read_records(varied)
