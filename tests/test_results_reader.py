@@ -169,3 +169,18 @@ def test_the_report_checks_what_it_reads_against_the_record_model(varied: Path, 
         capsys.readouterr().err
     with pytest.raises(Exception, match=f"{varied}:2: not a userturn record"):
         read_records(varied)
+
+
+def test_current_and_last_of_each_keep_the_same_lines() -> None:
+    """The superseding rule on a dict (`Current`) and on a column (`last_of_each`) agree line for line."""
+    import numpy as np
+
+    from userturn.core.results_reader import Current, last_of_each
+
+    identities = [("k1", A), ("k2", A), ("k1", B), ("k1", A), ("k3", None), ("k2", A), ("k1", B)]
+    current: Current[int] = Current()
+    for number, identity in enumerate(identities):
+        current.put(identity, number)
+    keep = last_of_each(np.array([hash(i) for i in identities], dtype=np.int64))
+    assert sorted(current.lines.values()) == np.flatnonzero(keep).tolist() == [3, 4, 5, 6]
+    assert current.superseded == 3

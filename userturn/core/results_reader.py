@@ -12,8 +12,9 @@ This module owns the rules every reader shares; the views (`jsonl.read_records` 
   file's torn final line, without a newline, and is a UserError naming file:line otherwise: `not_a_record`, or
   `errors.damaged_line` where the way out is deleting the line and rerunning);
 - superseded lines: a later line of the same identity replaces an earlier one: `Current` (a dict of current lines
-  that counts the superseded ones) and `last_of_each` (the same rule on a numpy column of identity hashes);
-  `record_id` is a record's identity (key, configuration fingerprint).
+  that counts the superseded ones) and `last_of_each` (the same rule on a numpy column of identity hashes). The
+  identity is the view's: (key, configuration fingerprint) for the report and `compact`, the key for the readers
+  of whole records, resume and the judge backlog.
 """
 
 from __future__ import annotations
@@ -139,11 +140,6 @@ def decode_raw(path: Path, number: int, raw: bytes, complete: bool, check: Calla
         if not complete:
             return None
         raise (damaged_line if damaged else not_a_record)(path, number, describe_error(exc)) from None
-
-
-def record_id(obj: dict[str, Any]) -> tuple[str, str | None]:
-    """A record line's identity: (key, configuration fingerprint); a later line of the same identity supersedes."""
-    return obj["key"], obj.get("config_fingerprint")
 
 
 class Current(Generic[V]):
