@@ -214,6 +214,7 @@ def read_records(path: str | Path) -> tuple[dict[str, ProbeRecord], ReadReport]:
 def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadReport) -> None:
     """`read_records` of one more file into `records` and `report`: several files read in turn count as their
     concatenation (`userturn.core.results_files.read_results`)."""
+    current = Current(records)  # per key: an error record is replaced by a later line of any configuration
     for line in read_lines(path):
         decoded = decode(path, line, _record_and_config)
         if decoded is None:
@@ -226,15 +227,14 @@ def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadR
         report.lines += 1
         if old is not None:
             report.configs.setdefault(old.fingerprint, old)
-        earlier = records.get(record.key)
-        if earlier is not None:
-            if earlier.config_fingerprint != record.config_fingerprint and earlier.status == record.status == "ok":
-                raise UserError(f"{path}:{line.number}: record {record.key!r} was made with configuration "
-                                f"{record.config_fingerprint}, an earlier line of the same key with "
-                                f"{earlier.config_fingerprint}: the results read mix two configurations of the "
-                                "same samples; read them apart (`userturn report` shows them apart)")
-            report.duplicates += 1
-        records[record.key] = record
+        earlier = current.put(record.key, record)
+        if earlier is not None and earlier.config_fingerprint != record.config_fingerprint and \
+                earlier.status == record.status == "ok":
+            raise UserError(f"{path}:{line.number}: record {record.key!r} was made with configuration "
+                            f"{record.config_fingerprint}, an earlier line of the same key with "
+                            f"{earlier.config_fingerprint}: the results read mix two configurations of the "
+                            "same samples; read them apart (`userturn report` shows them apart)")
+    report.duplicates += current.superseded
 
 
 def _record_and_config(obj: Any) -> tuple[ProbeRecord, ConfigLine | None]:

@@ -146,8 +146,8 @@ class Current(Generic[V]):
     """The current value per identity, lines taken in file order: a later line of an identity supersedes the
     earlier one (`superseded` counts them)."""
 
-    def __init__(self) -> None:
-        self.lines: dict[Hashable, V] = {}
+    def __init__(self, lines: dict[Any, V] | None = None) -> None:
+        self.lines: dict[Any, V] = {} if lines is None else lines  # given: go on from lines read before
         self.superseded = 0
 
     def put(self, identity: Hashable, value: V) -> V | None:
