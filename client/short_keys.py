@@ -11,11 +11,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from userturn.core.errors import UserError
-from userturn.core.jsonl import iter_lines
 from userturn.core.results_files import as_paths
+from userturn.core.results_reader import decode, read_lines
 
 MIN_DIGITS = 7
 
@@ -37,19 +35,21 @@ def short_keys(keys: Iterable[str]) -> dict[str, str]:
     return {key: h[: needed.get(h, MIN_DIGITS)] for key, h in hashes.items()}
 
 
+def _json_object(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    return obj
+
+
 def keyed_lines(files: Sequence[Path]) -> Iterator[tuple[Path, int, bytes, dict[str, Any]]]:
-    """(file, line number, raw line, object) of each line of results files, read one at a time; a line that is not a
-    JSON object is a UserError naming file:line (a torn final line is skipped, as every reader skips it)."""
+    """(file, line number, raw line, object) of each record line of results files, read one at a time
+    (`results_reader.decode`: configuration lines and the torn final line are passed over; a line that is not a JSON
+    object is a UserError naming file:line)."""
     for path in files:
-        for number, raw, complete in iter_lines(path):
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                obj = None
+        for line in read_lines(path):
+            obj = decode(path, line, _json_object)
             if isinstance(obj, dict):
-                yield path, number, raw, obj
-            elif complete:
-                raise UserError(f"{path}:{number}: not a userturn record (invalid JSON)")
+                yield path, line.number, line.raw, obj
 
 
 def resolve_key(paths: str | Path | Sequence[str | Path], text: str) -> str:

@@ -1,4 +1,5 @@
-"""What a judge panel still has to do with a results file, read as a stream (never every record at once).
+"""What a judge panel still has to do with a results file, read as a stream (never every record at once) over
+`userturn.core.results_reader`.
 
 Per key (its last line wins) only what resuming needs is kept: the byte offset of a record still to judge, a hash
 of its generated turn, the line of a record another panel labelled. Used by the inline judge on resume
@@ -12,43 +13,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 from userturn.judges.panel import Assessment, JudgingFacts
 from userturn.judges.report_scan import parse_record
 
-from userturn.core.errors import UserError, damaged_line
-from userturn.core.jsonl import is_config_line
+from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
+from userturn.core.results_reader import Line, decode, is_config_line, read_lines
 
 Assess = Callable[[JudgingFacts], Assessment]
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
-    """(line number, byte offset, stripped line, ends with a newline?) of each non-empty line."""
-    offset = 0
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            start, offset = offset, offset + len(raw)
-            line = raw.strip()
-            if line:
-                yield number, start, line, raw.endswith(b"\n")
-
-
-def decode_line(path: Path, number: int, line: bytes, complete: bool) -> dict[str, Any] | None:
-    """A results line as a JSON object with a string `key`; None for a configuration line or a torn final line
-    (no newline); UserError naming path:line for any other malformed line."""
-    if is_config_line(line):
-        return None
-    try:
-        obj = orjson.loads(line)
-        problem = None if isinstance(obj, dict) and isinstance(obj.get("key"), str) else "no string `key`"
-    except orjson.JSONDecodeError as exc:
-        problem = str(exc).splitlines()[0]
-    if problem is None:
+def _keyed(obj: Any) -> dict[str, Any]:
+    """A record line as the JSON object it is; ValueError when it has no string `key`."""
+    if isinstance(obj, dict) and isinstance(obj.get("key"), str):
         return obj
-    if not complete:
+    raise ValueError("no string `key`")
+
+
+def decode_line(path: Path, line: Line) -> dict[str, Any] | None:
+    """A results line as a JSON object with a string `key`; None for a configuration line or the torn final line;
+    `errors.damaged_line` naming path:line for any other malformed line (`results_reader.decode`)."""
+    if is_config_line(line.raw):
         return None
-    raise damaged_line(path, number, problem)
+    decoded = decode(path, line, _keyed, damaged=True)
+    return decoded if isinstance(decoded, dict) else None
 
 
 def read_record(fh: Any, path: Path, offset: int) -> ProbeRecord:
@@ -92,8 +80,8 @@ def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | Non
     scan = JudgingScan(path)
     if not path.exists():
         return scan
-    for number, offset, line, complete in iter_lines(path):
-        obj = decode_line(path, number, line, complete)
+    for line in read_lines(path):
+        obj = decode_line(path, line)
         if obj is None:
             continue
         key = obj["key"]
@@ -105,9 +93,9 @@ def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | Non
         scan.foreign.pop(key, None)
         scan.done.pop(key, None)
         if verdict == "todo":
-            scan.todo[key] = (offset, hash(obj.get("user_turn")))
+            scan.todo[key] = (line.offset, hash(obj.get("user_turn")))
         elif verdict == "foreign":
-            scan.foreign[key] = (number, facts)
+            scan.foreign[key] = (line.number, facts)
         elif keep_done:
             scan.done[key] = hash(obj.get("user_turn"))
     return scan

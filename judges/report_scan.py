@@ -1,7 +1,9 @@
-"""One streaming pass over results files for the report, never a record object per line: each line is parsed with
-orjson, checked for the few fields the report reads, and kept as four integers (key hash, interned row, item-id
-hash, interned outcome). After the pass the last line per key and configuration counts: a re-judged record
-appended later supersedes the earlier one; the same key under two configurations counts in two rows.
+"""One streaming pass over results files for the report, never a record object per line: the lines come from
+`userturn.core.results_reader` (configuration lines, torn tail), each is parsed with orjson, checked for the few
+fields the report reads (`_ReportRecord`: the record model cut to them, run once per distinct `_signature`), and kept
+as four integers (key hash, interned row, item-id hash, interned outcome). After the pass the last line per key and
+configuration counts (`results_reader.last_of_each`): a re-judged record appended later supersedes the earlier one;
+the same key under two configurations counts in two rows.
 """
 
 from __future__ import annotations
@@ -15,16 +17,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from userturn.core.errors import UserError, first_error
-from userturn.core.jsonl import config_line, iter_lines, legacy_config
-from userturn.core.records import GroupKey, ProbeRecord, line_group_key, line_group_values
+from userturn.core.records import GroupKey, JudgeVerdict, ProbeRecord, line_group_key, line_group_values
 from userturn.core.results_files import as_paths
-from userturn.core.taxonomy import LABELS
-
-_LABELS = frozenset(LABELS)
-_LABEL_SOURCES = frozenset(("rule", "judge", "majority"))
+from userturn.core.results_reader import config_line, last_of_each, legacy_config, not_a_record, read_lines
 
 
 class RowId(NamedTuple):
@@ -56,46 +54,30 @@ def base_name(model: str) -> str:
     return re.sub(r"[-_.:](instruct|chat|it)$", "", name)
 
 
+def _view(model: type[BaseModel], names: tuple[str, ...], **more: Any) -> type[BaseModel]:
+    """`model` cut to the fields `names` (their types, defaults and allowed values taken from it), strict: JSON
+    values are taken as they are (`1` is no boolean, `true` no number), as the report counts them."""
+    fields: dict[str, Any] = {name: (model.model_fields[name].annotation, model.model_fields[name]) for name in names}
+    return create_model(f"Report{model.__name__}", __config__=ConfigDict(strict=True, extra="ignore"),
+                        **fields, **more)
+
+
+# What the report reads of a record line, checked by the record model itself (the lines whose `_signature` is
+# already known skip the check: they read the same values).
+_ReportRecord = _view(
+    ProbeRecord, ("key", "model", "dataset", "item_id", "temperature", "status", "mode", "perturbation", "label",
+                  "label_source", "judge_status", "correct", "config_fingerprint"),
+    judges=(list[_view(JudgeVerdict, ("judge", "source", "status", "label", "prompt_sha256",  # type: ignore[misc]
+                                      "quote_reasks"))], []),
+    config=(dict[str, Any] | None, None))  # the configuration a record of schema 2 carries itself
+
+
 def _problem(d: Any) -> str | None:
     """Why `d` is not a record the report can count, as `field: message`; None when it is one."""
-    if not isinstance(d, dict):
-        return "record: not a JSON object"
-    for name in ("key", "model", "dataset", "item_id"):
-        if not isinstance(d.get(name), str):
-            return f"{name}: {'missing' if name not in d else 'not a string'}"
-    t = d.get("temperature")
-    if isinstance(t, bool) or not isinstance(t, int | float):
-        return f"temperature: {'missing' if 'temperature' not in d else 'not a number'}"
-    if d.get("status") not in ("ok", "error"):
-        return "status: must be 'ok' or 'error'"
-    if d.get("mode", "raw") not in ("raw", "chat"):
-        return "mode: must be 'raw' or 'chat'"
-    if not isinstance(d.get("perturbation", "none"), str):
-        return "perturbation: not a string"
-    if d.get("label") is not None and d["label"] not in _LABELS:
-        return f"label: unknown label {d['label']!r}"
-    if d.get("label_source") is not None and d["label_source"] not in _LABEL_SOURCES:
-        return "label_source: must be rule, judge or majority"
-    if d.get("judge_status") not in (None, "ok", "error"):
-        return "judge_status: must be 'ok', 'error' or null"
-    if d.get("correct") is not None and not isinstance(d["correct"], bool):
-        return "correct: not a boolean"
-    if not isinstance(d.get("config_fingerprint"), str | None):
-        return "config_fingerprint: not a string"
-    if not isinstance(d.get("config"), dict | None):
-        return "config: not an object"
-    judges = d.get("judges", [])
-    if not isinstance(judges, list):
-        return "judges: not a list"
-    for i, v in enumerate(judges):
-        if not isinstance(v, dict) or not isinstance(v.get("judge"), str):
-            return f"judges.{i}.judge: missing"
-        if v.get("source", "judge") not in ("judge", "rule") or v.get("status") not in ("ok", "error"):
-            return f"judges.{i}: source must be judge/rule and status ok/error"
-        if v.get("label") is not None and v["label"] not in _LABELS:
-            return f"judges.{i}.label: unknown label {v['label']!r}"
-        if type(v.get("quote_reasks", 0)) is not int:
-            return f"judges.{i}.quote_reasks: not an integer"
+    try:
+        _ReportRecord.model_validate(d)
+    except ValidationError as exc:
+        return first_error(exc, "record")
     return None
 
 
@@ -221,10 +203,7 @@ class Scan:
     def keep_mask(self) -> np.ndarray:
         """Boolean per line: True for the last line of its key and configuration (the record that counts)."""
         keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
-        _, last_from_end = np.unique(keys[::-1], return_index=True)  # the first occurrence of each, from the end
-        keep = np.zeros(len(keys), dtype=bool)
-        keep[len(keys) - 1 - last_from_end] = True
-        return keep
+        return last_of_each(keys)
 
 
 def parse_record(raw: bytes, where: str) -> ProbeRecord:
@@ -241,22 +220,19 @@ def checked_lines(paths: str | Path | Sequence[str | Path],
     as one, exactly the lines `scan_files` counts; configuration lines go to `scan`, a torn final line is skipped,
     any other malformed line is a UserError naming file:line."""
     for path in as_paths(paths):
-        try:
-            for number, raw, complete in iter_lines(path):
-                try:
-                    d = orjson.loads(raw)
-                    taken = scan.add_config(d)
-                    if taken is True:
-                        continue
-                    known = taken if taken is not False else scan.classify(d)
-                except orjson.JSONDecodeError as exc:
-                    known = f"invalid JSON: {str(exc).splitlines()[0]}"
-                if not isinstance(known, str):
-                    yield path, number, d, raw, known
-                elif complete:
-                    raise UserError(f"{path}:{number}: not a userturn record ({known})")
-        except OSError as exc:
-            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+        for number, _, raw, complete in read_lines(path):
+            try:
+                d = orjson.loads(raw)
+                taken = scan.add_config(d)
+                if taken is True:
+                    continue
+                known = taken if taken is not False else scan.classify(d)
+            except orjson.JSONDecodeError as exc:
+                known = f"invalid JSON: {str(exc).splitlines()[0]}"
+            if not isinstance(known, str):
+                yield path, number, d, raw, known
+            elif complete:
+                raise not_a_record(path, number, known)
 
 
 def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:

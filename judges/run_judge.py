@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
-from userturn.judges.backlog import JudgingScan, iter_lines, read_record, scan_judging
+from userturn.judges.backlog import JudgingScan, read_record, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 from userturn.judges.report_scan import parse_record
 
 from userturn.core.errors import UserError
-from userturn.core.jsonl import JsonlWriter, is_config_line, read_configs
+from userturn.core.jsonl import JsonlWriter, read_configs
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import judged_name
+from userturn.core.results_reader import is_config_line, read_lines
 from userturn.core.workers import run_all
 
 OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"
@@ -79,7 +80,7 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
     """Read the input once, validating every line (UserError naming path:line before any request): a key is
     skipped when the output has it done with the same turn, a generation error is carried, the rest is judged."""
     entries: dict[str, int] = {}
-    for number, offset, line, complete in iter_lines(results):
+    for number, offset, line, complete in read_lines(results):
         if is_config_line(line):
             continue
         try:

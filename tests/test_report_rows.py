@@ -188,7 +188,8 @@ def test_malformed_field_names_file_line(tmp_path: Path, capsys: pytest.CaptureF
     path = write(tmp_path / "r.jsonl", [rec("i1"), bad])
     assert main(["report", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.endswith(f"{path}:2: not a userturn record (config: not an object)\n") and err.count("\n") == 1
+    assert err.endswith(f"{path}:2: not a userturn record (config: Input should be a valid dictionary)\n")
+    assert err.count("\n") == 1
 
 
 def test_close_temperatures_are_shown_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,6 @@
 """Results files: append-only JSONL of `ProbeRecord` lines and `ConfigLine`s, one writer at a time, safe against
-SIGKILL and full disks (`JsonlWriter`). Readers tell configuration lines from records with `config_line` and keep
-the last line per (key, configuration): `read_records` builds whole records, `userturn.core.resume_index` streams
-only what a resume needs.
+SIGKILL and full disks (`JsonlWriter`), and the views over `userturn.core.results_reader` that need whole records:
+`read_records` (the last record per key), `compact` (the current lines only), `read_configs`.
 """
 
 from __future__ import annotations
@@ -19,9 +18,22 @@ import orjson
 from pydantic import ValidationError
 
 from userturn.core import results_lock
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError
 from userturn.core.records import ConfigLine, ProbeRecord
 from userturn.core.results_lock import ResultsWriteError
+from userturn.core.results_reader import (
+    Current,
+    Line,
+    config_line,
+    decode,
+    describe_error,
+    is_config_line,
+    legacy_config,
+    read_lines,
+)
+
+__all__ = ["JsonlWriter", "ReadReport", "compact", "config_line", "describe_error", "is_config_line", "iter_lines",
+           "legacy_config", "read_configs", "read_records"]
 
 
 @dataclass
@@ -34,33 +46,6 @@ class ReadReport:
     configs: dict[str, ConfigLine] = field(default_factory=dict)  # fingerprint -> configuration (its first line)
 
 
-def _is_config(obj: Any) -> bool:
-    """What makes a decoded results line a configuration line, for every reader: `"type": "config"`."""
-    return isinstance(obj, dict) and obj.get("type") == "config"
-
-
-def config_line(obj: Any) -> ConfigLine | None:
-    """A decoded results line as a `ConfigLine` when it is one (`"type": "config"`), else None (a record).
-    Raises ValidationError for a malformed configuration line."""
-    return ConfigLine.model_validate(obj) if _is_config(obj) else None
-
-
-def is_config_line(raw: bytes) -> bool:
-    """Whether a raw results line is a configuration line (`config_line` of its JSON is one), in whatever key order
-    and spacing it was written (`json.dumps`, `jq -S`); what userturn writes (`"type"` first, compact) is told
-    without parsing. A line that is not JSON is no configuration line (the readers of records name it)."""
-    line = raw.lstrip()
-    if line.startswith(b'{"type":"config"'):
-        return True
-    if b'"type"' not in line or b'"config"' not in line:
-        return False
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return False
-    return _is_config(obj)
-
-
 def read_configs(path: str | Path) -> dict[str, ConfigLine]:
     """The configuration lines of a results file by fingerprint (the first of each), and the configurations its
     records of schema 2 carry themselves; every other line is passed over unparsed."""
@@ -68,31 +53,17 @@ def read_configs(path: str | Path) -> dict[str, ConfigLine]:
     path = Path(path)
     if not path.is_file():
         return configs
-    for _, raw, _complete in iter_lines(path):
-        if b'"config"' not in raw:  # neither a configuration line nor a record of schema 2 carrying one
+    for line in read_lines(path):
+        if b'"config"' not in line.raw:  # neither a configuration line nor a record of schema 2 carrying one
             continue
         try:
-            obj = orjson.loads(raw)
+            obj = orjson.loads(line.raw)
             config = config_line(obj) or legacy_config(obj)
         except (orjson.JSONDecodeError, ValidationError):
             continue  # the readers of records name a malformed line
         if config is not None:
             configs.setdefault(config.fingerprint, config)
     return configs
-
-
-def legacy_config(obj: Any) -> ConfigLine | None:
-    """The configuration a record of schema 2 carries itself (`config` beside `config_fingerprint`), else None."""
-    if isinstance(obj, dict) and isinstance(obj.get("config"), dict) and isinstance(obj.get("config_fingerprint"), str):
-        return ConfigLine(fingerprint=obj["config_fingerprint"], config=obj["config"])
-    return None
-
-
-def describe_error(exc: Exception) -> str:
-    """One line saying why a line is no record."""
-    if isinstance(exc, ValidationError):
-        return first_error(exc, "record")
-    return str(exc).split("\n")[0]
 
 
 @dataclass
@@ -121,38 +92,32 @@ def compact(path: str | Path) -> CompactReport:
     report = CompactReport()
     with results_lock.results_lock(path):
         report.stale_temporaries = _remove_stale_temporaries(path)
-        last: dict[tuple[str, str | None], int] = {}
+        current: Current[int] = Current()  # (key, configuration) -> its current line's number
         first_config: dict[str, int] = {}
         legacy: dict[str, ConfigLine] = {}
-        for number, raw, complete in iter_lines(path):
-            try:
-                obj = orjson.loads(raw)
-                config = config_line(obj)
-                record = None if config is not None else ProbeRecord.model_validate(obj)
-            except (orjson.JSONDecodeError, ValidationError) as exc:
-                if not complete:
-                    report.torn_tail = True
-                    continue
-                raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
-            if config is not None:
-                if config.fingerprint in first_config:
+        for line in read_lines(path):
+            decoded = decode(path, line, _record_and_config)
+            if decoded is None:
+                report.torn_tail = True
+            elif isinstance(decoded, ConfigLine):
+                if decoded.fingerprint in first_config:
                     report.dropped_configs += 1
                 else:
-                    first_config[config.fingerprint] = number
-            elif record is not None:
+                    first_config[decoded.fingerprint] = line.number
+            else:
+                record, old = decoded
                 report.records += 1
-                last[(record.key, record.config_fingerprint)] = number
-                old = legacy_config(obj)
+                current.put((record.key, record.config_fingerprint), line.number)
                 if old is not None:
                     legacy.setdefault(old.fingerprint, old)
-        keep = {*first_config.values(), *last.values()}
+        keep = {*first_config.values(), *current.lines.values()}
         described = [config for fingerprint, config in legacy.items() if fingerprint not in first_config]
-        report.kept, report.configs = len(last), len(first_config) + len(described)
+        report.kept, report.configs = len(current.lines), len(first_config) + len(described)
         temporary = path.with_name(f"{_temporary_prefix(path)}{os.getpid()}")
         try:
             with temporary.open("wb") as out:
                 out.writelines(config.model_dump_json().encode() + b"\n" for config in described)
-                out.writelines(raw + b"\n" for number, raw, _ in iter_lines(path) if number in keep)
+                out.writelines(line.raw + b"\n" for line in read_lines(path) if line.number in keep)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(temporary, path)
@@ -225,23 +190,12 @@ def _cut_torn_tail(path: Path) -> None:
 
 def _is_record(raw: bytes) -> bool:
     """A complete record or configuration line (a final line that only lacks its newline)."""
-    try:
-        obj = orjson.loads(raw)
-        if config_line(obj) is None:
-            ProbeRecord.model_validate(obj)
-    except (orjson.JSONDecodeError, ValidationError):
-        return False
-    return True
+    return decode(Path(), Line(0, 0, raw, complete=False), ProbeRecord.model_validate) is not None
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield (line number, raw line, complete?) for each non-empty line."""
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            complete = raw.endswith(b"\n")
-            raw = raw.strip()
-            if raw:
-                yield number, raw, complete
+    """(line number, stripped line, complete?) of each non-empty line: `results_reader.read_lines` without offsets."""
+    return ((line.number, line.raw, line.complete) for line in read_lines(path))
 
 
 def read_records(path: str | Path) -> tuple[dict[str, ProbeRecord], ReadReport]:
@@ -260,32 +214,32 @@ def read_records(path: str | Path) -> tuple[dict[str, ProbeRecord], ReadReport]:
 def read_records_into(path: Path, records: dict[str, ProbeRecord], report: ReadReport) -> None:
     """`read_records` of one more file into `records` and `report`: several files read in turn count as their
     concatenation (`userturn.core.results_files.read_results`)."""
-    for number, raw, complete in iter_lines(path):
-        try:
-            obj = orjson.loads(raw)
-            config = config_line(obj)
-            if config is not None:
-                report.configs.setdefault(config.fingerprint, config)
-                continue
-            record = ProbeRecord.model_validate(obj)
-        except (orjson.JSONDecodeError, ValidationError) as exc:
-            if not complete:
-                report.torn_tail = True
-                continue
-            raise UserError(f"{path}:{number}: not a userturn record ({describe_error(exc)})") from None
+    current = Current(records)  # per key: an error record is replaced by a later line of any configuration
+    for line in read_lines(path):
+        decoded = decode(path, line, _record_and_config)
+        if decoded is None:
+            report.torn_tail = True
+            continue
+        if isinstance(decoded, ConfigLine):
+            report.configs.setdefault(decoded.fingerprint, decoded)
+            continue
+        record, old = decoded
         report.lines += 1
-        old = legacy_config(obj)
         if old is not None:
             report.configs.setdefault(old.fingerprint, old)
-        earlier = records.get(record.key)
-        if earlier is not None:
-            if earlier.config_fingerprint != record.config_fingerprint and earlier.status == record.status == "ok":
-                raise UserError(f"{path}:{number}: record {record.key!r} was made with configuration "
-                                f"{record.config_fingerprint}, an earlier line of the same key with "
-                                f"{earlier.config_fingerprint}: the results read mix two configurations of the "
-                                "same samples; read them apart (`userturn report` shows them apart)")
-            report.duplicates += 1
-        records[record.key] = record
+        earlier = current.put(record.key, record)
+        if earlier is not None and earlier.config_fingerprint != record.config_fingerprint and \
+                earlier.status == record.status == "ok":
+            raise UserError(f"{path}:{line.number}: record {record.key!r} was made with configuration "
+                            f"{record.config_fingerprint}, an earlier line of the same key with "
+                            f"{earlier.config_fingerprint}: the results read mix two configurations of the "
+                            "same samples; read them apart (`userturn report` shows them apart)")
+    report.duplicates += current.superseded
+
+
+def _record_and_config(obj: Any) -> tuple[ProbeRecord, ConfigLine | None]:
+    """A record line as its record and the configuration it carries itself (schema 2)."""
+    return ProbeRecord.model_validate(obj), legacy_config(obj)
 
 
 _to_json = ProbeRecord.__pydantic_serializer__.to_json

@@ -1,11 +1,13 @@
-"""What a resume needs from a results file, read in one streaming pass: the file is the only state.
+"""What a resume needs from a results file, read in one streaming pass over `results_reader.raw_lines`: the file
+is the only state.
 
 `scan_results(path)` keeps the keys whose last line is ok and the file's configurations. Each line is first matched
 against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings) and its
 end checked; any other line, and every line of the file's last `CAREFUL_TAIL_BYTES` (where a crash leaves damage), is
-parsed whole and gives the same state (tests/test_resume_index.py). A torn final line is skipped
-(`torn_tail`); any other line that does not parse is a UserError naming file:line. Memory: the ok keys and one
-buffer (1,000,000 records peaked at 165 MB: docs/results-format.md).
+parsed whole by `results_reader.decode` and gives the same state (tests/test_resume_index.py): a configuration line
+is taken, a torn final line skipped (`torn_tail`), any other line that does not parse is `errors.damaged_line`
+naming file:line. The last line of a key decides (the reader's superseding rule, kept as set operations). Memory:
+the ok keys and one buffer (1,000,000 records peaked at 165 MB: docs/results-format.md).
 """
 
 from __future__ import annotations
@@ -16,14 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-from pydantic import ValidationError
-
-from userturn.core.errors import UserError, damaged_line
-from userturn.core.jsonl import config_line, describe_error, legacy_config
 from userturn.core.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
+from userturn.core.results_reader import decode_raw, legacy_config, open_results, raw_lines
 
-BUFFER_BYTES = 1 << 20  # the file is read in reads this big (its lines are split in C)
 CAREFUL_TAIL_BYTES = 4 << 20  # the file's last bytes, where a crash leaves damage: every line there is parsed whole
 
 _PLAIN = rb'"([^"\\\x00-\x1f]*)"'  # a JSON string that is its own UTF-8 bytes: no escape, no control character
@@ -70,10 +67,7 @@ def scan_results(path: str | Path) -> ResumeIndex:
     index = ResumeIndex()
     if not path.exists():
         return index
-    try:
-        fh = path.open("rb", buffering=BUFFER_BYTES)
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    fh = open_results(path)
     # The hot loop (a million lines): a match and a set operation per record line.
     match = RECORD_HEAD.match
     ok_keys, ok_fingerprints, unfingerprinted = index.ok, index.ok_fingerprints, index.unfingerprinted_keys
@@ -82,7 +76,7 @@ def scan_results(path: str | Path) -> ResumeIndex:
     careful_from = max(0, path.stat().st_size - CAREFUL_TAIL_BYTES)
     position = 0
     with fh:
-        for number, line in enumerate(fh, start=1):
+        for number, line in raw_lines(fh):
             # Parsed whole: a line in the careful tail, a last line without a newline, a line whose head is a
             # record's but whose end is not (cut short, zeroed). A damaged line is never counted as done.
             position += len(line)
@@ -113,19 +107,14 @@ def scan_results(path: str | Path) -> ResumeIndex:
 
 def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
     """A line whose head did not give the resume fields: parsed whole (a torn final line is reported)."""
-    complete = raw.endswith(b"\n")
-    try:
-        obj = orjson.loads(raw)
-        config = config_line(obj)
-        if config is not None:
-            index.configs.setdefault(config.fingerprint, config)
-            return
-        key, status = _record_state(obj)
-    except (orjson.JSONDecodeError, ValidationError, ValueError) as exc:
-        if not complete:
+    decoded = decode_raw(path, number, raw, raw.endswith(b"\n"), _record_state, True)
+    if not isinstance(decoded, tuple):  # not a record (tested first: records are the common case)
+        if decoded is None:
             index.torn_tail = True
-            return
-        raise damaged_line(path, number, describe_error(exc)) from None
+        elif isinstance(decoded, ConfigLine):
+            index.configs.setdefault(decoded.fingerprint, decoded)
+        return
+    obj, key, status = decoded
     index.lines += 1
     if status == "ok":
         index.ok.add(key)
@@ -145,8 +134,8 @@ def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> 
             index.unfingerprinted_keys.add(key)
 
 
-def _record_state(obj: Any) -> tuple[str, Literal["ok", "error"]]:
-    """(key, status) of a decoded record line; ValueError naming the field when it is no record."""
+def _record_state(obj: Any) -> tuple[dict[str, Any], str, Literal["ok", "error"]]:
+    """(the line, key, status) of a decoded record line; ValueError naming the field when it is no record."""
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     if not isinstance(obj.get("key"), str):
@@ -159,4 +148,4 @@ def _record_state(obj: Any) -> tuple[str, Literal["ok", "error"]]:
     fingerprint = obj.get("config_fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise ValueError("config_fingerprint: not a string")
-    return obj["key"], status
+    return obj, obj["key"], status
