@@ -7,8 +7,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-from pydantic import ValidationError
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointError, RequestFailed
 from userturn.client.http.replies import reasoning_text
@@ -18,8 +16,8 @@ from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import AssistantTurn, ProbeSettings
 
 from userturn.core.fingerprint import ASSISTANT_SETTINGS
-from userturn.core.jsonl import config_line, iter_lines, legacy_config
-from userturn.core.records import Message, ProbeRecord
+from userturn.core.records import ConfigLine, Message, ProbeRecord
+from userturn.core.results_reader import decode, legacy_config, read_lines
 from userturn.core.text import content_text, reasoning_of, strip_reasoning
 from userturn.core.workers import run_all
 
@@ -74,22 +72,20 @@ class AssistantTurns:
                                                     "--assistant-from model)")
 
     def _existing_records(self, configs: dict[str, dict[str, Any]]) -> Iterator[ProbeRecord]:
-        """The records already in the results file, one at a time; `configs` collects the file's configurations
-        as they pass (lines that are neither are skipped: the resume scan has already refused a malformed file)."""
+        """The records already in the results file, one at a time, read by the one results reader; `configs`
+        collects the file's configurations as they pass (a file the resume scan refused never gets here)."""
         path = Path(self.out_path)
         if not path.exists():
             return
-        for _, raw, _complete in iter_lines(path):
-            try:
-                obj = orjson.loads(raw)
-                line = config_line(obj)
-                config = line or legacy_config(obj)
-                if config is not None:
-                    configs.setdefault(config.fingerprint, config.config)
-                if line is None:
-                    yield ProbeRecord.model_validate(obj)
-            except (orjson.JSONDecodeError, ValidationError):
-                continue
+        for line in read_lines(path):
+            decoded = decode(path, line, lambda obj: (legacy_config(obj), ProbeRecord.model_validate(obj)))
+            if isinstance(decoded, ConfigLine):
+                configs.setdefault(decoded.fingerprint, decoded.config)
+            elif decoded is not None:
+                legacy, record = decoded
+                if legacy is not None:
+                    configs.setdefault(legacy.fingerprint, legacy.config)
+                yield record
 
     def reusable_answers(self) -> dict[str, tuple[str, str | None]]:
         """{item id: (assistant turn, its finish reason)} written by this model with these assistant settings in

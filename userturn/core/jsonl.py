@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from userturn.core.results_reader import (
     read_lines,
 )
 
-__all__ = ["JsonlWriter", "ReadReport", "compact", "config_line", "describe_error", "is_config_line", "iter_lines",
+__all__ = ["JsonlWriter", "ReadReport", "compact", "config_line", "describe_error", "is_config_line",
            "legacy_config", "read_configs", "read_records"]
 
 
@@ -191,11 +190,6 @@ def _cut_torn_tail(path: Path) -> None:
 def _is_record(raw: bytes) -> bool:
     """A complete record or configuration line (a final line that only lacks its newline)."""
     return decode(Path(), Line(0, 0, raw, complete=False), ProbeRecord.model_validate) is not None
-
-
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, stripped line, complete?) of each non-empty line: `results_reader.read_lines` without offsets."""
-    return ((line.number, line.raw, line.complete) for line in read_lines(path))
 
 
 def read_records(path: str | Path) -> tuple[dict[str, ProbeRecord], ReadReport]:
