@@ -4,12 +4,10 @@ Fleiss 1971); written out to keep the core install free of scipy/sklearn."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import combinations
 
 from pydantic import BaseModel
-
-from userturn.core.records import ProbeRecord
 
 
 def majority_label(votes: Sequence[str]) -> str | None:
@@ -125,10 +123,3 @@ def agreements_from_patterns(patterns: Mapping[Pattern, int]) -> list[PanelAgree
         per_record[labels] += count
     panels = {names for names, _ in patterns}
     return [_agreement(per_record, list(names)) for names in sorted(panels) if len(names) >= 2]
-
-
-def panel_agreements(records: Iterable[ProbeRecord]) -> list[PanelAgreement]:
-    """`agreements_from_patterns` of loaded records, counted as the report counts them."""
-    from userturn.judges.report_scan import row_and_outcome
-
-    return agreements_from_patterns(Counter(row_and_outcome(r.model_dump(mode="json"))[1].agreement for r in records))

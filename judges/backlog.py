@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from userturn.judges.panel import Assessment, JudgingFacts
-from userturn.judges.report_scan import parse_record
 
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
-from userturn.core.results_reader import Line, decode, is_config_line, read_lines
+from userturn.core.results_reader import Line, decode, is_config_line, parse_record, read_lines
 
 Assess = Callable[[JudgingFacts], Assessment]
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from userturn.judges.agreement import cohen_kappa, fleiss_kappa, majority_label, panel_agreements
-from userturn.judges.stats import wilson_interval
+from userturn.judges.agreement import cohen_kappa, fleiss_kappa, majority_label
 
 from userturn.core.records import JudgeVerdict, ProbeRecord
+from userturn.report.stats import wilson_interval
+from userturn.report.summary import panel_agreements
 
 
 def test_majority_and_tie_break() -> None:

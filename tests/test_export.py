@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from userturn.client.analysis.export import export_rows
-
 from userturn.cli import main
 from userturn.core.jsonl import JsonlWriter
 from userturn.core.records import ProbeRecord, record_key
+from userturn.report.export import export_rows
 
 CONVO = [{"role": "user", "content": "What is 3 + 4?"}, {"role": "assistant", "content": "7"}]
 

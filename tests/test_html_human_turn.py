@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from userturn.judges.html_report import examples_of, render_html
-from userturn.judges.report import summarise
-
 from userturn.core.records import JudgeVerdict, ProbeRecord, record_key
+from userturn.report.html import examples_of, render_html
+from userturn.report.summary import summarise
 
 CONVO = [{"role": "user", "content": "Area of the triangle (0,0), (-1,1), (3,3)?"},
          {"role": "assistant", "content": "The area is 3."}]

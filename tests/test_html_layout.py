@@ -9,13 +9,13 @@ from typing import ClassVar
 
 import pytest
 from report_grid import PAPER_MODELS, TEMPERATURES, grid_records
-from userturn.judges.html_report import examples_of, render_html
-from userturn.judges.plots import render_figures
-from userturn.judges.rate_grid import NO_JUDGED_RATE, rate_grid
-from userturn.judges.report import summarise
-from userturn.judges.report_filter import RowFilter, select_groups
 
 from userturn.core.records import ProbeRecord, record_key
+from userturn.report.filters import RowFilter, select_groups
+from userturn.report.html import examples_of, render_html
+from userturn.report.plots import render_figures
+from userturn.report.rate_grid import NO_JUDGED_RATE, rate_grid
+from userturn.report.summary import summarise
 
 
 class Outline(HTMLParser):

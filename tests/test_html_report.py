@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 from mock_http import MockServer, completion_handler
 from test_show_record import QWEN_DIR, probe, write_dataset
-from userturn.judges.html_report import examples_of, render_html, select_examples
-from userturn.judges.report import summarise
 
 from userturn.cli import main
 from userturn.core.jsonl import JsonlWriter, read_records
 from userturn.core.records import JudgeVerdict, ProbeRecord, record_key
+from userturn.report.html import examples_of, render_html, select_examples
+from userturn.report.summary import summarise
 
 JUDGE_SHA = "5f" * 32
 

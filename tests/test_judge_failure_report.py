@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from userturn.judges.label_notice import FAILURE_SHARE, label_notice
-from userturn.judges.report import summarise
 
 from userturn.cli import main
 from userturn.core.records import JudgeVerdict, ProbeRecord, record_key
+from userturn.report.label_notice import FAILURE_SHARE, label_notice
+from userturn.report.summary import summarise
 
 FIXTURES = Path(__file__).parent / "fixtures" / "judges"
 BASE = "http://judge.test/v1"
@@ -107,9 +107,8 @@ def test_a_partial_failure_above_the_threshold_goes_above_the_table(tmp_path: Pa
 
 def test_the_report_counts_the_reasks_for_quoted_or_conflicting_verdicts(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from userturn.judges.report import summarise_file
-
     from userturn.core.jsonl import JsonlWriter
+    from userturn.report.summary import summarise_file
 
     records = _rows(0, 4)
     records[0].judges[0].quote_reasks, records[3].judges[0].quote_reasks = 2, 1
@@ -139,9 +138,9 @@ def test_the_run_printout_names_a_failed_inline_judge(tmp_path: Path) -> None:
     import io
 
     from rich.console import Console
-    from userturn.judges.run_view import print_run_report
 
     from userturn.core.jsonl import JsonlWriter
+    from userturn.report.run_view import print_run_report
 
     path = tmp_path / "results.jsonl"
     with JsonlWriter(path) as writer:
@@ -171,8 +170,9 @@ def test_a_rules_only_file_is_not_a_measurement_in_markdown_and_latex(tmp_path: 
 
 
 def test_the_retry_command_names_the_prompt_the_panel_used() -> None:
-    from userturn.judges.label_notice import _prompt_flag
     from userturn.judges.prompt import packaged_prompt
+
+    from userturn.report.label_notice import _prompt_flag
 
     assert _prompt_flag({packaged_prompt("judge_v3").sha256[:12]}) == ""  # the default
     assert _prompt_flag({packaged_prompt("judge_v2").sha256[:12]}) == " --judge-prompt judge_v2"

@@ -116,12 +116,12 @@ def test_version_1_stays_loadable_byte_for_byte() -> None:
 V3_SHA256 = "4eea1fa5641c61d7b32a553e8b59968dbfe32bc944ce65fb74ec81ba87fcabbb"  # the default: changes go to judge_v4
 
 
-def test_version_3_is_pinned_and_the_readme_names_its_hash() -> None:
+def test_version_3_is_pinned_and_the_judging_reference_names_its_hash() -> None:
     from pathlib import Path
 
     assert load_prompt().sha256 == V3_SHA256
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert V3_SHA256 in readme and V2_SHA256 in readme and V1_SHA256 in readme
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "judging.md").read_text(encoding="utf-8")
+    assert V3_SHA256 in reference and V2_SHA256 in reference and V1_SHA256 in reference
 
 
 def test_version_2_stays_loadable_byte_for_byte() -> None:

@@ -5,7 +5,8 @@ every import statement in the source, including imports inside functions and und
     serve       (serve/ -> userturn.serve)   core
     client      (client/ -> userturn.client) core
     judges      (judges/ -> userturn.judges) core, client
-    orchestrate (userturn/orchestrate/)  core, client, serve, judges
+    report      (userturn/report/)       core, client, judges
+    orchestrate (userturn/orchestrate/)  core, client, serve, judges, report
     cli         (userturn/cli/)          everything but the package's own front door
     top         (userturn/__init__, userturn/__main__)  everything
 
@@ -24,12 +25,13 @@ FOLDERS = {"userturn": "userturn", "client": "userturn.client", "serve": "usertu
            "manifests": "userturn.manifests", "experiments": "userturn.experiments"}
 LAYERS = {"userturn.core": "core", "userturn.cli": "cli", "userturn.orchestrate": "orchestrate",
           "userturn.serve": "serve", "userturn.client": "client", "userturn.judges": "judges",
-          "userturn.manifests": "data", "userturn.experiments": "data"}
+          "userturn.report": "report", "userturn.manifests": "data", "userturn.experiments": "data"}
 ALLOWED = {"core": {"core"}, "data": set(), "serve": {"core", "serve"}, "client": {"core", "client"},
            "judges": {"core", "client", "judges"},
-           "orchestrate": {"core", "serve", "client", "judges", "orchestrate"},
-           "cli": {"core", "serve", "client", "judges", "orchestrate", "cli", "data"},
-           "top": {"core", "serve", "client", "judges", "orchestrate", "cli", "data", "top"}}
+           "report": {"core", "client", "judges", "report"},
+           "orchestrate": {"core", "serve", "client", "judges", "report", "orchestrate"},
+           "cli": {"core", "serve", "client", "judges", "report", "orchestrate", "cli", "data"},
+           "top": {"core", "serve", "client", "judges", "report", "orchestrate", "cli", "data", "top"}}
 # Modules started as a process of their own (`python -m userturn.serve.X`): each may parse its own argv.
 OWN_PROCESS = {"serve/cpu_engine.py", "serve/slurm_job.py", "serve/tiny_model.py"}
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from userturn.judges.model_size import order_models, parameter_count, parse_model_order
 
 from userturn.core.errors import UserError
+from userturn.report.model_size import order_models, parameter_count, parse_model_order
 
 
 @pytest.mark.parametrize(("name", "count"), [

@@ -283,7 +283,7 @@ async def test_probe_records_say_what_wrong_answer_changed_and_its_row_is_never_
         assert detail["new_value"] not in (detail["original_value"], record.reference_answer)
     assert wrong["m0"].perturbation_detail["original"] == "42" and wrong["m4"].perturbation_detail["rule"] == "####"
     assert all(r.perturbation_detail is None for r in none.values())
-    from userturn.judges.report import summarise
+    from userturn.report.summary import summarise
 
     rows = {g.perturbation: g for g in summarise(records.values())}  # the report's accuracy column, by hand:
     assert (rows["wrong_answer"].accuracy, rows["wrong_answer"].accuracy_n) == (0.0, 4)  # 0 of m0, m1, m3, m4

@@ -9,8 +9,9 @@ import itertools
 import pytest
 from matplotlib.colors import to_hex, to_rgb
 from report_grid import PAPER_MODELS, grid_records
-from userturn.judges import plots
-from userturn.judges.report import summarise
+
+from userturn.report import plots
+from userturn.report.summary import summarise
 
 TEMPS = (0.0, 0.6, 1.0, 1.2)
 FIVE = ("coval", "gsm8k", "healthbench", "ifeval", "mt-bench")

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 from matplotlib.colors import to_hex
-from userturn.judges import plots
-from userturn.judges.report import summarise
 
 from userturn.cli import main
 from userturn.core.errors import UserError
 from userturn.core.jsonl import JsonlWriter
 from userturn.core.records import ProbeRecord, record_key
+from userturn.report import plots
+from userturn.report.summary import summarise
 
 MODELS = ("base-model-with-a-rather-long-name", "model-b", "model-c")
 DATASETS = ("gsm8k", "mt-bench")

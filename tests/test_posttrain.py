@@ -10,11 +10,11 @@ import pytest
 import yaml
 from results_lines import record_lines
 from userturn.client.data.dataset import DatasetItem
-from userturn.judges.stats import ItemTallies, paired_difference
 
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord, record_key
 from userturn.orchestrate.posttrain import compare, load_posttrain, split_items
+from userturn.report.stats import ItemTallies, paired_difference
 
 
 def _item(i: int) -> DatasetItem:

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from userturn.judges.plots import TITLES
-from userturn.judges.report import is_self_judged, load_results, summarise
 
 from userturn.cli import main
+from userturn.report.plots import TITLES
+from userturn.report.summary import is_self_judged, load_results, summarise
 
 FIXTURE = Path(__file__).parent / "fixtures" / "judges" / "report_small.jsonl"
 PNG = b"\x89PNG\r\n\x1a\n"

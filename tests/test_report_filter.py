@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from userturn.judges.report import summarise
-from userturn.judges.report_filter import RowFilter, row_order, select_groups
 
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord, record_key
+from userturn.report.filters import RowFilter, row_order, select_groups
+from userturn.report.summary import summarise
 
 
 def rows() -> list:

@@ -102,3 +102,14 @@ def test_latex_negatives_are_minus_signs_and_names_keep_their_hyphens(results: P
     tex = report(capsys, str(results), "--format", "latex", "--perturb", "wrong_answer", "--model", "m-9B")
     row = next(line for line in tex.splitlines() if line.startswith("m-9B"))
     assert "& $-$25.0 [$-$" in row and "-2" not in row.replace("$-$", "")
+
+
+def test_the_format_flag_offers_exactly_the_renderers() -> None:
+    """`report --format`'s choices (written out in the parser, which loads nothing heavy) are the table and the
+    renderers of userturn/report/formats.py: a new format is a function and its RENDERERS entry, named in the flag."""
+    from userturn.cli import build_parser
+    from userturn.report.formats import FORMATS, RENDERERS
+
+    report_parser = next(a for a in build_parser()._actions if a.dest == "command").choices["report"]
+    choices = next(a.choices for a in report_parser._actions if a.dest == "format")
+    assert list(choices) == list(FORMATS) == ["table", *RENDERERS]

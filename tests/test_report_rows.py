@@ -9,10 +9,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from userturn.judges.report import load_results, summarise, summarise_file
 
 from userturn.cli import main
 from userturn.core.records import ProbeRecord
+from userturn.report.summary import load_results, summarise, summarise_file
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 

@@ -1,4 +1,4 @@
-"""judges/report_scan.py and `userturn compact`: one configuration per number, superseded lines counted and dropped.
+"""userturn/report/scan.py and `userturn compact`: one configuration per number, superseded lines counted and dropped.
 
 The file is made by hand: two runs of the same two keys with different max_tokens, concatenated (as `cat a.jsonl
 b.jsonl`, each with its configuration line), and one record of the first run judged again (appended later).
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from userturn.judges.report import summarise_file
 
 from userturn.cli import main
 from userturn.core.errors import UserError
 from userturn.core.jsonl import compact, read_records
+from userturn.report.summary import summarise_file
 
 KEYS = ("m|d|q1|raw|none|t=0.0|s=0", "m|d|q2|raw|none|t=0.0|s=0")
 A, B = "a" * 16, "b" * 16

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.analysis.rerank import auroc, rerank
 
 from userturn.cli import main
 from userturn.core.jsonl import JsonlWriter
 from userturn.core.records import ProbeRecord
+from userturn.report.rerank import auroc, rerank
 
 
 def rec(query: str, response: int, sample: int, correct: bool, label: str | None,

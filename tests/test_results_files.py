@@ -16,13 +16,13 @@ import orjson
 import pytest
 import respx
 from userturn.client.render.chat_mode import role_flip_messages
-from userturn.judges.report import summarise_file
-from userturn.judges.stats import Z95
 
 from userturn.cli import main
 from userturn.core.errors import UserError
 from userturn.core.records import ConfigLine, Message, record_key, sha256_text
 from userturn.core.results_files import read_results, results_files
+from userturn.report.stats import Z95
+from userturn.report.summary import summarise_file
 
 MODELS = {"org/m-1B": "1" * 16, "org/m-8B": "8" * 16}  # model -> its configuration's fingerprint
 LABELS = ["genuine_followup", "generic", "restates_query", None]
@@ -326,7 +326,8 @@ def test_compact_rewrites_each_file_of_a_folder(sharded: dict[str, Path], capsys
 def test_the_html_report_and_the_run_printout_read_several_files(sharded: dict[str, Path], tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from rich.console import Console
-    from userturn.judges.run_view import print_run_report
+
+    from userturn.report.run_view import print_run_report
 
     html = tmp_path / "r.html"
     assert main(["report", str(sharded["folder"]), "--html", str(html), "--json"]) == 0

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from rich.console import Console
 from userturn.judges.rules_only import RulesOnly
-from userturn.judges.run_view import offline_facts, print_run_report, turns_beside_human
 
 from userturn.core import aio
 from userturn.core.jsonl import JsonlWriter
 from userturn.core.records import Message, ProbeRecord, record_key
+from userturn.report.run_view import offline_facts, print_run_report, turns_beside_human
 
 
 def record(item: str, perturbation: str, t: float, turn: str, finish: str, human: str | None = None) -> ProbeRecord:

@@ -16,13 +16,13 @@ from userturn.client.http.replies import matched_stop, reasoning_text
 from userturn.client.http.server_facts import engine_notices, reported_sampler
 from userturn.client.probe.pipeline import ProbeRun
 from userturn.client.render.stops import fit_stops
-from userturn.judges.report import summarise_file
-from userturn.judges.report_table import seed_line
 
 from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.jsonl import read_records
 from userturn.core.records import Message
+from userturn.report.summary import summarise_file
+from userturn.report.table import seed_line
 
 # Engines as their own code describes them (the values `userturn.serve.engines` fills in).
 VLLM = EngineTraits(engine="vllm", seed_honoured=True, server_sampler_defaults={},

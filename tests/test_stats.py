@@ -1,11 +1,12 @@
-"""Item-clustered intervals and paired differences (judges/stats.py) on cases computed by hand."""
+"""Item-clustered intervals and paired differences (userturn/report/stats.py) on cases computed by hand."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from userturn.judges.stats import (
+
+from userturn.report.stats import (
     Z95,
     ItemTallies,
     clustered_rate,

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from userturn.core.version import __version__
     from userturn.judges.llm_judge import JudgeConfig
     from userturn.judges.panel import JudgePanel, PanelConfig, make_panel
-    from userturn.judges.report import summarise_file
     from userturn.orchestrate.experiment import load_experiment
+    from userturn.report.summary import summarise_file
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
 
@@ -37,7 +37,7 @@ _EXPORTS = {name: module for module, names in {
     "userturn.core.records": ["Message", "ProbeRecord"],
     "userturn.judges.llm_judge": ["JudgeConfig"],
     "userturn.judges.panel": ["JudgePanel", "PanelConfig", "make_panel"],
-    "userturn.judges.report": ["summarise_file"],
+    "userturn.report.summary": ["summarise_file"],
     "userturn.orchestrate.experiment": ["load_experiment"],
     "userturn.serve.launcher": ["launch"],
     "userturn.serve.manifest": ["load_manifest"],

@@ -165,7 +165,7 @@ def run_command(args: argparse.Namespace) -> int:
                                                       failures=failures, shard=args.shard))
     errors = sum(s.errors for s in summaries)
     from userturn.client.terminal import console
-    from userturn.judges.run_view import print_run_report
+    from userturn.report.run_view import print_run_report
 
     if args.shard is None and results.is_file() and results.stat().st_size:
         print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
@@ -261,7 +261,7 @@ def _records(named: list[str]) -> list:
 def export_command(args: argparse.Namespace) -> int:
     if args.format == "inspect":
         return _export_inspect(args)
-    from userturn.client.analysis.export import export_rows
+    from userturn.report.export import export_rows
 
     rows, stats = export_rows(_records(args.results), args.format)
     data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
@@ -299,7 +299,7 @@ def _nothing_hint(fmt: str, stats: Any) -> str:
 
 
 def _export_inspect(args: argparse.Namespace) -> int:
-    from userturn.judges.inspect_log import export_inspect
+    from userturn.report.inspect_log import export_inspect
 
     done = export_inspect(args.results, args.out)
     print(f"userturn: wrote {len(done.logs)} Inspect log(s), {done.samples} samples ({done.labelled} labelled, "
@@ -310,9 +310,9 @@ def _export_inspect(args: argparse.Namespace) -> int:
 
 
 def show_command(args: argparse.Namespace) -> int:
-    from userturn.client.analysis.show import ShowFilter, select_records, turns_table
     from userturn.client.short_keys import short_keys
     from userturn.client.terminal import console
+    from userturn.report.show import ShowFilter, select_records, turns_table
 
     rows = ShowFilter(models=args.model, datasets=args.dataset, labels=args.label, perturbations=args.perturb,
                       temperatures=args.temperature, items=args.item)
@@ -339,7 +339,7 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def rerank_command(args: argparse.Namespace) -> int:
-    from userturn.client.analysis.rerank import as_dicts, rerank, rerank_table
+    from userturn.report.rerank import as_dicts, rerank, rerank_table
 
     rows = rerank(_records(args.results))
     if args.json:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def model_order_type(text: str) -> list[str]:
     """argparse type of --model-order (comma-separated model names)."""
-    from userturn.judges.model_size import parse_model_order
+    from userturn.report.model_size import parse_model_order
 
     try:
         return parse_model_order(text)

@@ -11,10 +11,10 @@ import orjson
 from userturn.client.terminal import console
 from userturn.core.errors import UserError
 from userturn.core.results_files import configs_of, describe, results_files
-from userturn.judges.label_notice import LabelNotice, label_notice
-from userturn.judges.report import GroupSummary, Report, summarise_file, to_json_rows
-from userturn.judges.report_filter import RowFilter, select_groups
-from userturn.judges.report_table import print_report
+from userturn.report.filters import RowFilter, select_groups
+from userturn.report.label_notice import LabelNotice, label_notice
+from userturn.report.summary import GroupSummary, Report, summarise_file, to_json_rows
+from userturn.report.table import print_report
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -44,7 +44,7 @@ def run_report(args: argparse.Namespace) -> int:
             status = _write_plots(figures, skipped, why, args.plots)
         if args.html:
             from userturn.client.render.prompt_replay import Replayer
-            from userturn.judges.html_report import render_html, select_examples, write_html
+            from userturn.report.html import render_html, select_examples, write_html
 
             examples = select_examples(paths, report.keep)
             replay = Replayer(args.tokenizer, args.chat_template, configs=configs_of(paths))  # raw-mode prompts
@@ -55,7 +55,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.format != "table":
-        from userturn.judges.report_formats import RENDERERS
+        from userturn.report.formats import RENDERERS
 
         sys.stdout.write(RENDERERS[args.format](groups, notice.caveat if notice else None))
     else:
@@ -91,8 +91,8 @@ def _print_table(args: argparse.Namespace, groups: list[GroupSummary], report: R
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],
              formats: tuple[str, ...]) -> tuple[dict[str, dict[str, bytes]], dict[str, str], str]:
     """(figures drawn, {figure left out: why}, why none at all: '' when matplotlib is there)."""
-    from userturn.judges.plot_parts import matplotlib_missing
-    from userturn.judges.plots import render_figures, skipped_figures
+    from userturn.report.plot_parts import matplotlib_missing
+    from userturn.report.plots import render_figures, skipped_figures
 
     missing = matplotlib_missing()
     if missing:
@@ -104,7 +104,7 @@ def _write_plots(figures: dict[str, dict[str, bytes]], skipped: dict[str, str], 
     if why:
         print(f"userturn report: no figures written to {directory}: {why}", file=sys.stderr)
         return 1
-    from userturn.judges.plots import write_plots
+    from userturn.report.plots import write_plots
 
     paths = write_plots(figures, directory)
     by_reason: dict[str, list[str]] = {}

@@ -88,7 +88,7 @@ def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
     written = [f for f in files if f.is_file() and f.stat().st_size]
     if written and all(code in (0, 1) for code in codes):  # every shard ran to its end (1: some samples failed)
         from userturn.client.terminal import console
-        from userturn.judges.run_view import print_run_report
+        from userturn.report.run_view import print_run_report
 
         print_run_report(console(), written)  # the unsharded run's printout, over the shards read as one
     else:

@@ -75,10 +75,10 @@ def wants_record(args: argparse.Namespace) -> bool:
 
 def show_record(args: argparse.Namespace) -> int:
     """Print one record (or only its prompt). Unknown key: UserError with the closest keys (exit 2)."""
-    from userturn.client.analysis.show import record_view
     from userturn.client.render.prompt_replay import find_record
     from userturn.client.short_keys import resolve_key
     from userturn.core.results_files import results_files
+    from userturn.report.show import record_view
 
     if args.key is None:
         raise UserError(f"{record_flags(args)[0]} needs a KEY: it applies to one record (userturn show RESULTS... KEY)")

@@ -27,7 +27,7 @@ import orjson
 from pydantic import ValidationError
 
 from userturn.core.errors import UserError, damaged_line, first_error
-from userturn.core.records import ConfigLine
+from userturn.core.records import ConfigLine, ProbeRecord
 
 if TYPE_CHECKING:
     import numpy as np  # imported by `last_of_each` only: the probe's resume never loads numpy
@@ -167,3 +167,11 @@ def last_of_each(identities: np.ndarray) -> np.ndarray:
     keep = np.zeros(len(identities), dtype=bool)
     keep[len(identities) - 1 - last_from_end] = True
     return keep
+
+
+def parse_record(raw: bytes, where: str) -> ProbeRecord:
+    """One results line as a record; UserError naming `where` when it is none."""
+    try:
+        return ProbeRecord.model_validate_json(raw)
+    except ValidationError as exc:
+        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None

@@ -150,7 +150,7 @@ def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], tempera
             ) -> list[Metric]:
     """Per temperature and metric: both rates over the items both labelled, trained - base, Newcombe's paired
     interval from item-clustered Wilson intervals (`judges.stats.paired_difference`)."""
-    from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
+    from userturn.report.stats import ItemTallies, clustered_rate, paired_difference
 
     out = []
     for t in temperatures:
@@ -211,7 +211,7 @@ def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path,
 
 
 def _export(cfg: PostTrainExperiment, records: Sequence[ProbeRecord], train_ids: set[str], out: Path) -> int:
-    from userturn.client.analysis.export import export_rows
+    from userturn.report.export import export_rows
 
     rows: list[dict[str, Any]] = []
     notes = []

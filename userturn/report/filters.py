@@ -10,11 +10,11 @@ import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel
-from userturn.client.terminal import matching
-from userturn.judges.model_size import order_models
-from userturn.judges.report import GroupSummary
 
+from userturn.client.terminal import matching
 from userturn.core.errors import UserError
+from userturn.report.model_size import order_models
+from userturn.report.summary import GroupSummary
 
 
 class RowFilter(BaseModel):

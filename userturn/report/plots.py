@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from userturn.client.terminal import wrap_name
-from userturn.judges.plot_parts import (
+from userturn.core.errors import UserError
+from userturn.core.taxonomy import TAXONOMY
+from userturn.report.plot_parts import (
     LINESTYLES,
     MARKERS,
     _accuracy_rows,
@@ -40,11 +42,8 @@ from userturn.judges.plot_parts import (
     text_color,
     wrapped_title,
 )
-from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import fmt_temp
-
-from userturn.core.errors import UserError
-from userturn.core.taxonomy import TAXONOMY
+from userturn.report.summary import GroupSummary
+from userturn.report.table import fmt_temp
 
 PLOT_NAMES = ("followup_vs_temperature", "accuracy_vs_followup", "perturbation_effects", "label_mix")
 TITLES = {  # what each figure shows: the HTML report's captions

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import first_error
 from userturn.core.records import GroupKey, JudgeVerdict, ProbeRecord, line_group_key, line_group_values
 from userturn.core.results_files import as_paths
 from userturn.core.results_reader import config_line, last_of_each, legacy_config, not_a_record, read_lines
@@ -204,14 +204,6 @@ class Scan:
         """Boolean per line: True for the last line of its key and configuration (the record that counts)."""
         keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
         return last_of_each(keys)
-
-
-def parse_record(raw: bytes, where: str) -> ProbeRecord:
-    """One results line as a record; UserError naming `where` when it is none."""
-    try:
-        return ProbeRecord.model_validate_json(raw)
-    except ValidationError as exc:
-        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None
 
 
 def checked_lines(paths: str | Path | Sequence[str | Path],

@@ -1,4 +1,4 @@
-"""What the report figures share (judges/plots.py draws them): matplotlib loaded on demand, one colour per
+"""What the report figures share (userturn/report/plots.py draws them): matplotlib loaded on demand, one colour per
 model, which rows a figure draws, panels, legends, axis ranges, and points drawn apart so none hides another."""
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from userturn.judges.model_size import order_models
-from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import fmt_temp
-from userturn.judges.stats import wilson_interval
-
 from userturn.core.errors import UserError
+from userturn.report.model_size import order_models
+from userturn.report.stats import wilson_interval
+from userturn.report.summary import GroupSummary
+from userturn.report.table import fmt_temp
 
 MATPLOTLIB_MISSING = "matplotlib is not installed (pip install matplotlib, or pip install 'userturn[plots]')"
 LINESTYLES = ("-", "--", ":", "-.")

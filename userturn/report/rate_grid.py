@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import fmt_ci, fmt_rate, fmt_temp
+from userturn.report.summary import GroupSummary
+from userturn.report.table import fmt_ci, fmt_rate, fmt_temp
 
 NO_JUDGED_RATE = "no row is labelled by a judge model (the rules alone never label a genuine follow-up)"
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from userturn.client.analysis.export import human_turn
-from userturn.client.terminal import print_trimmed
-from userturn.judges.label_notice import label_notice
-from userturn.judges.prelabel import apply_rules, query_and_response
-from userturn.judges.report import GroupSummary, load_results, summarise_file
-from userturn.judges.report_filter import row_order
-from userturn.judges.report_table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
 
+from userturn.client.terminal import print_trimmed
 from userturn.core.records import ProbeRecord, group_key
 from userturn.core.results_files import describe
+from userturn.judges.prelabel import apply_rules, query_and_response
+from userturn.report.export import human_turn
+from userturn.report.filters import row_order
+from userturn.report.label_notice import label_notice
+from userturn.report.summary import GroupSummary, load_results, summarise_file
+from userturn.report.table import SHORT_LEGEND, fmt_temp, groups_table, totals_line
 
 SHOWN_ITEMS = 4  # items whose turns are printed (every turn: `userturn show RESULTS`)
 TURNS_PER_ITEM = 4

@@ -22,18 +22,19 @@ import jinja2
 import numpy as np
 import orjson
 from markupsafe import Markup
-from userturn.client.analysis.export import human_turn
-from userturn.client.render.prompt_replay import ReplayedPrompt
-from userturn.judges.agreement import PanelAgreement
-from userturn.judges.prelabel import query_and_response
-from userturn.judges.rate_grid import rate_grid
-from userturn.judges.report import GroupSummary, is_self_judged
-from userturn.judges.report_scan import Scan, checked_lines, parse_record
-from userturn.judges.report_table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
 
+from userturn.client.render.prompt_replay import ReplayedPrompt
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
+from userturn.core.results_reader import parse_record
 from userturn.core.taxonomy import DESCRIPTIONS, LABELS, SHORT
+from userturn.judges.agreement import PanelAgreement
+from userturn.judges.prelabel import query_and_response
+from userturn.report.export import human_turn
+from userturn.report.rate_grid import rate_grid
+from userturn.report.scan import Scan, checked_lines
+from userturn.report.summary import GroupSummary, is_self_judged
+from userturn.report.table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
 
 SAMPLES_PER_LABEL = 5
 SAMPLE_TABLE = 50
@@ -384,8 +385,8 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
     rebuilds a record's prompt for the sample table; `filters`: the row filters, as flags; `notice`: the label
     notice above the table (default: `judges.label_notice` for `source`); `quote_reasks`: judge replies asked again
     because they held only a quoted verdict or two verdicts."""
-    from userturn.judges.label_notice import label_notice
-    from userturn.judges.plots import TITLES
+    from userturn.report.label_notice import label_notice
+    from userturn.report.plots import TITLES
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     shown_figures = [{"name": name, "title": TITLES.get(name, name),

@@ -7,11 +7,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from userturn.client.terminal import NAME_WIDTH, print_trimmed, wrap_name
-from userturn.judges.agreement import PanelAgreement
-from userturn.judges.report import GroupSummary
 
+from userturn.client.terminal import NAME_WIDTH, print_trimmed, wrap_name
 from userturn.core.taxonomy import SHORT
+from userturn.judges.agreement import PanelAgreement
+from userturn.report.summary import GroupSummary
 
 
 def fmt_rate(value: float | None) -> str:

@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from userturn.judges.prompt import DEFAULT_PROMPT, packaged_names, packaged_prompt
-from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import fmt_temp
-
 from userturn.core.results_files import JUDGED_SUFFIX
+from userturn.judges.prompt import DEFAULT_PROMPT, packaged_names, packaged_prompt
+from userturn.report.summary import GroupSummary
+from userturn.report.table import fmt_temp
 
 FAILURE_SHARE = 0.05  # of a row's generated records: a judge failure share above it is a notice above the table
 PathLike = str | Path

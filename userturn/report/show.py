@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 from rich.table import Table
-from userturn.client.analysis.export import human_turn
-from userturn.client.render.prompt_replay import ReplayedPrompt
 
+from userturn.client.render.prompt_replay import ReplayedPrompt
 from userturn.core.records import ConfigLine, ProbeRecord
+from userturn.report.export import human_turn
 
 CLIP = 160
 MODEL_WIDTH = 14  # model names wrap at their separators (`/`, `-`) to this width, never mid-word where avoidable
@@ -66,7 +66,6 @@ def verdict_of(record: ProbeRecord) -> str:
 def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
     """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
     from userturn.client.terminal import matching
-
     from userturn.core.errors import UserError
 
     models = matching("--model", rows.models, {r.model for r in records})

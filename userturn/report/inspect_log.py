@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from userturn.judges.report import GroupSummary, summarise_file
 
 from userturn.core.errors import UserError
 from userturn.core.records import ConfigLine, ProbeRecord
 from userturn.core.results_files import configs_of, read_results, results_files
 from userturn.core.taxonomy import is_followup
+from userturn.report.summary import GroupSummary, summarise_file
 
 ERROR_VALUE = "error"  # a failed verdict's score value: no label is called that
 HUMAN_TURN = "second_turn"  # meta key of the dataset's human-written next user turn (MT-Bench)

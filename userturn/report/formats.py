@@ -11,12 +11,9 @@ import io
 import re
 from collections.abc import Callable, Sequence
 
-from userturn.judges.report import GroupSummary
-from userturn.judges.report_table import delta_cell, fmt_temp, interval_cell
-
 from userturn.core.taxonomy import LABELS
-
-FORMATS = ("table", "csv", "markdown", "latex")
+from userturn.report.summary import GroupSummary
+from userturn.report.table import delta_cell, fmt_temp, interval_cell
 
 CSV_COLUMNS = ["model", "dataset", "mode", "perturbation", "temperature", "settings", "n", "items", "followups",
                "followup_rate", "ci_low", "ci_high", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items",
@@ -111,3 +108,4 @@ def to_latex(groups: Sequence[GroupSummary], caveat: str | None = None) -> str:
 
 RENDERERS: dict[str, Callable[[Sequence[GroupSummary], str | None], str]] = {
     "csv": to_csv, "markdown": to_markdown, "latex": to_latex}
+FORMATS = ("table", *RENDERERS)  # `report --format`: the terminal table or a renderer

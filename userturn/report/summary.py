@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import orjson
 from pydantic import BaseModel, Field
-from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
-from userturn.judges.report_scan import RowId, Scan, base_name, scan_files
-from userturn.judges.stats import ItemTallies, clustered_rate, paired_difference
 
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import as_paths, read_results
 from userturn.core.taxonomy import LABELS, is_followup
+from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
+from userturn.report.scan import RowId, Scan, base_name, row_and_outcome, scan_files
+from userturn.report.stats import ItemTallies, clustered_rate, paired_difference
 
 UNFINGERPRINTED = "unfingerprinted"
 
@@ -310,3 +310,8 @@ def load_results(path: str | Path | Sequence[str | Path]) -> list[ProbeRecord]:
 def to_json_rows(groups: list[GroupSummary]) -> list[dict]:
     """The `--json` array (`GroupSummary`'s fields in order)."""
     return [g.model_dump() for g in groups]
+
+
+def panel_agreements(records: Iterable[ProbeRecord]) -> list[PanelAgreement]:
+    """`agreements_from_patterns` of loaded records, counted as the report counts them."""
+    return agreements_from_patterns(Counter(row_and_outcome(r.model_dump(mode="json"))[1].agreement for r in records))

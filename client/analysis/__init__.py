@@ -1,1 +1,0 @@
-"""Looking at results: export, rerank, show."""
