@@ -109,8 +109,9 @@ def _slurm(m: Manifest) -> list[tuple[str, list[str], dict[str, Any]]]:
                           capture_output=True, text=True, check=True)
     argv = done.stdout.split("\0")[:-1]
     env = dict(re.findall(r"^export ([A-Z_][A-Z0-9_]*)=(\S+)$", script, re.M))
-    return [("slurm", argv, {"port": 8124, "key": KEY, "model": SLURM_ENV["MODEL"], "served": SLURM_ENV["SERVED"],
-                             "node": 1, "dist": SLURM_ENV["USERTURN_DIST_INIT_ADDR"], "env": env})]
+    return [("slurm", argv, {"host": "0.0.0.0", "port": 8124, "key": KEY, "model": SLURM_ENV["MODEL"],
+                             "served": SLURM_ENV["SERVED"], "node": 1, "dist": SLURM_ENV["USERTURN_DIST_INIT_ADDR"],
+                             "env": env})]
 
 
 def _k8s_expand(word: str, env: dict[str, str]) -> str:
@@ -134,7 +135,8 @@ def _k8s(m: Manifest) -> list[tuple[str, list[str], dict[str, Any]]]:
                 known = {**K8S_ENV, **env}
                 argv = [_k8s_expand(w, known) for w in c["command"] + c.get("args", [])]
                 forms.append((f"k8s {doc['kind']} {rank}", argv, {
-                    "port": m.port or CLUSTER_PORT, "key": KEY, "model": m.resolve_path(m.model), "node": rank,
+                    "host": "0.0.0.0", "port": m.port or CLUSTER_PORT, "key": KEY, "model": m.resolve_path(m.model),
+                    "node": rank,
                     "dist": f"{K8S_ENV['LWS_LEADER_ADDRESS']}:50000", "env": env}))
     assert forms
     return forms
@@ -177,7 +179,8 @@ def manifests(engine: str, tmp_path: Path) -> list[Path]:
 def _expect(engine: str, m: Manifest, meant: dict[str, Any], got: dict[str, Any]) -> None:
     """The parsed values are what userturn meant."""
     served = meant.get("served", m.request_model_name)
-    common = {"port": meant["port"], "reasoning_parser": m.reasoning_parser or ("" if engine == "vllm" else None),
+    common = {"port": meant["port"], "host": meant.get("host", m.host),
+              "reasoning_parser": m.reasoning_parser or ("" if engine == "vllm" else None),
               "dtype": m.dtype or "auto", "trust_remote_code": m.trust_remote_code}
     if engine == "sglang":
         want = {**common, "model_path": meant["model"], "api_key": meant["key"] if m.api_key else None,
@@ -206,16 +209,16 @@ def test_every_emitted_argv_starts_on_the_engines_parser(engine: str, tmp_path: 
         m = load_manifest(path)
         for form, argv, meant in emitted(m, path, capsys):
             label = f"{path.name} {form}"
-            cases.append((label, m, meant))
+            cases.append((label, m, meant, path.name))
             items.append({"label": label, "argv": argv})
     answer = check(engine, items)
     assert answer["version"] == {"sglang": "0.5.23", "vllm": "0.33.0"}[engine]
     failed = {r["label"]: r["error"] for r in answer["results"] if "error" in r}
     assert not failed, failed
-    for (label, m, meant), result in zip(cases, answer["results"], strict=True):
+    for (label, m, meant, _), result in zip(cases, answer["results"], strict=True):
         assert result["label"] == label
         _expect(engine, m, meant, result["values"])
-    print(f"{engine} {answer['version']}: {len(items)} command lines from {len(set(c[1].label for c in cases))} "
+    print(f"{engine} {answer['version']}: {len(items)} command lines from {len(set(c[3] for c in cases))} "
           "manifests parsed", file=sys.stderr)
 
 
