@@ -120,9 +120,13 @@ def _k8s_expand(word: str, env: dict[str, str]) -> str:
                   lambda f: "$" if f.group(0) == "$$" else env.get(f.group(1), f.group(0)), word)
 
 
-def _k8s(m: Manifest) -> list[tuple[str, list[str], dict[str, Any]]]:
+def _k8s(m: Manifest, pod_root: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """The server containers' argv; a ConfigMap mounted in the pod is written under `pod_root` (and its mount path
+    in the argv points there), so the engine finds the shipped files as the pod would."""
+    docs = list(yaml.safe_load_all(render_k8s(m)))
+    shipped = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
     forms = []
-    for doc in yaml.safe_load_all(render_k8s(m)):
+    for doc in docs:
         spec = doc.get("spec", {})
         templates = ([spec["template"]] if "template" in spec else
                      [spec["leaderWorkerTemplate"][t] for t in ("leaderTemplate", "workerTemplate")]
@@ -132,8 +136,20 @@ def _k8s(m: Manifest) -> list[tuple[str, list[str], dict[str, Any]]]:
                 if c["name"] != "server":
                     continue
                 env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+                volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+                mounts = {}
+                for mount in c["volumeMounts"]:
+                    config = volumes[mount["name"]].get("configMap")
+                    if config is not None:
+                        local = pod_root / mount["mountPath"].lstrip("/")
+                        local.mkdir(parents=True, exist_ok=True)
+                        for key, text in shipped[config["name"]].items():
+                            (local / key).write_text(text)
+                        mounts[mount["mountPath"]] = str(local)
                 known = {**K8S_ENV, **env}
                 argv = [_k8s_expand(w, known) for w in c["command"] + c.get("args", [])]
+                for pod_dir, local_dir in mounts.items():
+                    argv = [local_dir + w[len(pod_dir):] if w.startswith(pod_dir + "/") else w for w in argv]
                 forms.append((f"k8s {doc['kind']} {rank}", argv, {
                     "host": "0.0.0.0", "port": m.port or CLUSTER_PORT, "key": KEY, "model": m.resolve_path(m.model),
                     "node": rank,
@@ -142,8 +158,9 @@ def _k8s(m: Manifest) -> list[tuple[str, list[str], dict[str, Any]]]:
     return forms
 
 
-def emitted(m: Manifest, path: Path, capsys: pytest.CaptureFixture[str]) -> list[tuple[str, list[str], dict]]:
-    forms = [*_dry_run(m, path, capsys), *_slurm(m), *_k8s(m)]
+def emitted(m: Manifest, path: Path, capsys: pytest.CaptureFixture[str],
+            tmp_path: Path) -> list[tuple[str, list[str], dict]]:
+    forms = [*_dry_run(m, path, capsys), *_slurm(m), *_k8s(m, tmp_path / f"pod-{path.stem}")]
     return forms + (_launch(m) if m.nnodes == 1 else [])
 
 
@@ -162,13 +179,23 @@ def _constructed(tmp_path: Path, name: str, base: str | None, **changes: Any) ->
     return path
 
 
+def _every_key(tmp_path: Path, engine: str) -> Path:
+    """Every optional launch key set (the chat template a local file: Kubernetes ships it in a ConfigMap)."""
+    template = tmp_path / "template.jinja"
+    template.write_text("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>")
+    return _constructed(tmp_path, f"every-key-{engine}", "qwen3.5-9b.yaml", engine=engine, deterministic=False,
+                        tokenizer="Qwen/Qwen3.5-9B", revision="main", chat_template=str(template),
+                        load_format="dummy", trust_remote_code=True, dp_size=2, gpus=2, port=8999,
+                        env={"NCCL_DEBUG": "WARN"})
+
+
 def manifests(engine: str, tmp_path: Path) -> list[Path]:
     if engine == "sglang":
-        return [*_shipped("sglang"),
+        return [*_shipped("sglang"), _every_key(tmp_path, "sglang"),
                 _constructed(tmp_path, "deterministic", "qwen3.5-9b.yaml", deterministic=True),
                 _constructed(tmp_path, "two-nodes", "qwen3.5-9b.yaml", nnodes=2, tp_size=2, gpus=4,
                              dist_init_addr="10.0.0.1:5000", cluster={"k8s": {"cache_pvc": "weights"}})]
-    return [*_shipped("vllm"),
+    return [*_shipped("vllm"), _every_key(tmp_path, "vllm"),
             _constructed(tmp_path, "glm-vllm", "glm-4.5-air.yaml", engine="vllm", deterministic=False),
             _constructed(tmp_path, "glm-vllm-5", "glm-4.5-air.yaml", engine="vllm", deterministic=False,
                          env={"VLLM_MAX_STOP_STRINGS": "5"}),
@@ -182,6 +209,7 @@ def _expect(engine: str, m: Manifest, meant: dict[str, Any], got: dict[str, Any]
     common = {"port": meant["port"], "host": meant.get("host", m.host),
               "reasoning_parser": m.reasoning_parser or ("" if engine == "vllm" else None),
               "dtype": m.dtype or "auto", "trust_remote_code": m.trust_remote_code}
+    common.update({"revision": m.revision, "load_format": m.load_format or "auto"})
     if engine == "sglang":
         want = {**common, "model_path": meant["model"], "api_key": meant["key"] if m.api_key else None,
                 "sampling_defaults": "openai", "enable_deterministic_inference": m.deterministic,
@@ -198,6 +226,8 @@ def _expect(engine: str, m: Manifest, meant: dict[str, Any], got: dict[str, Any]
         if m.mem_fraction_static is not None:
             want["gpu_memory_utilization"] = m.mem_fraction_static
     assert {k: got[k] for k in want} == want
+    assert (got["chat_template"] is None) is (m.chat_template is None)
+    assert (got["tokenizer_path" if engine == "sglang" else "tokenizer"] is None) is (m.tokenizer is None)
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -207,7 +237,7 @@ def test_every_emitted_argv_starts_on_the_engines_parser(engine: str, tmp_path: 
     cases, items = [], []
     for path in manifests(engine, tmp_path):
         m = load_manifest(path)
-        for form, argv, meant in emitted(m, path, capsys):
+        for form, argv, meant in emitted(m, path, capsys, tmp_path):
             label = f"{path.name} {form}"
             cases.append((label, m, meant, path.name))
             items.append({"label": label, "argv": argv})
@@ -245,7 +275,7 @@ def test_vllm_takes_the_stops_a_probe_sends_under_the_emitted_env(tmp_path: Path
         stops, ids = fit_stops(GLM_STOPS, [], GLM_TOKEN_IDS, limit, send_ids=True, ids_carry=True, engine="vllm")
         assert sorted(stops + [s for s in GLM_STOPS if GLM_TOKEN_IDS[s] in ids]) == sorted(GLM_STOPS)
         items = []
-        for form, argv, meant in emitted(m, path, capsys):
+        for form, argv, meant in emitted(m, path, capsys, tmp_path):
             assert {k: v for k, v in meant["env"].items() if k.startswith("VLLM_")} == env, form
             items.append({"label": form, "argv": argv, "stop": stops})
         results = check("vllm", items, env)["results"]  # the server's environment, as every form sets it
