@@ -6,11 +6,11 @@ Output (stdout, last line, JSON): {"version": ..., "reasoning_parsers": [...], "
 
 - sglang: `sglang.srt.server_args.prepare_server_args(argv[3:])`, what `python -m sglang.launch_server` runs before
   it resolves the model (argparse with SGLang's choices, then `ServerArgs.__post_init__`).
-- vllm: `make_arg_parser` (the `vllm serve` subcommand's parser) on the words after `serve`, then what `vllm serve`
-  checks before it loads anything: `validate_parsed_serve_args`, `AsyncEngineArgs.from_cli_args`, its structured
-  outputs config and `validate_api_server_args` (the reasoning parser name against vLLM's registry). With "stop", the
-  request body {"model", "prompt", "stop"} is validated by vLLM's own `CompletionRequest` under this process's
-  environment (VLLM_MAX_STOP_STRINGS).
+- vllm: `vllm serve ...` as `vllm.entrypoints.cli.main` parses it (the top parser with the `serve` subcommand's
+  `ServeSubcommand`, then its `validate`), then what `vllm serve` checks before it loads anything:
+  `AsyncEngineArgs.from_cli_args`, its structured outputs config and `validate_api_server_args` (the reasoning
+  parser name against vLLM's registry). With "stop", the request body {"model", "prompt", "stop"} is validated by
+  vLLM's own `CompletionRequest` under this process's environment (VLLM_MAX_STOP_STRINGS).
 """
 
 from __future__ import annotations
@@ -36,19 +36,20 @@ def _sglang(argv: list[str]) -> dict[str, Any]:
 
 def _vllm(argv: list[str]) -> dict[str, Any]:
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.common.cli_args import (
-        make_arg_parser,
-        validate_api_server_args,
-        validate_parsed_serve_args,
-    )
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.entrypoints.common.cli_args import validate_api_server_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(argv)
+    # vllm.entrypoints.cli.main.main with its `serve` subcommand: the top parser, then the subcommand's validate
+    top = FlexibleArgumentParser(prog="vllm")
+    serve = ServeSubcommand()
+    serve.subparser_init(top.add_subparsers(required=False, dest="subparser"))
+    args = top.parse_args(["serve", *argv])
+    serve.validate(args)
     if args.model_tag is not None:  # ServeSubcommand.cmd: the positional model wins
         args.model = args.model_tag
-    validate_parsed_serve_args(args)
     AsyncEngineArgs.from_cli_args(args).create_structured_outputs_config()
-    validate_api_server_args(args)
+    validate_api_server_args(args)  # at API server setup: the reasoning parser name against vLLM's registry
     keys = ("model", "tokenizer", "host", "port", "api_key", "generation_config", "reasoning_parser",
             "tensor_parallel_size", "data_parallel_size", "served_model_name", "seed", "gpu_memory_utilization",
             "max_model_len", "dtype", "trust_remote_code", "revision", "chat_template", "load_format")

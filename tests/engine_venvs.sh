@@ -21,5 +21,5 @@ pip_in "$dir/enginevenv-vllm" --no-deps vllm==0.33.0
 pip_in "$dir/enginevenv-vllm" torch==2.13.0 "transformers>=5.16.1,<5.21.0" xgrammar==0.2.8 apache-tvm-ffi==0.1.11 \
     "llguidance>=1.7.0,<1.8.0" "fastapi>=0.133.0,<0.137.0" packaging pydantic regex numpy cbor2 psutil pyzmq requests \
     aiohttp "oss-harmony>=0.0.11" openai msgspec cloudpickle pillow pybase64 cachetools uvloop py-cpuinfo \
-    prometheus_client partial-json-parser
+    prometheus_client partial-json-parser watchfiles uvicorn "orjson>=3.11.6"
 echo "ready: $dir/enginevenv-sglang/bin/python $dir/enginevenv-vllm/bin/python"
