@@ -296,6 +296,7 @@ def test_multinode_dry_run_prints_one_command_per_node(capsys: pytest.CaptureFix
     assert out[0].startswith("# qwen3.5-397b-a17b: 2 nodes; run each line on its own node, <node0-host>:<dist-port> "
                              "replaced by node 0's address")
     assert out[3] == "# qwen3.5-397b-a17b-node1: joins node 0 (no HTTP server of its own)"
+    assert all(argv[-1] == "--api-key=<generated at launch>" for argv in commands)  # a placeholder, as on one node
 
 
 def test_multinode_dry_run_uses_the_manifest_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

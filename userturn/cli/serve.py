@@ -102,7 +102,7 @@ def _print_nodes(m: Manifest, nodes: list[LaunchSpec]) -> None:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on port {s.port} of node 0")
         else:
             print(f"# {s.name}: joins node 0 (no HTTP server of its own)")
-        print(s.shell())
+        print(s.shell(redact=False))  # its key is a placeholder (dry_run_key)
 
 
 def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> int:
