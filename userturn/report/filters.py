@@ -7,7 +7,7 @@ values of one filter are alternatives.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 
@@ -44,19 +44,24 @@ def row_order(groups: Sequence[GroupSummary], model_order: Sequence[str] = ()) -
                                          g.temperature, g.settings))
 
 
+def at_temperatures(asked: Sequence[float], present: set[float], what: str) -> Callable[[float], bool]:
+    """`--temperature T...` as a test on a temperature (every one passes when none is asked); UserError naming the
+    temperatures present when an asked one matches no `what` (row, record)."""
+    for t in asked:
+        if not any(math.isclose(t, have, abs_tol=1e-9) for have in present):
+            shown = ", ".join(f"{have:g}" for have in sorted(present)) or "none"
+            raise UserError(f"--temperature {t:g}: no {what} at that temperature (present: {shown})")
+    return lambda temperature: not asked or any(math.isclose(t, temperature, abs_tol=1e-9) for t in asked)
+
+
 def select_groups(groups: Sequence[GroupSummary], rows: RowFilter) -> list[GroupSummary]:
     """The rows the filters keep, in `row_order`. UserError when a filter matches nothing."""
     models = matching("--model", rows.models, {g.model for g in groups})
     datasets = matching("--dataset", rows.datasets, {g.dataset for g in groups})
     perturbations = matching("--perturb", rows.perturbations, {g.perturbation for g in groups})
-    temperatures = {g.temperature for g in groups}
-    for t in rows.temperatures:
-        if not any(math.isclose(t, have, abs_tol=1e-9) for have in temperatures):
-            shown = ", ".join(f"{have:g}" for have in sorted(temperatures)) or "none"
-            raise UserError(f"--temperature {t:g}: no row at that temperature (present: {shown})")
+    at = at_temperatures(rows.temperatures, {g.temperature for g in groups}, "row")
     kept = [g for g in groups if g.model in models and g.dataset in datasets and g.perturbation in perturbations
-            and (not rows.temperatures or any(math.isclose(t, g.temperature, abs_tol=1e-9)
-                                              for t in rows.temperatures))]
+            and at(g.temperature)]
     if not kept:
         raise UserError(f"no row matches all of {rows.describe()}")
     return row_order(kept, rows.model_order)

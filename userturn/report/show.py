@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -66,21 +65,16 @@ def verdict_of(record: ProbeRecord) -> str:
 def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
     """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
     from userturn.client.terminal import matching
-    from userturn.core.errors import UserError
+    from userturn.report.filters import at_temperatures
 
     models = matching("--model", rows.models, {r.model for r in records})
     datasets = matching("--dataset", rows.datasets, {r.dataset for r in records})
     labels = matching("--label", rows.labels, {label_of(r) for r in records})
     perturbations = matching("--perturb", rows.perturbations, {r.perturbation for r in records})
     items = matching("--item", rows.items, {r.item_id for r in records})
-    present = {r.temperature for r in records}
-    for t in rows.temperatures:
-        if not any(math.isclose(t, have, abs_tol=1e-9) for have in present):
-            shown = ", ".join(f"{have:g}" for have in sorted(present)) or "none"
-            raise UserError(f"--temperature {t:g}: no record at that temperature (present: {shown})")
+    at = at_temperatures(rows.temperatures, {r.temperature for r in records}, "record")
     return [r for r in records if r.model in models and r.dataset in datasets and label_of(r) in labels
-            and r.perturbation in perturbations and r.item_id in items
-            and (not rows.temperatures or any(math.isclose(t, r.temperature, abs_tol=1e-9) for t in rows.temperatures))]
+            and r.perturbation in perturbations and r.item_id in items and at(r.temperature)]
 
 
 COMPACT_BELOW = 140  # terminal columns under which a row's identity shares one cell (no word is cut)
