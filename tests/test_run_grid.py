@@ -84,6 +84,22 @@ def test_a_resumed_run_with_nothing_left_starts_no_server(tmp_path: Path, capsys
         assert "not started" not in capsys.readouterr().err
 
 
+def test_a_rules_only_grid_resumed_starts_no_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The quick start's shape: `judges: [{model: rules}]` leaves unlabelled records (no rule fired), which no rerun
+    can label without a judge model, so they do not make a finished model start its server again."""
+    with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="mock-b")) as server:
+        path = grid(tmp_path, server.base_url, endpoint_model=False)
+        path.write_text(path.read_text() + "judges:\n  - model: rules\n")
+        out = tmp_path / "runs"
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        assert not any(r.label for r in read_records(out / "g" / "results.jsonl")[0].values())  # nothing fired
+        capsys.readouterr()
+        before = len(server.requests)
+        assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
+        assert len(server.requests) == before
+        assert "its server is not started" in capsys.readouterr().err
+
+
 def test_the_greedy_warning_is_shown_once_per_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with MockServer(completion_handler(lambda body: "Why?<|im_end|>", model="mock")) as server, \
             MockServer(completion_handler(lambda body: "How?<|im_end|>", model="mock-b")) as b:

@@ -1,8 +1,8 @@
-"""Whether a launched model's part of a grid is finished already, so a resumed `run` with nothing left for it does
-not start its server: every planned record in the results file, ok, made with the options the model would run
-with now, and labelled or judged when the grid has judges. Anything less (or anything not known without the
-server: a perturbation that does not apply to an item leaves its keys missing) launches it as before, and the
-probe's own resume decides what is left."""
+"""Whether a launched model's part of a grid is finished already, so a resumed `run` with nothing left for it does not
+start its server: every planned record in the results file, ok, made with the options the model would run with now,
+and labelled when the grid has judge models (the rules alone label as records are written). Anything less (or
+anything not known without the server: a perturbation that does not apply to an item leaves its keys missing)
+launches it as before, and the probe's own resume decides what is left."""
 
 from __future__ import annotations
 
@@ -98,7 +98,8 @@ def finished_records(entry: ModelEntry, exp: Experiment, base: Path, datasets: S
         if any(config.get(name) != value for name, value in wanted.items() if name not in unset) or any(
                 config.get(name) is not None and not is_neutral(name, config[name]) for name in unset):
             return None  # other settings: the probe's resume check names them
-    if exp.judges and not _all_labelled(records if records is not None else _records(results), set(keys)):
+    judge_models = any(judge.model != "rules" for judge in exp.judges)  # the rules label once, as records are written
+    if judge_models and not _all_labelled(records if records is not None else _records(results), set(keys)):
         return None
     return len(keys)
 
