@@ -6,7 +6,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
+from ports import free_port
 from results_lines import record_lines
 
 from userturn.core.jsonl import read_records
@@ -126,10 +126,6 @@ def test_unknown_tokenizer_is_one_line(server, tmp_path):
     assert_one_line_error(proc, 2, "no-such-tokenizer")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_unreachable_base_url_is_one_line(tmp_path):

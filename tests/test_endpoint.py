@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import socket
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ import httpx
 import pytest
 import respx
 from loopback_server import LoopbackServer
+from ports import free_port
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, RequestFailed
 from userturn.client.http.http_client import HttpReply
 from userturn.client.http.replies import MAX_RETRY_AFTER_S, parse_retry_after, server_message
@@ -353,10 +353,6 @@ async def test_check_refused_key_names_url_and_env(mock: respx.MockRouter, statu
     assert "$MY_KEY_VAR" in message
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def test_check_unreachable_names_url() -> None:

