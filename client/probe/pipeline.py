@@ -31,7 +31,7 @@ from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.planning import Plan, Plans
 from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
 from userturn.client.probe.requests import RequestBuilder
-from userturn.client.probe.seeds import sample_seed
+from userturn.client.probe.seeds import perturbation_seed
 from userturn.client.probe.settings import (
     AssistantTurn,
     Job,
@@ -145,9 +145,8 @@ class ProbeRun:
                                                  context) for t, k, key in keys)
                 continue
             try:
-                # Keyed by the item's identity only: the same wrong answer or partner under any --limit/shuffle.
                 perturbed = list(turn.messages) if perturbation == "none" else self.perturb(
-                    perturbation, turn.messages, seed=sample_seed(s.seed, item.id, 0, 0, perturbation),
+                    perturbation, turn.messages, seed=perturbation_seed(s.seed, item.id, perturbation),
                     pool=[turns[partner].messages] if partner is not None else [], gold=item.answer,
                 )
                 messages = perturbed.messages if isinstance(perturbed, Perturbed) else perturbed

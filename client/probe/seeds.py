@@ -14,3 +14,9 @@ def sample_seed(
     material = f"{base_seed}\x1f{item_id}\x1f{float(temperature):g}\x1f{sample}\x1f{perturbation}\x1f{mode}"
     digest = hashlib.blake2b(material.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % SEED_MODULUS
+
+
+def perturbation_seed(base_seed: int, item_id: str, perturbation: str) -> int:
+    """The seed a perturbation of an item draws from: keyed by the item's identity only, so the same wrong answer
+    (or partner) under any --limit or shuffle, in the probe and wherever its outcome is decided again offline."""
+    return sample_seed(base_seed, item_id, 0, 0, perturbation)

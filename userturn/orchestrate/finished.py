@@ -44,12 +44,12 @@ def _not_applicable(item: Any, perturbation: str, unperturbed: ProbeRecord | Non
     offline as the probe decides it (False when that needs the server or another item's turn)."""
     from userturn.client.probe.perturb import PerturbationNotApplicable, perturb
     from userturn.client.probe.perturbations import needs_partner
-    from userturn.client.probe.seeds import sample_seed
+    from userturn.client.probe.seeds import perturbation_seed
 
     if unperturbed is None or unperturbed.status != "ok" or perturbation == "none" or needs_partner([perturbation]):
         return False
     try:
-        perturb(perturbation, list(unperturbed.messages), seed=sample_seed(seed, item.id, 0, 0, perturbation),
+        perturb(perturbation, list(unperturbed.messages), seed=perturbation_seed(seed, item.id, perturbation),
                 pool=[], gold=item.answer)
     except PerturbationNotApplicable:
         return True
