@@ -232,7 +232,7 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         states = StateWatch(job)  # squeue with backoff while serving, too
 
         def watch() -> str | None:
-            ended = job.ended(states.poll())
+            ended = states.ended()
             return None if ended is None else str(job.failure(f"stopped serving: {ended}"))
 
         server = Server(manifest=m, base_urls=[v1(router.base_url)] if router else urls, model_name=first.model,

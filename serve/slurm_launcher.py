@@ -30,6 +30,9 @@ ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "S
 REPORT_EVERY_S = 15.0
 CANCEL_WAIT_S = 30.0
 SQUEUE_MIN_S, SQUEUE_MAX_S = 1.0, 30.0  # squeue backoff: from 1 s, doubling while nothing changes, up to 30 s
+# A job is taken to have ended only when squeue says so twice this far apart: a job requeued while running shows as
+# FAILED (NonZeroExitCode) for a moment (its killed step) before SLURM lists it as REQUEUED and PENDING.
+ENDED_SETTLE_S = 3.0
 FILE_POLL_S = 1.0  # endpoint files are read this often
 ROUTER_GRACE_S = 120.0  # after its first replica is ready, the router has this long to answer
 
@@ -68,6 +71,8 @@ class StateWatch:
         self.job, self.clock, self.backoff = job, clock, Backoff()
         self.states: dict[str, str] | None = None
         self._due = 0.0
+        self._asked = 0.0  # when squeue gave `states`
+        self._ended_since: float | None = None  # when squeue first said the job ended, in the current stretch
 
     def poll(self) -> dict[str, str] | None:
         now = self.clock()
@@ -75,9 +80,21 @@ class StateWatch:
             new = self.job.states()
             if new != self.states:
                 self.backoff.reset()
-            self.states = new
+            self.states, self._asked = new, now
             self._due = now + self.backoff.next()
         return self.states
+
+    def ended(self) -> str | None:
+        """`SlurmJob.ended` of the latest answer once squeue has said so in two answers ENDED_SETTLE_S apart; None
+        before then (it asks again after ENDED_SETTLE_S) and while the job is active."""
+        ended = self.job.ended(self.poll())
+        if ended is None:
+            self._ended_since = None
+            return None
+        if self._ended_since is None:
+            self._ended_since = self._asked
+            self._due = min(self._due, self._asked + ENDED_SETTLE_S)
+        return ended if self._asked - self._ended_since >= ENDED_SETTLE_S else None
 
 
 def active(states: dict[str, str] | None) -> bool:
@@ -274,9 +291,9 @@ def wait_for_endpoints(job: SlurmJob, timeout_s: float, say: Status, *, queue_ti
             return job.endpoints()
         if ABORT.is_set():
             raise ServerStartError(f"slurm job {job.job_id}: launch cancelled")
-        states = watch.poll()
+        ended = watch.ended()
+        states = watch.states
         now = clock()
-        ended = job.ended(states)
         if ended is not None:
             if job.base_urls() is not None:  # written just before it ended?
                 return job.endpoints()

@@ -14,7 +14,7 @@ import pytest
 from userturn.serve.launcher import launch
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerStartError
-from userturn.serve.slurm_launcher import Backoff, SlurmJob, task_of, wait_for_endpoints
+from userturn.serve.slurm_launcher import ENDED_SETTLE_S, Backoff, SlurmJob, StateWatch, task_of, wait_for_endpoints
 
 from userturn.core.errors import UserError
 
@@ -302,3 +302,36 @@ def test_launcher_passes_its_python_to_the_job_not_the_script(
     assert (f",USERTURN_PYTHON={sys.executable}," in export) is exported
     script = next((tmp_path / "runs").rglob("job.sbatch")).read_text()
     assert sys.executable not in script and sys.prefix not in script
+
+
+class ScriptedJob(SlurmJob):
+    """A job whose squeue answers follow a script, one per question (the last one repeats)."""
+
+    def __init__(self, answers: list[dict[str, str]]) -> None:
+        self.job_id, self.answers, self.asked = "7", answers, 0
+
+    def states(self) -> dict[str, str] | None:
+        self.asked += 1
+        return self.answers[min(self.asked, len(self.answers)) - 1]
+
+
+def watch_until(job: SlurmJob, seconds: float, step: float = 0.5) -> list[tuple[float, str | None]]:
+    """(time, StateWatch.ended()) every `step` seconds of a fake clock, for `seconds`."""
+    now = [0.0]
+    watch = StateWatch(job, lambda: now[0])
+    seen = []
+    while now[0] <= seconds:
+        seen.append((now[0], watch.ended()))
+        now[0] += step
+    return seen
+
+
+def test_a_job_shown_failed_for_a_moment_while_it_is_requeued_has_not_ended() -> None:
+    """`scontrol requeue` of a running job: squeue says FAILED (NonZeroExitCode) once, for its killed step, then
+    PENDING; the job never counts as ended. A job that stays FAILED ends after ENDED_SETTLE_S."""
+    running, failed, pending = {"7": "RUNNING"}, {"7": "FAILED (NonZeroExitCode)"}, {"7": "PENDING (BeginTime)"}
+    assert all(ended is None for _, ended in watch_until(ScriptedJob([running, failed, pending]), 60))
+    seen = watch_until(ScriptedJob([running, failed]), 60)
+    first = next(t for t, ended in seen if ended is not None)
+    assert ENDED_SETTLE_S <= first - 1.0 <= ENDED_SETTLE_S + 1.0  # squeue first said FAILED at t=1 s
+    assert dict(seen)[first] == "FAILED (NonZeroExitCode)"
