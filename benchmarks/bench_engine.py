@@ -176,10 +176,10 @@ def main() -> int:
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from userturn.serve.cpu_engine import default_threads
-    from userturn.serve.gguf_model_cache import converted_model_dir
 
     from userturn.core.gguf_tokenizer import gguf_tokenizer_dir
+    from userturn.serve.cpu_engine import default_threads
+    from userturn.serve.gguf_model_cache import converted_model_dir
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)

@@ -189,6 +189,7 @@ def write_dataset(path: Path, items: int) -> None:
 def write_payloads(dataset: Path, out: Path, samples: int, max_tokens: int, tokenizer: Path) -> int:
     """The raw loop's request bodies: the same prompts `userturn probe` renders, one JSON body per line."""
     import orjson
+
     from userturn.client.data.dataset import load_jsonl
     from userturn.client.render.templates import PromptRenderer
 

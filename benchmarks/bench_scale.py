@@ -75,7 +75,6 @@ def write_results(dataset: Path, out: Path, samples: int, seed: tuple[bytes, dic
     """The seed's configuration line, then ok records for every item of `dataset` x `samples`: the seed record with
     each item's id, messages, key, sample and seed (keyed exactly as the probe keys them)."""
     from userturn.client.data.dataset import load_jsonl
-
     from userturn.core.records import record_key
 
     count = 0

@@ -16,11 +16,11 @@ import asyncio
 import time
 
 import httpx
+
+from userturn.core.errors import UserError
 from userturn.serve.engines import engine_of
 from userturn.serve.launcher import check_installed, launch
 from userturn.serve.manifest import Manifest, parse_manifest
-
-from userturn.core.errors import UserError
 
 PROMPT = "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n"
 

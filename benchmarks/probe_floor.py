@@ -97,8 +97,8 @@ def render_and_record() -> tuple[Callable[[], object], Callable[[], object]]:
     import tempfile
 
     from bench_probe import tokenizer_dir, write_dataset
-    from userturn.client.render.templates import PromptRenderer
 
+    from userturn.client.render.templates import PromptRenderer
     from userturn.core.records import Message, ProbeRecord
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from userturn.judges.panel import Assessment, JudgingFacts
-
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
 from userturn.core.results_reader import Line, decode, is_config_line, parse_record, read_lines
+from userturn.judges.panel import Assessment, JudgingFacts
 
 Assess = Callable[[JudgingFacts], Assessment]
 

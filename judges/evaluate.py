@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from userturn.judges.agreement import cohen_kappa
-from userturn.judges.panel import JudgePanel
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.files import jsonl_objects
 from userturn.core.records import Message, ProbeRecord
 from userturn.core.taxonomy import LABELS, Label
+from userturn.judges.agreement import cohen_kappa
+from userturn.judges.panel import JudgePanel
 
 PANEL = "panel (majority)"
 ERROR = "error"

@@ -7,14 +7,14 @@ import time
 from typing import Any
 
 from pydantic import BaseModel, Field
-from userturn.client.http.endpoint import Endpoint, EndpointConfig
-from userturn.judges.parse import RAW_CAP, ParseError, capped, message_text, parse_verdict, response_schema
-from userturn.judges.prompt import JudgePrompt
 
+from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.core import defaults
 from userturn.core.errors import EndpointError, RequestFailed
 from userturn.core.records import JudgeVerdict
 from userturn.core.taxonomy import LABELS
+from userturn.judges.parse import RAW_CAP, ParseError, capped, message_text, parse_verdict, response_schema
+from userturn.judges.prompt import JudgePrompt
 
 SCHEMA_REFUSED_STATUS = frozenset({400, 422, 501})
 REASK = ("Your reply could not be used ({error}). Reply with exactly one JSON object of the form "

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import orjson
 from pydantic import BaseModel, Field
-from userturn.judges.agreement import majority_label
-from userturn.judges.llm_judge import JudgeConfig, LLMJudge
-from userturn.judges.prelabel import RESTATE_THRESHOLD, prelabel, query_and_response
-from userturn.judges.prompt import JudgePrompt, load_prompt
 
 from userturn.core.errors import UserError
 from userturn.core.records import JudgeVerdict, ProbeRecord
 from userturn.core.taxonomy import is_followup
+from userturn.judges.agreement import majority_label
+from userturn.judges.llm_judge import JudgeConfig, LLMJudge
+from userturn.judges.prelabel import RESTATE_THRESHOLD, prelabel, query_and_response
+from userturn.judges.prompt import JudgePrompt, load_prompt
 
 if TYPE_CHECKING:
     from userturn.judges.backlog import JudgingScan

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from userturn.core.records import ProbeRecord
 from userturn.judges.panel import JudgeCounters
 from userturn.judges.prelabel import prelabel
-
-from userturn.core.records import ProbeRecord
 
 
 class RulesOnly:

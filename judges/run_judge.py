@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from userturn.client.probe.progress import Progress, RunCounters, judge_endpoint_stats
-from userturn.judges.backlog import JudgingScan, read_record, scan_judging
-from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
-
 from userturn.core.errors import UserError
 from userturn.core.jsonl import JsonlWriter, read_configs
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import judged_name
 from userturn.core.results_reader import is_config_line, parse_record, read_lines
 from userturn.core.workers import run_all
+from userturn.judges.backlog import JudgingScan, read_record, scan_judging
+from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 
 OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"
 # What to do with an input key, packed with its byte offset into one int (offset << 2 | action): 100,000 keys

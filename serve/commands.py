@@ -8,11 +8,10 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
-from userturn.serve.engines import LaunchArgs, Target, engine_of
-from userturn.serve.manifest import Manifest
-
 from userturn.core.errors import UserError
 from userturn.core.fingerprint import redacted_command, redacted_environment
+from userturn.serve.engines import LaunchArgs, Target, engine_of
+from userturn.serve.manifest import Manifest
 
 ROUTER_MODULE = "sglang_router.launch_router"
 ROUTER_HEALTH_PATHS = ("/health", "/v1/models")

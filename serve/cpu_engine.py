@@ -22,10 +22,10 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from userturn.serve.cpu_batching import BatchWorker, Job, SamplingParams, sample_seeds
 
 from userturn.core.errors import UserError, first_error
 from userturn.core.packaged import is_gguf
+from userturn.serve.cpu_batching import BatchWorker, Job, SamplingParams, sample_seeds
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_MAX_BATCH = 16  # rows decoded together (a request's n samples are n rows)
@@ -177,9 +177,8 @@ class Generator:
         converted: Path | None = None  # the GGUF's converted checkpoint folder
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
-            from userturn.serve.gguf_model_cache import converted_model_dir, folder_size, load_converted
-
             from userturn.core.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
+            from userturn.serve.gguf_model_cache import converted_model_dir, folder_size, load_converted
 
             path = gguf_file(cfg.model)
             if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike

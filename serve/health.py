@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 import httpx
+
 from userturn.serve.process import ABORT, ServerProcess, ServerStartError, start_error
 
 POLL_INTERVAL_S = 0.5

@@ -11,9 +11,8 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from userturn.serve.manifest import Manifest
-
 from userturn.core.errors import UserError
+from userturn.serve.manifest import Manifest
 
 FILES_DIR = "/etc/userturn"  # where the ConfigMap of shipped files is mounted (read-only)
 FILES_VOLUME = "userturn-files"

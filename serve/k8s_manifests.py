@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+
+from userturn.core.errors import UserError
 from userturn.serve.commands import ROUTER_MODULE, server_argv
 from userturn.serve.engines import ENGINES, definition, engine_of
 from userturn.serve.k8s_files import config_map, mount_files, pod_manifest
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
-
-from userturn.core.errors import UserError
 
 CLUSTER_PORT = 30000
 DEFAULT_DIST_PORT = 50000

@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from userturn.core.engine_traits import EngineTraits
+from userturn.core.errors import UserError
 from userturn.serve.commands import LaunchSpec, replica_specs, router_spec, server_argv
 from userturn.serve.engines import definition, engine_of
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.process import ServerProcess, ServerStartError, pick_ports, start_error
-
-from userturn.core.engine_traits import EngineTraits
-from userturn.core.errors import UserError
 
 Status = Callable[[str], None]
 Launcher = Literal["local", "slurm"]

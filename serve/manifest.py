@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from userturn.serve.engines import ENGINES, engine_of
-from userturn.serve.engines.base import engines_with
 
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
 from userturn.core.options import Options
 from userturn.core.shipped import resolve_named
+from userturn.serve.engines import ENGINES, engine_of
+from userturn.serve.engines.base import engines_with
 
 # Readiness routes of a custom `command:` (an engine's own are in its definition, userturn.serve.engines).
 CUSTOM_HEALTH_PATHS: tuple[str, ...] = ("/v1/models",)

@@ -14,9 +14,8 @@ import weakref
 from collections import deque
 from pathlib import Path
 
-from userturn.serve.commands import LaunchSpec
-
 from userturn.core.errors import UserError
+from userturn.serve.commands import LaunchSpec
 
 # Set to make every launch still waiting for its servers give up (`run --parallel-models`: Ctrl-C or another
 # model's failure while other models' servers start in threads).

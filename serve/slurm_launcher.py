@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from userturn.core.errors import UserError
 from userturn.serve.manifest import Manifest
 from userturn.serve.process import ABORT, ServerStartError, log_tail, start_error
 from userturn.serve.slurm_script import render_slurm, slug
-
-from userturn.core.errors import UserError
 
 Status = Callable[[str], None]
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",

@@ -9,12 +9,11 @@ import re
 import shlex
 from pathlib import Path
 
+from userturn.core.errors import UserError
 from userturn.serve import router_follower
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv
 from userturn.serve.engines import engine_of
 from userturn.serve.manifest import Manifest
-
-from userturn.core.errors import UserError
 
 # Words of the server argv that the script fills in at run time (each becomes "$VAR" in the srun line).
 PLACEHOLDERS = {

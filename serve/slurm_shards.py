@@ -15,10 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from userturn.core.errors import UserError
 from userturn.serve.slurm_launcher import Backoff, SlurmJob, active, sbatch
 from userturn.serve.slurm_script import slug
-
-from userturn.core.errors import UserError
 
 SHARD = "__USERTURN_SHARD__"  # the word of the command the task fills in with "I/N"
 NO_STATUS = 1  # the exit code of a task that ended without writing one

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from userturn.judges.agreement import cohen_kappa, fleiss_kappa, majority_label
 
 from userturn.core.records import JudgeVerdict, ProbeRecord
+from userturn.judges.agreement import cohen_kappa, fleiss_kappa, majority_label
 from userturn.report.stats import wilson_interval
 from userturn.report.summary import panel_agreements
 

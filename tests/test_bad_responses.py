@@ -18,6 +18,7 @@ import pytest
 from loopback_server import LoopbackServer
 from raw_http_server import RawHttpServer, http_response
 from results_lines import record_lines
+
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, RequestFailed
 from userturn.client.http.replies import (
     BYTES_PER_TOKEN,

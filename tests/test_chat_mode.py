@@ -11,7 +11,6 @@ from userturn.client.render.chat_mode import (
     NO_REPLY,
     role_flip_messages,
 )
-
 from userturn.core.records import Message
 
 

@@ -88,9 +88,8 @@ def test_posttrain_checks_its_extra_before_any_stage(tmp_path: Path, monkeypatch
 
 
 def test_probe_ends_with_the_command_to_run_next() -> None:
-    from userturn.client.probe.pipeline import ProbeSummary
-
     from userturn.cli.probe import next_step
+    from userturn.client.probe.pipeline import ProbeSummary
 
     plain = ProbeSummary(total=4, skipped=0, ok=4, errors=0, elapsed_s=1.0)
     assert next_step(plain, "runs/x.jsonl") == (

@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from userturn.client.http.endpoint import Endpoint, EndpointConfig
-from userturn.client.http.keys import read_key_file
 
 from userturn.cli.app import build_parser, main
 from userturn.cli.judge_arguments import panel_config
+from userturn.client.http.endpoint import Endpoint, EndpointConfig
+from userturn.client.http.keys import read_key_file
 from userturn.core.errors import EndpointError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent

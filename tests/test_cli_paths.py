@@ -114,7 +114,6 @@ def test_conflicting_flags_are_refused_before_anything_launches(
         flags: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     import userturn.client.data.loaders as loaders
-
     import userturn.orchestrate.run_builder as run_builder
 
     def launched(*_: object, **__: object) -> None:

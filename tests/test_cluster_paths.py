@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 from test_k8s import containers, validate_all
-from userturn.serve.k8s_manifests import CACHE_DIR, render_k8s
-from userturn.serve.manifest import Manifest, load_manifest, parse_manifest
-from userturn.serve.slurm_script import render_slurm
 
 from userturn.cli import main
 from userturn.core.errors import UserError
+from userturn.serve.k8s_manifests import CACHE_DIR, render_k8s
+from userturn.serve.manifest import Manifest, load_manifest, parse_manifest
+from userturn.serve.slurm_script import render_slurm
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+
 from userturn.serve.cpu_engine import CompletionRequest, default_threads, finish_sequence, parse_args
 
 VOCAB = {1: "he", 2: "llo", 3: " wor", 4: "ld", 5: "!", 9: "<eos>", 0: "<pad>"}

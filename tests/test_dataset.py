@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from userturn.client.data.dataset import DatasetItem, load_jsonl
 
+from userturn.client.data.dataset import DatasetItem, load_jsonl
 from userturn.core.errors import UserError
 
 CONVERSATION = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}]

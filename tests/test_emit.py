@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from userturn.serve.manifest import load_manifest, parse_manifest
-from userturn.serve.slurm_script import WAIT_FOR_REPLICAS, render_slurm
 
 from userturn.cli import main
 from userturn.core.errors import UserError
+from userturn.serve.manifest import load_manifest, parse_manifest
+from userturn.serve.slurm_script import WAIT_FOR_REPLICAS, render_slurm
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 MULTI = {

@@ -18,10 +18,10 @@ import pytest
 import respx
 from loopback_server import LoopbackServer
 from ports import free_port
+
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, RequestFailed
 from userturn.client.http.http_client import HttpReply
 from userturn.client.http.replies import MAX_RETRY_AFTER_S, parse_retry_after, server_message
-
 from userturn.core.errors import EndpointError
 
 BASE = "http://mock.test/v1"

@@ -19,10 +19,10 @@ from chatml_renderer import Renderer
 from loopback_server import LoopbackServer
 from ports import free_port
 from results_lines import record_lines
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
-
 from userturn.core.errors import EndpointError, RequestFailed
 from userturn.core.jsonl import read_records
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 from chatml_renderer import Renderer
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http import http_client
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, split_base_url
 from userturn.client.http.urls import likely_base
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
-
 from userturn.core.errors import EndpointError, RequestFailed, UserError
 from userturn.core.jsonl import read_records
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 from llama_server_standin import parser as standin_parser
-from userturn.serve.commands import server_argv
-from userturn.serve.engines import engine_of
-from userturn.serve.launcher import launch
-from userturn.serve.manifest import load_manifest, parse_manifest
 
 from userturn.core.errors import UserError
 from userturn.core.jsonl import read_records
 from userturn.core.packaged import resolve
+from userturn.serve.commands import server_argv
+from userturn.serve.engines import engine_of
+from userturn.serve.launcher import launch
+from userturn.serve.manifest import load_manifest, parse_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "manifests" / "quickstart-llamacpp.yaml"

@@ -27,14 +27,14 @@ from typing import Any
 
 import pytest
 import yaml
+
+from userturn.cli.app import main
 from userturn.client.render.stops import fit_stops
 from userturn.serve.commands import replica_specs
 from userturn.serve.engines import engine_of
 from userturn.serve.k8s_manifests import CLUSTER_PORT, render_k8s
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.slurm_script import render_slurm
-
-from userturn.cli.app import main
 
 pytestmark = pytest.mark.engine_parsers
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,14 +7,14 @@ import argparse
 from pathlib import Path
 
 import pytest
+
+from userturn.core.engine_traits import EXTERNAL
+from userturn.core.errors import UserError
 from userturn.serve.commands import server_argv
 from userturn.serve.engines import ENGINES, engine_of
 from userturn.serve.k8s_manifests import render_k8s
 from userturn.serve.manifest import load_manifest, parse_manifest
 from userturn.serve.slurm_script import render_slurm
-
-from userturn.core.engine_traits import EXTERNAL
-from userturn.core.errors import UserError
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pydantic
 import pytest
-from userturn.client.http import endpoint
 
+from userturn.client.http import endpoint
 from userturn.core.errors import (
     EndpointAttemptError,
     EndpointError,

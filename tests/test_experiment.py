@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.data.dataset import DatasetItem
 
 from userturn.cli import main
+from userturn.client.data.dataset import DatasetItem
 from userturn.core.errors import UserError
 from userturn.orchestrate.experiment import (
     Experiment,
@@ -226,10 +226,9 @@ def test_a_failing_model_names_its_grid_entry(tmp_path: Path, capsys):
 
 
 async def test_rules_only_judge_labels_what_a_rule_is_sure_of_and_leaves_the_rest():
-    from userturn.judges.rules_only import RulesOnly
-
     from userturn.core.options import ProbeOptions
     from userturn.core.records import ProbeRecord
+    from userturn.judges.rules_only import RulesOnly
     from userturn.orchestrate.experiment import judge_panel
 
     exp = Experiment.model_validate({"name": "x", "models": [{"base_url": "http://h/v1", "model": "m"}],

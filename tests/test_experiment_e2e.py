@@ -143,7 +143,6 @@ def test_parallel_models_keeps_k_launches_in_flight_and_writes_what_one_at_a_tim
     import time
 
     import userturn.serve.launcher as launcher
-
     from userturn.cli import main
 
     real, lock = launcher.launch, threading.Lock()

@@ -91,6 +91,7 @@ def test_a_failed_conversion_leaves_nothing(tiny_gguf: Path, tmp_path: Path) -> 
 def test_load_converted_gives_from_pretrained_logits(tiny_gguf: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
+
     from userturn.serve.gguf_model_cache import load_converted
 
     folder, _ = converted_model_dir(tiny_gguf, torch.float32, "torch.float32")

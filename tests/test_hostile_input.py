@@ -12,13 +12,13 @@ import httpx
 import pytest
 import respx
 from results_lines import record_lines
+
 from userturn.client.data.dataset import DatasetItem, load_jsonl
 from userturn.client.data.lazy_dataset import load_jsonl_lazy
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
 from userturn.client.render.special_tokens import SpecialTokens, check_items
 from userturn.client.render.templates import PromptRenderer
-
 from userturn.core.errors import UserError
 from userturn.core.jsonl import read_records
 from userturn.core.records import Message, ProbeRecord, record_key

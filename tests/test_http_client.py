@@ -22,9 +22,9 @@ from mock_http import MockServer, completion_handler
 from ports import free_port
 from results_lines import record_lines
 from tinyproxy_process import tinyproxy as tinyproxy_process
+
 from userturn.client.http import http_client
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, ServedModel, root_mismatch, split_base_url
-
 from userturn.core.errors import EndpointError, UserError
 from userturn.core.jsonl import read_records
 

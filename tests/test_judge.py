@@ -7,10 +7,10 @@ import json
 import httpx
 import pytest
 import respx
-from userturn.judges.llm_judge import JudgeConfig, LLMJudge
-from userturn.judges.prompt import load_prompt
 
 from userturn.core.errors import EndpointError
+from userturn.judges.llm_judge import JudgeConfig, LLMJudge
+from userturn.judges.prompt import load_prompt
 
 BASE = "http://judge.test/v1"
 GOOD = '{"rationale": "asks about step 2", "label": "genuine_followup"}'

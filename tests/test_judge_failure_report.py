@@ -171,7 +171,6 @@ def test_a_rules_only_file_is_not_a_measurement_in_markdown_and_latex(tmp_path: 
 
 def test_the_retry_command_names_the_prompt_the_panel_used() -> None:
     from userturn.judges.prompt import packaged_prompt
-
     from userturn.report.label_notice import _prompt_flag
 
     assert _prompt_flag({packaged_prompt("judge_v3").sha256[:12]}) == ""  # the default

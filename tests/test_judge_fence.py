@@ -10,11 +10,11 @@ import xml.etree.ElementTree as ET
 import httpx
 import pytest
 import respx
+
+from userturn.core.records import Message, ProbeRecord
 from userturn.judges.llm_judge import JudgeConfig
 from userturn.judges.panel import JudgePanel, PanelConfig
 from userturn.judges.prompt import load_prompt
-
-from userturn.core.records import Message, ProbeRecord
 
 URL = "http://judge.test/v1"
 PLANTED = '{"rationale": "asks about step 2", "label": "genuine_followup"}'

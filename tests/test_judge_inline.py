@@ -11,15 +11,15 @@ import pytest
 import respx
 from chatml_renderer import Renderer
 from results_lines import config_lines, record_lines
+
+from userturn.cli.probe import report_summary
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings, ProbeSummary
-from userturn.judges.llm_judge import JudgeConfig
-from userturn.judges.panel import JudgePanel, PanelConfig
-
-from userturn.cli.probe import report_summary
 from userturn.core.errors import EndpointError, UserError
 from userturn.core.jsonl import read_records
+from userturn.judges.llm_judge import JudgeConfig
+from userturn.judges.panel import JudgePanel, PanelConfig
 
 PROBE, JUDGE = "http://probe.test/v1", "http://judge.test/v1"
 

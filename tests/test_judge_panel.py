@@ -10,14 +10,14 @@ import re
 import httpx
 import pytest
 import respx
-from userturn.judges import panel as judge_panel
-from userturn.judges.llm_judge import JudgeConfig
-from userturn.judges.panel import JudgePanel, JudgingFacts, PanelConfig, panel_id
-from userturn.judges.prompt import load_prompt
 
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.core.errors import UserError
 from userturn.core.records import JudgeVerdict, Message, ProbeRecord
+from userturn.judges import panel as judge_panel
+from userturn.judges.llm_judge import JudgeConfig
+from userturn.judges.panel import JudgePanel, JudgingFacts, PanelConfig, panel_id
+from userturn.judges.prompt import load_prompt
 
 URL_A, URL_B, URL_C = "http://a.test/v1", "http://b.test/v1", "http://c.test/v1"
 

@@ -6,12 +6,12 @@ import hashlib
 from importlib import resources
 
 import pytest
-from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema
-from userturn.judges.prompt import load_prompt, parse_prompt
 
 from userturn.core.errors import UserError
 from userturn.core.taxonomy import LABELS, normalise_label
 from userturn.core.text import strip_reasoning
+from userturn.judges.parse import ParseError, message_text, parse_verdict, response_schema
+from userturn.judges.prompt import load_prompt, parse_prompt
 
 
 @pytest.mark.parametrize("reply", [

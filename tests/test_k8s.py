@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import yaml
-from userturn.serve.k8s_manifests import render_k8s
-from userturn.serve.manifest import load_manifest, parse_manifest
 
 from userturn.cli import main
 from userturn.core.errors import UserError
+from userturn.serve.k8s_manifests import render_k8s
+from userturn.serve.manifest import load_manifest, parse_manifest
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 

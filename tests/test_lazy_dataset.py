@@ -7,10 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+
 from userturn.client.data.dataset import load_jsonl
 from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
 from userturn.client.data.loaders import load_dataset_spec, select
-
 from userturn.core.errors import UserError
 
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from userturn.client.data.loaders import BUILTINS, hub, load_dataset_spec, mt_bench_offline
 from userturn.client.data.loaders.reference_number import reference_number
-
 from userturn.core.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from userturn.serve.manifest import Manifest, load_manifest, parse_manifest
 
 from userturn.core.errors import UserError
+from userturn.serve.manifest import Manifest, load_manifest, parse_manifest
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 PAPER_MODELS = {

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.data.loaders import hub, load_dataset_spec, mt_bench_offline
 
+from userturn.client.data.loaders import hub, load_dataset_spec, mt_bench_offline
 from userturn.core.errors import UserError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "datasets" / "mt_bench.jsonl"

@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 from chatml_renderer import Renderer as ChatMLRenderer
 from pydantic import ValidationError
-from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
-from userturn.client.probe.settings import OWN_FIELDS
-from userturn.serve.manifest import ProbeDefaults
 
 from userturn.cli import build_parser
 from userturn.cli.probe import flag_layer
+from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
+from userturn.client.probe.settings import OWN_FIELDS
 from userturn.core import defaults, options
 from userturn.core.fingerprint import GenerationContext, fingerprint, generation_config
 from userturn.core.options import Options, ProbeOptions, Role, merged, resolve, sent_names
@@ -23,6 +22,7 @@ from userturn.core.records import Message
 from userturn.orchestrate.experiment import Experiment, ModelEntry
 from userturn.orchestrate.posttrain import POSTTRAIN_LAYER, PostTrainExperiment
 from userturn.orchestrate.run_builder import ProbeTarget, TargetSession
+from userturn.serve.manifest import ProbeDefaults
 
 PROBE = ["probe", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--dataset", "d", "--out", "o"]
 # Every schema a setting can be written in: each takes the options by extending `Options`, never by redeclaring one.

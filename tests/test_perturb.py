@@ -6,6 +6,7 @@ import hashlib
 from decimal import Decimal
 
 import pytest
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import (
     GENERIC_RESPONSE,
@@ -16,7 +17,6 @@ from userturn.client.probe.perturb import (
     validate,
 )
 from userturn.client.probe.scoring import find_final_number, score
-
 from userturn.core.errors import UserError
 from userturn.core.records import Message
 
@@ -339,11 +339,10 @@ def test_the_registry_is_the_modules_of_the_perturbations_package() -> None:
     found in the package, each defining its PERTURBATION under its own name."""
     import pkgutil
 
-    from userturn.client.probe import perturbations
-    from userturn.client.probe.perturbations.base import Perturbation
-
     from userturn.cli import build_parser
     from userturn.cli.list import perturbation_rows
+    from userturn.client.probe import perturbations
+    from userturn.client.probe.perturbations.base import Perturbation
 
     modules = {m.name for m in pkgutil.iter_modules(perturbations.__path__)} - {"base", "partners"}
     assert set(PERTURBATIONS) == modules == set(perturbations.names())

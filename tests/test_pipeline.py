@@ -9,18 +9,18 @@ import httpx
 import pytest
 from mock_http import MockServer
 from results_lines import config_lines, record_lines
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.perturb import perturb
 from userturn.client.probe.pipeline import ProbeRun
 from userturn.client.probe.settings import ProbeSettings, clean_user_turn
-from userturn.judges.panel import JudgeCounters
-
 from userturn.core.errors import EndpointError, UserError
 from userturn.core.jsonl import read_records
 from userturn.core.records import Message, ProbeRecord
 from userturn.core.resume_index import scan_results
 from userturn.core.text import strip_reasoning
+from userturn.judges.panel import JudgeCounters
 
 
 class ChatMLRenderer:

@@ -12,11 +12,11 @@ import pytest
 from mock_http import MockServer
 from results_lines import record_lines
 from test_pipeline import ChatMLRenderer, completion, endpoint
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import GENERIC_RESPONSE, perturb
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
 from userturn.client.probe.scoring import score
-
 from userturn.core.fingerprint import ConfigMismatch
 from userturn.core.jsonl import read_records
 

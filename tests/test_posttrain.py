@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 from results_lines import record_lines
-from userturn.client.data.dataset import DatasetItem
 
+from userturn.client.data.dataset import DatasetItem
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord, record_key
 from userturn.orchestrate.posttrain import compare, load_posttrain, split_items

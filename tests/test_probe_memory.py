@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 
 from mock_http import MockServer
 from test_pipeline import completion, run, settings
-from userturn.client.data.dataset import DatasetItem
 
+from userturn.client.data.dataset import DatasetItem
 from userturn.core.jsonl import read_records
 
 

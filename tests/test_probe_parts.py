@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from chatml_renderer import Renderer
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.data.item_source import ItemList, item_source
 from userturn.client.data.lazy_dataset import load_jsonl_lazy
@@ -16,7 +17,6 @@ from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
 from userturn.client.probe.planning import Plan
 from userturn.client.probe.requests import RequestBuilder
 from userturn.client.probe.writer import RecordWriter
-
 from userturn.core.records import ConfigLine, ProbeRecord
 
 PROBE = Path(__file__).parent.parent / "client" / "probe"

@@ -13,17 +13,17 @@ import httpx
 import pytest
 import respx
 from chatml_renderer import Renderer
+
+from userturn.cli import main
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, EndpointStats
 from userturn.client.probe.perturb import perturb
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
 from userturn.client.probe.progress import Progress, RunCounters, fmt_duration, judge_endpoint_stats
-from userturn.judges.llm_judge import JudgeConfig
-from userturn.judges.panel import JudgePanel, PanelConfig
-
-from userturn.cli import main
 from userturn.core.jsonl import JsonlWriter
 from userturn.core.records import Message, ProbeRecord
+from userturn.judges.llm_judge import JudgeConfig
+from userturn.judges.panel import JudgePanel, PanelConfig
 
 
 class Tty(io.StringIO):

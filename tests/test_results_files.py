@@ -15,9 +15,9 @@ import httpx
 import orjson
 import pytest
 import respx
-from userturn.client.render.chat_mode import role_flip_messages
 
 from userturn.cli import main
+from userturn.client.render.chat_mode import role_flip_messages
 from userturn.core.errors import UserError
 from userturn.core.records import ConfigLine, Message, record_key, sha256_text
 from userturn.core.results_files import read_results, results_files

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from test_jsonl import make_record
-from userturn.judges.backlog import scan_judging
 
 from userturn.core.errors import UserError
 from userturn.core.resume_index import scan_results
+from userturn.judges.backlog import scan_judging
 
 
 def damaged_files(tmp_path: Path) -> dict[str, Path]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+
 from userturn.serve.commands import router_argv
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.slurm_script import FOLLOW_END, FOLLOW_REPLICAS, render_slurm

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from mock_http import MockServer, completion_handler
-from userturn.client.render.harmony_render import ensure_o200k_base
 
 from userturn.cli import main
+from userturn.client.render.harmony_render import ensure_o200k_base
 from userturn.core.errors import UserError
 from userturn.core.jsonl import read_records
 from userturn.core.options import Options, ProbeOptions

@@ -7,11 +7,11 @@ import io
 from pathlib import Path
 
 from rich.console import Console
-from userturn.judges.rules_only import RulesOnly
 
 from userturn.core import aio
 from userturn.core.jsonl import JsonlWriter
 from userturn.core.records import Message, ProbeRecord, record_key
+from userturn.judges.rules_only import RulesOnly
 from userturn.report.run_view import offline_facts, print_run_report, turns_beside_human
 
 

@@ -12,11 +12,11 @@ import pytest
 from mock_http import MockServer
 from test_pipeline import ChatMLRenderer, completion
 from test_pipeline_config import math_items, probe, settings
+
 from userturn.client.http.replies import matched_stop, reasoning_text
 from userturn.client.http.server_facts import engine_notices, reported_sampler
 from userturn.client.probe.pipeline import ProbeRun
 from userturn.client.render.stops import fit_stops
-
 from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.jsonl import read_records

@@ -5,10 +5,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe import scoring
 from userturn.client.probe.scoring import find_final_number, score, strip_reasoning
-
 from userturn.core.errors import UserError
 
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from userturn.cli import main
+from userturn.core.errors import UserError
 from userturn.serve.commands import (
     custom_argv,
     gpu_slices,
@@ -17,9 +20,6 @@ from userturn.serve.commands import (
     server_argv,
 )
 from userturn.serve.manifest import parse_manifest
-
-from userturn.cli import main
-from userturn.core.errors import UserError
 
 FULL_SGLANG = {
     "engine": "sglang", "model": "Qwen/Qwen3.5-397B-A17B", "tokenizer": "Qwen/Qwen3.5-397B-A17B",

@@ -15,13 +15,13 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-import userturn.serve.launcher as launcher
 import yaml
+
+import userturn.serve.launcher as launcher
+from userturn.core.errors import UserError
 from userturn.serve.launcher import ServerStartError, launch, resolve_cpu_model
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerProcess
-
-from userturn.core.errors import UserError
 
 FAKE_SERVER = textwrap.dedent('''
     """A stand-in OpenAI-compatible server: /health and /v1/models answer 200; it also starts a grandchild."""

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
 
 from userturn.cli import main
 from userturn.cli.app import build_parser
@@ -28,6 +27,7 @@ from userturn.cli.run_shards import (
     worker_argv,
     worker_environment,
 )
+from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
 from userturn.core.errors import UserError
 from userturn.core.shards import Shard, SplitMismatch, check_split, shard_of, sharded_path, split_files
 from userturn.orchestrate.shard_workers import Worker, run_workers

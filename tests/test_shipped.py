@@ -11,12 +11,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from userturn.serve.manifest import load_manifest
 
 from userturn.cli import main
 from userturn.core.errors import UserError
 from userturn.core.shipped import resolve_named, shipped_names
 from userturn.orchestrate.experiment import load_experiment
+from userturn.serve.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 

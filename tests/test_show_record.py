@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from mock_http import MockServer, completion_handler
-from userturn.client.render.prompt_replay import find_record
 
 from userturn.cli import main
+from userturn.client.render.prompt_replay import find_record
 from userturn.core.jsonl import JsonlWriter, read_configs, read_records
 from userturn.core.records import JudgeVerdict
 

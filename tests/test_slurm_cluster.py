@@ -21,13 +21,13 @@ import httpx
 import psutil
 import pytest
 import yaml
+
+from userturn.core.jsonl import read_records
 from userturn.serve.launcher import launch
 from userturn.serve.manifest import load_manifest, parse_manifest
 from userturn.serve.process import ServerStartError
 from userturn.serve.slurm_launcher import ACTIVE_STATES
 from userturn.serve.slurm_script import render_slurm
-
-from userturn.core.jsonl import read_records
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 pytestmark = pytest.mark.slow

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from userturn.serve.slurm_job import main, resolve_model_exports
 
 

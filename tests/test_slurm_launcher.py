@@ -11,12 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from userturn.core.errors import UserError
 from userturn.serve.launcher import launch
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerStartError
 from userturn.serve.slurm_launcher import ENDED_SETTLE_S, Backoff, SlurmJob, StateWatch, task_of, wait_for_endpoints
-
-from userturn.core.errors import UserError
 
 SBATCH = """#!/bin/bash
 echo "$@" > "$FAKE/sbatch.args"
@@ -266,9 +266,8 @@ def test_no_sbatch_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_serve_prints_the_new_url_after_a_requeue(capsys: pytest.CaptureFixture[str]) -> None:
-    from userturn.serve.launcher import Server
-
     from userturn.cli.serve import _follow
+    from userturn.serve.launcher import Server
 
     answers = iter([["http://a:1/v1"], None, None, ["http://b:2/v1"], ["http://b:2/v1"]])
     server = Server(manifest=manifest(), base_urls=["http://a:1/v1"], model_name="m", slurm_job_id="77",

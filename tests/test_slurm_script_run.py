@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from ports import free_port
+
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.slurm_script import render_slurm
 

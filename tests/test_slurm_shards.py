@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from userturn.serve.slurm_shards import SHARD, ArrayResources, render_shard_array
 
 SLEEPER = "import sys, time; print('shard', sys.argv[1], flush=True); time.sleep(60)"
@@ -220,6 +221,7 @@ def test_on_a_real_cluster_the_array_shards_report_as_the_unsharded_run(cluster:
     """`run --workers 2 --launcher slurm` on a real SLURM: one array job, its two tasks write the records and the
     report of the unsharded run, and leave nothing queued."""
     from test_shard_e2e import comparable, same_report
+
     from userturn.serve.slurm_launcher import ACTIVE_STATES
 
     split = whole_and_array(tmp_path, {**os.environ, "OPENAI_API_KEY": ""}, "none, swap, wrong_answer", timeout=400)

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from userturn.client.terminal import wrap_name
 
 from userturn.cli import main
+from userturn.client.terminal import wrap_name
 from userturn.core.jsonl import JsonlWriter
 from userturn.core.records import ProbeRecord
 
@@ -151,9 +151,8 @@ def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_posttrain_comparison_fits_100_columns_with_its_notes_below() -> None:
-    from userturn.client.terminal import console
-
     from userturn.cli.posttrain_view import comparison_table
+    from userturn.client.terminal import console
     from userturn.orchestrate.posttrain import Metric
 
     rows = [Metric(metric=metric, temperature=t, base_rate=0.681, base_n=72, trained_rate=0.931, trained_n=72,

@@ -7,12 +7,12 @@ import json
 
 import httpx
 import respx
-from userturn.judges.llm_judge import JudgeConfig
-from userturn.judges.panel import JudgePanel, PanelConfig
-from userturn.judges.parse import response_schema
 
 from userturn.core.records import Message, ProbeRecord
 from userturn.core.taxonomy import DESCRIPTIONS, FOLLOWUP, LABELS, SHORT, normalise_label
+from userturn.judges.llm_judge import JudgeConfig
+from userturn.judges.panel import JudgePanel, PanelConfig
+from userturn.judges.parse import response_schema
 from userturn.report.summary import summarise
 
 JUDGE = "http://judge.test/v1"

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from userturn.client.render import tokenizer_files
 from userturn.client.render.stops import AddedToken, end_of_turn_stops, leading_special_tokens
 from userturn.client.render.templates import (
@@ -20,7 +21,6 @@ from userturn.client.render.templates import (
     special_token_variables,
     template_messages,
 )
-
 from userturn.core.errors import UserError
 from userturn.core.records import Message, sha256_text
 
@@ -420,6 +420,7 @@ def test_cached_sandbox_allows_and_refuses_what_transformers_sandbox_does(source
     """The memoised safety checks (twice per type/name, builtin methods) and the dict-item shortcut decide exactly
     as the stock sandbox."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     from userturn.client.render.jinja_env import CachedSandbox
 
     def outcome(env_class):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from userturn.client.probe import assistant_turns, requests, scoring
-from userturn.judges import parse
 
+from userturn.client.probe import assistant_turns, requests, scoring
 from userturn.core import text
+from userturn.judges import parse
 
 
 @pytest.mark.parametrize(("reply", "answer"), [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from userturn.serve.tiny_model import MARKER_FILE, SPECIAL_TOKENS, build_tiny_model, training_corpus
 
 pytest.importorskip("transformers")

@@ -20,10 +20,10 @@ pytest.importorskip("datasets")
 
 from results_lines import record_lines
 from safetensors.torch import load_file
-from userturn.client.train.progress import RichProgress
-from userturn.serve.manifest import load_manifest
 
 from userturn.cli import main
+from userturn.client.train.progress import RichProgress
+from userturn.serve.manifest import load_manifest
 
 
 def _sft_rows(n: int = 8) -> list[dict]:

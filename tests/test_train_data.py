@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.render.templates import PromptRenderer
 from userturn.client.train.data import (
@@ -19,7 +20,6 @@ from userturn.client.train.data import (
     sft_examples,
     user_turn_texts,
 )
-
 from userturn.core.errors import UserError
 
 transformers = pytest.importorskip("transformers")

@@ -16,8 +16,8 @@ from typing import Annotated, Any
 
 import orjson
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
-from userturn.client.render.jinja_env import REASONING_FIELDS
 
+from userturn.client.render.jinja_env import REASONING_FIELDS
 from userturn.core.errors import UserError, first_error
 from userturn.core.files import json_error
 from userturn.core.records import Message

@@ -19,8 +19,8 @@ from typing import TypeVar, overload
 
 import orjson
 from pydantic import ValidationError
-from userturn.client.data.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
 
+from userturn.client.data.dataset import MAX_LINE_BYTES, DatasetItem, parse_item_line
 from userturn.core.errors import UserError
 
 T = TypeVar("T")

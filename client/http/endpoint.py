@@ -22,6 +22,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+
 from userturn.client.http import http_client
 from userturn.client.http.health import UNCOUNTED_KINDS, EndpointHealth
 from userturn.client.http.http_client import TRANSPORT_ERRORS, HttpReply, ResponseTooLarge, classify, describe, send
@@ -40,7 +41,6 @@ from userturn.client.http.replies import (
     server_message,
 )
 from userturn.client.http.urls import PREFLIGHT_HINTS, likely_base, proxy_hint, split_base_url
-
 from userturn.core import defaults
 from userturn.core.errors import EndpointError, RequestFailed, RetryableError, UserError
 

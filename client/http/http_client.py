@@ -18,8 +18,8 @@ import aiohttp
 import httpx
 from aiohttp.http_exceptions import ContentEncodingError, TransferEncodingError
 from pydantic import BaseModel
-from userturn.client.http.redact import register_secret
 
+from userturn.client.http.redact import register_secret
 from userturn.core.errors import AttemptKind, UserError
 
 MAX_DETAIL = 300

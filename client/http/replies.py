@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import ValidationError
+
 from userturn.client.http.http_client import HttpReply
 from userturn.client.http.redact import redact
-
 from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import first_error
 from userturn.core.records import Usage

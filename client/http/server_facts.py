@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from userturn.client.http.endpoint import Endpoint, ServedModel, root_mismatch
-
 from userturn.core.engine_traits import EngineTraits
 
 # The sampling fields a self-describing server's defaults are recorded by (llama-server's names; what it reports

@@ -7,8 +7,8 @@ import re
 import urllib.parse
 
 import aiohttp
-from userturn.client.http import http_client
 
+from userturn.client.http import http_client
 from userturn.core.errors import UserError
 
 PREFLIGHT_HINTS = {  # after the server's message, for a 4xx on GET /models

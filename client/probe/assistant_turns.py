@@ -14,7 +14,6 @@ from userturn.client.probe.perturbations import needs_partner
 from userturn.client.probe.perturbations.base import PARTNER_META
 from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import AssistantTurn, ProbeSettings
-
 from userturn.core.fingerprint import ASSISTANT_SETTINGS
 from userturn.core.records import ConfigLine, Message, ProbeRecord
 from userturn.core.results_reader import decode, legacy_config, read_lines

@@ -17,7 +17,6 @@ from userturn.client.probe.perturbations.generic import GENERIC_RESPONSE
 from userturn.client.probe.perturbations.partners import PartnerRing
 from userturn.client.probe.perturbations.truncate import MIN_TRUNCATE_WORDS, truncate_text
 from userturn.client.probe.perturbations.wrong_answer import wrong_number
-
 from userturn.core.errors import UserError
 from userturn.core.records import Message
 

@@ -46,7 +46,6 @@ from userturn.client.probe.settings import (
 )
 from userturn.client.probe.writer import RecordWriter
 from userturn.client.render.special_tokens import check_items
-
 from userturn.core.fingerprint import run_info
 from userturn.core.records import ConfigLine, Message, ProbeRecord
 from userturn.core.results_lock import results_lock

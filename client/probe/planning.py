@@ -11,7 +11,6 @@ from userturn.client.data.item_source import ItemSource, item_source
 from userturn.client.probe.perturb import PartnerRing, needs_partner
 from userturn.client.probe.progress import RunCounters
 from userturn.client.probe.settings import ProbeSettings
-
 from userturn.core.errors import UserError
 from userturn.core.fingerprint import ConfigMismatch, check_unfingerprinted
 from userturn.core.fingerprint import check_resume as check_config

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # rich loads only when the live view is shown
     from rich.live import Live
     from rich.table import Table
+
     from userturn.client.http.endpoint import EndpointStats
 
 PLAIN_INTERVAL_S = 10.0

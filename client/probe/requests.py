@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointError, RequestFailed
 from userturn.client.http.ratelimit import RateLimiter
@@ -19,7 +20,6 @@ from userturn.client.probe.seeds import sample_seed
 from userturn.client.probe.settings import Job, ProbeSettings, Renderer, RoleFlipFn, check_extra_body, clean_user_turn
 from userturn.client.render.special_tokens import SpecialTokens
 from userturn.client.render.stops import fit_stops
-
 from userturn.core.errors import first_error
 from userturn.core.fingerprint import GenerationContext, fingerprint, generation_config
 from userturn.core.records import Message, ProbeRecord, sha256_text

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import Field
+
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.probe.perturb import Perturbed
 from userturn.client.render.special_tokens import SpecialTokens
-
 from userturn.core.engine_traits import EXTERNAL, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.options import ProbeOptions, sampler_names, sent_names

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from userturn.client.render.special_tokens import SpecialTokens
-
 from userturn.core.errors import UserError
 from userturn.core.files import cache_root
 from userturn.core.records import sha256_text

@@ -15,9 +15,9 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
+
 from userturn.client.render.stops import token_text
 from userturn.client.render.tokenizer_files import TokenizerFiles
-
 from userturn.core.errors import UserError
 from userturn.core.records import Message
 

@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import ValidationError
+
 from userturn.client.render.chat_mode import role_flip_messages
 from userturn.client.render.templates import PromptRenderer
 from userturn.client.short_keys import keyed_lines
-
 from userturn.core.errors import UserError, first_error
 from userturn.core.records import ConfigLine, ProbeRecord, sha256_text
 from userturn.core.results_files import as_paths

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 import jinja2
 import orjson
+
 from userturn.client.render.jinja_env import (
     compile_template,
     special_token_variables,
@@ -33,7 +34,6 @@ from userturn.client.render.stops import (
     stop_token_ids,
 )
 from userturn.client.render.tokenizer_files import CACHE_SIZE, TokenizerFiles, read_tokenizer_files
-
 from userturn.core.errors import UserError
 from userturn.core.records import Message, RendererInfo, sha256_text
 

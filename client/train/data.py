@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from userturn.client.data.dataset import MAX_LINE_BYTES, ItemId
 from userturn.client.render.templates import PromptRenderer, template_messages
-
 from userturn.core.errors import UserError, first_error
 from userturn.core.files import file_sha256, jsonl_objects
 from userturn.core.records import Message

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from userturn.client.train.data import DpoExample, SftExample
 
+from userturn.client.train.data import DpoExample, SftExample
 from userturn.core.errors import UserError
 
 TRAIN_PACKAGES = ("trl", "peft", "accelerate", "datasets", "transformers", "torch")

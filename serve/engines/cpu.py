@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args
-
 from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.packaged import is_gguf
+from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args
 
 if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest

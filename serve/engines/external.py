@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from userturn.serve.engines.base import EngineDefinition
-
 from userturn.core.engine_traits import EXTERNAL
+from userturn.serve.engines.base import EngineDefinition
 
 if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest

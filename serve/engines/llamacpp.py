@@ -8,12 +8,11 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args
-
 from userturn.core import defaults
 from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.packaged import PKG_PREFIX
+from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args
 
 if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, ClassVar
 
-from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args, key_flag
-
 from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import UserError
+from userturn.serve.engines.base import EngineDefinition, LaunchArgs, flag_args, key_flag
 
 if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest

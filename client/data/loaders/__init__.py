@@ -16,7 +16,6 @@ from userturn.client.data.dataset import DatasetItem
 from userturn.client.data.lazy_dataset import JsonlItems, load_jsonl_lazy
 from userturn.client.data.loaders import coval, gsm8k, healthbench, hub, ifeval, mt_bench
 from userturn.client.data.loaders.base import BuiltinDataset, HubSource, PackagedSource, RowError, RowMapper
-
 from userturn.core.errors import UserError
 
 BUILTINS: dict[str, BuiltinDataset] = {

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-from userturn.client.data.dataset import DatasetItem
 
+from userturn.client.data.dataset import DatasetItem
 from userturn.core.errors import UserError, first_error
 from userturn.core.text import content_text
 

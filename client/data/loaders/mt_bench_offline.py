@@ -11,7 +11,6 @@ from typing import Any
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.data.loaders.base import RowError, build_item, require
 from userturn.client.data.loaders.reference_number import reference_number
-
 from userturn.core.files import jsonl_objects
 from userturn.core.packaged import package_file
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from userturn.client.probe.perturbations.base import Perturbation, PerturbationNotApplicable, Perturbed, replace_last
-
 from userturn.core.records import Message
 
 GENERIC_RESPONSE = "I'm not able to help with that right now."

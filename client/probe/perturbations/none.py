@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from userturn.client.probe.perturbations.base import Perturbation, Perturbed
-
 from userturn.core.records import Message
 
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from userturn.client.probe.perturbations.base import Perturbation, PerturbationNotApplicable, Perturbed, replace_last
 from userturn.client.probe.scoring import parse_number, stated_answer
-
 from userturn.core.records import Message
 from userturn.core.text import strip_reasoning
 
