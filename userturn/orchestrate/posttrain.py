@@ -191,9 +191,9 @@ def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path,
     """Probe one model on one items file into `<run_dir>/<name>/results.jsonl` (resumable), judged inline."""
     from userturn.core.aio import run as run_async
     from userturn.core.jsonl import read_records
-    from userturn.core.results_lock import results_lock
-    from userturn.orchestrate.experiment import Experiment, results_path
-    from userturn.orchestrate.grid import run_experiment
+    from userturn.orchestrate.experiment import Experiment, grid_of
+    from userturn.orchestrate.grid import run_grid
+    from userturn.orchestrate.grid_spec import prepare
 
     exp = Experiment.model_validate({
         **cfg.probe_options().set_values(), "samples": samples,
@@ -201,8 +201,10 @@ def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path,
         "datasets": [{"spec": str(items_file), "name": dataset_name}], "perturbations": ["none"], "modes": ["raw"],
         "assistant_from": cfg.assistant_from, "judges": [j.model_dump() for j in cfg.judges], "out_dir": str(run_dir),
     })
-    with results_lock(results_path(exp, str(run_dir))):
-        results, summaries = run_async(run_experiment(exp, run_dir, source, out_dir=str(run_dir), progress=progress))
+    prepared = prepare(grid_of(exp, run_dir, source, out_dir=str(run_dir), progress=progress))
+    for notice in prepared.notices:
+        log.info(notice)
+    results, summaries = prepared.grid.out, run_async(run_grid(prepared))
     errors = sum(s.errors for s in summaries)
     if errors:
         raise UserError(f"{results}: {errors} samples failed (see `error` there); rerun to retry them")

@@ -136,9 +136,12 @@ def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, i
     return same, pairs
 
 
+RETRY = "rerun the same command"  # what retries a run's failed samples and judgements (one command on the screen)
+
+
 def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[GroupSummary]:
     """The whole printout of `userturn run` for its results file (or its shards' files read as one); returns the
-    report rows."""
+    report rows. Judge failures are retried as the run's other failures are: by rerunning the run (`RETRY`)."""
     records = load_results(results)
     source = describe(results)
     groups = row_order(summarise_file(results).groups)  # the rows `userturn report` shows, settings named
@@ -152,7 +155,7 @@ def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[G
     failed = any(g.judge_failures for g in groups)
     title = f"userturn report: {source}" + (f" ({'judge failed' if failed else 'rules only'}: no rate below is a "
                                             "measurement)" if rules_only else "")
-    notice = label_notice(groups, results)
+    notice = label_notice(groups, results, retry=RETRY)
     if notice and notice.above and failed:
         print_trimmed(console, escape("NOTICE: " + notice.text))
     print_trimmed(console, groups_table(groups, title, width=width))
