@@ -54,7 +54,7 @@ def test_minimal_defaults(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ("temperature: [0.5]\n", r"exp.yaml: temperature: Extra inputs are not permitted"),
+    ("temperature: [0.5]\n", r"exp.yaml: unknown key 'temperature' \(did you mean temperatures\?\)"),
     ("perturbations: [none, shuffle]\n", r"perturbations: Value error, unknown perturbation 'shuffle'"),
     ("modes: [raw, api]\n", r"modes.1: Input should be 'raw' or 'chat'"),
     ("samples: 0\n", r"samples: Input should be greater than or equal to 1"),
