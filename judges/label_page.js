@@ -6,7 +6,7 @@ const $ = (id) => document.getElementById(id);
 let state = null;   // labels, n, answered, open, start (api/state)
 let index = 0;      // the record shown (state.n: the end)
 let item = null;    // the record shown (api/item/I)
-let busy = false;   // one request at a time: a key held down gives one answer
+let busy = false;   // an action under way (see exclusive): a key held down gives one answer
 
 async function api(path, body) {
   const init = body === undefined ? { cache: "no-store" }
@@ -34,7 +34,7 @@ function buildLabels() {
     const name = element("span", "name", label.name.replaceAll("_", " ") + " ");
     name.append(element("span", "short", label.short));
     button.append(name, element("span", "desc", label.description));
-    button.addEventListener("click", () => give(label.name));
+    button.addEventListener("click", () => exclusive(() => give(label.name)));
     const entry = element("li");
     entry.append(button);
     list.append(entry);
@@ -64,8 +64,11 @@ function render() {
     messages.append(box);
   }
   const turn = $("user-turn");
-  turn.textContent = item.user_turn === "" ? "(empty: the model wrote nothing)" : item.user_turn;
-  turn.classList.toggle("empty", item.user_turn === "");
+  const blank = item.user_turn.trim() === "";
+  turn.textContent = !blank ? item.user_turn
+    : item.user_turn === "" ? "(empty: the model wrote nothing)"
+    : `(only whitespace: ${item.user_turn.length} characters)`;
+  turn.classList.toggle("empty", blank);
   const answer = item.answer;
   $("note").value = answer && answer.note ? answer.note : "";
   $("answer").textContent = !answer || (!answer.label && !answer.skipped) ? ""
@@ -73,23 +76,38 @@ function render() {
 }
 
 async function show(at) {
-  index = Math.max(0, Math.min(at, state.n));
-  item = index < state.n ? await api(`api/item/${index}`) : null;
+  // the record is fetched before `index` moves: a key always applies to the record on screen
+  const next = Math.max(0, Math.min(at, state.n));
+  const fetched = next < state.n ? await api(`api/item/${next}`) : null;
+  index = next;
+  item = fetched;
   render();
   window.scrollTo(0, 0);
 }
 
-async function send(body) {
-  if (busy || index >= state.n) return false;
+async function exclusive(action) {
+  // one action at a time, from its key to the next record on screen; keys pressed meanwhile are ignored
+  if (busy) return;
   busy = true;
+  document.body.dataset.busy = "true";
+  try {
+    await action();
+  } catch (error) {
+    $("error").textContent = error.message;
+  } finally {
+    busy = false;
+    document.body.dataset.busy = "false";
+  }
+}
+
+async function send(body) {
+  if (index >= state.n) return false;
   try {
     state = await api("api/answer", { index, ...body });
     return true;
   } catch (error) {
     $("error").textContent = `Not saved: ${error.message}`;
     return false;
-  } finally {
-    busy = false;
   }
 }
 
@@ -118,7 +136,7 @@ async function takeBack() {
 }
 
 function onKey(event) {
-  if (event.ctrlKey || event.metaKey || event.altKey || busy) return;
+  if (event.ctrlKey || event.metaKey || event.altKey) return;
   if (event.target === $("note")) {
     if (event.key === "Escape") $("note").blur();
     return;
@@ -131,7 +149,7 @@ function onKey(event) {
   const action = label ? () => give(label.name) : actions[event.key.length === 1 ? event.key.toLowerCase() : event.key];
   if (action) {
     event.preventDefault();
-    action();
+    exclusive(action);
   }
 }
 
@@ -143,12 +161,12 @@ async function main() {
     return;
   }
   buildLabels();
-  $("back").addEventListener("click", () => show(index - 1));
-  $("next").addEventListener("click", () => show(index + 1));
-  $("skip").addEventListener("click", skip);
-  $("undo").addEventListener("click", takeBack);
+  $("back").addEventListener("click", () => exclusive(() => show(index - 1)));
+  $("next").addEventListener("click", () => exclusive(() => show(index + 1)));
+  $("skip").addEventListener("click", () => exclusive(skip));
+  $("undo").addEventListener("click", () => exclusive(takeBack));
   document.addEventListener("keydown", onKey);
-  await show(state.start);
+  await exclusive(() => show(state.start));
 }
 
 main();

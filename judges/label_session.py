@@ -2,12 +2,12 @@
 the answers given, each appended to the gold file (`judges.gold`) as it comes. No HTTP: `label_server` serves it.
 
 **The sample** is drawn from the current ok records that have a user turn, stratified over what the report groups
-by and the judge's verdict: model × dataset × perturbation × temperature × the record's label (unjudged records are
-a stratum of their own). `--n` is allocated in proportion to each stratum's size, rounded by largest remainder (ties
-between equal remainders broken by the seed): a stratum of s records out of N gets ⌊n·s/N⌋ or one more, so the
-sample is self-weighting and rates computed from its gold labels need no weights. Within a stratum the records are
-drawn at random by the seed. The sample depends on the records and the seed only; each labeller sees it in an order
-of their own (seeded by seed and labeller), so two labellers label the same records without the same sequence.
+by and the judge's verdict: model × dataset × mode × perturbation × temperature × the record's label (unjudged
+records are a stratum of their own). `--n` is allocated in proportion to each stratum's size, rounded by largest
+remainder (ties between equal remainders broken by the seed): a stratum of s records out of N gets ⌊n·s/N⌋ or one
+more, so the sample is self-weighting and rates computed from its gold labels need no weights. Within a stratum the
+records are drawn at random by the seed. The sample depends on the records and the seed only; each labeller sees it
+in an order of their own (seeded by seed and labeller), so two labellers label the same records in different orders.
 """
 
 from __future__ import annotations
@@ -20,17 +20,18 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from userturn.core.errors import UserError
-from userturn.core.records import ProbeRecord
+from userturn.core.records import ProbeRecord, group_key
 from userturn.core.taxonomy import LABELS, TAXONOMY
 from userturn.judges.gold import GoldLine, append_gold, now, read_gold_lines
 
 S = TypeVar("S", bound=Hashable)
-Stratum = tuple[str, str, str, float, str]
+Stratum = tuple[str, str, str, str, float, str]
 
 
 def stratum(record: ProbeRecord) -> Stratum:
-    """The stratum a record is drawn from: its report group (but mode) and the judge's label ('' when unjudged)."""
-    return record.model, record.dataset, record.perturbation, record.temperature, record.label or ""
+    """The stratum a record is drawn from: its report row (`records.group_key`) and the judge's label ('' when
+    unjudged)."""
+    return (*group_key(record), record.label or "")
 
 
 def labellable(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:

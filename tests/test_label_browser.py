@@ -112,9 +112,11 @@ def test_label_by_keyboard_reload_undo_close_kill_and_resume(tmp_path: Path, bro
         return page
 
     def press(page: Page, key: str) -> None:
-        """A key that answers: wait for the server's acknowledgement (the answer is on disk by then)."""
+        """A key that answers: wait for the server's acknowledgement (the answer is on disk by then), then for the
+        next record on screen (keys pressed before it are ignored, never applied to a record not yet shown)."""
         with page.expect_response(lambda r: r.url.endswith("/api/answer")):
             page.keyboard.press(key)
+        expect(page.locator("body")).to_have_attribute("data-busy", "false")
 
     server = LabelProcess(results, out)
     try:
@@ -164,6 +166,7 @@ def test_label_by_keyboard_reload_undo_close_kill_and_resume(tmp_path: Path, bro
         expect(page.locator("#progress")).to_contain_text("6 of 6 answered")
         for i in range(6):  # walk back to the hostile turn and check it is shown as text, never as markup
             page.keyboard.press("ArrowLeft")
+            expect(page.locator("body")).to_have_attribute("data-busy", "false")
             if order[5 - i] == records()[0].key:
                 break
         expect(page.locator("#user-turn")).to_have_text(HOSTILE)

@@ -63,9 +63,9 @@ def test_sample_is_stratified_over_model_temperature_perturbation_and_label() ->
                   for i in range(4)]
                + [record(99, status="error", user_turn=None), record(98, label="generic", user_turn=None)])
     sample = draw_sample(records, 7, seed=3)
-    assert Counter(stratum(r) for r in sample) == {("m", "d", "none", 1.0, "generic"): 4,
-                                                   ("m", "d", "none", 1.0, ""): 2,
-                                                   ("x", "d", "swap", 0.0, "genuine_followup"): 1}
+    assert Counter(stratum(r) for r in sample) == {("m", "d", "raw", "none", 1.0, "generic"): 4,
+                                                   ("m", "d", "raw", "none", 1.0, ""): 2,
+                                                   ("x", "d", "raw", "swap", 0.0, "genuine_followup"): 1}
     assert [r.key for r in sample] == [r.key for r in draw_sample(reversed(records), 7, seed=3)]  # seeded
     assert {r.key for r in sample} != {r.key for r in draw_sample(records, 7, seed=4)}
     assert len(draw_sample(records, 200, seed=3)) == 20  # every labellable record, never the other two

@@ -20,14 +20,14 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `label` to the `userturn` parser."""
     p = sub.add_parser(
-        "label", help="label generated user turns by hand in the browser (a gold file for report --gold)",
+        "label", help="label generated user turns by hand in the browser, blind (a gold file of people's labels)",
         description="Serve one page on 127.0.0.1 that shows a seeded sample of records one at a time, blind (the "
                     "conversation as probed and the user turn, never the model, temperature, perturbation or the "
                     "judge's label), to be labelled by key. Each answer is appended to --out and flushed as it is "
                     "given; rerunning resumes at the first record this labeller has not answered. The sample is "
-                    "stratified over model x dataset x perturbation x temperature x the judge's label, --n shared "
-                    "out in proportion to each stratum's size; every labeller gets the same records (same --seed) "
-                    "in an order of their own.")
+                    "stratified over model x dataset x mode x perturbation x temperature x the judge's label, "
+                    "--n shared out in proportion to each stratum's size; every labeller gets the same records "
+                    "(same --seed) in an order of their own.")
     p.add_argument("results", nargs="+", metavar="RESULTS", help=HELP["prefer_judged"])
     p.add_argument("--out", required=True, metavar="GOLD.jsonl", help="the gold file answers are appended to")
     p.add_argument("--n", type=positive_int, default=200, help="records in the sample (all of them if fewer)")
