@@ -159,6 +159,12 @@ def test_bad_inputs_are_one_line_and_a_non_zero_exit(tmp_path: Path, capsys: pyt
     (tmp_path / "file").write_text("")
     status, err = run_label(capsys, str(good), "--out", str(tmp_path / "file" / "gold.jsonl"))
     assert status == 2 and "is a file, not a directory" in err and "\n" not in err
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text('{"key": "k", "label": "generic", "labeller": "ann"}\n{"key": "k", "label": "great"}\n')
+    status, err = run_label(capsys, str(good), "--out", str(damaged))
+    assert status == 2 and err.startswith(f"userturn: error: {damaged}:2: not a gold label line")
+    status, err = run_label(capsys, str(good), "--out", out, "--port", "70000")
+    assert status == 2 and err == "userturn: error: --port 70000: a port is at most 65535"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
