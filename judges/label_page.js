@@ -121,6 +121,11 @@ function nextOpen() {
   return after !== undefined ? after : state.start;
 }
 
+function forward() {
+  // the next record; past the last one, the first without an answer (the end only once every one has one)
+  return show(index + 1 < state.n ? index + 1 : state.start);
+}
+
 async function give(label) {
   if (await send({ label, note: note() })) await show(nextOpen());
 }
@@ -143,7 +148,7 @@ function onKey(event) {
   }
   const label = state.labels.find((l) => l.key === event.key);
   const actions = {
-    ArrowLeft: () => show(index - 1), Backspace: () => show(index - 1), ArrowRight: () => show(index + 1),
+    ArrowLeft: () => show(index - 1), Backspace: () => show(index - 1), ArrowRight: forward,
     s: skip, u: takeBack, n: () => $("note").focus(),
   };
   const action = label ? () => give(label.name) : actions[event.key.length === 1 ? event.key.toLowerCase() : event.key];
@@ -162,7 +167,7 @@ async function main() {
   }
   buildLabels();
   $("back").addEventListener("click", () => exclusive(() => show(index - 1)));
-  $("next").addEventListener("click", () => exclusive(() => show(index + 1)));
+  $("next").addEventListener("click", () => exclusive(forward));
   $("skip").addEventListener("click", () => exclusive(skip));
   $("undo").addEventListener("click", () => exclusive(takeBack));
   document.addEventListener("keydown", onKey);

@@ -160,6 +160,9 @@ def test_label_by_keyboard_reload_undo_close_kill_and_resume(tmp_path: Path, bro
     try:
         page = open_page(server.url)
         expect(page.locator("#progress")).to_contain_text("4 of 6 answered · record 5 of 6")
+        for step in ("record 6 of 6", "record 5 of 6"):  # past the last record: the first open one again
+            page.keyboard.press("ArrowRight")
+            expect(page.locator("#progress")).to_contain_text(step)
         for key in ("8", "3"):
             press(page, key)
         expect(page.locator("#done")).to_be_visible()
