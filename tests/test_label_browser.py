@@ -97,6 +97,7 @@ def test_label_by_keyboard_reload_undo_close_kill_and_resume(tmp_path: Path, bro
     results.write_text("".join(r.model_dump_json() + "\n" for r in records()))
     order = [r.key for r in labeller_order(draw_sample(records(), 6, 1), 1, "ann")]  # what ann sees, in order
     bodies: list[str] = []
+    errors: list[str] = []  # the page's console errors (a Content-Security-Policy violation is one)
 
     def keep_body(route: Route) -> None:
         """Every reply the page gets passes here, so the test sees all it was sent."""
@@ -108,6 +109,8 @@ def test_label_by_keyboard_reload_undo_close_kill_and_resume(tmp_path: Path, bro
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(TIMEOUT_MS)
         page.route("**/*", keep_body)
+        page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+        page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(url)
         return page
 
@@ -183,6 +186,7 @@ def test_label_by_keyboard_reload_undo_close_kill_and_resume(tmp_path: Path, bro
     final = {a.key: a.label for a in answers(out)}
     assert final == {order[0]: "genuine_followup", order[1]: None, order[2]: "unrelated_query",
                      order[3]: "restates_query", order[4]: "empty", order[5]: "assistant_continuation"}
+    assert errors == []
     seen = "\n".join(bodies)
     assert "Question 0: what is 17 * 3?" in seen
     for secret in (*SECRETS, *order):
