@@ -92,8 +92,6 @@ def run(args: argparse.Namespace) -> int:
     failures: list[str] | None = [] if args.keep_going else None
     with terminate_on_sigterm():  # SIGTERM tears down servers launched in threads, too
         prepared = prepare(grid)
-        for notice in prepared.notices:
-            print(notice, file=sys.stderr)
         summaries = aio.run(run_grid(prepared, parallel_models=args.parallel_models, failures=failures))
     results = grid.out
     errors = sum(s.errors for s in summaries)
@@ -106,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
     status = print_failures(sum(s.not_applicable for s in summaries), errors,
                             sum(s.judge_failures for s in summaries), str(results))
+    for notice in prepared.notices:  # said with the summary, as `probe` says it
+        print(notice, file=sys.stderr)
     if failures:
         print(f"userturn: {len(failures)} of {len(exp.models)} models failed (--keep-going went on with the "
               "others; rerun the same command to resume them):", file=sys.stderr)
