@@ -263,7 +263,7 @@ async def check_judges(exp: Experiment, source: Path | None) -> list[str]:
     return problems
 
 
-def resolve(base: Path, value: str, *, absolute: bool = False) -> str:
+def from_file(base: Path, value: str, *, absolute: bool = False) -> str:
     """A path relative to the experiment file (absolute paths, hub ids and names are left alone); `absolute`: the
     found file as an absolute path."""
     candidate = base / value
@@ -289,7 +289,7 @@ def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
 def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> TargetSource:
     """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the file's)."""
     return TargetSource(
-        manifest=None if entry.manifest is None else resolve(base, entry.manifest),
+        manifest=None if entry.manifest is None else from_file(base, entry.manifest),
         base_urls=[entry.base_url] if entry.base_url else None, model=entry.model, api_key_env=entry.api_key_env,
         launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
         api_key_file=entry.api_key_file)
@@ -318,7 +318,7 @@ def dataset_of(entry: DatasetEntry, exp: Experiment, base: Path) -> GridDataset:
     from userturn.client.data.loaders import parse_spec
 
     builtin, _ = parse_spec(entry.spec)
-    return GridDataset(spec=entry.spec if builtin is not None else resolve(base, entry.spec), name=entry.name,
+    return GridDataset(spec=entry.spec if builtin is not None else from_file(base, entry.spec), name=entry.name,
                        limit=entry.limit or exp.limit,
                        shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None else exp.shuffle_seed,
                        assistant_from=entry.assistant_from or exp.assistant_from, label=entry.name or entry.spec)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from userturn.core.errors import UserError
 from userturn.core.options import ProbeOptions, sampler_names
 from userturn.orchestrate.experiment import DatasetEntry, Experiment, check_judges
 from userturn.orchestrate.grid_spec import Grid, GridModel
+
+if TYPE_CHECKING:
+    from userturn.serve.manifest import Manifest
 
 
 def select(exp: Experiment, limit: int | None = None, models: Sequence[str] = ()) -> Experiment:
@@ -53,6 +56,7 @@ class GridPlan:
     """What `run --dry-run` prints first: each model of the grid, from the experiment and its manifests alone."""
 
     models: list[ModelPlan] = field(default_factory=list)
+    manifests: list[Manifest | None] = field(default_factory=list)  # each model's, read once (None: none, or broken)
 
     def records_per_item(self, grid: Grid) -> int:
         """Records one dataset item gets over the whole grid (every model's temperatures x samples)."""
@@ -60,15 +64,11 @@ class GridPlan:
         return per_model * len(grid.modes) * len(grid.perturbations) * grid.assistant_samples
 
 
-def _served(model: GridModel) -> str:
-    """Where a model runs, from its manifest alone: engine, launcher, GPUs and nodes; or its endpoint. A multi-node
-    manifest under the local launcher is refused: the local launcher starts processes on this machine only."""
+def _served(model: GridModel, m: Manifest | None) -> str:
+    """Where a model runs, from its manifest `m` alone: engine, launcher, GPUs and nodes; or its endpoint."""
     source = model.source
-    if source.manifest is None:
+    if m is None:
         return f"endpoint {', '.join(source.base_urls or [])} (model {model.model})"
-    from userturn.serve.manifest import load_manifest
-
-    m = load_manifest(source.manifest)
     if m.engine == "external":
         return f"external endpoint {m.base_url}"
     gpus = m.gpus if m.gpus is not None else 0
@@ -79,34 +79,34 @@ def _served(model: GridModel) -> str:
     return f"{where}, {', '.join(size)} ({m.model})"
 
 
-def _multi_node(model: GridModel) -> None:
+def _multi_node(model: GridModel, m: Manifest | None) -> None:
     """Refuse a multi-node manifest under the local launcher: it starts processes on this machine only."""
-    from userturn.serve.manifest import load_manifest
-
-    if model.source.manifest is None or model.source.launcher != "local":
-        return
-    m = load_manifest(model.source.manifest)
-    if m.nnodes > 1:
+    if m is not None and m.nnodes > 1 and model.source.launcher == "local":
         raise UserError(f"nnodes: {m.nnodes}, but the local launcher starts processes on this machine only (node 0 "
                         "would wait for the other nodes until its timeout): use --launcher slurm, or `userturn serve "
                         f"{model.source.manifest} --dry-run` for one command per node")
 
 
 def build_plan(grid: Grid) -> GridPlan:
-    """The plan from the grid and its manifests: a model whose manifest or options do not resolve is kept, with
-    its problem, so the rest of the plan still prints."""
+    """The plan from the grid and its manifests (each read once): a model whose manifest or options do not resolve
+    is kept, with its problem, so the rest of the plan still prints."""
     from userturn.orchestrate.run_builder import preview
+    from userturn.serve.manifest import load_manifest
 
     plan = GridPlan()
     for model in grid.models:
         problems: list[str] = []
         served, options = "?", None
         with model.naming(problems):
-            served = _served(model)
-            options = preview(model.source, model.layers)[1]
-        if not problems:
+            manifest = None if model.source.manifest is None else load_manifest(model.source.manifest)
+            served = _served(model, manifest)
+            options = preview(model.source, model.layers, manifest)[1]
+            plan.manifests.append(manifest)
+        if problems:
+            plan.manifests.append(None)
+        else:
             with model.naming(problems):
-                _multi_node(model)
+                _multi_node(model, manifest)
         plan.models.append(ModelPlan(model.label, served, options, problems))
     return plan
 
@@ -164,7 +164,7 @@ def check(exp: Experiment, grid: Grid, plan: GridPlan) -> Checks:
     from userturn.orchestrate.run_builder import ProbeTarget, load_renderer, preview
 
     out = Checks(problems=[p for m in plan.models for p in m.problems])  # settings that do not resolve
-    chosen = chosen_scorers(grid, [None] * len(grid.models))
+    chosen = chosen_scorers(grid, plan.manifests)
     loaded = []
     for index, dataset in enumerate(grid.datasets):
         try:
@@ -183,11 +183,11 @@ def check(exp: Experiment, grid: Grid, plan: GridPlan) -> Checks:
         out.lines.append(f"records planned: {plan.records_per_item(grid) * sum(count for *_, count in loaded)}")
     if "raw" in grid.modes and loaded:
         name, items, source, _ = loaded[0]
-        for model, planned in zip(grid.models, plan.models, strict=True):
+        for model, planned, manifest in zip(grid.models, plan.models, plan.manifests, strict=True):
             if planned.options is None:
                 continue
             with model.naming(out.problems):
-                fields, options = preview(model.source, model.layers)
+                fields, options = preview(model.source, model.layers, manifest)
                 target = ProbeTarget(base_urls=[], model=str(model.model or model.label), **fields)
                 prompt = render_preview(load_renderer(target, options), items, source)
                 out.lines.append(f"--- {model.label}: raw prompt of the first {name} item, as it will be sent (ends "

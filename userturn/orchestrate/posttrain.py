@@ -27,7 +27,7 @@ from userturn.core.records import ProbeRecord
 from userturn.core.shipped import resolve_named
 from userturn.core.taxonomy import FOLLOWUP as GENUINE
 from userturn.core.taxonomy import is_followup
-from userturn.orchestrate.experiment import JudgeEntry, resolve
+from userturn.orchestrate.experiment import JudgeEntry, from_file
 
 ExportFormat = Literal["sft-human", "sft", "preference"]
 log = logging.getLogger("userturn")
@@ -253,11 +253,11 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
     cfg, path = load_posttrain(path)
     require_train_extra()  # before any stage: a missing `train` extra stops here, not after the base probes
     here = path.parent
-    manifest = resolve(here, cfg.base, absolute=True)
+    manifest = from_file(here, cfg.base, absolute=True)
     if not Path(manifest).is_file():
         raise UserError(f"{path}: base: manifest not found: {cfg.base}")
     builtin, _ = parse_spec(cfg.dataset)
-    spec = cfg.dataset if builtin is not None else resolve(here, cfg.dataset, absolute=True)
+    spec = cfg.dataset if builtin is not None else from_file(here, cfg.dataset, absolute=True)
     dataset_name, items, _ = load_items(spec, limit=cfg.limit, shuffle_seed=cfg.shuffle_seed)
     train_items, held_out = split_items(list(items), cfg.held_out, cfg.split_seed)
     run_dir = Path(out_dir or cfg.out_dir) / cfg.name
