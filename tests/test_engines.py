@@ -153,7 +153,9 @@ def test_local_launches_listen_on_loopback_unless_the_manifest_asks() -> None:
 
 
 def test_a_new_engine_is_one_definition_and_a_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What docs/serving.md's "Adding an engine" promises: nothing else names an engine."""
+    """What docs/serving.md's "Adding an engine" promises: a definition and its registry entry are all a launch, a
+    SLURM script (multi-node, a CPU-only job's resources), Kubernetes YAML and the manifest checks need
+    (tests/test_engine_names.py: no other file names an engine)."""
     from userturn.serve.engines import EngineDefinition, LaunchArgs
 
     class Toy(EngineDefinition):

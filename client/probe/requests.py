@@ -66,7 +66,7 @@ class RequestBuilder:
         self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
 
     def _config(self, perturbation: str) -> dict[str, Any]:
-        """The readable settings that shape this run's generations under `perturbation` (client.fingerprint)."""
+        """The readable settings that shape this run's generations under `perturbation` (core.fingerprint)."""
         s = self.settings
         by_model = s.assistant_from == "model"
         renderer = self.renderer
