@@ -174,8 +174,7 @@ class Generator:
         dtype = {"auto": torch.float32, "half": torch.float16, "float16": torch.float16,
                  "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
         kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
-        converted: Path | None = None  # the GGUF's converted checkpoint folder
-        model: Any = None
+        model: Any = None  # a GGUF's, loaded from its converted folder
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
             from userturn.core.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
@@ -195,7 +194,7 @@ class Generator:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **kw)
         if cfg.chat_template:
             self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
-        self.model = model if converted is not None else AutoModelForCausalLM.from_pretrained(
+        self.model = model if model is not None else AutoModelForCausalLM.from_pretrained(
             cfg.model, dtype=dtype, **kw).eval()
         gen_eos = self.model.generation_config.eos_token_id
         eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
