@@ -184,3 +184,26 @@ def test_a_new_engine_is_one_definition_and_a_registry_entry(monkeypatch: pytest
     with pytest.raises(UserError, match="nnodes: multi-node needs engines 'sglang' and 'toy'"):
         check_deployable(parse_manifest({"engine": "vllm", "model": "m", "nnodes": 2, "command": ["srv"]}))
     assert not Toy().traits.external and ENGINES["external"].traits.external
+
+
+def test_a_results_file_of_the_embedded_engine_under_its_old_name_is_refused_in_one_line() -> None:
+    """Records name the embedded engine by its kind; a file that recorded it as `cpu` reads as it is, and a resume
+    onto it says which setting differs rather than mixing two configurations."""
+    from userturn.core.fingerprint import (
+        ConfigMismatch,
+        GenerationContext,
+        check_resume,
+        fingerprint,
+        generation_config,
+    )
+    from userturn.core.options import Options
+
+    traits = ENGINES["transformers"].traits
+    context = GenerationContext(model="m", dataset="d", mode="raw", perturbation="none", assistant_source="dataset",
+                                engine=traits.engine, seed_honoured=traits.seed_honoured,
+                                server_sampler_defaults=traits.server_sampler_defaults)
+    current = generation_config(context, Options())
+    old = {**current, "engine": "cpu"}
+    with pytest.raises(ConfigMismatch, match=r"^out.jsonl holds records made with engine=cpu, this run has "
+                                             r"engine=transformers; use another --out$"):
+        check_resume({fingerprint(old): old}, current, path="out.jsonl")
