@@ -1,11 +1,14 @@
-"""Text helpers every layer shares: reasoning removed from a reply, message content as text."""
+"""Text helpers every layer shares: reasoning removed from a reply, message content as text, a text's digest."""
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 _TAGS = "think|thinking|reasoning"
 _BLOCK = re.compile(rf"<({_TAGS})>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
@@ -65,3 +68,16 @@ def did_you_mean(word: str, candidates: Sequence[str]) -> str:
     close = difflib.get_close_matches(word, started, n=1, cutoff=0) if started else \
         difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def digest(value: object) -> bytes:
+    """16 bytes of BLAKE2b identifying `value` (a text, bytes, None, or any JSON value): the same in every process
+    and run, unlike `hash()` (salted per process, 64 bits); two different values share one with probability 2**-128.
+    For identities compared without keeping the value (a judged turn, a record's key and configuration)."""
+    if isinstance(value, str):
+        data = b"s" + value.encode("utf-8", "surrogatepass")
+    elif isinstance(value, bytes):
+        data = b"b" + value
+    else:
+        data = b"j" + orjson.dumps(value)
+    return hashlib.blake2b(data, digest_size=16).digest()

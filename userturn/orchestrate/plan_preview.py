@@ -69,7 +69,7 @@ def _served(model: GridModel, m: Manifest | None) -> str:
     source = model.source
     if m is None:
         return f"endpoint {', '.join(source.base_urls or [])} (model {model.model})"
-    if m.engine == "external":
+    if m.base_url is not None:
         return f"external endpoint {m.base_url}"
     gpus = m.gpus if m.gpus is not None else 0
     where = f"{m.engine} via {source.launcher}"
