@@ -20,7 +20,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from userturn.core import defaults
-from userturn.core.records import temperature_value
 
 RendererName = Literal["auto", "chat_template", "harmony"]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -30,8 +29,16 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(gt=0, le=1)]
 UnitFloat = Annotated[float, Field(ge=0, le=1)]
 TopK = Annotated[int, Field(ge=-1)]
+def _temperature_value(temperature: float) -> float:
+    """`core.records.temperature_value`, loaded on first use: `Options` is read when the command line's parser is
+    built (its flags are generated from it), before any record is needed."""
+    from userturn.core.records import temperature_value
+
+    return temperature_value(temperature)
+
+
 # A probed temperature, taken as `temperature_value` says (the same temperature: the same key, seed and request).
-Temperature = Annotated[float, Field(ge=0), AfterValidator(temperature_value)]
+Temperature = Annotated[float, Field(ge=0), AfterValidator(_temperature_value)]
 
 
 @dataclass(frozen=True)
