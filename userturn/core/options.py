@@ -29,6 +29,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(gt=0, le=1)]
 UnitFloat = Annotated[float, Field(ge=0, le=1)]
 TopK = Annotated[int, Field(ge=-1)]
+
+
 def _temperature_value(temperature: float) -> float:
     """`core.records.temperature_value`, loaded on first use: `Options` is read when the command line's parser is
     built (its flags are generated from it), before any record is needed."""
