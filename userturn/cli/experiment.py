@@ -138,7 +138,7 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import sharded_path
     from userturn.core.shipped import resolve_named
-    from userturn.orchestrate.experiment import check_files, load_experiment, results_path
+    from userturn.orchestrate.experiment import check_files, load_experiment, resolve, results_path
     from userturn.orchestrate.grid import run_experiment
     from userturn.orchestrate.plan_preview import select
 
@@ -168,7 +168,8 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.report.run_view import print_run_report
 
     if args.shard is None and results.is_file() and results.stat().st_size:
-        print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
+        print_run_report(console(), results,  # turns beside the human's, offline facts, table, notice, next steps
+                         gold=[resolve(base, g) for g in exp.gold])
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
     status = print_failures(sum(s.not_applicable for s in summaries), errors,

@@ -128,6 +128,9 @@ class Experiment(Options):
     judges: list[JudgeEntry] = Field(default_factory=list)
     out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
     launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
+    gold: list[str] = Field(default_factory=list, description="gold label files (`userturn label`; relative to the "
+                                                              "experiment file): the run's report calibrates the "
+                                                              "judges on them, as `report --gold`")
 
     @field_validator("datasets", mode="before")
     @classmethod

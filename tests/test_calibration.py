@@ -1,0 +1,156 @@
+"""`report --gold`: the judge against people (gold n, base rate, kappa, Se, Sp, the labellers' own kappa) and the
+Rogan-Gladen corrected rate, on cases computed by hand (docs/statistics.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from userturn.cli import main
+from userturn.core.records import JudgeVerdict, ProbeRecord
+from userturn.judges.gold import GoldLine, append_gold
+from userturn.report.calibration import calibrate, gold_set
+from userturn.report.correction import MIN_YOUDEN, correct, rogan_gladen
+
+SHA = "ab" * 32
+GF, RQ = "genuine_followup", "related_new_query"
+
+
+def record(item: str, label: str | None, *, model: str = "qwen-test", judge: str = "J",
+           rule: bool = False) -> ProbeRecord:
+    verdicts = [] if label is None else [JudgeVerdict(judge="rule:restates" if rule else judge,
+                                                      source="rule" if rule else "judge", status="ok", label=label,
+                                                      prompt_sha256=None if rule else SHA)]
+    return ProbeRecord(key=f"{model}|d|{item}|none|0|0", model=model, dataset="d", item_id=item, temperature=0.0,
+                       sample=0, seed=0, messages=[{"role": "user", "content": "q"}], user_turn="t", status="ok",
+                       label=label, label_source=None if label is None else ("rule" if rule else "judge"),
+                       judges=verdicts)
+
+
+def write(path: Path, records: list[ProbeRecord]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r.model_dump(mode="json")) + b"\n" for r in records))
+    return path
+
+
+def hand_case(tmp_path: Path) -> tuple[Path, Path]:
+    """40 items, one record each, judge J: 15 labelled genuine (p = 0.375). 16 of them carry gold: 8 genuine (the
+    judge says genuine for 6: Se = 6/8 = 0.75) and 8 not (the judge says genuine for 2: Sp = 6/8 = 0.75)."""
+    judge_says = [True] * 6 + [False] * 2 + [True] * 2 + [False] * 6 + [True] * 7 + [False] * 17
+    gold = [True] * 8 + [False] * 8
+    records = [record(f"i{n:02d}", GF if says else RQ) for n, says in enumerate(judge_says)]
+    results = write(tmp_path / "results.jsonl", records)
+    gold_path = tmp_path / "gold.jsonl"
+    for n, genuine in enumerate(gold):
+        append_gold(gold_path, GoldLine(key=records[n].key, label=GF if genuine else RQ, labeller="ann"))
+    return results, gold_path
+
+
+def test_hand_case_calibration_and_corrected_rate(tmp_path: Path) -> None:
+    results, gold = hand_case(tmp_path)
+    calibrations = calibrate([results], [gold])
+    c = calibrations.of([f"J@{SHA[:12]}"])
+    assert c is not None
+    assert (c.n_gold, c.true_positives, c.false_negatives, c.false_positives, c.true_negatives) == (16, 6, 2, 2, 6)
+    assert (c.sensitivity, c.specificity, c.base_rate) == (0.75, 0.75, 0.5)
+    # kappa: observed agreement 12/16 = 0.75, chance 0.5 * 0.5 + 0.5 * 0.5 = 0.5 -> (0.75 - 0.5) / 0.5 = 0.5
+    assert c.kappa == pytest.approx(0.5)
+    assert (calibrations.unmatched, calibrations.unlabelled) == (0, 0)
+    # (0.375 + 0.75 - 1) / (0.75 + 0.75 - 1) = 0.125 / 0.5 = 0.25
+    assert rogan_gladen(0.375, 0.75, 0.75) == pytest.approx(0.25)
+
+
+def test_report_json_with_and_without_gold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results, gold = hand_case(tmp_path)
+    assert main(["report", str(results), "--json", "--gold", str(gold)]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["followup_rate"] == pytest.approx(0.375)
+    assert row["followup_corrected"] == pytest.approx(0.25)
+    low, high = row["corrected_ci_low"], row["corrected_ci_high"]
+    assert low < 0.25 < high
+    assert high - low > row["ci_high"] - row["ci_low"]  # sampling and calibration error: wider than uncorrected
+    assert row["calibration"]["n_gold"] == 16 and row["calibration"]["kappa"] == pytest.approx(0.5)
+    assert (row["calibration"]["sensitivity"], row["calibration"]["specificity"]) == (0.75, 0.75)
+    assert main(["report", str(results), "--json", "--gold", str(gold)]) == 0  # seeded: the same interval again
+    [again] = json.loads(capsys.readouterr().out)
+    assert (again["corrected_ci_low"], again["corrected_ci_high"]) == (low, high)
+    assert main(["report", str(results), "--json"]) == 0
+    [plain] = json.loads(capsys.readouterr().out)
+    assert all(plain[k] is None for k in ("followup_corrected", "corrected_ci_low", "corrected_ci_high",
+                                          "calibration"))
+
+
+def test_table_shows_the_corrected_column_and_calibration(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    results, gold = hand_case(tmp_path)
+    assert main(["report", str(results), "--gold", str(gold), "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "corrected" in out and "25.0%" in out and "37.5%" in out
+    line = next(x for x in out.splitlines() if "J@" in x and " 16 " in x)
+    assert "50.0%" in line and "0.500" in line and "75.0% [40.9, 92.9]" in line  # base rate, kappa, Se/Sp
+    flat = " ".join(out.split())
+    assert "judge genuine 6 (TP), not 2 (FN)" in flat and "judge genuine 2 (FP), not 6 (TN)" in flat  # --wide
+    assert "uncalibrated" not in out
+    assert main(["report", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("judge uncalibrated") == 1 and "corrected\n" not in out
+
+
+def test_formats_carry_the_corrected_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results, gold = hand_case(tmp_path)
+    for fmt, expected in (("markdown", "25.0 ["), ("latex", "25.0 ["), ("csv", "0.25")):
+        assert main(["report", str(results), "--format", fmt, "--gold", str(gold)]) == 0
+        assert expected in capsys.readouterr().out, fmt
+
+
+def test_two_labellers_majority_and_their_kappa() -> None:
+    """4 keys, labellers a and b: agree on k1 (genuine), k2 (not), disagree on k3 and k4. Gold keeps k1, k2 (a tie
+    leaves a key out). Their kappa: observed 2/4 = 0.5; a says genuine 3/4 (k1, k3, k4? no: k1, k3), b 2/4 ->
+    a: k1 yes, k2 no, k3 yes, k4 no; b: k1 yes, k2 no, k3 no, k4 yes. p_yes(a) = p_yes(b) = 0.5, chance 0.5,
+    kappa = (0.5 - 0.5) / 0.5 = 0."""
+    a = {"k1": GF, "k2": RQ, "k3": GF, "k4": RQ}
+    b = {"k1": GF, "k2": RQ, "k3": RQ, "k4": GF}
+    answers = {(k, name): GoldLine(key=k, label=label, labeller=name)
+               for name, labels in (("a", a), ("b", b)) for k, label in labels.items()}
+    gold = gold_set(answers)
+    assert gold.labels == {"k1": True, "k2": False} and gold.disputed == 2
+    assert gold.labeller_kappa == pytest.approx(0.0) and gold.labeller_items == 4
+    third = dict(answers) | {("k3", "c"): GoldLine(key="k3", label=GF, labeller="c")}
+    assert gold_set(third).labels["k3"] is True  # 2 of 3 say genuine
+
+
+def test_rule_labels_count_for_every_panel_and_chance_judge_is_not_corrected(tmp_path: Path) -> None:
+    """A judge with Se = 1/2, Sp = 1/2 (Se + Sp - 1 = 0) gets no corrected rate, and says why."""
+    records = [record("i0", GF), record("i1", RQ), record("i2", GF), record("i3", RQ, rule=True)]
+    results = write(tmp_path / "r.jsonl", records)
+    gold = tmp_path / "g.jsonl"
+    for r, label in zip(records, (GF, GF, RQ, RQ), strict=True):
+        append_gold(gold, GoldLine(key=r.key, label=label, labeller="ann"))
+    calibrations = calibrate([results], [gold])
+    c = calibrations.of([f"J@{SHA[:12]}"])
+    assert c is not None and c.n_gold == 4  # the rule-labelled record counts for J's panel too
+    assert (c.true_positives, c.false_negatives, c.false_positives, c.true_negatives) == (1, 1, 1, 1)
+    fixed = correct(0.5, 4, 1.0, c)
+    assert fixed.rate is None and fixed.note is not None and str(MIN_YOUDEN) in fixed.note
+
+
+def test_gold_keys_without_records_are_counted(tmp_path: Path) -> None:
+    results = write(tmp_path / "r.jsonl", [record("i0", GF), record("i1", None)])
+    gold = tmp_path / "g.jsonl"
+    for key in ("qwen-test|d|i0|none|0|0", "qwen-test|d|i1|none|0|0", "nowhere"):
+        append_gold(gold, GoldLine(key=key, label=GF, labeller="ann"))
+    calibrations = calibrate([results], [gold])
+    assert (calibrations.gold_keys, calibrations.unmatched, calibrations.unlabelled) == (3, 1, 1)
+
+
+def test_html_has_the_calibration_and_the_corrected_column(tmp_path: Path) -> None:
+    results, gold = hand_case(tmp_path)
+    assert main(["report", str(results), "--gold", str(gold), "--html", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "corrected (95% CI)" in html and "25.0% [" in html
+    assert 'id="calibration"' in html and "75.0% [40.9, 92.9]" in html and "<td class=\"num\">6</td>" in html
+    assert main(["report", str(results), "--html", str(tmp_path / "plain.html")]) == 0
+    plain = (tmp_path / "plain.html").read_text()
+    assert "judge uncalibrated" in plain and "corrected (95% CI)" not in plain
