@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     grid.add_argument("--model", dest="models", action="append", default=[], metavar="PATTERN",
                       help="only the models whose label (manifest file name) or model name matches this shell "
                            "pattern; repeat for several")
+    run.add_argument("--controls", action="store_true",
+                     help="as the experiment's `controls: true`: each item's own human next turn (model human) and "
+                          "another item's (human-shuffled), judged like any record, no generation")
     run.add_argument("--keep-going", action="store_true",
                      help="when a model fails (unreachable, not served, its server fails to start), go on with the "
                           "others; at the end report the finished part and one line per failed model (exit 3)")
@@ -147,6 +150,8 @@ def run_command(args: argparse.Namespace) -> int:
     source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
     exp, base = load_experiment(source)
     exp = select(exp, args.limit, args.models)
+    if args.controls:
+        exp = exp.model_copy(update={"controls": True})
     check_files(exp, source)
     if args.dry_run:
         if args.keep_going:

@@ -12,6 +12,7 @@ from userturn.client.terminal import console
 from userturn.core.errors import UserError
 from userturn.core.results_files import configs_of, describe, results_files
 from userturn.report.calibration import Calibrations
+from userturn.report.controls import controls_lines
 from userturn.report.filters import RowFilter, select_groups
 from userturn.report.label_notice import LabelNotice, label_notice
 from userturn.report.summary import GroupSummary, Report, summarise_file, to_json_rows
@@ -90,6 +91,8 @@ def _print_table(args: argparse.Namespace, groups: list[GroupSummary], report: R
         title += ": no rate below is a measurement)"
     if notice and notice.above:
         print_trimmed(console(), escape("NOTICE: " + notice.text))
+    for line in controls_lines(groups):
+        print_trimmed(console(), escape(line))
     print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
     if notice and not notice.above:
         print_trimmed(console(), escape(notice.text))

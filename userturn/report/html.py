@@ -32,6 +32,7 @@ from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
 from userturn.report.calibration import Calibrations
 from userturn.report.calibration_view import calibration_html
+from userturn.report.controls import controls_lines
 from userturn.report.export import human_turn
 from userturn.report.rate_grid import rate_grid
 from userturn.report.scan import Scan, checked_lines
@@ -63,7 +64,8 @@ figure{margin:1em 0;min-width:0;max-width:100%} figcaption{font-weight:bold} nav
 <h1>userturn report</h1>
 <p class="note">{{ source }} · {{ total }} records · generated {{ generated }}{% if filters %} · rows shown:
 {{ filters }}{% endif %}</p>
-{% if notice %}<p class="warn">{{ notice }}</p>{% endif %}
+{% if notice %}<p class="warn">{{ notice }}</p>{% endif %}{% for line in controls %}<p class="note">{{ line }}</p>
+{% endfor %}
 {% if quote_reasks %}<p class="note">judge re-asks: {{ quote_reasks }} replies held only a verdict quoted from the
 generated turn, or two different verdicts, and were asked again (quoted text never votes).</p>{% endif %}
 <nav class="note">On this page: <a href="#figures">figures</a><a href="#rates">follow-up rate by model and
@@ -413,7 +415,8 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         prov=provenance(source, groups, examples),
         any_human=any(human_turn(r) for shown in examples.by_label.values() for r in shown.records),
         calibrated=any(g.calibration is not None for g in groups), calibration=calibration_html(groups, calibrations),
-        corrected=corrected_cell, rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=fmt_kappa,
+        corrected=corrected_cell, controls=controls_lines(groups),
+        rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=fmt_kappa,
     )
 
 

@@ -21,6 +21,7 @@ from userturn.core.results_files import as_paths, describe
 from userturn.judges.prelabel import apply_rules, query_and_response
 from userturn.report.calibration import calibrate
 from userturn.report.calibration_view import calibration_text
+from userturn.report.controls import controls_lines
 from userturn.report.correction import apply_calibrations
 from userturn.report.export import human_turn
 from userturn.report.filters import row_order
@@ -162,6 +163,8 @@ def print_run_report(console: Console, results: Path | Sequence[Path], gold: Seq
     notice = label_notice(groups, results)
     if notice and notice.above and failed:
         print_trimmed(console, escape("NOTICE: " + notice.text))
+    for line in controls_lines(groups):
+        print_trimmed(console, escape(line))
     print_trimmed(console, groups_table(groups, title, width=width))
     print_trimmed(console, SHORT_LEGEND)
     print_trimmed(console, totals_line(groups))

