@@ -25,7 +25,8 @@ def dataset(tmp_path: Path) -> Path:
     lines = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Tell me about {topic}."},
                                           {"role": "assistant", "content": f"Here: {topic}."}],
               "meta": {"second_turn": f"Why {topic}?"}} for i, topic in enumerate(TOPICS)]
-    lines.append({"id": "q5", "messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]})
+    lines.append({"id": "q5", "messages": [{"role": "user", "content": "Hi."},
+                                           {"role": "assistant", "content": "Hello."}]})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 

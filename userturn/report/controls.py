@@ -29,6 +29,12 @@ def controls_lines(groups: Sequence[GroupSummary]) -> list[str]:
     show_panel = len({panel for _, _, panel in found}) > 1
     for (dataset, mode, panel), rows in found.items():
         where = ", ".join([dataset, *([mode] if show_mode else []), *([panel or "no judge"] if show_panel else [])])
+        if not any(g.n > g.rule_labels for g in rows.values()):
+            records = " and ".join(f"{g.records} {'human' if g.model == HUMAN else 'shuffled'}"
+                                   for g in rows.values())
+            lines.append(f"controls ({where}): {records} next turns await a judge model (rules never label a "
+                         "genuine follow-up)")
+            continue
         lines.append(f"controls ({where}): the judge calls {_rate(rows.get(HUMAN))} of humans' own next turns "
                      f"genuine and {_rate(rows.get(SHUFFLED))} of shuffled ones (another item's human turn)")
     return lines

@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from userturn.client.probe.controls import CONTROL_MODELS
 from userturn.client.terminal import print_trimmed
 from userturn.core.records import ProbeRecord, group_key
 from userturn.core.results_files import as_paths, describe
@@ -143,7 +144,7 @@ def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, i
 def print_run_report(console: Console, results: Path | Sequence[Path], gold: Sequence[str] = ()) -> list[GroupSummary]:
     """The whole printout of `userturn run` for its results file (or its shards' files read as one); returns the
     report rows. `gold`: gold label files to calibrate the judges on (the experiment's `gold:`)."""
-    records = load_results(results)
+    records = [r for r in load_results(results) if r.model not in CONTROL_MODELS]  # generated turns only
     source = describe(results)
     groups = row_order(summarise_file(results).groups)  # the rows `userturn report` shows, settings named
     calibrations = None
