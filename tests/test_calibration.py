@@ -154,3 +154,30 @@ def test_html_has_the_calibration_and_the_corrected_column(tmp_path: Path) -> No
     assert main(["report", str(results), "--html", str(tmp_path / "plain.html")]) == 0
     plain = (tmp_path / "plain.html").read_text()
     assert "judge uncalibrated" in plain and "corrected (95% CI)" not in plain
+
+
+def test_run_printout_calibrates_on_the_experiments_gold(tmp_path: Path) -> None:
+    """`run` with `gold:` prints the calibration under its table; without it, the one uncalibrated line."""
+    from rich.console import Console
+
+    from userturn.report.run_view import print_run_report
+
+    results, gold = hand_case(tmp_path)
+    console = Console(width=100, record=True)
+    groups = print_run_report(console, results, gold=[str(gold)])
+    assert groups[0].followup_corrected == pytest.approx(0.25)
+    out = console.export_text()
+    assert "Judge calibration" in out and "25.0%" in out
+    console = Console(width=100, record=True)
+    print_run_report(console, results)
+    assert console.export_text().count("judge uncalibrated") == 1
+
+
+def test_controls_line_before_any_judge() -> None:
+    from userturn.report.controls import controls_lines
+    from userturn.report.summary import summarise
+
+    rows = summarise([record("a", None, model="human"), record("b", None, model="human"),
+                      record("a", None, model="human-shuffled")])
+    assert controls_lines(rows) == ["controls (d): 2 human and 1 shuffled next turns await a judge model (rules "
+                                    "never label a genuine follow-up)"]
