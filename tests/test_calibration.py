@@ -181,3 +181,17 @@ def test_controls_line_before_any_judge() -> None:
                       record("a", None, model="human-shuffled")])
     assert controls_lines(rows) == ["controls (d): 2 human and 1 shuffled next turns await a judge model (rules "
                                     "never label a genuine follow-up)"]
+
+
+def test_experiment_gold_must_exist_before_the_run(tmp_path: Path) -> None:
+    from userturn.core.errors import UserError
+    from userturn.orchestrate.experiment import check_files, load_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: g\nmodels: [{model: m, base_url: 'http://127.0.0.1:9/v1'}]\ndatasets: [mt-bench]\n"
+                    "gold: [labels.jsonl]\n")
+    exp, _ = load_experiment(path)
+    with pytest.raises(UserError, match=r"exp.yaml: gold.0: file not found: labels.jsonl"):
+        check_files(exp, path)
+    (tmp_path / "labels.jsonl").write_text("")
+    check_files(exp, path)

@@ -226,7 +226,8 @@ def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOption
 
 
 def check_files(exp: Experiment, source: Path) -> None:
-    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name."""
+    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name; every gold
+    file exists."""
     for index, entry in enumerate(exp.models):
         if entry.manifest is None or (source.parent / entry.manifest).is_file():
             continue
@@ -234,6 +235,9 @@ def check_files(exp: Experiment, source: Path) -> None:
             resolve_named(entry.manifest, "manifests")
         except UserError:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
+    for index, gold in enumerate(exp.gold):  # before the run, not after it: its report reads them
+        if not Path(resolve(source.parent, gold)).is_file():
+            raise UserError(f"{source}: gold.{index}: file not found: {gold} (relative to the experiment file)")
 
 
 async def check_endpoints(exp: Experiment, base: Path, source: Path) -> tuple[list[str], list[str]]:
