@@ -195,3 +195,31 @@ def test_experiment_gold_must_exist_before_the_run(tmp_path: Path) -> None:
         check_files(exp, path)
     (tmp_path / "labels.jsonl").write_text("")
     check_files(exp, path)
+
+
+def test_gold_that_matches_nothing_is_said_not_uncalibrated(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    results, _ = hand_case(tmp_path)
+    gold = tmp_path / "other.jsonl"
+    append_gold(gold, GoldLine(key="elsewhere", label=GF, labeller="ann"))
+    append_gold(gold, GoldLine(key="elsewhere", label=RQ, labeller="bob"))
+    append_gold(gold, GoldLine(key="there", label=GF, labeller="ann"))
+    assert main(["report", str(results), "--gold", str(gold), "--html", str(tmp_path / "r.html")]) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "gold: 1 keys labelled by ann, bob (one label per key: the labellers' majority on genuine vs not; ties " \
+           "left out: 1); 1 match no record, 0 only records without a label" in flat
+    assert "Judge calibration" not in flat and "uncalibrated" not in flat
+    html = (tmp_path / "r.html").read_text()
+    assert "uncalibrated" not in html and "1 match no record" in html
+
+
+def test_the_rules_alone_get_no_calibration_row_beside_a_judged_row(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    records = [record("i0", GF), record("i1", RQ), record("i2", RQ, rule=True)]
+    results = write(tmp_path / "r.jsonl", records)
+    gold = tmp_path / "g.jsonl"
+    for r in records:
+        append_gold(gold, GoldLine(key=r.key, label=RQ if r.item_id == "i1" else GF, labeller="ann"))
+    assert main(["report", str(results), "--gold", str(gold)]) == 0
+    out = capsys.readouterr().out
+    assert "rules only" not in out and "J@" in out

@@ -149,7 +149,9 @@ class Calibrations(BaseModel):
     """Every panel's calibration from the `--gold` files, and the gold keys that matched no labelled record."""
 
     panels: dict[Panel, Calibration]
-    gold_keys: int
+    gold_keys: int = Field(description="keys with a gold label (ties left out)")
+    labellers: list[str]
+    disputed: int = Field(description="keys left out: their labellers tied")
     unmatched: int = Field(description="gold keys with no record in the results")
     unlabelled: int = Field(description="gold keys whose records carry no label (unjudged, judge or generation "
                                         "failure)")
@@ -164,5 +166,6 @@ def calibrate(results: Sequence[str | Path], gold_paths: Sequence[str | Path]) -
     judged, found = judge_labels(results, set(gold.labels))
     labelled = {key for keys in judged.values() for key in keys}
     return Calibrations(panels={panel: calibration(panel, keys, gold) for panel, keys in judged.items()},
-                        gold_keys=len(gold.labels), unmatched=len(set(gold.labels) - found),
+                        gold_keys=len(gold.labels), labellers=gold.labellers, disputed=gold.disputed,
+                        unmatched=len(set(gold.labels) - found),
                         unlabelled=len(found - labelled))

@@ -52,12 +52,11 @@ def confusion_line(c: Calibration) -> str:
 def calibration_lines(groups: Sequence[GroupSummary], calibrations: Calibrations, *, wide: bool = False) -> list[str]:
     """The lines under the calibration table: the 2 x 2 counts (`wide`), how the gold labels were combined, what
     was left out, rows not corrected and why."""
-    first = next(iter(calibrations.panels.values()), None)
-    labellers = first.labellers if first else []
-    lines = [confusion_line(c) for c in calibrations.panels.values()] if wide else []
+    labellers = calibrations.labellers
+    lines = [confusion_line(c) for c in shown_panels(groups, calibrations)] if wide else []
     lines += [f"gold: {calibrations.gold_keys} keys labelled by {', '.join(labellers) or 'nobody'}"
              + (" (one label per key: the labellers' majority on genuine vs not; ties left out: "
-                f"{first.disputed})" if first and len(labellers) > 1 else "")
+                f"{calibrations.disputed})" if len(labellers) > 1 else "")
              + f"; {calibrations.unmatched} match no record, {calibrations.unlabelled} only records without a label"]
     lines.append(f"corrected = (rate + Sp - 1) / (Se + Sp - 1) clipped to [0, 1] (Rogan-Gladen), 95% CI from "
                  f"sampling and calibration error together; not corrected where Se + Sp - 1 < {MIN_YOUDEN}")
@@ -72,7 +71,7 @@ def calibration_lines(groups: Sequence[GroupSummary], calibrations: Calibrations
 
 
 HTML = """<h2 id="calibration">Judge calibration</h2>
-{% if not calibrations %}<p class="warn">{{ uncalibrated }}.</p>{% else %}
+{% if not given %}<p class="warn">{{ uncalibrated }}.</p>{% else %}{% if calibrations %}
 <div class="scroll"><table><tr><th>judge panel</th><th>gold n</th><th>base rate</th><th>kappa judge</th>
 <th>kappa labellers</th><th>sensitivity (95% CI)</th><th>specificity (95% CI)</th><th>TP</th><th>FN</th><th>FP</th>
 <th>TN</th></tr>
@@ -84,7 +83,7 @@ HTML = """<h2 id="calibration">Judge calibration</h2>
 <td class="num">{{ c.false_negatives }}</td><td class="num">{{ c.false_positives }}</td>
 <td class="num">{{ c.true_negatives }}</td></tr>{% endfor %}</table></div>
 <p class="note">TP/FN: gold genuine follow-ups the judge labelled genuine / not; FP/TN: the others it labelled
-genuine / not.</p>{% for line in lines %}<p class="note">{{ line }}</p>{% endfor %}{% endif %}
+genuine / not.</p>{% endif %}{% for line in lines %}<p class="note">{{ line }}</p>{% endfor %}{% endif %}
 """
 
 
@@ -92,7 +91,8 @@ def calibration_html(groups: Sequence[GroupSummary], calibrations: Calibrations 
     """The HTML report's calibration section (the uncalibrated warning without gold), autoescaped."""
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     return Markup(env.from_string(HTML).render(
-        calibrations=list(calibrations.panels.values()) if calibrations else [], uncalibrated=UNCALIBRATED,
+        given=calibrations is not None, uncalibrated=UNCALIBRATED,
+        calibrations=shown_panels(groups, calibrations) if calibrations else [],
         lines=calibration_lines(groups, calibrations) if calibrations else [], rate=fmt_rate, kappa=fmt_kappa,
         share=_share))
 
@@ -103,5 +103,12 @@ def calibration_text(groups: Sequence[GroupSummary], calibrations: Calibrations 
     saying the judge is uncalibrated (only where a judge model labelled something: rules need no calibration)."""
     if calibrations is None:
         return [escape(UNCALIBRATED)] if any(g.n > g.rule_labels for g in groups) else []
-    table: list[RenderableType] = [calibration_table(list(calibrations.panels.values()))] if calibrations.panels else []
+    shown = shown_panels(groups, calibrations)
+    table: list[RenderableType] = [calibration_table(shown)] if shown else []
     return table + [escape(line) for line in calibration_lines(groups, calibrations, wide=wide)]
+
+
+def shown_panels(groups: Sequence[GroupSummary], calibrations: Calibrations) -> list[Calibration]:
+    """The calibrations of the panels the rows shown were labelled by (the rules alone only where a row is)."""
+    panels = {tuple(g.judge_panel) for g in groups}
+    return [c for panel, c in calibrations.panels.items() if panel in panels]
