@@ -92,5 +92,9 @@ def test_controls_are_judged_reported_and_cost_no_generation(tmp_path: Path) -> 
         flat = " ".join(table.stdout.split())
         assert "the judge calls 100.0% [" in flat and "(n=5) of humans' own next turns genuine and 0.0% [" in flat
         assert flat.index("controls (") < flat.index("follow-up")  # one line above the table
+        key = next(r["key"] for r in controls if r["model"] == "human-shuffled")
+        shown = run_cli("show", str(out), key)  # no prompt to rebuild: none was sent
+        assert shown.returncode == 0, shown.stderr
+        assert "none was sent: a human-shuffled control" in " ".join(shown.stdout.split())
     finally:
         judge.stop()
