@@ -42,18 +42,34 @@ def test_derangement_never_maps_an_item_to_itself() -> None:
     assert derangement(["a", "b", "c"], 1) == derangement(["c", "a", "b"], 1)  # seeded, order-free
 
 
-def test_control_records_need_an_assistant_turn_and_a_human_turn() -> None:
-    items = [DatasetItem(id="a", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}],
-                         meta={"second_turn": "why r?"}),
-             DatasetItem(id="b", messages=[{"role": "user", "content": "q"}], meta={"second_turn": "why?"}),
-             DatasetItem(id="c", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "s"}],
-                         meta={"second_turn": "why s?"})]
+def test_control_records_follow_the_conversation_the_run_probes() -> None:
+    """a and c end with the dataset's answer; b has none (the model answers it: 'model-b' here); d has no human
+    turn. Every item with a human turn takes part in the derangement; an item with no conversation gets none."""
+    def item(id_: str, answer: str | None, second: str | None) -> DatasetItem:
+        messages = [{"role": "user", "content": "q " + id_}] + (
+            [{"role": "assistant", "content": answer}] if answer else [])
+        return DatasetItem(id=id_, messages=messages, meta={"second_turn": second} if second else None)
+
+    items = [item("a", "r", "why r?"), item("b", None, "why b?"), item("c", "s", "why s?"), item("d", "t", None)]
     controls = Controls(items, dataset="d", mode="raw", seed=0)
-    assert set(controls.turns) == {"a", "c"} and controls.partners == {"a": "c", "c": "a"}
-    records = {(r.model, r.item_id): r for r in controls.records(items, ResumeIndex())}
+    assert set(controls.turns) == {"a", "b", "c"} and set(controls.partners) == {"a", "b", "c"}
+
+    def conversation(it: DatasetItem) -> tuple[list, str, str | None] | None:
+        if it.id == "b":
+            return [*it.messages, {"role": "assistant", "content": "model answer"}], "model", "model-b"
+        return (list(it.messages), "dataset", None) if len(it.messages) == 2 else None
+
+    records = {(r.model, r.item_id): r for r in controls.records(items, ResumeIndex(), conversation)}
+    assert set(records) == {(m, i) for m in ("human", "human-shuffled") for i in "abc"}
     assert records[("human", "a")].user_turn == "why r?"
-    assert records[("human-shuffled", "a")].user_turn == "why s?"
-    assert records[("human-shuffled", "a")].meta["control_partner"] == "c"
+    shuffled = records[("human-shuffled", "a")]
+    assert shuffled.user_turn == controls.turns[controls.partners["a"]] != "why r?"
+    assert shuffled.meta["control_partner"] == controls.partners["a"]
+    assert records[("human", "b")].messages[-1].content == "model answer"
+    assert records[("human", "b")].meta["assistant_model"] == "model-b"
+    assert records[("human", "b")].assistant_source == "model"
+    none = Controls(items, dataset="d", mode="raw", seed=0)
+    assert list(none.records(items, ResumeIndex(), lambda it: None)) == [] and none.without_answer == 3
 
 
 @pytest.mark.slow
@@ -98,3 +114,9 @@ def test_controls_are_judged_reported_and_cost_no_generation(tmp_path: Path) -> 
         assert "none was sent: a human-shuffled control" in " ".join(shown.stdout.split())
     finally:
         judge.stop()
+
+
+def test_what_kept_items_from_controls_is_said() -> None:
+    plain = DatasetItem(id="x", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}])
+    assert Controls([plain], dataset="gsm8k", mode="raw", seed=0).problem() == (
+        "no item of gsm8k carries a human next turn (meta.second_turn): no control records")

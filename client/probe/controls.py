@@ -1,6 +1,8 @@
 """Controls that need no labels and no generation (`--controls`, an experiment's `controls: true`): for every item
-whose dataset carries the human's real next turn (`meta.second_turn`, as MT-Bench does) and an assistant turn, two
-records beside the model's:
+whose dataset carries the human's real next turn (`meta.second_turn`, as MT-Bench does), two records beside the
+model's, each after the assistant turn the run probes the item with (the dataset's, or the model's answer where the
+model writes it: then the answer of the first model run on the file, named in `meta.assistant_model`, since the
+control records are shared by every model of a results file):
 
 * model `human`: the item's own human next turn, after the conversation it was written for (a judge that reads
   the conversation calls nearly all of them genuine follow-ups);
@@ -16,24 +18,25 @@ sample 0: one control record per item, whatever the run's temperatures and sampl
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from userturn.client.data.dataset import DatasetItem
 from userturn.core.fingerprint import check_resume, fingerprint
-from userturn.core.records import ConfigLine, ProbeRecord, RunInfo, record_key
+from userturn.core.records import ConfigLine, Message, ProbeRecord, RunInfo, record_key
 from userturn.core.resume_index import ResumeIndex
 
 HUMAN, SHUFFLED = "human", "human-shuffled"
 CONTROL_MODELS = (HUMAN, SHUFFLED)
 SECOND_TURN = "second_turn"  # the meta key of the dataset's human-written next user turn
 PARTNER = "control_partner"  # meta key of a shuffled control: the item whose human turn it shows
+ANSWERED_BY = "assistant_model"  # meta key: the model whose answer the control's conversation ends with
 
 
 def human_turn(item: DatasetItem) -> str | None:
-    """The item's human next turn, when it has one and an assistant turn it followed."""
+    """The item's human next turn, when it has one."""
     turn = (item.meta or {}).get(SECOND_TURN)
-    return turn if isinstance(turn, str) and turn.strip() and item.ends_with_assistant else None
+    return turn if isinstance(turn, str) and turn.strip() else None
 
 
 def derangement(ids: list[str], seed: int) -> dict[str, str]:
@@ -65,6 +68,16 @@ class Controls:
                        "control": "another item's human next turn (seeded derangement)", "seed": seed},
         }
         self.fingerprints = {name: fingerprint(config) for name, config in self.configs.items()}
+        self.without_answer = 0  # items with a human turn but no assistant turn to show it after
+
+    def problem(self) -> str | None:
+        """What kept items from getting control records, in words; None when nothing did."""
+        if not self.turns:
+            return f"no item of {self.dataset} carries a human next turn (meta.second_turn): no control records"
+        if self.without_answer:
+            return (f"{self.without_answer} items of {self.dataset} with a human next turn have no assistant turn to "
+                    "show it after (their answer failed): no control records for them")
+        return None
 
     def key(self, model: str, item_id: str) -> str:
         return record_key(model, self.dataset, item_id, "none", 0.0, 0, self.mode)
@@ -82,12 +95,20 @@ class Controls:
         for config in self.configs.values():
             check_resume(existing.ok_configs, config, path=path, hint=hint)
 
-    def records(self, items: Iterable[DatasetItem], existing: ResumeIndex) -> Iterator[ProbeRecord]:
-        """The control records not yet ok in the results file, item by item (each item's conversation as the
-        dataset gives it)."""
+    def records(self, items: Iterable[DatasetItem], existing: ResumeIndex,
+                conversation: Callable[[DatasetItem], tuple[list[Message], str, str | None] | None],
+                ) -> Iterator[ProbeRecord]:
+        """The control records not yet ok in the results file, item by item. `conversation(item)`: (the messages
+        ending with the assistant turn the run probes the item with, its source, the model that wrote it or None),
+        or None where the item has none (no control record for it)."""
         for item in items:
             if item.id not in self.turns:
                 continue
+            probed = conversation(item)
+            if probed is None:
+                self.without_answer += 1
+                continue
+            messages, source, answered_by = probed
             shown: list[tuple[str, str, str | None]] = [(HUMAN, self.turns[item.id], None)]
             if item.id in self.partners:
                 partner = self.partners[item.id]
@@ -99,8 +120,11 @@ class Controls:
                 meta = dict(item.meta or {})
                 if other is not None:
                     meta[PARTNER] = other
+                if answered_by is not None:
+                    meta[ANSWERED_BY] = answered_by
                 yield ProbeRecord(key=key, status="ok", config_fingerprint=self.fingerprints[model], model=model,
                                   dataset=self.dataset, item_id=item.id, mode=self.mode,
                                   perturbation="none", temperature=0.0, sample=0, seed=0,
-                                  messages=list(item.messages), assistant_source="dataset", user_turn=turn,
+                                  messages=list(messages), assistant_source=source,
+                                  user_turn=turn,
                                   reference_answer=item.answer, meta=meta)

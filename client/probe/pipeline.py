@@ -219,7 +219,11 @@ class ProbeRun:
             jobs = self._jobs(existing, turns)  # one generator, pulled by every worker: lazy, bounded
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
             if self.controls is not None:  # no generation: the dataset's human turns, judged like any record
-                await self._write_controls(self.controls.records(self.plan.items, existing), writer)
+                await self._write_controls(self.controls.records(self.plan.items, existing,
+                                                                  lambda item: self._conversation(item, turns)),
+                                           writer)
+                if self.controls.problem():
+                    print(f"userturn: --controls: {self.controls.problem()}", file=sys.stderr, flush=True)
         except EndpointError as exc:
             if not exc.resumable:  # the command must change (a base URL that answers 404): no resume advice
                 kept = f"; the {c.done} records of this run are kept in {self.out_path}" if c.done else ""
@@ -232,6 +236,14 @@ class ProbeRun:
         return ProbeSummary(total=planned, skipped=c.skipped, ok=c.ok, errors=c.errors,
                             elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
                             not_applicable=c.not_applicable, rejudged=len(backlog.todo) if backlog else 0)
+
+    def _conversation(self, item: DatasetItem, turns: dict[str, AssistantTurn],
+                      ) -> tuple[list[Message], str, str | None] | None:
+        """The conversation a control of `item` is shown after: its unperturbed assistant turn (`Controls.records`)."""
+        turn = self.assistant.turn(item, turns)
+        if turn.messages is None or turn.error is not None:
+            return None
+        return list(turn.messages), turn.source, self.settings.model if turn.source == "model" else None
 
     async def _write_controls(self, records: Iterator[ProbeRecord], writer: RecordWriter) -> None:
         """Write the control records (`controls.py`), each judged first where the run judges inline."""
