@@ -223,3 +223,18 @@ def test_the_rules_alone_get_no_calibration_row_beside_a_judged_row(tmp_path: Pa
     assert main(["report", str(results), "--gold", str(gold)]) == 0
     out = capsys.readouterr().out
     assert "rules only" not in out and "J@" in out
+
+
+def test_a_perfect_judge_leaves_the_rate_as_it_is() -> None:
+    """Se = Sp = 1 (50 gold genuine, 50 not, all labelled right): pi = (p + 1 - 1) / (1 + 1 - 1) = p; the interval
+    still widens a little (100 gold labels do not prove a perfect judge)."""
+    from userturn.report.calibration import Calibration
+
+    c = Calibration(panel=["J"], n_gold=100, true_positives=50, false_negatives=0, false_positives=0,
+                    true_negatives=50, base_rate=0.5, sensitivity=1.0, specificity=1.0, sensitivity_ci=None,
+                    specificity_ci=None, kappa=1.0, labellers=["ann"], labeller_kappa=None, labeller_items=0,
+                    disputed=0)
+    fixed = correct(0.3, 200, 1.0, c)
+    assert fixed.rate == pytest.approx(0.3) and fixed.ci_low is not None and fixed.ci_high is not None
+    assert fixed.ci_low < 0.3 < fixed.ci_high
+    assert correct(None, 0, None, c).note == "no labelled record"

@@ -88,7 +88,10 @@ genuine / not.</p>{% endif %}{% for line in lines %}<p class="note">{{ line }}</
 
 
 def calibration_html(groups: Sequence[GroupSummary], calibrations: Calibrations | None) -> Markup:
-    """The HTML report's calibration section (the uncalibrated warning without gold), autoescaped."""
+    """The HTML report's calibration section (the uncalibrated warning without gold, where a judge model labelled
+    something), autoescaped; empty when there is nothing to say."""
+    if calibrations is None and not any(g.n > g.rule_labels for g in groups):
+        return Markup("")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     return Markup(env.from_string(HTML).render(
         given=calibrations is not None, uncalibrated=UNCALIBRATED,

@@ -69,8 +69,8 @@ figure{margin:1em 0;min-width:0;max-width:100%} figcaption{font-weight:bold} nav
 {% if quote_reasks %}<p class="note">judge re-asks: {{ quote_reasks }} replies held only a verdict quoted from the
 generated turn, or two different verdicts, and were asked again (quoted text never votes).</p>{% endif %}
 <nav class="note">On this page: <a href="#figures">figures</a><a href="#rates">follow-up rate by model and
-temperature</a><a href="#rows">all {{ groups|length }} rows</a><a href="#calibration">judge calibration</a>
-{% if agreements %}<a href="#agreement">judge
+temperature</a><a href="#rows">all {{ groups|length }} rows</a>{% if calibration %}<a href="#calibration">judge
+calibration</a>{% endif %}{% if agreements %}<a href="#agreement">judge
 agreement</a>{% endif %}<a href="#examples">examples per label</a><a href="#records">records</a>{% if failures %}
 <a href="#failures">judge failures</a>{% endif %}<a href="#provenance">provenance</a></nav>
 <h2 id="figures">Figures</h2>
