@@ -120,3 +120,16 @@ def test_what_kept_items_from_controls_is_said() -> None:
     plain = DatasetItem(id="x", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}])
     assert Controls([plain], dataset="gsm8k", mode="raw", seed=0).problem() == (
         "no item of gsm8k carries a human next turn (meta.second_turn): no control records")
+
+
+def test_the_pairs_are_the_same_in_every_slice_of_a_run() -> None:
+    """Controls over the whole dataset give each item the same partner whichever slice (--limit, --shard) is run."""
+    items = [DatasetItem(id=f"i{k}", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}],
+                         meta={"second_turn": f"turn {k}"}) for k in range(9)]
+    whole = Controls(items, dataset="d", mode="raw", seed=3)
+    shard = items[2:5]
+    records = {r.item_id: r for r in whole.records(shard, ResumeIndex(), lambda it: (list(it.messages), "dataset",
+                                                                                     None))
+               if r.model == "human-shuffled"}
+    assert set(records) == {"i2", "i3", "i4"}
+    assert all(records[i].user_turn == f"turn {whole.partners[i][1:]}" for i in records)

@@ -7,8 +7,8 @@ control records are shared by every model of a results file):
 * model `human`: the item's own human next turn, after the conversation it was written for (a judge that reads
   the conversation calls nearly all of them genuine follow-ups);
 * model `human-shuffled`: another item's human next turn after this conversation, the other item drawn by a
-  seeded derangement of the items that carry one (Sattolo's algorithm: one random cycle, so never the item's own;
-  a good judge almost never calls these genuine).
+  seeded derangement of the dataset's items that carry one (Sattolo's algorithm: one random cycle, so never the
+  item's own; a good judge almost never calls these genuine).
 
 They are judged like any record and form rows of their own (their model names differ from every probed model's).
 Their key is the probe's (`record_key`) with the control's model name, perturbation `none`, temperature 0 and
@@ -58,6 +58,8 @@ class Controls:
     results file already holds of them."""
 
     def __init__(self, items: Iterable[DatasetItem], *, dataset: str, mode: str, seed: int) -> None:
+        """`items`: every item of the dataset where the run has them (before --limit, shuffling and sharding, so
+        the pairs are the same in every slice of a run), else the run's own; the records are the run's items'."""
         self.dataset, self.mode, self.seed = dataset, mode, seed
         self.turns = {item.id: turn for item in items if (turn := human_turn(item)) is not None}
         self.partners = derangement(list(self.turns), seed)

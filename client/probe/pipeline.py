@@ -101,8 +101,8 @@ class ProbeRun:
             title=progress_title or f"userturn probe {settings.model} on {settings.dataset}",
             enabled=progress,
         )
-        self.controls = Controls(self.plan.items, dataset=settings.dataset, mode=settings.mode,
-                                 seed=settings.seed) if settings.controls else None
+        self.controls = Controls(self.plan.items if partner_pool is None else partner_pool, dataset=settings.dataset,
+                                 mode=settings.mode, seed=settings.seed) if settings.controls else None
         self._partners: Mapping[str, str] = {}
         self._judge_start = (0, 0, 0)  # the judge hook's counts when the run started (`_count_judged`)
 

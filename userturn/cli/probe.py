@@ -251,7 +251,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
-                                    whole=needs_partner(perturbations))
+                                    whole=needs_partner(perturbations) or bool(args.controls))
     dataset_name = args.dataset_name or name
     chosen = preview(target_source(args), [flag_layer(args)])[1].scorer  # the flag, else the manifest's
     preflight(dataset_name, items, chosen)

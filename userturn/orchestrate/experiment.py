@@ -294,7 +294,8 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
     spec = entry.spec if builtin is not None else resolve(base, entry.spec)
     name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
-                                   else exp.shuffle_seed, whole=needs_partner(exp.perturbations))
+                                   else exp.shuffle_seed,
+                                   whole=needs_partner(exp.perturbations) or bool(exp.controls))
     return entry.name or name, items, every
 
 
