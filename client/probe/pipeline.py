@@ -57,9 +57,10 @@ from userturn.core.workers import run_all
 
 class ProbeRun:
     """One probe run: construct, then `await run()`. Raw mode needs `renderer`, chat mode `role_flip`.
-    `partner_pool`: every item of the dataset (before --limit and shuffling), where partners come from; default
-    `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file. `notices`: lines
-    printed (stderr) once the run has passed its checks and starts generating."""
+    `partner_pool`: every item of the dataset (before --limit and shuffling), where partners (and the controls'
+    shuffled turns) come from; default `items`. `resume_hint`: the advice ending the message that refuses a
+    mismatched results file. `notices`: lines printed (stderr) once the run has passed its checks and starts
+    generating."""
 
     def __init__(
         self,
