@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from userturn.cli.argtypes import positive_int
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.cli.network import add_network_arguments, configure_network
 from userturn.cli.paths import Paths
@@ -27,12 +28,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     evaluate = sub.add_parser(
         "judge-eval", help="score a judge against a hand-labelled gold file",
         description="Judge every item of GOLD.jsonl and report accuracy, per-label precision/recall and the "
-                    "confusion matrix. Gold lines: {id, label, user_turn, messages | query [+ response]}.")
+                    "confusion matrix. Gold lines: {id, label, user_turn, messages | query [+ response]}, or the "
+                    "answers `userturn label` writes (one item per key: the label most labellers gave).")
     evaluate.add_argument("gold", metavar="GOLD.jsonl")
     evaluate.add_argument("--with-rules", action="store_true",
                           help="apply the rule pre-labels first, as `judge` does (default: judges see every item)")
     evaluate.add_argument("--json", action="store_true", help="print the scores as JSON")
     evaluate.add_argument("--out", default=None, metavar="PRED.jsonl", help="write the judged items (with gold)")
+    evaluate.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                          help="judge every item N times and show each judge's agreement with itself (hosted "
+                               "judges vary even at temperature 0); the scores are the first pass's")
     add_judge_arguments(evaluate, required=True, concurrency_flags=("--judge-concurrency", "--concurrency"),
                         resumable=False)
     add_network_arguments(evaluate.add_argument_group("network"))
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     async def score_all() -> tuple[list, list]:
         async with panel:
             await panel.check()
-            return await evaluate(items, panel, workers=args.judge_concurrency)
+            return await evaluate(items, panel, workers=args.judge_concurrency, repeats=args.repeat)
 
     scores, judged = aio.run(score_all())
     if args.out:
@@ -90,6 +95,11 @@ def _print_score(console: Console, s: JudgeScore) -> None:
         per.add_row(row.label, *("—" if v is None else f"{v:.3f}" for v in (row.precision, row.recall, row.f1)),
                     str(row.support), str(row.predicted))
     console.print(per)
+    if s.self_agreement is not None:
+        same = s.self_agreement
+        agreement = "—" if same.agreement is None else f"{100 * same.agreement:.1f}%"
+        console.print(f"against itself over {same.repeats} repeats: the same label on {agreement} of {same.items} "
+                      f"items, κ {'—' if same.kappa is None else f'{same.kappa:.3f}'}")
     confusion = Table(title="confusion (rows: gold, columns: predicted)", title_justify="left", header_style="bold")
     confusion.add_column("gold \\ pred")
     columns = [*SHORT, ERROR]

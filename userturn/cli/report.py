@@ -13,6 +13,7 @@ from userturn.cli.results_args import add_results_argument
 from userturn.core.errors import UserError
 
 if TYPE_CHECKING:  # the parser is built for every command: the report's code loads when `report` runs
+    from userturn.report.calibration import Calibrations
     from userturn.report.label_notice import LabelNotice
     from userturn.report.summary import GroupSummary, Report
 
@@ -56,6 +57,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report "
                         "(with the figures when matplotlib is installed)")
     report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures to DIR (PNG, PDF, SVG)")
+    report.add_argument("--gold", action="append", default=None, metavar="GOLD.jsonl",
+                        help="gold labels (userturn label): calibrate each judge panel on them (gold n, base rate, "
+                             "kappa, sensitivity, specificity) and add the rates corrected for its error; repeat "
+                             "for several files or labellers")
     report.add_argument("--plot-temperature", type=non_negative_float, default=None, metavar="T",
                         help="temperature of the single-temperature figures (default: the lowest present)")
     rows = report.add_argument_group("rows", "which rows the table, JSON, HTML and figures show (numbers are "
@@ -97,6 +102,13 @@ def run(args: argparse.Namespace) -> int:
     report = summarise_file(paths)
     if not report.groups:
         raise UserError(f"{source}: no userturn records to report (empty, or only configuration lines)")
+    calibrations = None
+    if getattr(args, "gold", None):
+        from userturn.report.calibration import calibrate
+        from userturn.report.correction import apply_calibrations
+
+        calibrations = calibrate(paths, args.gold)
+        apply_calibrations(report.groups, calibrations)
     rows = RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
                      temperatures=args.temperature or [], model_order=args.model_order or [])
     groups = select_groups(report.groups, rows)
@@ -118,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
             replay = Replayer(args.tokenizer, args.chat_template, configs=configs_of(paths))  # raw-mode prompts
             html = render_html(groups, report.agreements, examples, report.records, figures, source, why,
                                prompt_of=replay.prompt, skipped=skipped, filters=rows.describe(),
-                               notice=notice.text if notice else None, quote_reasks=report.quote_reasks)
+                               notice=notice.text if notice else None, quote_reasks=report.quote_reasks,
+                               calibrations=calibrations)
             print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -128,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(RENDERERS[args.format](groups, notice.caveat if notice else None))
     else:
         _print_table(args, groups, report, notice, source + (f" ({rows.describe()})" if rows.active else ""))
+        _print_calibration(groups, calibrations, wide=args.wide)
     if report.superseded:
         across = " (within or across the files)" if len(paths) > 1 else ""
         print(f"userturn report: {report.superseded} superseded lines in {source} not counted (a later line of "
@@ -142,6 +156,7 @@ def _print_table(args: argparse.Namespace, groups: list[GroupSummary], report: R
     from rich.markup import escape
 
     from userturn.client.terminal import console, print_trimmed
+    from userturn.report.controls import controls_lines
     from userturn.report.table import print_report
 
     if any(g.n for g in groups) and not any(g.n > g.rule_labels for g in groups):
@@ -149,12 +164,23 @@ def _print_table(args: argparse.Namespace, groups: list[GroupSummary], report: R
         title += ": no rate below is a measurement)"
     if notice and notice.above:
         print_trimmed(console(), escape("NOTICE: " + notice.text))
+    for line in controls_lines(groups):
+        print_trimmed(console(), escape(line))
     print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
     if notice and not notice.above:
         print_trimmed(console(), escape(notice.text))
     if report.quote_reasks:
         print_trimmed(console(), f"judge re-asks: {report.quote_reasks} replies held only a verdict quoted from the "
                       "generated turn, or two different verdicts, and were asked again (quoted text never votes)")
+
+
+def _print_calibration(groups: list[GroupSummary], calibrations: Calibrations | None, *, wide: bool) -> None:
+    """The judge's calibration table and lines under the report, or the one line saying it is uncalibrated."""
+    from userturn.client.terminal import console, print_trimmed
+    from userturn.report.calibration_view import calibration_text
+
+    for part in calibration_text(groups, calibrations, wide=wide):
+        print_trimmed(console(), part)
 
 
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],

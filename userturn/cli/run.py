@@ -45,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     grid.add_argument("--model", dest="models", action="append", default=[], metavar="PATTERN",
                       help="only the models whose label (manifest file name) or model name matches this shell "
                            "pattern; repeat for several")
+    run.add_argument("--controls", action="store_true",
+                     help="as the experiment's `controls: true`: each item's own human next turn (model human) and "
+                          "another item's (human-shuffled), judged like any record, no generation")
     run.add_argument("--keep-going", action="store_true",
                      help="when a model fails (unreachable, not served, its server fails to start), go on with the "
                           "others; at the end report the finished part and one line per failed model (exit 3)")
@@ -72,13 +75,15 @@ def run(args: argparse.Namespace) -> int:
     from userturn.cli.run_shards import check_flags, workers_command
     from userturn.core import aio
     from userturn.orchestrate.api import open_experiment
-    from userturn.orchestrate.experiment import grid_of
+    from userturn.orchestrate.experiment import from_file, grid_of
     from userturn.orchestrate.grid import run_grid
     from userturn.orchestrate.grid_spec import prepare
 
     check_flags(args)
     configure_network(args)
     exp, base, source = open_experiment(args.experiment, limit=args.limit, models=args.models)
+    if args.controls:
+        exp = exp.model_copy(update={"controls": True})
     grid = grid_of(exp, base, source, out_dir=args.out_dir, launcher=args.launcher, shard=args.shard,
                    progress=not args.no_progress, rejudge=args.rejudge)
     if args.dry_run:
@@ -99,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     from userturn.report.run_view import print_run_report
 
     if args.shard is None and results.is_file() and results.stat().st_size:
-        print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
+        print_run_report(console(), results,  # turns beside the human's, offline facts, table, notice, next steps
+                         gold=[from_file(base, g) for g in exp.gold])
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
     status = print_failures(sum(s.not_applicable for s in summaries), errors,

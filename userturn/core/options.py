@@ -127,6 +127,10 @@ class Options(BaseModel):
         "default: they forge turns); their records get special_tokens_in_content: true")
     record_meta: Annotated[dict[str, Any] | None, OTHER, Flag(flag=False)] = Field(
         default=None, description="copied into every record's meta (a trained model's provenance)")
+    controls: Annotated[bool | None, OTHER] = Field(
+        default=None, description="also write, without generating, each item's own human next turn (model human) "
+        "and another item's (model human-shuffled) where the dataset has one (meta.second_turn, e.g. mt-bench): "
+        "judged like any record, they show whether the judge tells them apart")
     scorer: Annotated[str | None, OTHER] = Field(
         default=None, description="task scorer of the items whose meta.scorer names none (client/probe/scoring.py "
                                   "SCORERS; default: the dataset's name, if it names one)")
@@ -226,6 +230,7 @@ class ProbeOptions(Options):
     assistant_temperature: NonNegativeFloat = defaults.ASSISTANT_TEMPERATURE
     assistant_max_tokens: PositiveInt = defaults.ASSISTANT_MAX_TOKENS
     allow_special_tokens: bool = False
+    controls: bool = False
     record_meta: dict[str, Any] = Field(default_factory=dict)
     concurrency: PositiveInt = defaults.CONCURRENCY
     request_timeout: PositiveFloat = defaults.REQUEST_TIMEOUT_S

@@ -132,6 +132,9 @@ class Experiment(Options):
     out_dir: str | None = Field(default=None, description="parent of the run directory, relative to the experiment "
                                 "file (default: runs, in the working directory)")
     launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
+    gold: list[str] = Field(default_factory=list, description="gold label files (`userturn label`; relative to the "
+                                                              "experiment file): the run's report calibrates the "
+                                                              "judges on them, as `report --gold`")
 
     @field_validator("datasets", mode="before")
     @classmethod
@@ -234,7 +237,8 @@ def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOption
 
 
 def check_files(exp: Experiment, source: Path) -> None:
-    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name."""
+    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name; every gold
+    file exists."""
     for index, entry in enumerate(exp.models):
         if entry.manifest is None or (source.parent / entry.manifest).is_file():
             continue
@@ -242,6 +246,9 @@ def check_files(exp: Experiment, source: Path) -> None:
             resolve_named(entry.manifest, "manifests")
         except UserError:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
+    for index, gold in enumerate(exp.gold):  # before the run, not after it: its report reads them
+        if not Path(from_file(source.parent, gold)).is_file():
+            raise UserError(f"{source}: gold.{index}: file not found: {gold} (relative to the experiment file)")
 
 
 async def check_judges(exp: Experiment, source: Path | None) -> list[str]:

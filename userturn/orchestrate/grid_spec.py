@@ -99,6 +99,11 @@ class Grid:
         """The file this grid (or its shard) writes."""
         return sharded_path(self.results, self.shard)
 
+    @property
+    def controls(self) -> bool:
+        """Whether a model's runs add the human-turn controls (they take another item's turn: every item loads)."""
+        return any(merged(reversed(model.layers)).controls for model in self.models)
+
     def prefixed(self, what: str, exc: UserError) -> UserError:
         """`exc` naming the experiment file and `what` (a flag-built grid's errors stay as they are)."""
         if self.source is None:
@@ -131,14 +136,15 @@ class Prepared:
     notices: list[str] = field(default_factory=list)
 
 
-def load_items(dataset: GridDataset, perturbations: Sequence[str],
+def load_items(dataset: GridDataset, perturbations: Sequence[str], controls: bool = False,
                ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
-    """(recorded name, the items to probe, every item when a perturbation takes partners: unchanged by `limit`)."""
+    """(recorded name, the items to probe, every item when a perturbation or the human-turn `controls` take
+    partners from the others: unchanged by `limit`)."""
     from userturn.client.data.loaders import load_items as load_spec
     from userturn.client.probe.perturbations import needs_partner
 
     name, items, every = load_spec(dataset.spec, limit=dataset.limit, shuffle_seed=dataset.shuffle_seed,
-                                   whole=needs_partner(list(perturbations)))
+                                   whole=needs_partner(list(perturbations)) or controls)
     return dataset.name or name, items, every
 
 
@@ -211,7 +217,7 @@ def prepare(grid: Grid) -> Prepared:
     """Load and check every dataset of `grid` before any server starts: the split of the results file, the items,
     the scorers, where the assistant turns come from; then this shard's cut of each."""
     check_split(grid.results, grid.shard, hint=grid.resume_hint)
-    loaded = [load_items(dataset, grid.perturbations) for dataset in grid.datasets]
+    loaded = [load_items(dataset, grid.perturbations, grid.controls) for dataset in grid.datasets]
     names = [name for name, _, _ in loaded]
     if len(set(names)) != len(names):
         raise UserError(f"{grid.source}: datasets: two datasets are recorded as the same name ({names}); set `name`")

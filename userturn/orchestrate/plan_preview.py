@@ -168,7 +168,7 @@ def check(exp: Experiment, grid: Grid, plan: GridPlan) -> Checks:
     loaded = []
     for index, dataset in enumerate(grid.datasets):
         try:
-            name, items, _ = load_items(dataset, grid.perturbations)
+            name, items, _ = load_items(dataset, grid.perturbations, grid.controls)
             notice = check_scoring(grid, name, items, chosen)
             source = assistant_source(grid, dataset, items)
         except UserError as exc:  # named once: by the check itself, else here
