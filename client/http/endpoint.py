@@ -22,7 +22,7 @@ import aiohttp
 import httpx
 import orjson
 from pydantic import BaseModel, Field
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter, wait_random
 
 from userturn.client.http import http_client
 from userturn.client.http.health import UNCOUNTED_KINDS, EndpointHealth
@@ -146,6 +146,8 @@ class Endpoint:
         self._ids = itertools.count()
         self._backoff = wait_exponential_jitter(multiplier=config.backoff_initial, max=config.backoff_max,
                                                 jitter=config.backoff_initial)
+        # a 429 waits one backoff step, not a growing one: the endpoint's in-flight limit paces every request
+        self._throttle_backoff = wait_random(config.backoff_initial, 2 * config.backoff_initial)
         self._retry_if = retry_if_exception_type(RetryableError)
         self.health = EndpointHealth(self.base_url, request_timeout=config.request_timeout,
                                      hung_after=config.hung_after, loading_max_s=config.loading_max_s,
@@ -299,14 +301,15 @@ class Endpoint:
         return data
 
     def _wait(self, exc: RetryableError, state: RetryCallState) -> float:
-        """Seconds before the next attempt after `exc`: a 429 waits the larger of its Retry-After and the backoff,
-        a 503 loading the larger of its Retry-After (capped) and the backoff (a `Retry-After: 0` is not a reason to
-        poll), another Retry-After is waited (capped), anything else backs off."""
+        """Seconds before the next attempt after `exc`: a 429 waits the larger of its Retry-After and one backoff
+        step (the in-flight limit it lowered paces the requests; a growing wait per request would add to that), a
+        503 loading the larger of its Retry-After (capped) and the growing backoff (a `Retry-After: 0` is no reason
+        to poll), another Retry-After is waited (capped), anything else backs off."""
+        if exc.kind == "throttled":
+            return max(exc.retry_after or 0.0, float(self._throttle_backoff(state)))
         backoff = float(self._backoff(state))
         if exc.retry_after is None:
             return backoff
-        if exc.kind == "throttled":
-            return max(exc.retry_after, backoff)
         capped = min(exc.retry_after, MAX_RETRY_AFTER_S)
         return max(capped, backoff) if exc.kind == "loading" else capped
 
