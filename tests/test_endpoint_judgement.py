@@ -218,13 +218,13 @@ async def test_a_loading_server_is_waited_for_without_spending_attempts() -> Non
 
 async def test_a_server_loading_past_the_bound_stops_the_run_saying_what_it_said() -> None:
     handle, _ = loading_then_ok(10**9)
-    async with endpoint(handle, max_retries=1, loading_max_s=0.02) as ep:
+    async with endpoint(handle, max_retries=0, loading_max_s=0.02) as ep:
         with pytest.raises(RequestFailed) as info:
             await ep.post_json("completions", {"prompt": "p"})
     down = info.value.endpoint_down
     assert down is not None and down.startswith(f"endpoint {BASE} is still loading after ")
     assert down.endswith(f"s: HTTP 503 from {BASE}/completions: model loading (Retry-After: 0)")
-    assert info.value.attempts > 2  # more than the retry budget: loading spent none
+    assert info.value.attempts >= 2  # more than the retry budget (1): loading spent none
 
 
 async def test_a_503_without_retry_after_still_spends_attempts() -> None:
@@ -282,8 +282,8 @@ async def test_a_429_asking_for_more_than_a_run_waits_stops_at_once() -> None:
 
 
 async def test_a_429_wait_is_the_larger_of_its_retry_after_and_the_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Retry-After 0 does not make a refused request come straight back: it waits its (growing) backoff; a longer
-    Retry-After wins over a shorter backoff."""
+    """Retry-After 0 does not make a refused request come straight back: it waits one backoff step (0.5-1 s here;
+    not a growing one: the in-flight limit paces); a longer Retry-After wins over the backoff."""
     sleeps: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -299,7 +299,7 @@ async def test_a_429_wait_is_the_larger_of_its_retry_after_and_the_backoff(monke
     async with endpoint(handle, backoff_initial=0.5, backoff_max=30) as ep:
         await ep.post_json("completions", {"prompt": "p"})
     assert len(sleeps) == 4 and sleeps[-1] == 9
-    assert 0.5 <= sleeps[0] <= 1.0 and 1.0 <= sleeps[1] <= 1.5 and 2.0 <= sleeps[2] <= 2.5  # 0.5 * 2**n + jitter
+    assert all(0.5 <= s <= 1.0 for s in sleeps[:3])
 
 
 async def test_a_loading_server_saying_retry_after_0_is_polled_with_a_growing_backoff(

@@ -338,7 +338,10 @@ class Endpoint:
         token = next(self._ids)
         start = time.monotonic()
         stats.inflight[token] = start
-        stats.requests += 1
+        if tried:
+            stats.retries += 1  # a request put behind the others (RetryLater) is sent again
+        else:
+            stats.requests += 1
         attempts = 0
         counted = tried  # attempts that spend the retry budget (not: throttled, loading)
         budget = self.config.max_retries + 1
