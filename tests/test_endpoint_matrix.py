@@ -209,10 +209,11 @@ SCENARIOS = [
     Scenario("429 at random, 30%", random_share(0.30), 200, 0.0, 1.0),
     Scenario("429 at random, 50%", random_share(0.50), 100, 0.0, 1.0, slack_s=5.0),
     Scenario("fixed window 20/s, no Retry-After", fixed_window(20, 1.0, retry_after=False), 100, 4.0, 2.5),
-    Scenario("fixed window 20/s, Retry-After", fixed_window(20, 1.0, retry_after=True), 100, 4.0, 2.0),
+    Scenario("fixed window 20/s, Retry-After", fixed_window(20, 1.0, retry_after=True), 100, 4.0, 2.5),
     Scenario("nginx limit_req 20 r/s", None, 60, 3.0, 2.0, nginx_rate=20),
     Scenario("nginx limit_req 20 r/s, Retry-After 0", None, 60, 3.0, 2.0, nginx_rate=20, nginx_retry_after="0"),
-    Scenario("nginx limit_req 20 r/s, Retry-After 1", None, 60, 3.0, 2.0, nginx_rate=20, nginx_retry_after="1"),
+    # a Retry-After of 1 s is 20 of the limit's 50 ms intervals, and is honoured
+    Scenario("nginx limit_req 20 r/s, Retry-After 1", None, 60, 3.0, 3.0, nginx_rate=20, nginx_retry_after="1"),
     Scenario("429 + Retry-After 3600 on every request", always_refusing("3600"), 50, 0.0, 1.0, expect_exit=3),
     Scenario("slow but live (0-2 timeouts), concurrency 1", slow_live(0.2), 20, 20 * 0.2, 3.0, concurrency=1,
              config={"request_timeout": 0.2}, expect_exit=CHANCE_ERRORS),
