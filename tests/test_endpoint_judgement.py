@@ -21,7 +21,7 @@ from userturn.client.http.endpoint import Endpoint, EndpointConfig, split_base_u
 from userturn.client.http.health import EndpointHealth
 from userturn.client.http.urls import likely_base
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
-from userturn.core.errors import EndpointError, RequestFailed, RetryLater, UserError
+from userturn.core.errors import EndpointError, RequestFailed, RetryableError, RetryLater, UserError
 from userturn.core.jsonl import read_records
 
 BASE = "http://judgement.test/v1"
@@ -118,6 +118,20 @@ def test_the_streak_that_calls_a_server_hung_by_hand(answered: int, timed_out: i
     assert health.hung_streak() == streak
     health.first_timed_out = timed_out + streak - 1
     assert health.hung_streak() > streak - 1
+
+
+def test_time_waiting_on_429s_counts_towards_the_throttled_stop() -> None:
+    """0.6 s since the last success with a bound of 1 s: a 429 whose wait (0.5 s) would carry past the bound stops
+    the run now; one whose wait (0.1 s) does not, goes on; a Retry-After at the bound stops at once."""
+    health = EndpointHealth(BASE, request_timeout=1, hung_after=3, loading_max_s=1, throttled_max_s=1.0)
+    health.last_success -= 0.6
+    refusal = RetryableError(f"HTTP 429 from {BASE}/completions: slow down", kind="throttled")
+    assert health.stop_reason(refusal, first=True, wait=0.1) is None
+    stop = health.stop_reason(refusal, first=True, wait=0.5)
+    assert stop is not None and stop.startswith(f"endpoint {BASE} refused every request for 1s: HTTP 429")
+    fresh = EndpointHealth(BASE, request_timeout=1, hung_after=3, loading_max_s=1, throttled_max_s=1.0)
+    quota = RetryableError("HTTP 429 ...", retry_after=1.0, kind="throttled")
+    assert (fresh.stop_reason(quota, first=True, wait=1.0) or "").startswith(f"endpoint {BASE} asks to wait 1s")
 
 
 async def test_retried_timeouts_go_behind_items_not_yet_tried(tmp_path: Path) -> None:
