@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from userturn.core import defaults
+from userturn.core.records import temperature_value
 
 RendererName = Literal["auto", "chat_template", "harmony"]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -29,6 +30,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(gt=0, le=1)]
 UnitFloat = Annotated[float, Field(ge=0, le=1)]
 TopK = Annotated[int, Field(ge=-1)]
+# A probed temperature, taken as `temperature_value` says (the same temperature: the same key, seed and request).
+Temperature = Annotated[float, Field(ge=0), AfterValidator(temperature_value)]
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class Options(BaseModel):
     chat_template_kwargs: Annotated[dict[str, Any] | None, OTHER] = Field(
         default=None, description="extra chat-template variables (merged key by key across layers)")
     # which samples are drawn (each record's identity, not its configuration)
-    temperatures: Annotated[list[NonNegativeFloat] | None, OTHER] = Field(default=None, min_length=1)
+    temperatures: Annotated[list[Temperature] | None, OTHER] = Field(default=None, min_length=1)
     samples: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="samples per item and temperature")
     # how each user turn is sampled
     max_tokens: Annotated[PositiveInt | None, SENT] = Field(default=None, description="max tokens of the user turn")
@@ -174,7 +177,7 @@ class ProbeOptions(Options):
 
     renderer: RendererName = "auto"
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    temperatures: list[NonNegativeFloat] = Field(default_factory=lambda: list(defaults.TEMPERATURES), min_length=1)
+    temperatures: list[Temperature] = Field(default_factory=lambda: list(defaults.TEMPERATURES), min_length=1)
     samples: PositiveInt = defaults.SAMPLES
     max_tokens: PositiveInt = defaults.MAX_TOKENS
     seed: int = defaults.SEED

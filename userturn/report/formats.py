@@ -1,6 +1,6 @@
 """`userturn report --format csv|markdown|latex`: CSV with every count and the rates as fractions, for analysis;
 a Markdown pipe table and a LaTeX `booktabs` tabular with the terminal table's columns, for a paper. The Markdown
-and LaTeX tables carry the report's caveat (`judges.label_notice`: judge failures, rules only, unjudged records)
+and LaTeX tables carry the report's caveat (`report.label_notice`: judge failures, rules only, unjudged records)
 above the table.
 """
 

@@ -383,7 +383,7 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
     """The report as one HTML string (autoescaped). `figures`: {name: {format: bytes}} (SVG inlined, else PNG as a
     data URI); `no_figures`: why there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of`
     rebuilds a record's prompt for the sample table; `filters`: the row filters, as flags; `notice`: the label
-    notice above the table (default: `judges.label_notice` for `source`); `quote_reasks`: judge replies asked again
+    notice above the table (default: `report.label_notice` for `source`); `quote_reasks`: judge replies asked again
     because they held only a quoted verdict or two verdicts."""
     from userturn.report.label_notice import label_notice
     from userturn.report.plots import TITLES

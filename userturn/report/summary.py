@@ -1,6 +1,6 @@
 """Summaries of results files: one row per model x dataset x mode x perturbation x temperature, configuration
 (`config_fingerprint`) and judge panel. Follow-up rate = genuine_followup / labelled records (`n`); judge failures
-and generation errors are counted beside it. Intervals are clustered by item (`judges.stats`); each perturbed row
+and generation errors are counted beside it. Intervals are clustered by item (`report.stats`); each perturbed row
 carries its paired difference to the `none` row of the same configuration.
 """
 

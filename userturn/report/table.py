@@ -19,9 +19,9 @@ def fmt_rate(value: float | None) -> str:
 
 
 def fmt_temp(value: float) -> str:
-    """Short form when it is exact (0.7), else every digit (0.7000001): two rows never look alike."""
-    short = f"{value:g}"
-    return short if float(short) == value else repr(value)
+    """6 significant digits, the digits two temperatures differ in (`records.temperature_value`): two rows never
+    look alike."""
+    return f"{value:g}"
 
 
 def fmt_ci(group: GroupSummary) -> str:
