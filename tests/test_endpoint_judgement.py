@@ -120,6 +120,30 @@ def test_the_streak_that_calls_a_server_hung_by_hand(answered: int, timed_out: i
     assert health.hung_streak() > streak - 1
 
 
+async def test_first_attempts_are_counted_once_each() -> None:
+    """The share the hung streak is computed from: 5 requests answered at once, 1 answered after a 500 (its first
+    attempt was answered too, by the 500; the retry is no first attempt), 1 whose first attempt timed out."""
+    failed: list[int] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content)
+        if sent.get("slow") and not failed:
+            failed.append(1)
+            await asyncio.Event().wait()
+        if sent.get("busy") and not failed:
+            failed.append(1)
+            return httpx.Response(500, text="busy")
+        return httpx.Response(200, json=OK)
+
+    async with endpoint(handle, request_timeout=0.05) as ep:
+        for i in range(5):
+            await ep.post_json("completions", {"i": i})
+        await ep.post_json("completions", {"busy": True})
+        failed.clear()
+        await ep.post_json("completions", {"slow": True})
+    assert (ep.health.first_answered, ep.health.first_timed_out) == (6, 1)
+
+
 def test_time_waiting_on_429s_counts_towards_the_throttled_stop() -> None:
     """0.6 s since the last success with a bound of 1 s: a 429 whose wait (0.5 s) would carry past the bound stops
     the run now; one whose wait (0.1 s) does not, goes on; a Retry-After at the bound stops at once."""

@@ -374,7 +374,7 @@ class Endpoint:
                         raise
                     finally:
                         limit.release()
-                    health.succeeded(fresh)
+                    health.succeeded()
                     limit.succeeded()
                     return CallResult(data=data, attempts=attempts + tried, latency_s=time.monotonic() - start)
             raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises the last error

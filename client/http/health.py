@@ -53,9 +53,9 @@ class EndpointHealth:
         self.streak = 0
         self.first_answered += first
 
-    def succeeded(self, first: bool = False) -> None:
-        """A usable reply: the server is neither hung, loading nor throttling."""
-        self.answered(first)
+    def succeeded(self) -> None:
+        """A usable reply (already counted by `answered`): the server is neither hung, loading nor throttling."""
+        self.answered()
         self.last_success = self.last_answer
         self.loading_since = None
 
