@@ -92,6 +92,10 @@ class Options(BaseModel):
         default=None, description="probe (and flag) items holding the tokenizer's special tokens")
     record_meta: Annotated[dict[str, Any] | None, OTHER] = Field(
         default=None, description="copied into every record's meta (a trained model's provenance)")
+    controls: Annotated[bool | None, OTHER] = Field(
+        default=None, description="add the human-turn controls: per item with meta.second_turn, records of model "
+                                  "`human` (its own human next turn) and `human-shuffled` (another item's), no "
+                                  "generation")
     scorer: Annotated[str | None, OTHER] = Field(
         default=None, description="task scorer of the items whose meta.scorer names none (client/probe/scoring.py "
                                   "SCORERS; default: the dataset's name, if it names one)")
@@ -185,6 +189,7 @@ class ProbeOptions(Options):
     assistant_temperature: NonNegativeFloat = defaults.ASSISTANT_TEMPERATURE
     assistant_max_tokens: PositiveInt = defaults.ASSISTANT_MAX_TOKENS
     allow_special_tokens: bool = False
+    controls: bool = False
     record_meta: dict[str, Any] = Field(default_factory=dict)
     concurrency: PositiveInt = defaults.CONCURRENCY
     request_timeout: PositiveFloat = defaults.REQUEST_TIMEOUT_S
