@@ -8,7 +8,8 @@ largest log a run makes; 2 perturbations x 2 temperatures x 4 samples per item, 
 verdict each, a configuration line), then runs each build's `python -m userturn export FILE --format inspect --out
 DIR` under `/usr/bin/time` (wall and CPU seconds, peak RSS of the process) in alternating order, and reads the logs back
 with inspect_ai's `read_eval_log_sample_summaries` to check they hold N samples. Each `--build NAME=CHECKOUT` runs
-`CHECKOUT/.venv/bin/python` with `PYTHONPATH=CHECKOUT`.
+`CHECKOUT/.venv/bin/python` with `PYTHONPATH=CHECKOUT`, from the scratch folder (`python -m` puts the working
+directory first on the path: run from a checkout, it would import that checkout's userturn for every build).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def run_export(checkout: Path, results: Path, out: Path, timeout: float) -> tupl
     command = ["/usr/bin/time", "-f", "%e %U %S %M", str(checkout / ".venv" / "bin" / "python"), "-m", "userturn",
                "export", str(results), "--format", "inspect", "--out", str(out)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=out.parent,
                               env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"}, check=False)
     except subprocess.TimeoutExpired:
         return None
