@@ -33,14 +33,14 @@ def decode_line(path: Path, line: Line) -> dict[str, Any] | None:
     `errors.damaged_line` naming path:line for any other malformed line (`results_reader.decode`)."""
     if is_config_line(line.raw):
         return None
-    decoded = decode(path, line, _keyed, damaged=True)
+    decoded = decode(path, line, _keyed)
     return decoded if isinstance(decoded, dict) else None
 
 
 def read_record(fh: Any, path: Path, offset: int) -> ProbeRecord:
     """The record on the line starting at `offset` of an open results file."""
     fh.seek(offset)
-    return parse_record(fh.readline(), f"{path}: line at byte {offset}")
+    return parse_record(fh.readline(), path, f"line at byte {offset}")
 
 
 @dataclass

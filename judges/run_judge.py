@@ -82,7 +82,7 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
         if is_config_line(line):
             continue
         try:
-            record = parse_record(line, f"{results}:{number}")
+            record = parse_record(line, results, number)
         except UserError:
             if complete:
                 raise
