@@ -154,6 +154,32 @@ def decode_raw(path: Path, number: int, raw: bytes, complete: bool, check: Calla
         raise damaged_line(path, number, describe_error(exc)) from None
 
 
+def decode_with(path: Path, number: int, raw: bytes, decoder: Callable[[bytes], R]) -> R | None:
+    """A record line decoded by a typed decoder of the few fields a view reads (`msgspec.json.Decoder(Struct)`: the
+    whole line's JSON is checked, only those fields are built). None for the torn final line (no newline);
+    `errors.damaged_line` naming path:line for any other line that does not decode."""
+    try:
+        return decoder(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        if not raw.endswith(b"\n"):
+            return None
+        raise damaged_line(path, number, str(exc).split("\n")[0]) from None
+
+
+def line_number_at(path: Path, offset: int) -> int:
+    """The number of the line that starts at byte `offset` of a file (for an error found on a line read back by
+    its offset: counted only then)."""
+    count = 1
+    with open_results(path) as fh:
+        while offset > 0:
+            chunk = fh.read(min(offset, BUFFER_BYTES))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            offset -= len(chunk)
+    return count
+
+
 class Current(Generic[V]):
     """The current value per identity, lines taken in file order: a later line of an identity supersedes the
     earlier one (`superseded` counts them)."""
