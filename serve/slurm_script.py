@@ -222,20 +222,20 @@ def _submit_lines(m: Manifest) -> list[str]:
     """What to set before submitting, and the check that runs when the file is run by hand (`bash FILE`): it fails
     at once when the job could not work, else submits the file itself with sbatch. SLURM runs the script only once
     the job is allocated, so a check inside the job would come only after the queue."""
-    needs = []
+    needs: list[list[str]] = []  # per requirement: the variables any one of which meets it
     if m.api_key:
-        names = ["USERTURN_API_KEY", "USERTURN_API_KEY_FILE", *([m.api_key_env] if m.api_key == "env" else [])]
-        needs.append((" or ".join(dict.fromkeys(n for n in names if n)),
-                      f"the key the server will require, api_key: {m.api_key}; the probe sends the same key"))
-    lines = ["# before submitting: " + ("; ".join(f"export {names} ({why})" for names, why in needs) if needs
+        needs.append(list(dict.fromkeys(["USERTURN_API_KEY", "USERTURN_API_KEY_FILE",
+                                         *([m.api_key_env] if m.api_key == "env" and m.api_key_env else [])])))
+    why = f"the key the server will require, api_key: {m.api_key}; the probe sends the same key"
+    lines = ["# before submitting: " + ("; ".join(f"export {' or '.join(names)} ({why})" for names in needs) if needs
                                         else "nothing to set"),
              "# submit: bash THIS_FILE [sbatch options] checks that, then runs sbatch on this file (plain sbatch skips "
              "the check: the job then fails only once it starts)",
              'if [ -z "${SLURM_JOB_ID:-}" ]; then  # run by hand, not by SLURM: check, then submit']
-    for names, _ in needs:
-        present = "".join(f"${{{n}:-}}" for n in names.split(" or "))
-        lines.append(f'  [ -n "{present}" ] || {{ echo "userturn: set {names.split(" or ")[0]} before submitting '
-                     f'(export {names.split(" or ")[0]}=...): the server requires an API key" >&2; exit 2; }}')
+    for names in needs:
+        present = "".join(f"${{{n}:-}}" for n in names)
+        lines.append(f'  [ -n "{present}" ] || {{ echo "userturn: set {names[0]} before submitting '
+                     f'(export {names[0]}=...): the server requires an API key" >&2; exit 2; }}')
     lines += ['  command -v sbatch >/dev/null || { echo "userturn: sbatch not found: submit from a SLURM login node" '
               '>&2; exit 2; }', '  exec sbatch "$@" "$0"', "fi"]
     return lines
