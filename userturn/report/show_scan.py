@@ -80,7 +80,7 @@ class Shown:
     """The records `show` prints, in file order, and what the table says about them."""
 
     files: list[Path]
-    places: list[tuple[int, int, int]]  # (file index, byte offset, line number) of each record shown
+    places: np.ndarray = field(repr=False)  # (file index, byte offset, line number) of each record shown, a row each
     ok_count: int  # of them, the ok ones (the table shows only these)
     with_human: bool  # some shown ok record carries a human next turn
     prefixes: np.ndarray = field(repr=False)  # sorted uint64 key-hash prefixes of every current key
@@ -91,7 +91,7 @@ class Shown:
         handles: dict[int, Any] = {}
         count = 0
         try:
-            for index, offset, number in self.places:
+            for index, offset, number in _rows(self.places):
                 if limit is not None and count >= limit:
                     return
                 fh = handles.get(index)
@@ -119,6 +119,12 @@ class Shown:
                 differ = int(self.prefixes[other] ^ mine)
                 digits = max(digits, 17 - (differ.bit_length() + 3) // 4)  # common hex digits + 1
         return key_hash(key)[:digits]
+
+
+def _rows(places: np.ndarray, chunk: int = 4096) -> Iterator[tuple[int, int, int]]:
+    """The rows of `places` as Python ints, converted a chunk at a time (never a tuple per record at once)."""
+    for start in range(0, len(places), chunk):
+        yield from places[start:start + chunk].tolist()
 
 
 class _Lines:
@@ -178,9 +184,9 @@ def scan_shown(files: Sequence[Path], rows: ShowFilter) -> Shown:
     ok = np.array([f.ok for f in facets], dtype=bool)
     human = np.array([f.human for f in facets], dtype=bool)
     chosen_ok = ok[facet_of[where]] if len(where) else np.zeros(0, dtype=bool)
-    places = list(zip(np.frombuffer(lines.file, dtype=np.int32)[where].tolist(),
-                      np.frombuffer(lines.offset, dtype=np.int64)[where].tolist(),
-                      np.frombuffer(lines.number, dtype=np.int64)[where].tolist(), strict=True))
+    places = np.stack([np.frombuffer(lines.file, dtype=np.int32)[where].astype(np.int64),
+                       np.frombuffer(lines.offset, dtype=np.int64)[where],
+                       np.frombuffer(lines.number, dtype=np.int64)[where]], axis=1)
     prefixes = np.sort(np.frombuffer(lines.prefix, dtype=np.uint64)[current])
     return Shown(list(files), places, int(chosen_ok.sum()),
                  bool((human[facet_of[where]] & chosen_ok).any()) if len(where) else False, prefixes, torn)
