@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -135,6 +136,9 @@ def commands(userturn: list[str], results: Path, judged: Path, work: Path) -> di
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--write"]:
+        write_files(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+        return 0
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--only", action="append", choices=["show-json", "show", "report", "judge"], default=[])
@@ -145,7 +149,11 @@ def main() -> int:
         work = Path(tmp)
         results, judged = work / "results.jsonl", work / "results.judged.jsonl"
         started = time.monotonic()
-        write_files(results, judged, args.records)
+        # written by a child: this process stays small, since a child's ru_maxrss starts from its parent's at fork
+        subprocess.run([sys.executable, __file__, "--write", str(results), str(judged), str(args.records)],
+                       check=True)
+        backup = work / "judged.backup"
+        shutil.copyfile(judged, backup)
         print(f"wrote {args.records:,} records ({results.stat().st_size / 2**20:,.0f} MiB) and the judge's output "
               f"in {time.monotonic() - started:.0f}s", flush=True)
         builds = [("before", shlex.split(args.baseline_cmd))] if args.baseline_cmd else []
@@ -157,10 +165,9 @@ def main() -> int:
                 port = free_port() if to_first else None
                 if port is not None:
                     argv = [a.replace("127.0.0.1:0/", f"127.0.0.1:{port}/") for a in argv]
-                saved = judged.read_bytes() if to_first else None  # the judge may append: same output each time
                 wall, peak, code = run(argv, stdout=work / "out.txt", port=port)
-                if saved is not None:
-                    judged.write_bytes(saved)
+                if to_first:
+                    shutil.copyfile(backup, judged)  # the judge may have appended: the same output for each build
                 ok = peak <= TARGET_MB and (wall <= JUDGE_TARGET_S if to_first else code == 0)
                 failed |= not ok and build != "before"
                 what = "to first request" if to_first else "wall"
