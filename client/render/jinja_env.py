@@ -3,9 +3,10 @@ transformers does (`transformers/utils/chat_template_utils.py`), without importi
 
 A chat template is code from the model's files (a GGUF, a hub tokenizer): untrusted. Besides jinja2's sandbox (no
 attribute of Python's internals, `range` capped at 100,000), every render is bounded in time and size by the sandbox
-itself, in the render's own thread (no thread, no process): `range` loops, calls, `*` / `**` and the output check a
-deadline (`RENDER_DEADLINE_S`) and the characters written (`MAX_OUTPUT_CHARS`); a size asked of a call, a filter or
-an operator beyond that cap is refused before it is built. `TemplateLimit` says which bound was hit.
+itself, in the render's own thread (no thread, no process): `range` loops and the output check a deadline
+(`RENDER_DEADLINE_S`) and the characters written (`MAX_OUTPUT_CHARS`); a size asked of a call, a filter or `*` / `**`
+beyond that cap is refused before it is built (loops over the template's data are as long as its data). `TemplateLimit`
+says which bound was hit.
 """
 
 from __future__ import annotations
@@ -180,12 +181,10 @@ class CachedSandbox(ImmutableSandboxedEnvironment):
             raise TemplateLimit(f"rendering ran past {RENDER_DEADLINE_S:g} s")
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        __self.check_time()
         _check_sizes(args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        self.check_time()
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
                 if isinstance(seq, str | list | tuple) and isinstance(times, int) and len(seq) * times > \
@@ -286,10 +285,11 @@ def bounded_render(template: jinja2.Template, variables: Mapping[str, Any]) -> s
     try:
         for part in template.generate(**variables):
             size += len(part)
+            parts.append(part)
+            if not len(parts) & 63:
+                env.check_time()
             if size > MAX_OUTPUT_CHARS:
                 raise TemplateLimit(f"its output passed {MAX_OUTPUT_CHARS:,} characters")
-            env.check_time()
-            parts.append(part)
     finally:
         env.deadline = float("inf")
     return "".join(parts)
