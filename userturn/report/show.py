@@ -108,7 +108,8 @@ def turns_tables(records: Iterable[ProbeRecord], *, count: int, with_human: bool
         cells["label"] = [verdict_of(r).replace(" (", "\n(") for r in block]
         for name, column in cells.items():
             if name not in texts and name not in widths:
-                widths[name] = min(max((len(word) for cell in column for word in cell.split()), default=1), 24)
+                words = [word for cell in [name, *column] for word in cell.split()]  # the header's too
+                widths[name] = min(max(map(len, words)), 24)
             table.add_column(name, overflow="fold", ratio=1 if name in texts else None,
                              width=None if name in texts else widths[name])
         for row in zip(*cells.values(), strict=True):
