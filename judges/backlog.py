@@ -105,7 +105,7 @@ class JudgingScan:
 
     path: Path
     todo: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (byte offset, hash of user_turn)
-    done: dict[str, int] = field(default_factory=dict)  # key -> hash of user_turn (only with keep_done)
+    done: dict[int, int] = field(default_factory=dict)  # hash of key -> hash of user_turn (only with keep_done)
     foreign: dict[str, tuple[int, JudgingFacts]] = field(default_factory=dict)  # key -> (line, facts)
 
     def refuse_mix(self, panel: str, hint: str) -> None:
@@ -142,11 +142,11 @@ def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | Non
         verdict = assess(facts)
         scan.todo.pop(key, None)
         scan.foreign.pop(key, None)
-        scan.done.pop(key, None)
+        scan.done.pop(hash(key), None)
         if verdict == "todo":
             scan.todo[key] = (offset, hash(head.user_turn))
         elif verdict == "foreign":
             scan.foreign[key] = (number, facts)
         elif keep_done:
-            scan.done[key] = hash(head.user_turn)
+            scan.done[hash(key)] = hash(head.user_turn)
     return scan

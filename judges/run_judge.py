@@ -49,7 +49,7 @@ class JudgeRunSummary:
 class InputPlan:
     """Per input key (its last line): byte offset and action, packed as `offset << 2 | action`."""
 
-    entries: dict[str, int]
+    entries: dict[int, int]  # hash of key -> packed (a string per key would double the memory at 1M keys)
     todo: int = 0
     carry: int = 0
     skipped: int = 0
@@ -77,17 +77,17 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
     """Read the input once, checking every line's JSON and the fields judging reads (`errors.damaged_line` naming
     path:line before any request; the rest of a record is checked when it is read back to be judged): a key is
     skipped when the output has it done with the same turn, a generation error is carried, the rest is judged."""
-    entries: dict[str, int] = {}
+    entries: dict[int, int] = {}
     done = output.done
     for _, offset, head in record_heads(results, TurnHead):
-        turn = hash(head.user_turn)
-        if done.get(head.key, turn + 1) == turn:
+        turn, key = hash(head.user_turn), hash(head.key)
+        if done.get(key, turn + 1) == turn:
             action = SKIP
         elif head.status != "ok":
             action = CARRY
         else:
             action = JUDGE
-        entries[head.key] = offset << 2 | action
+        entries[key] = offset << 2 | action
     counts = Counter(packed & 3 for packed in entries.values())
     return InputPlan(entries, todo=counts[JUDGE], carry=counts[CARRY], skipped=counts[SKIP])
 
