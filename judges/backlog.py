@@ -1,7 +1,7 @@
 """What a judge panel still has to do with a results file, read as a stream (never every record at once) over
 `userturn.core.results_reader`.
 
-Per key (its last line wins) only what resuming needs is kept: the byte offset of a record still to judge, a hash
+Per key (its last line wins) only what resuming needs is kept: the byte offset of a record still to judge, a digest
 of its generated turn, the line of a record another panel labelled. Used by the inline judge on resume
 (`JudgePanel.pending_judgements`) and by `userturn judge` for its output file.
 """
@@ -25,6 +25,7 @@ from userturn.core.results_reader import (
     parse_record,
     raw_lines,
 )
+from userturn.core.text import digest
 from userturn.judges.panel import Assessment, JudgingFacts
 
 Assess = Callable[[JudgingFacts], Assessment]
@@ -104,8 +105,8 @@ class JudgingScan:
     """Per key of one results file, what a panel has to do (see `JudgePanel.assess`)."""
 
     path: Path
-    todo: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (byte offset, hash of user_turn)
-    done: dict[int, int] = field(default_factory=dict)  # hash of key -> hash of user_turn (only with keep_done)
+    todo: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # key -> (byte offset, digest of user_turn)
+    done: dict[bytes, bytes] = field(default_factory=dict)  # digest of key -> digest of user_turn (with keep_done)
     foreign: dict[str, tuple[int, JudgingFacts]] = field(default_factory=dict)  # key -> (line, facts)
 
     def refuse_mix(self, panel: str, hint: str) -> None:
@@ -129,7 +130,8 @@ class JudgingScan:
 def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | None = None,
                  keep_done: bool = False) -> JudgingScan:
     """Stream `path` and sort its records (last line per key; only `keys` when given) by `assess`; "done" and
-    "no_generation" records are forgotten unless `keep_done` (then only their turn's hash is kept)."""
+    "no_generation" records are forgotten unless `keep_done` (then only their
+    turn's digest is kept, `core.text.digest`)."""
     path = Path(path)
     scan = JudgingScan(path)
     if not path.exists():
@@ -142,11 +144,11 @@ def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | Non
         verdict = assess(facts)
         scan.todo.pop(key, None)
         scan.foreign.pop(key, None)
-        scan.done.pop(hash(key), None)
+        scan.done.pop(digest(key), None)
         if verdict == "todo":
-            scan.todo[key] = (offset, hash(head.user_turn))
+            scan.todo[key] = (offset, digest(head.user_turn))
         elif verdict == "foreign":
             scan.foreign[key] = (number, facts)
         elif keep_done:
-            scan.done[hash(key)] = hash(head.user_turn)
+            scan.done[digest(key)] = digest(head.user_turn)
     return scan

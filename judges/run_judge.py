@@ -18,6 +18,7 @@ from userturn.core.errors import UserError
 from userturn.core.jsonl import JsonlWriter, read_configs
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import judged_name
+from userturn.core.text import digest
 from userturn.core.workers import run_all
 from userturn.judges.backlog import JudgingScan, TurnHead, read_record, record_heads, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
@@ -49,7 +50,7 @@ class JudgeRunSummary:
 class InputPlan:
     """Per input key (its last line): byte offset and action, packed as `offset << 2 | action`."""
 
-    entries: dict[int, int]  # hash of key -> packed (a string per key would double the memory at 1M keys)
+    entries: dict[bytes, int]  # digest of key -> packed (a string per key would double the memory at 1M keys)
     todo: int = 0
     carry: int = 0
     skipped: int = 0
@@ -77,11 +78,11 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
     """Read the input once, checking every line's JSON and the fields judging reads (`errors.damaged_line` naming
     path:line before any request; the rest of a record is checked when it is read back to be judged): a key is
     skipped when the output has it done with the same turn, a generation error is carried, the rest is judged."""
-    entries: dict[int, int] = {}
+    entries: dict[bytes, int] = {}
     done = output.done
     for _, offset, head in record_heads(results, TurnHead):
-        turn, key = hash(head.user_turn), hash(head.key)
-        if done.get(key, turn + 1) == turn:
+        key = digest(head.key)
+        if done.get(key) == digest(head.user_turn):
             action = SKIP
         elif head.status != "ok":
             action = CARRY
@@ -104,7 +105,7 @@ def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWrite
                 writer.write(record)
                 continue
             previous = output.todo.get(record.key)
-            if out_fh is not None and previous is not None and previous[1] == hash(record.user_turn):
+            if out_fh is not None and previous is not None and previous[1] == digest(record.user_turn):
                 # Resume: keep the verdicts the output already has; the panel re-asks only missing or failed ones.
                 record.judges = read_record(out_fh, output.path, previous[0]).judges
             yield record

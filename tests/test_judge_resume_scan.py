@@ -12,6 +12,7 @@ from test_jsonl import line_of, make_record
 
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
+from userturn.core.text import digest
 from userturn.judges.backlog import read_record, scan_judging
 from userturn.judges.run_judge import CARRY, JUDGE, SKIP, plan_input
 
@@ -32,8 +33,8 @@ def test_planning_a_resume_parses_no_record(tmp_path: Path, monkeypatch) -> None
     plan = plan_input(results, output)
     assert parsed == []  # 70 lines read, no record built
     actions = {key: packed & 3 for key, packed in plan.entries.items()}
-    assert actions[hash(records[0].key)] == SKIP and actions[hash(records[3].key)] == JUDGE
-    assert actions[hash(records[5].key)] in (SKIP, CARRY) and actions[hash(records[35].key)] == JUDGE
+    assert actions[digest(records[0].key)] == SKIP and actions[digest(records[3].key)] == JUDGE
+    assert actions[digest(records[5].key)] in (SKIP, CARRY) and actions[digest(records[35].key)] == JUDGE
     assert (plan.todo, plan.skipped) == (11, 29)
 
 
@@ -43,7 +44,7 @@ def test_a_line_that_is_no_record_is_named_by_its_line_when_read_back(tmp_path: 
     bad["seed"] = "not a number"  # JSON, key and status fine: only the whole record says no
     results.write_bytes(line_of(make_record(1)) + json.dumps(bad).encode() + b"\n" + line_of(make_record(3)))
     plan = plan_input(results, scan_judging(tmp_path / "none.jsonl", lambda facts: "todo"))
-    offset = plan.entries[hash(bad["key"])] >> 2
+    offset = plan.entries[digest(bad["key"])] >> 2
     with results.open("rb") as fh, pytest.raises(UserError, match=rf"^{results}:2: not a userturn record \(seed: .*"
                                                                rf"delete it \(e\.g\. sed -i '2d'"):
         read_record(fh, results, offset)

@@ -6,11 +6,7 @@ endpoint given by URL alone gets `EXTERNAL`, whose unknowns stay unknown (None) 
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict
-
-EngineKind = Literal["sglang", "vllm", "llamacpp", "cpu", "external"]  # "cpu": the embedded engine (`transformers`)
 
 
 class EngineTraits(BaseModel):
@@ -18,7 +14,7 @@ class EngineTraits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    engine: EngineKind
+    engine: str  # the engine's kind, the registry's name for it (`userturn.serve.engines.ENGINES`)
     # Whether a per-request `seed` reaches the sampler (SGLang: only under --enable-deterministic-inference).
     seed_honoured: bool | None
     # What the server applies to a sampling field a request leaves out (e.g. {"top_k": 40} for llama-server without
@@ -41,6 +37,11 @@ class EngineTraits(BaseModel):
     # A GET route under the server's root whose JSON `default_generation_settings` reports the sampling defaults the
     # server applies (llama-server `/props`); None: the server does not report them.
     sampler_route: str | None = None
+
+    @property
+    def external(self) -> bool:
+        """An endpoint given by URL: what serves it is not known (`EXTERNAL`)."""
+        return self.engine == EXTERNAL.engine
 
 
 EXTERNAL = EngineTraits(

@@ -3,10 +3,10 @@ filters are decided on what is present, and the records shown are read back one 
 
 Pass one (`scan_shown`) decodes each line with orjson (`results_reader.decode`: configuration lines, the torn tail,
 damaged lines as every reader treats them), checks the fields `show` filters on and keeps per record line its key's
-hash, its place (file, byte offset, line number), an interned facet (model, dataset, label, perturbation,
-temperature, status, whether it carries a human turn) and its item; after the pass the last line per key counts
-(`results_reader.last_of_each`, as `read_results`: a key's later line supersedes its earlier one across files) and
-two ok lines in a row of one key under two configurations are refused as `read_results` refuses them. Memory grows
+digest (`text.digest`), its place (file, byte offset, line number), an interned facet (model, dataset, label,
+perturbation, temperature, status, whether it carries a human turn) and its item; after the pass the last line per key
+counts (`results_reader.last_of_each`, as `read_results`: a key's later line supersedes its earlier one across files)
+and two ok lines in a row of one key under two configurations are refused as `read_results` refuses them. Memory grows
 by ~60 bytes a line, not by the records' size; `Shown.records` parses only the records it yields.
 """
 
@@ -24,6 +24,7 @@ import numpy as np
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
 from userturn.core.results_reader import decode, last_of_each, parse_record, read_lines
+from userturn.core.text import digest
 from userturn.report.export import HUMAN_TURN
 from userturn.report.show import ShowFilter
 
@@ -131,14 +132,14 @@ class _Lines:
     """Pass one's columns, one entry per record line."""
 
     def __init__(self) -> None:
-        self.key_hash, self.prefix = array("q"), array("Q")
+        self.key_digest, self.prefix = bytearray(), array("Q")  # 16 bytes a line: `text.digest` of the key
         self.file, self.offset, self.number = array("i"), array("q"), array("q")
         self.facet, self.item = array("i"), array("i")
         self.facets: dict[Facet, int] = {}
         self.items: dict[str, int] = {}
 
     def add(self, index: int, offset: int, number: int, key: str, item: str, facet: Facet) -> None:
-        self.key_hash.append(hash(key))
+        self.key_digest += digest(key)
         self.prefix.append(key_prefix(key))
         self.file.append(index)
         self.offset.append(offset)
@@ -162,7 +163,7 @@ def scan_shown(files: Sequence[Path], rows: ShowFilter) -> Shown:
                 torn = True
             elif isinstance(decoded, tuple):
                 lines.add(index, line.offset, line.number, *decoded)
-    keys = np.frombuffer(lines.key_hash, dtype=np.int64)
+    keys = np.frombuffer(lines.key_digest, dtype="V16") if lines.key_digest else np.empty(0, "V16")
     facet_of = np.frombuffer(lines.facet, dtype=np.int32)
     _refuse_mixed_configurations(files, lines, keys, facet_of)
     current = last_of_each(keys) if len(keys) else np.zeros(0, dtype=bool)
