@@ -42,8 +42,8 @@ class EndpointAttemptError(Exception):
 class RetryableError(EndpointAttemptError):
     """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response). `kind`: "http" (a
     retryable status or a malformed body), "malformed" (not valid HTTP), "connect", "gateway" (a 502/503/504),
-    "dropped" (the connection broke), "timeout", "loading" (a 503 with Retry-After) or "throttled" (a 429 without
-    Retry-After); the last two spend no attempt (client.http.health)."""
+    "dropped" (the connection broke), "timeout", "loading" (a 503 with Retry-After) or "throttled" (a 429); the
+    last two spend no attempt (client.http.health)."""
 
     def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
         super().__init__(reason)
@@ -61,6 +61,11 @@ class RequestFailed(EndpointAttemptError):
         self.status = status
         self.attempts = attempts
         self.endpoint_down = endpoint_down
+
+
+class RetryLater(EndpointAttemptError):
+    """A request's first attempt timed out and its caller asked to send it again only after the requests not yet
+    tried (`Endpoint.post_json(defer=True)`): put it behind them and call again with `tried=1`."""
 
 
 def first_error(exc: ValidationError, whole: str = "") -> str:
