@@ -105,7 +105,7 @@ def test_report_json_show_and_export_read_the_same_lines(varied: Path, capsys) -
     rows = json.loads(report)
     assert [(r["config_fingerprint"], r["perturbation"], r["n"]) for r in rows] == [
         (B, "none", 1), (A, "none", 2), (B, "generic", 1), (A, "generic", 1), (B, "swap", 1)]
-    assert digest(report) == "c44a9eaec8686d18"
+    assert digest(report) == "ae756f23a9d707e6"  # + the calibration fields, null without gold
     assert main(["export", str(varied), "--format", "sft"]) == 0
     exported = [json.loads(x) for x in capsys.readouterr().out.splitlines()]  # the current genuine follow-ups
     assert [(r["key"], r["messages"][-1]["content"]) for r in exported] == [

@@ -83,7 +83,7 @@ class RecordReader:
             except OSError as exc:
                 raise UserError(f"cannot read {self.files[ref.file]}: {exc.strerror or exc}") from None
         fh.seek(ref.offset)
-        return parse_record(fh.readline().strip(), f"{self.files[ref.file]}:{ref.number}")
+        return parse_record(fh.readline().strip(), self.files[ref.file], ref.number)
 
     def close(self) -> None:
         for fh in self._open.values():
