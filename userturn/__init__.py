@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from userturn.judges.panel import JudgePanel, PanelConfig, make_panel
     from userturn.orchestrate.api import RunResult, probe, run
     from userturn.orchestrate.experiment import Experiment, load_experiment
+    from userturn.report.frames import records_df, rows_df
     from userturn.report.summary import summarise_file
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
@@ -40,6 +41,7 @@ _EXPORTS = {name: module for module, names in {
     "userturn.judges.llm_judge": ["JudgeConfig"],
     "userturn.judges.panel": ["JudgePanel", "PanelConfig", "make_panel"],
     "userturn.report.summary": ["summarise_file"],
+    "userturn.report.frames": ["records_df", "rows_df"],
     "userturn.core.options": ["Options"],
     "userturn.orchestrate.api": ["RunResult", "probe", "run"],
     "userturn.orchestrate.experiment": ["Experiment", "load_experiment"],
@@ -71,6 +73,8 @@ __all__ = [
     "make_panel",
     "probe",
     "read_records",
+    "records_df",
+    "rows_df",
     "run",
     "summarise_file",
 ]

@@ -53,6 +53,7 @@ from userturn.client.render.special_tokens import check_items
 from userturn.core.errors import RetryLater
 from userturn.core.fingerprint import run_info
 from userturn.core.records import ConfigLine, Message, ProbeRecord
+from userturn.core.results_files import kept_in
 from userturn.core.results_lock import results_lock
 from userturn.core.resume_index import ResumeIndex, scan_results
 from userturn.core.text import strip_reasoning
@@ -234,8 +235,8 @@ class ProbeRun:
             if not exc.resumable:  # the command must change (a base URL that answers 404): no resume advice
                 kept = f"; the {c.done} records of this run are kept in {self.out_path}" if c.done else ""
                 raise EndpointError(f"{exc}{kept}", resumable=False) from None
-            raise type(exc)(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
-                            "rerun the same command to resume") from None
+            kept = kept_in(self.out_path) + (f" ({c.done} from this run)" if c.done else "")
+            raise type(exc)(f"{exc}; {kept}: rerun the same command to resume") from None
         finally:
             await self.progress.stop()
             writer.close()  # a write error raises here

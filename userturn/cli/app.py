@@ -1,4 +1,4 @@
-"""`userturn` command line: one entry point, subcommands registered by each package."""
+"""`userturn` command line: the root parser (one subparser per command module, `cli.commands`) and `main`."""
 
 from __future__ import annotations
 
@@ -180,10 +180,7 @@ def _after_stop(args: argparse.Namespace) -> str:
     return stopped(getattr(args, "command", None))
 
 
-def entry() -> int:
-    """The `userturn` console script."""
-    return main()
-
-
 if __name__ == "__main__":
+    from userturn.cli import entry
+
     sys.exit(entry())

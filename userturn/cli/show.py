@@ -55,9 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from userturn.client.short_keys import short_keys
+    from userturn.client.short_keys import MIN_DIGITS
     from userturn.client.terminal import console
-    from userturn.report.show import ShowFilter, select_records, turns_table
+    from userturn.core.results_files import describe, results_files
+    from userturn.report.show import ShowFilter, turns_tables
+    from userturn.report.show_scan import scan_shown
 
     rows = ShowFilter(models=args.model, datasets=args.dataset, labels=args.label, perturbations=args.perturb,
                       temperatures=args.temperature, items=args.item)
@@ -70,16 +72,18 @@ def run(args: argparse.Namespace) -> int:
         return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
-    records = read_named(args.results)
+    shown = scan_shown(results_files(args.results), rows)  # a few integers per line; records read back one by one
+    if shown.torn_tail:
+        print(f"userturn: {describe(args.results)}: ignored a torn final line", file=sys.stderr)
     if args.json:
-        chosen = select_records(records, rows)
-        for record in chosen[:args.limit] if args.limit is not None else chosen:
+        for record in shown.records(limit=args.limit):
             sys.stdout.buffer.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
         return 0
-    keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
-    out = console()
-    out.print(turns_table(select_records(records, rows), limit=args.limit, keys=keys, width=out.width,
-                          title=f"userturn show: {' '.join(args.results)}"))
+    out = console()  # keys are unique among every record read, so a filtered table's keys still open
+    for table in turns_tables(shown.records(ok_only=True, limit=args.limit), count=shown.ok_count,
+                              with_human=shown.with_human, short_key=lambda key: shown.short_key(key, MIN_DIGITS),
+                              limit=args.limit, width=out.width, title=f"userturn show: {' '.join(args.results)}"):
+        out.print(table)
     return 0
 
 

@@ -75,9 +75,10 @@ def first_error(exc: ValidationError, whole: str = "") -> str:
     return f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}"
 
 
-def damaged_line(path: object, number: int, why: str) -> UserError:
-    """The error for a complete line of a results file that a resume cannot read: names file:line and the way out
-    (delete the line and rerun: only its record is made again)."""
+def damaged_line(path: object, number: int | str, why: str) -> UserError:
+    """The one error for a complete line of a results file that is no record, whichever command reads it (probe
+    resume, report, judge, compact, show, export): names file:line, why, and the way out (delete the line; the
+    probe's rerun makes only its record again)."""
     return UserError(f"{path}:{number}: not a userturn record ({why}); the line is damaged: delete it (e.g. "
-                     f"sed -i '{number}d' {path}) and rerun the same command, which makes that record again and "
-                     "keeps every other line")
+                     f"sed -i '{number}d' {path}) and rerun; the probe's rerun makes that record again and keeps "
+                     "every other line")
