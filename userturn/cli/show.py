@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from userturn.cli.paths import Paths
-from userturn.cli.results_args import add_results_argument, read_named
+from userturn.cli.results_args import add_results_argument
 from userturn.core.errors import UserError
 
 NAME = "show"
