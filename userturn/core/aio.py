@@ -19,3 +19,16 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(coro)
+
+
+def complete(coro: Coroutine[Any, Any, T]) -> T:
+    """`run` from library code: on this thread, or on a thread of its own when this one already runs an event loop
+    (a notebook's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="userturn-run") as pool:
+        return pool.submit(run, coro).result()

@@ -6,11 +6,12 @@ notebook) the run gets a thread and a loop of its own."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from userturn.core import aio
 from userturn.core.options import Options
 from userturn.core.shards import Shard
 from userturn.orchestrate.experiment import Experiment, check_files, load_experiment
@@ -24,20 +25,6 @@ T = TypeVar("T")
 log = logging.getLogger("userturn")
 
 
-def complete(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to completion: on this thread, or on a thread of its own when this one runs an event loop."""
-    import asyncio
-
-    from userturn.core import aio
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return aio.run(coro)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="userturn-run") as pool:
-        return pool.submit(aio.run, coro).result()
 
 
 def _shard(shard: Shard | str | None) -> Shard | None:
@@ -72,7 +59,7 @@ def probe(dataset: str, *, out: str | Path, base_url: str | Sequence[str] | None
     prepared = prepare(grid)
     for notice in prepared.notices:  # shown where logging is not configured (Python's last-resort handler)
         log.warning(notice)
-    [summary] = complete(run_grid(prepared))
+    [summary] = aio.complete(run_grid(prepared))
     return summary
 
 
@@ -135,5 +122,5 @@ def run(experiment: str | Path | Experiment, *, out_dir: str | Path | None = Non
                    shard=_shard(shard), progress=progress, rejudge=rejudge)
     prepared = prepare(grid)
     failures: list[str] | None = [] if keep_going else None
-    summaries = complete(run_grid(prepared, parallel_models=parallel_models, failures=failures))
+    summaries = aio.complete(run_grid(prepared, parallel_models=parallel_models, failures=failures))
     return RunResult(grid.out, summaries, failures or [], prepared.notices)

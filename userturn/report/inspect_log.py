@@ -25,11 +25,9 @@ inspect_ai is an optional extra (`userturn[inspect]`); only this module imports 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from userturn.core import aio
 from userturn.core.errors import UserError
 from userturn.core.records import ConfigLine, ProbeRecord, key_field
 from userturn.core.results_files import configs_of, results_files
@@ -301,10 +300,4 @@ def export_inspect(named: str | Path | Sequence[str | Path], out_dir: str | Path
     files = results_files(named)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    export = _export(inspect_ai, files, out)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(export)
-    with ThreadPoolExecutor(1) as pool:  # called from a running event loop (a notebook): a loop of its own
-        return pool.submit(asyncio.run, export).result()
+    return aio.complete(_export(inspect_ai, files, out))
