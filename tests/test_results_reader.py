@@ -113,7 +113,7 @@ def test_report_json_show_and_export_read_the_same_lines(varied: Path, capsys) -
         (KEY.format("3", "none", 1), "What next?")]
     assert main(["show", str(varied)]) == 0
     shown = capsys.readouterr()
-    assert digest("\n".join(shown.out.splitlines()[1:])) == "7ad59c667ef3c317"  # the title names the temporary file; columns as show_scan sizes them
+    assert digest("\n".join(shown.out.splitlines()[1:])) == "7ad59c667ef3c317"  # the title names the temporary file
     assert shown.err == f"userturn: {varied}: ignored a torn final line\n"
     assert main(["show", str(varied), KEY.format("2", "none", 0)[:30]]) == 2  # the short key finds the current line
     assert "record 'm/model-7b|gsm8k|2|raw|none|t=0.7|s=0' is a raw-mode record" in capsys.readouterr().err
