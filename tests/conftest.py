@@ -53,3 +53,18 @@ def cpu_engine_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFac
 # ======================================================================================================
 # end of serve/ fixtures
 # ======================================================================================================
+
+
+# ======================================================================================================
+# HTTP client tests: the process-wide network settings
+# ======================================================================================================
+@pytest.fixture
+def fresh_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy or CA from the machine, and the process-wide network settings back to their defaults afterwards
+    (`pytestmark = pytest.mark.usefixtures("fresh_network")` in a module that needs it)."""
+    from userturn.client.http import http_client
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setattr(http_client, "NETWORK", http_client.Network())

@@ -29,12 +29,7 @@ OK = {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}
 MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
 
 
-@pytest.fixture(autouse=True)
-def fresh_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    monkeypatch.setattr(http_client, "NETWORK", http_client.Network())
+pytestmark = pytest.mark.usefixtures("fresh_network")
 
 
 def endpoint(handler: object, url: str = BASE, **overrides: object) -> Endpoint:

@@ -28,7 +28,6 @@ from chatml_renderer import Renderer
 from nginx_process import nginx_limit_req
 
 from userturn.client.data.dataset import DatasetItem
-from userturn.client.http import http_client
 from userturn.client.http.endpoint import Endpoint, EndpointConfig
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
 from userturn.core.errors import EndpointError
@@ -40,12 +39,7 @@ CHANCE_ERRORS = -1  # `Scenario.expect_exit` of a server whose errors are chance
 Behaviour = Callable[["StandIn", int, int], Awaitable[web.Response]]
 
 
-@pytest.fixture(autouse=True)
-def fresh_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    monkeypatch.setattr(http_client, "NETWORK", http_client.Network())
+pytestmark = pytest.mark.usefixtures("fresh_network")
 
 
 @dataclass

