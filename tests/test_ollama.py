@@ -100,3 +100,16 @@ def test_modelfile_parameters_are_read_as_go_prints_them() -> None:
             'repeat_penalty                 1.1\nmin_p                          0\ntemperature                    0.6')
     assert ollama_parameters(text) == {"top_k": 40, "repeat_penalty": 1.1, "min_p": 0, "temperature": 0.6}
     assert ollama_parameters(None) == {} and ollama_parameters("") == {}
+
+
+def test_run_dry_run_names_the_refusal_for_the_experiments_raw_mode(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with MockServer(StandinOllama(MODEL, CHATML)) as server:
+        exp = tmp_path / "exp.yaml"
+        exp.write_text(f"name: e\nmodels:\n  - base_url: {server.base_url}\n    model: {MODEL}\n"
+                       f"    tokenizer: {QWEN_DIR}\ndatasets:\n  - spec: {_dataset(tmp_path / 'd.jsonl')}\n"
+                       "modes: [chat, raw]\n")
+        code = main(["run", str(exp), "--dry-run"])
+    captured = capsys.readouterr()
+    assert code != 0
+    assert "models.0" in captured.err + captured.out and "TEMPLATE {{ .Prompt }}" in captured.err + captured.out

@@ -246,6 +246,8 @@ async def check_endpoints(exp: Experiment, base: Path, source: Path) -> tuple[li
                 open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
             async with TargetSession(target, options) as session:
                 await session.check()
+                for mode in exp.modes:
+                    session.check_mode(mode)
     return problems, await _check_judges(exp, source)
 
 

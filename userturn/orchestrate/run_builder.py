@@ -203,6 +203,15 @@ class TargetSession:
                 log.warning("userturn: warning: %s", warning)
         self._notices = engine_notices(self.engine_traits, [e.base_url for e in self.endpoints])
 
+    def check_mode(self, mode: Mode) -> None:
+        """A one-line UserError where `mode` cannot probe this server (raw mode on a server that templates a
+        completion's prompt again: Ollama); after `check`."""
+        from userturn.client.http.server_facts import raw_mode_refusal
+
+        refusal = raw_mode_refusal(self.engine_traits, [e.base_url for e in self.endpoints], self.target.model)
+        if mode == "raw" and refusal:
+            raise UserError(refusal)
+
     async def __aenter__(self) -> TargetSession:
         return self
 
@@ -227,15 +236,12 @@ class TargetSession:
                   progress: bool = True, progress_title: str | None = None,
                   partner_pool: Sequence[DatasetItem] | None = None, resume_hint: str | None = None) -> ProbeRun:
         """One `ProbeRun` of `items` on this target, with perturbations, task scoring and the chat-mode role flip."""
-        from userturn.client.http.server_facts import raw_mode_refusal
         from userturn.client.probe.perturb import perturb
         from userturn.client.probe.pipeline import ProbeRun
         from userturn.client.probe.scoring import score
         from userturn.client.render.chat_mode import role_flip_messages
 
-        refusal = raw_mode_refusal(self.engine_traits, [e.base_url for e in self.endpoints], self.target.model)
-        if mode == "raw" and refusal:
-            raise UserError(refusal)
+        self.check_mode(mode)
         extra: dict[str, Any] = {"resume_hint": resume_hint} if resume_hint else {}
         extra["notices"], self._notices = self._notices, []
         return ProbeRun(items, self.settings(dataset=dataset, mode=mode, perturbations=perturbations,
