@@ -70,6 +70,8 @@ def test_a_running_llama_server_is_read_and_sent_neutral_values(tmp_path: Path,
     assert {k: config["server_sampler_defaults"][k] for k in ("top_k", "top_p", "min_p")} == {
         "top_k": 40, "top_p": 0.95, "min_p": 0.05}
     assert config["batch_invariant"] is False  # 4 slots (llama-server's -np auto)
+    run = next(json.loads(line)["run"] for line in out.read_text().splitlines() if '"config"' in line[:40])
+    assert run["server"] == "llama-server b0000-standin, 4 slots"
     lines = err.splitlines()
     assert sum("is llama-server b0000-standin, 4 slots" in line for line in lines) == 1
     assert sum("was started with -sp cannot be seen" in line for line in lines) == 1

@@ -73,6 +73,9 @@ def test_a_pass_through_template_is_probed_raw_with_the_prompt_untouched(tmp_pat
     assert (config["engine"], config["seed_honoured"]) == ("ollama", True)
     assert config["server_sampler_defaults"] == {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
     assert "batch_invariant" not in config  # not known for Ollama: absent, as for every engine that does not say
+    runs = [json.loads(line)["run"] for line in (tmp_path / "out.jsonl").read_text().splitlines() if '"config"' in
+            line[:40]]
+    assert {run["server"] for run in runs} == {"Ollama 0.33.0"}  # beside, not in, the fingerprint
 
 
 def test_ollama_defaults_are_recorded_and_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
