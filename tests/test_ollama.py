@@ -116,3 +116,34 @@ def test_run_dry_run_names_the_refusal_for_the_experiments_raw_mode(tmp_path: Pa
     captured = capsys.readouterr()
     assert code != 0
     assert "models.0" in captured.err + captured.out and "TEMPLATE {{ .Prompt }}" in captured.err + captured.out
+
+
+@pytest.mark.parametrize(("show", "templates"), [
+    ({"template": "{{ .Prompt }}\n"}, False),  # the pass-through template (Modelfile quoting may add a newline)
+    ({"template": "{{ .Prompt }}", "renderer": "qwen3-coder"}, True),  # a built-in renderer replaces the template
+    ({"template": "{{ .Prompt }}", "parser": "qwen3"}, True),
+    ({"template": "{{ .Prompt }}", "messages": [{"role": "user", "content": "hi"}]}, True),  # rendered before it
+    ({"template": CHATML}, True),
+    ({}, True),  # /api/show said nothing: not known to pass prompts through
+])
+async def test_only_a_bare_prompt_template_passes_prompts_through(show: dict, templates: bool) -> None:
+    import httpx
+
+    from userturn.client.http.endpoint import Endpoint, EndpointConfig
+    from userturn.client.http.server_kinds import described_traits
+    from userturn.core.engine_traits import OLLAMA
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/version":
+            return httpx.Response(200, json={"version": "0.33.0"})
+        if request.url.path == "/api/show" and show:
+            return httpx.Response(200, json=show)
+        return httpx.Response(404, text="404 page not found")
+
+    with MockServer(handle) as server:
+        endpoint = Endpoint(EndpointConfig(base_url=server.base_url))
+        try:
+            found = await described_traits(endpoint, MODEL, [OLLAMA])
+        finally:
+            await endpoint.aclose()
+    assert found is not None and found.engine == "ollama" and found.templates_prompt is templates

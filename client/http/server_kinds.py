@@ -82,13 +82,14 @@ def ollama_parameters(text: object) -> dict[str, float | int]:
 async def _ollama(endpoint: Endpoint, model: str, info: Mapping[str, Any], traits: EngineTraits
                   ) -> EngineTraits | None:
     """Ollama's /api/version, then POST /api/show for the model: a TEMPLATE of exactly `{{ .Prompt }}` (and no
-    built-in renderer or parser, which would replace it) passes a completion's prompt through; the samplers a
-    /v1/completions request cannot set are the model's PARAMETERs over Ollama's defaults."""
+    built-in renderer or parser, which would replace it, nor Modelfile MESSAGEs, which it would render before the
+    prompt) passes a completion's prompt through; the samplers a /v1/completions request cannot set are the model's
+    PARAMETERs over Ollama's defaults."""
     if set(info) != {"version"} or not isinstance(info["version"], str):
         return None
     show = await endpoint.root_json("/api/show", {"model": model}) or {}
     passes = (str(show.get("template", "")).strip() == OLLAMA_PASS_THROUGH and not show.get("renderer")
-              and not show.get("parser"))
+              and not show.get("parser") and not show.get("messages"))
     defaults = dict(OLLAMA_DEFAULTS)
     version = _version(info["version"])
     penalty, since = OLLAMA_OLD_REPEAT_PENALTY
