@@ -95,7 +95,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from userturn.cli import experiment, judges, probe, serve, train
+    from userturn.cli import experiment, judges, label, probe, serve, train
     from userturn.cli import list as list_command
     from userturn.cli.help_text import epilog
 
@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"userturn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (probe, judges, serve, experiment, list_command, train):
+    for module in (probe, judges, label, serve, experiment, list_command, train):
         module.register(sub)
     parser.epilog = epilog(None)
     for name, command in sub.choices.items():

@@ -40,6 +40,11 @@ The default table fits 100 columns (long names wrap); --wide adds items, label m
   userturn judge-eval gold.jsonl --judge-base-url http://127.0.0.1:30001/v1 --judge-model Qwen/Qwen3.5-27B
   userturn judge-eval gold.jsonl --with-rules --json --out pred.jsonl \\
       --judge-base-url http://127.0.0.1:30001/v1 --judge-model Qwen/Qwen3.5-27B""",
+    "label": """\
+  userturn label runs/q9b.judged.jsonl --out gold.jsonl --labeller ann
+  # a second labeller: the same 200 records (same --seed), in another order
+  userturn label runs/q9b.judged.jsonl --out gold.jsonl --labeller bob --n 200 --seed 0 --port 8765 --no-browser
+Rerun the same command to resume: every answer is on disk as soon as it is given.""",
     "serve": """\
   userturn serve quickstart-cpu
   userturn serve qwen3.5-9b --dry-run
