@@ -121,6 +121,9 @@ async def test_sglang_and_vllm_are_recognised_by_their_own_routes(routes, engine
     assert found is not None
     assert (found.engine, found.server_sampler_defaults, found.seed_honoured, found.described) == (
         engine, defaults, seed, described)
+    # what the model's generation_config.json may set is sent neutral where the server applies it
+    assert found.neutral_sampler == {"top_p": 1.0, "top_k": -1, "min_p": 0.0,
+                                     **({} if defaults == {} else {"repetition_penalty": 1.0})}
 
 
 # ----- llama.cpp as userturn launches it ---------------------------------------------------------------------------

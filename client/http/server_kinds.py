@@ -19,6 +19,10 @@ from userturn.core.engine_traits import EngineTraits
 OLLAMA_DEFAULTS: dict[str, float | int] = {"top_k": 40, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
 OLLAMA_OLD_REPEAT_PENALTY = (1.1, (0, 32, 10))
 OLLAMA_PASS_THROUGH = "{{ .Prompt }}"  # a Modelfile TEMPLATE that renders the prompt as it came
+# A running SGLang or vLLM applies the model's generation_config.json to what a request leaves out (their defaults,
+# `--sampling-defaults model` and `--generation-config auto`), repetition_penalty included (e.g. 1.05 for Qwen2.5):
+# a request to one sends it neutral too, beside the engine's own neutral top_p, top_k and min_p.
+NEUTRAL_REPETITION = {"repetition_penalty": 1.0}
 
 Reader = Callable[[Endpoint, str, Mapping[str, Any], EngineTraits], Awaitable[EngineTraits | None]]
 
@@ -52,8 +56,10 @@ async def _sglang(endpoint: Endpoint, model: str, info: Mapping[str, Any], trait
     args: Mapping[str, Any] = nested if isinstance(nested, dict) else info
     if not isinstance(info.get("version"), str) or "model_path" not in args:
         return None
+    openai = args.get("sampling_defaults") == "openai"
     return traits.model_copy(update={
-        "server_sampler_defaults": {} if args.get("sampling_defaults") == "openai" else None,
+        "server_sampler_defaults": {} if openai else None,
+        "neutral_sampler": traits.neutral_sampler if openai else {**traits.neutral_sampler, **NEUTRAL_REPETITION},
         "seed_honoured": args.get("enable_deterministic_inference") is True,
         "described": f"SGLang {info['version']}"})
 
@@ -63,7 +69,8 @@ async def _vllm(endpoint: Endpoint, model: str, info: Mapping[str, Any], traits:
     (its default `--generation-config auto`) are not reported."""
     if set(info) != {"version"} or not isinstance(info["version"], str):
         return None
-    return traits.model_copy(update={"server_sampler_defaults": None, "described": f"vLLM {info['version']}"})
+    return traits.model_copy(update={"server_sampler_defaults": None, "described": f"vLLM {info['version']}",
+                                     "neutral_sampler": {**traits.neutral_sampler, **NEUTRAL_REPETITION}})
 
 
 def ollama_parameters(text: object) -> dict[str, float | int]:
