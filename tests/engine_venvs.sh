@@ -4,7 +4,7 @@
 # The test itself runs in userturn's venv (PYTHON, default .venv/bin/python), which needs the test install (pytest):
 # made there with `pip install -e '.[test]'` when pytest is missing.
 # Usage: tests/engine_venvs.sh [DIR] [PYTHON]   (DIR default /tmp: DIR/enginevenv-sglang, DIR/enginevenv-vllm; ~3 GB
-#        each, about 10 minutes from PyPI on 2 busy cores)
+#        each; 25-40 minutes from PyPI on 2 cores shared with other builds)
 # Then:  USERTURN_SGLANG_PYTHON=DIR/enginevenv-sglang/bin/python USERTURN_VLLM_PYTHON=DIR/enginevenv-vllm/bin/python \
 #        .venv/bin/python -m pytest -q tests/test_engine_parsers.py
 set -euo pipefail
