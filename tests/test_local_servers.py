@@ -163,3 +163,15 @@ def test_a_launch_is_batch_invariant_only_with_one_slot_and_no_prompt_cache(conc
     m = parse_manifest({"engine": "llamacpp", "model": "/m/x.gguf", "probe": {"concurrency": concurrency},
                         "extra_args": extra})
     assert engine_of(m).engine_traits(m).batch_invariant is invariant
+
+
+def test_a_launched_llama_server_says_once_that_its_records_are_not_reproducible() -> None:
+    from userturn.client.http.server_facts import engine_notices
+
+    m = parse_manifest({"engine": "llamacpp", "model": "/m/x.gguf", "probe": {"concurrency": 4}})
+    notices = engine_notices(engine_of(m).engine_traits(m), ["http://127.0.0.1:1/v1"])
+    assert len(notices) == 1 and "records are not reproducible" in notices[0]
+    assert "probe.concurrency: 1, extra_args: [--no-cache-prompt]" in notices[0]  # the way out
+    alone = parse_manifest({"engine": "llamacpp", "model": "/m/x.gguf", "probe": {"concurrency": 1},
+                            "extra_args": ["--no-cache-prompt"]})
+    assert engine_notices(engine_of(alone).engine_traits(alone), ["http://127.0.0.1:1/v1"]) == []
