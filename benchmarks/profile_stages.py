@@ -13,7 +13,8 @@ from pathlib import Path
 
 EVENT_LOOP = "Runner.run (asyncio/runners.py"
 # (stage, mark): a stack is in the stage when one of its frames holds every substring of the mark; tried in order.
-# Paths are matched by their tail: py-spy shortens them (client/..., or userturn/client/... in a wheel install).
+# Paths are matched by their tail: py-spy shortens them (client/..., or site-packages/userturn/client/... in a
+# wheel install).
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("chat template render", ("PromptRenderer._render (",)),
     ("dataset re-read (lazy dataset)", ("JsonlItems.read_tagged (",)),

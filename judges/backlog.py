@@ -1,7 +1,7 @@
 """What a judge panel still has to do with a results file, read as a stream (never every record at once) over
 `userturn.core.results_reader`.
 
-Per key (its last line wins) only what resuming needs is kept: the byte offset of a record still to judge, a hash
+Per key (its last line wins) only what resuming needs is kept: the byte offset of a record still to judge, a digest
 of its generated turn, the line of a record another panel labelled. Used by the inline judge on resume
 (`JudgePanel.pending_judgements`) and by `userturn judge` for its output file.
 """
@@ -16,6 +16,7 @@ from typing import Any
 from userturn.core.errors import UserError
 from userturn.core.records import ProbeRecord
 from userturn.core.results_reader import Line, decode, is_config_line, parse_record, read_lines
+from userturn.core.text import digest
 from userturn.judges.panel import Assessment, JudgingFacts
 
 Assess = Callable[[JudgingFacts], Assessment]
@@ -48,8 +49,8 @@ class JudgingScan:
     """Per key of one results file, what a panel has to do (see `JudgePanel.assess`)."""
 
     path: Path
-    todo: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (byte offset, hash of user_turn)
-    done: dict[str, int] = field(default_factory=dict)  # key -> hash of user_turn (only with keep_done)
+    todo: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # key -> (byte offset, digest of user_turn)
+    done: dict[str, bytes] = field(default_factory=dict)  # key -> digest of user_turn (only with keep_done)
     foreign: dict[str, tuple[int, JudgingFacts]] = field(default_factory=dict)  # key -> (line, facts)
 
     def refuse_mix(self, panel: str, hint: str) -> None:
@@ -73,7 +74,8 @@ class JudgingScan:
 def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | None = None,
                  keep_done: bool = False) -> JudgingScan:
     """Stream `path` and sort its records (last line per key; only `keys` when given) by `assess`; "done" and
-    "no_generation" records are forgotten unless `keep_done` (then only their turn's hash is kept)."""
+    "no_generation" records are forgotten unless `keep_done` (then only their
+    turn's digest is kept, `core.text.digest`)."""
     path = Path(path)
     scan = JudgingScan(path)
     if not path.exists():
@@ -91,9 +93,9 @@ def scan_judging(path: str | Path, assess: Assess, *, keys: Container[str] | Non
         scan.foreign.pop(key, None)
         scan.done.pop(key, None)
         if verdict == "todo":
-            scan.todo[key] = (line.offset, hash(obj.get("user_turn")))
+            scan.todo[key] = (line.offset, digest(obj.get("user_turn")))
         elif verdict == "foreign":
             scan.foreign[key] = (line.number, facts)
         elif keep_done:
-            scan.done[key] = hash(obj.get("user_turn"))
+            scan.done[key] = digest(obj.get("user_turn"))
     return scan

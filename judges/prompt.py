@@ -1,7 +1,8 @@
 """The versioned judge prompt: a markdown file in judges/prompts/ (kept byte for byte), hashed into every verdict.
 
 A prompt *fences* its data (query, response, user turn) when every field goes through the `xml_text` filter, so
-no generated text can close the tags around it: judge_v3.md (the default) and judge_v2.md do, judge_v1.md does not.
+no generated text can close the tags around it: judge_v2.md and later do, judge_v1.md does not
+(the default: `userturn.core.defaults.JUDGE_PROMPT`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 
 import jinja2
 
+from userturn.core import defaults
 from userturn.core.errors import UserError
 from userturn.core.records import sha256_text
 
-DEFAULT_PROMPT = "judge_v3.md"
+DEFAULT_PROMPT = f"{defaults.JUDGE_PROMPT}.md"
 PACKAGED = re.compile(r"^judge_v\d+(?:\.md)?$")
 FIELDS = ("query", "response", "user_turn")
 _SECTION = re.compile(r"^# (system|user)[ \t]*$", re.MULTILINE)
@@ -95,7 +97,7 @@ def packaged_prompt(name: str) -> JudgePrompt:
 
 def load_prompt(path: str | Path | None = None) -> JudgePrompt:
     """Load a prompt: a file path (wins over a packaged name of the same spelling), a packaged version name
-    (`judge_v1`), or by default judges/prompts/judge_v3.md."""
+    (`judge_v1`), or by default `DEFAULT_PROMPT`."""
     if path is None:
         return packaged_prompt(DEFAULT_PROMPT)
     path = Path(path)

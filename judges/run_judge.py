@@ -19,6 +19,7 @@ from userturn.core.jsonl import JsonlWriter, read_configs
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import judged_name
 from userturn.core.results_reader import is_config_line, parse_record, read_lines
+from userturn.core.text import digest
 from userturn.core.workers import run_all
 from userturn.judges.backlog import JudgingScan, read_record, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
@@ -87,8 +88,7 @@ def plan_input(results: Path, output: JudgingScan) -> InputPlan:
             if complete:
                 raise
             continue  # a torn final line: the probe that wrote it was killed mid-write
-        turn = hash(record.user_turn)
-        if output.done.get(record.key, turn + 1) == turn:
+        if output.done.get(record.key) == digest(record.user_turn):
             action = SKIP
         elif record.status != "ok":
             action = CARRY
@@ -111,7 +111,7 @@ def work(results: Path, plan: InputPlan, output: JudgingScan, writer: JsonlWrite
                 writer.write(record)
                 continue
             previous = output.todo.get(record.key)
-            if out_fh is not None and previous is not None and previous[1] == hash(record.user_turn):
+            if out_fh is not None and previous is not None and previous[1] == digest(record.user_turn):
                 # Resume: keep the verdicts the output already has; the panel re-asks only missing or failed ones.
                 record.judges = read_record(out_fh, output.path, previous[0]).judges
             yield record

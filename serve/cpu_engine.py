@@ -165,11 +165,11 @@ class Generator:
         dtype = {"auto": torch.float32, "half": torch.float16, "float16": torch.float16,
                  "bfloat16": torch.bfloat16, "float": torch.float32, "float32": torch.float32}[cfg.dtype]
         kw: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
-        converted: Path | None = None  # the GGUF's converted checkpoint folder
+        model: Any = None  # a GGUF's, loaded from its converted folder
         tokenizer_source = cfg.tokenizer or cfg.model
         if is_gguf(cfg.model):
             from userturn.core.gguf_tokenizer import gguf_file, gguf_tokenizer_dir
-            from userturn.serve.gguf_model_cache import converted_model_dir, folder_size, load_converted
+            from userturn.serve.gguf_model_cache import cached_model, folder_size
 
             path = gguf_file(cfg.model)
             if cfg.tokenizer is None:  # the converted tokenizer the renderer reads too: prompts tokenize alike
@@ -177,7 +177,7 @@ class Generator:
             started = time.monotonic()
             print(f"cpu_engine: preparing {path.name}: from the cache, else converted once (about 30 s on 2 cores)",
                   flush=True)
-            converted, hit = converted_model_dir(path, dtype, str(dtype))
+            model, converted, hit = cached_model(path, dtype, str(dtype))
             size = f"{folder_size(converted) / 1e6:.0f} MB"
             self.notes.append(f"converted model from cache {converted} ({size})" if hit else
                               f"converted {path.name} in {time.monotonic() - started:.1f}s, cached at {converted} "
@@ -185,10 +185,8 @@ class Generator:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **kw)
         if cfg.chat_template:
             self.tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
-        if converted is not None:  # a folder we wrote ourselves: loaded straight from its safetensors file
-            self.model = load_converted(converted, dtype)
-        else:
-            self.model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype, **kw).eval()
+        self.model = model if model is not None else AutoModelForCausalLM.from_pretrained(
+            cfg.model, dtype=dtype, **kw).eval()
         gen_eos = self.model.generation_config.eos_token_id
         eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
         if self.tokenizer.eos_token_id is not None:

@@ -2,7 +2,8 @@
 
 The checkpoint lives in `cache_root()/gguf-models/<stem>-<key>`, the key hashing the file's sha256, the dtype and
 the library versions. The sha256 is remembered in `gguf-hashes/` under the file's (size, mtime, ctime, inode).
-Folders are staged and renamed into place: of two engines converting at once the first rename wins.
+Folders are staged and renamed into place: of two engines converting at once the first rename wins. A folder that
+does not load is removed (`cached_model`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -80,33 +82,23 @@ def converted_model_dir(path: Path, dtype: Any, dtype_name: str,
 
 
 def load_converted(folder: Path, dtype: Any) -> Any:
-    """The model in a folder `converted_model_dir` wrote, loaded without `from_pretrained`'s per-tensor work:
-    built on the meta device, the safetensors file assigned in place (tied weights share one tensor), the rotary
-    embeddings (buffers computed at init, not stored) built anew on the CPU. Same logits as `from_pretrained`."""
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    """The model in a folder `converted_model_dir` wrote, with `from_pretrained` (which builds every buffer the
+    checkpoint does not store: rotary tables, Gemma's `embed_scale`)."""
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(folder))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    state = {k: v.to(dtype) for k, v in load_file(str(folder / "model.safetensors")).items()}
-    shared: dict[int, list[str]] = {}  # tied weights: one parameter under several names, the file holds one
-    for name, param in model.named_parameters(remove_duplicate=False):
-        shared.setdefault(id(param), []).append(name)
-    for names in shared.values():
-        stored = [n for n in names if n in state]
-        for name in names:
-            if stored and name not in state:
-                state[name] = state[stored[0]]
-    model.load_state_dict(state, strict=True, assign=True)
-    for name, module in list(model.named_modules()):
-        if type(module).__name__.endswith("RotaryEmbedding"):
-            parent, _, attr = name.rpartition(".")
-            setattr(model.get_submodule(parent), attr, type(module)(config=model.config))
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise ValueError(f"{folder}: no value for {', '.join(left[:3])} after loading")
-    if (folder / "generation_config.json").is_file():
-        model.generation_config = GenerationConfig.from_pretrained(str(folder))
-    return model.eval()
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).eval()
+
+
+def cached_model(path: Path, dtype: Any, dtype_name: str,
+                 convert: Callable[[Path, Any, Path], None] = convert_gguf) -> tuple[Any, Path, bool]:
+    """(model, its converted folder, whether the folder was cached) for the GGUF file `path`. A folder that does not
+    load is removed, never left to fail the next start; one from the cache is converted once more."""
+    for fresh_try in (False, True):
+        folder, hit = converted_model_dir(path, dtype, dtype_name, convert)
+        try:
+            return load_converted(folder, dtype), folder, hit
+        except Exception:
+            shutil.rmtree(folder, ignore_errors=True)
+            if not hit or fresh_try:
+                raise
+    raise AssertionError("unreachable")

@@ -11,14 +11,14 @@ import yaml
 
 from userturn.core.errors import UserError
 from userturn.serve.commands import ROUTER_MODULE, server_argv
-from userturn.serve.engines import ENGINES, definition, engine_of
+from userturn.serve.engines import ENGINES, engine_of
 from userturn.serve.k8s_files import config_map, mount_files, pod_manifest
 from userturn.serve.manifest import Manifest
 from userturn.serve.slurm_script import check_deployable, slug
 
 CLUSTER_PORT = 30000
 DEFAULT_DIST_PORT = 50000
-SGLANG_IMAGE = definition("sglang").image or ""  # the router's image too
+ROUTER_IMAGE = next((e.image for e in ENGINES.values() if e.has_router and e.image), "")  # the engine's own image
 CACHE_DIR = "/root/.cache/huggingface"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 PROBE_PERIOD_S = 10
@@ -122,7 +122,7 @@ def _router_docs(m: Manifest, name: str, ns: dict[str, str], worker_labels: dict
             "$(POD_NAMESPACE)", "--host", "0.0.0.0", "--port", str(port), "--policy", m.router.policy,
             *m.router.extra_args]
     container = {
-        "name": "router", "image": k.image or SGLANG_IMAGE, "command": argv,
+        "name": "router", "image": k.image or ROUTER_IMAGE, "command": argv,
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [{"containerPort": port, "name": "http"}], **_probes("/health", port),
     }

@@ -24,7 +24,7 @@ from typing import Literal
 from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import UserError
 from userturn.serve.commands import LaunchSpec, replica_specs, router_spec, server_argv
-from userturn.serve.engines import definition, engine_of
+from userturn.serve.engines import engine_of
 from userturn.serve.health import wait_until_ready
 from userturn.serve.manifest import Manifest, load_manifest
 from userturn.serve.process import ServerProcess, ServerStartError, pick_ports, start_error
@@ -83,11 +83,6 @@ def resolve_model(m: Manifest) -> str | None:
     """The model the engine loads, made local by its definition (a `pkg:` file for every engine that takes one; the
     CPU engine also fetches hub ids); None: the manifest's value as is."""
     return None if m.command else engine_of(m).resolve_model(m)
-
-
-def resolve_cpu_model(m: Manifest) -> str:
-    """The local model path for the embedded engine (a local dir or GGUF file, a `pkg:` file, a hub snapshot)."""
-    return definition("transformers").resolve_model(m) or (m.resolve_path(m.model) or "")
 
 
 def check_installed(m: Manifest) -> None:
@@ -251,4 +246,4 @@ def _launch_slurm(m: Manifest, log_dir: str | Path | None, say: Status) -> Itera
         yield server
 
 
-__all__ = ["Server", "ServerStartError", "launch", "plan", "resolve_cpu_model", "resolve_model"]
+__all__ = ["Server", "ServerStartError", "launch", "plan", "resolve_model"]

@@ -197,7 +197,8 @@ class Manifest(_Strict):
                 raise ValueError(f"engine '{e}' needs base_url")
         else:
             if self.base_url:
-                raise ValueError("base_url is only for engine 'external'")
+                unlaunched = ", ".join(repr(kind) for kind, d in ENGINES.items() if not d.launches)
+                raise ValueError(f"base_url is only for engine {unlaunched}")
             if not self.model and not self.command:
                 raise ValueError(f"engine '{e}' needs model (a path or hub id)")
         if self.api_key == "env" and not self.api_key_env:

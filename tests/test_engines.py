@@ -14,7 +14,7 @@ from userturn.serve.commands import server_argv
 from userturn.serve.engines import ENGINES, engine_of
 from userturn.serve.k8s_manifests import render_k8s
 from userturn.serve.manifest import load_manifest, parse_manifest
-from userturn.serve.slurm_script import render_slurm
+from userturn.serve.slurm_script import check_deployable, render_slurm, resources
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 
@@ -22,7 +22,7 @@ MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 def test_every_kind_has_a_definition_with_traits_and_a_pinned_image() -> None:
     assert set(ENGINES) == {"sglang", "vllm", "transformers", "llamacpp", "external"}
     for kind, engine in ENGINES.items():
-        assert engine.kind == kind and engine.traits.engine in ("sglang", "vllm", "llamacpp", "cpu", "external")
+        assert engine.kind == kind and engine.traits.engine == kind  # one name: the records say the kind
         assert engine.image is None or (":" in engine.image and not engine.image.endswith(":latest")), kind
     assert ENGINES["external"].traits is EXTERNAL
 
@@ -153,7 +153,9 @@ def test_local_launches_listen_on_loopback_unless_the_manifest_asks() -> None:
 
 
 def test_a_new_engine_is_one_definition_and_a_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What docs/serving.md's "Adding an engine" promises: nothing else names an engine."""
+    """What docs/serving.md's "Adding an engine" promises: a definition and its registry entry are all a launch, a
+    SLURM script (multi-node, a CPU-only job's resources), Kubernetes YAML and the manifest checks need
+    (tests/test_engine_names.py: no other file names an engine)."""
     from userturn.serve.engines import EngineDefinition, LaunchArgs
 
     class Toy(EngineDefinition):
@@ -161,7 +163,9 @@ def test_a_new_engine_is_one_definition_and_a_registry_entry(monkeypatch: pytest
         summary = "a toy server"
         image = "toy/server:1.0"
         health_paths = ("/ready",)
-        traits = EXTERNAL
+        multi_node = True
+        cpu_only_cpus, cpu_only_mem = 3, "5G"
+        traits = EXTERNAL.model_copy(update={"engine": "toy"})
 
         def argv(self, m: object, a: LaunchArgs) -> list[str]:
             return ["toy-server", "--port", str(a.port), "--model", a.model or "", *(["--key", a.api_key]
@@ -175,3 +179,31 @@ def test_a_new_engine_is_one_definition_and_a_registry_entry(monkeypatch: pytest
     assert "bash -c 'toy-server --port \"$PORT\" --model \"$MODEL\" --key \"$USERTURN_API_KEY\"'" in render_slurm(m)
     with pytest.raises(UserError, match="tp_size is only supported by engines 'sglang' and 'vllm'"):
         parse_manifest({"engine": "toy", "model": "org/m", "tp_size": 2})
+    assert resources(m) == (3, "5G")  # its CPU-only job, from its definition
+    check_deployable(parse_manifest({"engine": "toy", "model": "org/m", "nnodes": 2}))  # multi-node: its flag
+    with pytest.raises(UserError, match="nnodes: multi-node needs engines 'sglang' and 'toy'"):
+        check_deployable(parse_manifest({"engine": "vllm", "model": "m", "nnodes": 2, "command": ["srv"]}))
+    assert not Toy().traits.external and ENGINES["external"].traits.external
+
+
+def test_a_results_file_of_the_embedded_engine_under_its_old_name_is_refused_in_one_line() -> None:
+    """Records name the embedded engine by its kind; a file that recorded it as `cpu` reads as it is, and a resume
+    onto it says which setting differs rather than mixing two configurations."""
+    from userturn.core.fingerprint import (
+        ConfigMismatch,
+        GenerationContext,
+        check_resume,
+        fingerprint,
+        generation_config,
+    )
+    from userturn.core.options import Options
+
+    traits = ENGINES["transformers"].traits
+    context = GenerationContext(model="m", dataset="d", mode="raw", perturbation="none", assistant_source="dataset",
+                                engine=traits.engine, seed_honoured=traits.seed_honoured,
+                                server_sampler_defaults=traits.server_sampler_defaults)
+    current = generation_config(context, Options())
+    old = {**current, "engine": "cpu"}
+    with pytest.raises(ConfigMismatch, match=r"^out.jsonl holds records made with engine=cpu, this run has "
+                                             r"engine=transformers; use another --out$"):
+        check_resume({fingerprint(old): old}, current, path="out.jsonl")

@@ -65,10 +65,28 @@ def test_a_huge_integer_is_a_value_not_a_traceback() -> None:
 
 
 def test_every_command_runs_on_one_loop_policy() -> None:
+    """`aio.run` runs on uvloop, and no module starts an event loop any other way (checked on the source): every
+    command's loop is `aio.run`'s. The CPU engine, a process of its own, runs aiohttp's server loop."""
+    import ast
+
     async def loop_name() -> str:
         return type(asyncio.get_running_loop()).__module__
 
     assert aio.run(loop_name()).startswith("uvloop")
+    root = Path(__file__).resolve().parents[1]
+    starters = {"run", "Runner", "new_event_loop", "run_until_complete", "run_forever", "run_app"}
+    own = {"userturn/core/aio.py", "serve/cpu_engine.py"}
+    found = []
+    for folder in ("client", "serve", "judges", "userturn"):
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)) or rel in own:
+                    continue
+                owner = ast.unparse(node.func.value)
+                if node.func.attr in starters and owner != "aio" and (node.func.attr != "run" or owner == "asyncio"):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node.func)}")
+    assert found == []
 
 
 def test_one_cache_root_for_every_derived_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""client.fingerprint: canonical fingerprints, the first differing setting, the resume check's scope."""
+"""core.fingerprint: canonical fingerprints, the first differing setting, the resume check's scope."""
 
 from __future__ import annotations
 

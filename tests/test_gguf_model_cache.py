@@ -88,20 +88,47 @@ def test_a_failed_conversion_leaves_nothing(tiny_gguf: Path, tmp_path: Path) -> 
     assert list((tmp_path / "cache" / "gguf-models").iterdir()) == []
 
 
-def test_load_converted_gives_from_pretrained_logits(tiny_gguf: Path) -> None:
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_cached_model_has_the_logits_of_the_gguf_file(arch: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemma 3 included: its `embed_scale` (a buffer no checkpoint stores) is built, not left on the meta device."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from userturn.serve.gguf_model_cache import load_converted
+    from userturn.serve.gguf_model_cache import cached_model
 
-    folder, _ = converted_model_dir(tiny_gguf, torch.float32, "torch.float32")
-    fast = load_converted(folder, torch.float32)
-    slow = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
-    assert not any(t.is_meta for t in [*fast.parameters(), *fast.buffers()])
+    monkeypatch.setenv("USERTURN_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = write_tiny_gguf(tmp_path / f"{arch}.gguf", weights=True, arch=arch)
+    model, folder, hit = cached_model(gguf, torch.float32, "torch.float32")
+    direct = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=gguf.name, dtype=torch.float32).eval()
+    assert not hit and type(model) is type(direct) and (folder / MARKER).is_file()
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
     ids = torch.tensor([[5, 6, 7, 33, 34, 7, 6, 5]])
     with torch.inference_mode():
-        assert torch.equal(fast(ids).logits, slow(ids).logits)
-    assert fast.generation_config.eos_token_id == slow.generation_config.eos_token_id
+        assert torch.equal(model(ids).logits, direct(ids).logits)
+    assert model.generation_config.eos_token_id == direct.generation_config.eos_token_id
+    assert cached_model(gguf, torch.float32, "torch.float32")[1:] == (folder, True)
+
+
+def test_a_cache_that_does_not_load_is_never_left_behind(tiny_gguf: Path, tmp_path: Path) -> None:
+    import torch
+
+    from userturn.serve.gguf_model_cache import cached_model
+
+    folder, _ = converted_model_dir(tiny_gguf, torch.float32, "torch.float32")
+    (folder / "model.safetensors").write_bytes(b"damaged")  # a cached folder that fails: converted once more
+    model, again, hit = cached_model(tiny_gguf, torch.float32, "torch.float32")
+    assert (again, hit) == (folder, False) and model is not None
+
+    def no_weights(path: Path, dtype: Any, out: Path) -> None:  # a conversion whose folder cannot load
+        convert_gguf(path, dtype, out)
+        (out / "model.safetensors").unlink()
+
+    fresh = tiny_gguf.with_name("other.gguf")
+    fresh.write_bytes(tiny_gguf.read_bytes() + b"\0" * 32)  # other bytes: another cache folder
+    with pytest.raises(OSError):
+        cached_model(fresh, torch.float32, "torch.float32", convert=no_weights)
+    assert sorted(p.name for p in (tmp_path / "cache" / "gguf-models").iterdir()) == [folder.name]
 
 
 def test_the_hash_is_remembered_until_the_file_changes(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,3 +147,25 @@ def test_the_hash_is_remembered_until_the_file_changes(tiny_gguf: Path, monkeypa
     data = tiny_gguf.read_bytes()
     tiny_gguf.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size, new bytes
     assert cache_key(tiny_gguf, "torch.float32") != key and len(hashed) == 2
+
+
+@pytest.mark.slow
+def test_the_embedded_engine_serves_a_gemma3_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine process starts on a Gemma 3 GGUF (it exited 4 when `embed_scale` stayed on the meta device) and
+    answers a completion; its converted folder is in the cache for the next start."""
+    import httpx
+
+    from userturn.serve.launcher import launch
+    from userturn.serve.manifest import parse_manifest
+
+    monkeypatch.setenv("USERTURN_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = write_tiny_gguf(tmp_path / "gemma.gguf", weights=True, arch="gemma3")
+    manifest = parse_manifest({"engine": "transformers", "model": str(gguf), "served_model_name": "gemma",
+                               "startup_timeout": 300, "extra_args": ["--threads", "1"]})
+    with launch(manifest, log_dir=tmp_path / "logs", status=None) as server, \
+            httpx.Client(base_url=server.base_urls[0], timeout=60, trust_env=False) as client:
+        reply = client.post("/completions", json={"model": "gemma", "prompt": "hello", "max_tokens": 4,
+                                                  "temperature": 0})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 4
+    assert [p.name[:6] for p in (tmp_path / "cache" / "gguf-models").iterdir()] == ["gemma-"]

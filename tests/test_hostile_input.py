@@ -227,15 +227,17 @@ async def test_separator_in_names_does_not_collide_across_runs(tmp_path, qwen):
     assert sorted((r.dataset, r.item_id) for r in records.values()) == [("d", "x|y"), ("d|x", "y")]
 
 
-async def test_a_nearby_temperature_is_a_new_sample(tmp_path, qwen):
+async def test_a_nearby_temperature_is_a_new_sample_and_the_same_one_is_not(tmp_path, qwen):
     out = tmp_path / "out.jsonl"
     await probe(out, [item("q")], qwen, temperatures=(0.7,))
-    sent, summary = await probe(out, [item("q")], qwen, temperatures=(0.7000001,))
+    same, summary = await probe(out, [item("q")], qwen, temperatures=(0.7000001,))  # 0.7 to 6 significant digits
+    assert same == 0 and summary.skipped == 1
+    sent, summary = await probe(out, [item("q")], qwen, temperatures=(0.70001,))
     assert sent == 1 and summary.skipped == 0
     records, _ = read_records(out)
-    assert sorted(r.temperature for r in records.values()) == [0.7, 0.7000001]
-    again, summary = await probe(out, [item("q")], qwen, temperatures=(0.7, 0.7000001))
-    assert again == 0 and summary.skipped == 2  # resume still matches each exactly
+    assert sorted(r.temperature for r in records.values()) == [0.7, 0.70001]
+    again, summary = await probe(out, [item("q")], qwen, temperatures=(0.7, 0.70001))
+    assert again == 0 and summary.skipped == 2  # resume matches each
 
 
 async def test_resuming_a_file_with_old_format_keys_is_refused(tmp_path, qwen):

@@ -1,4 +1,4 @@
-"""client/jsonl.py: complete-line appends, torn-tail repair, last-per-key reading, SIGKILL safety."""
+"""userturn/core/jsonl.py: complete-line appends, torn-tail repair, last-per-key reading, SIGKILL safety."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ every import statement in the source, including imports inside functions and und
     report      (userturn/report/)       core, client, judges
     orchestrate (userturn/orchestrate/)  core, client, serve, judges, report
     cli         (userturn/cli/)          everything but the package's own front door
-    top         (userturn/__init__, userturn/__main__)  everything
+    top         (userturn/__init__.py, userturn/__main__.py)  everything
 
 argparse appears only under userturn/cli/, and in the modules that are a process of their own (`python -m ...`).
 """

@@ -21,7 +21,7 @@ from userturn.core.fingerprint import ConfigMismatch
 from userturn.core.jsonl import read_records
 
 ALL = ["none", "wrong_answer", "truncate", "swap", "remove", "generic"]
-# (id, reference, dataset assistant turn). With seed 0 the swap ring (client.probe.perturb.SwapRing) is
+# (id, reference, dataset assistant turn). With seed 0 the swap ring (client.probe.perturb.PartnerRing) is
 # q2 -> q1 -> q0 -> q2.
 MATH = [
     ("q0", "7", "Tom had 3 apples and bought 4 more, so he has 7 now. The answer is 7."),

@@ -63,8 +63,8 @@ def test_record_key_escapes_the_separator_so_fields_cannot_collide():
     assert all(key.count("|") == 6 for key in keys)
 
 
-@pytest.mark.parametrize(("a", "b"), [(0.7, 0.7000001), (1e-7, 1.0000001e-7), (0.1 + 0.2, 0.3), (1e16, 1e16 + 2)])
-def test_record_key_keeps_the_temperature_as_given(a, b):
+@pytest.mark.parametrize(("a", "b"), [(0.7, 0.70001), (1e-7, 1.00001e-7), (0.3, 0.30001), (1.0, 1.00001)])
+def test_record_key_tells_temperatures_apart_at_six_digits(a, b):
     assert record_key("m", "d", "q", "none", a, 0) != record_key("m", "d", "q", "none", b, 0)
     assert record_key("m", "d", "q", "none", b, 0).split("|")[5] == f"t={b!r}"
     assert float(record_key("m", "d", "q", "none", a, 0).split("|")[5][2:]) == a  # reads back as the same float
@@ -85,11 +85,11 @@ def test_special_tokens_flag_is_in_the_schema_and_optional():
 
 @pytest.mark.parametrize("fields", [("m", "d", "i", "none", "raw"), ("m|x", "d%7C", "i|%", "wrong_answer", "chat"),
                                     ("", "", "0", "swap", "raw")])
-@pytest.mark.parametrize(("temperature", "sample"), [(0, 0), (0.7, 3), (1, 12), (1e-7, 1), (0.7000001, 0)])
+@pytest.mark.parametrize(("temperature", "sample"), [(0, 0), (0.7, 3), (1, 12), (1e-7, 1), (0.70001, 0)])
 def test_key_prefix_and_condition_suffix_build_exactly_record_key(fields, temperature, sample):
     model, dataset, item_id, perturbation, mode = fields
     escaped = [f.replace("%", "%25").replace("|", "%7C") for f in (model, dataset, item_id, mode, perturbation)]
-    expected = "|".join([*escaped, f"t={float(temperature)!r}", f"s={sample}"])  # the documented format
+    expected = "|".join([*escaped, f"t={float(temperature)!r}", f"s={sample}"])  # the documented format (6 digits)
     assert key_prefix(model, dataset, item_id, perturbation, mode) + condition_suffix(temperature, sample) == expected
     assert record_key(model, dataset, item_id, perturbation, temperature, sample, mode) == expected
 

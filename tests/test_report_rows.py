@@ -193,10 +193,12 @@ def test_malformed_field_names_file_line(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_close_temperatures_are_shown_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    close = rec("i1", temperature=0.7000001)
-    close["key"] += "000001"  # keys carry the temperature as given (the key format is client/records.py's)
-    out = table(write(tmp_path / "r.jsonl", [rec("i1", temperature=0.7), close]), capsys)
-    assert re.search(r" 0\.7000001 +1 ", out) and re.search(r" 0\.7 +1 ", out)
+    """Temperatures apart at 6 significant digits are two rows; closer ones are one temperature, one row
+    (`records.temperature_value`)."""
+    close = rec("i1", temperature=0.70001)
+    same = rec("i2", temperature=0.7000001)  # an older file's spelling of 0.7
+    out = table(write(tmp_path / "r.jsonl", [rec("i1", temperature=0.7), close, same]), capsys)
+    assert re.search(r" 0\.70001 +1 ", out) and re.search(r" 0\.7 +2 ", out)
 
 
 def test_report_benchmark_runs_small() -> None:

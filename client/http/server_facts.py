@@ -56,7 +56,7 @@ def engine_notices(traits: EngineTraits, urls: Sequence[str]) -> list[str]:
     invisible; that the engine ignores the seed; that its records depend on the batch."""
     where = ", ".join(urls)
     sent = ", ".join(f"{name}={value:g}" for name, value in traits.neutral_sampler.items())
-    if traits.engine == "external":
+    if traits.external:
         return [f"userturn: note: {where} is an external endpoint: its sampling defaults and whether it honours the "
                 f"seed cannot be known (recorded as server_sampler_defaults: null, seed_honoured: null); each request "
                 f"states temperature, seed and {sent or 'no other sampling field'} (--top-p, --top-k, --min-p set "

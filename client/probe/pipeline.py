@@ -25,6 +25,7 @@ from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.endpoint import Endpoint, EndpointError
 from userturn.client.http.redact import redact
 from userturn.client.probe.assistant_turns import AssistantTurns
+from userturn.client.probe.controls import Controls
 from userturn.client.probe.perturb import PerturbationNotApplicable, Perturbed
 from userturn.client.probe.perturbations import registry
 from userturn.client.probe.perturbations.base import PARTNER_META
@@ -56,9 +57,10 @@ from userturn.core.workers import run_all
 
 class ProbeRun:
     """One probe run: construct, then `await run()`. Raw mode needs `renderer`, chat mode `role_flip`.
-    `partner_pool`: every item of the dataset (before --limit and shuffling), where partners come from; default
-    `items`. `resume_hint`: the advice ending the message that refuses a mismatched results file. `notices`: lines
-    printed (stderr) once the run has passed its checks and starts generating."""
+    `partner_pool`: every item of the dataset (before --limit and shuffling), where partners (and the controls'
+    shuffled turns) come from; default `items`. `resume_hint`: the advice ending the message that refuses a
+    mismatched results file. `notices`: lines printed (stderr) once the run has passed its checks and starts
+    generating."""
 
     def __init__(
         self,
@@ -100,6 +102,8 @@ class ProbeRun:
             title=progress_title or f"userturn probe {settings.model} on {settings.dataset}",
             enabled=progress,
         )
+        self.controls = Controls(self.plan.items if partner_pool is None else partner_pool, dataset=settings.dataset,
+                                 mode=settings.mode, seed=settings.seed) if settings.controls else None
         self._partners: Mapping[str, str] = {}
         self._judge_start = (0, 0, 0)  # the judge hook's counts when the run started (`_count_judged`)
 
@@ -182,10 +186,13 @@ class ProbeRun:
     async def _run_locked(self) -> ProbeSummary:
         existing = scan_results(self.out_path)  # streaming: key states and configurations, no records kept
         self.plan.check_resume(existing)  # before the writer opens the file: a refused file is left untouched
+        control_keys = self.controls.keys() if self.controls is not None else []
+        if self.controls is not None:
+            self.controls.check_resume(existing, path=self.out_path, hint=self.plan.resume_hint)
         backlog = None
         if self.judge is not None:  # a panel finds what it still has to label (and refuses another panel's file)
-            backlog = self.judge.pending_judgements(self.out_path,
-                                                    {k for k in self.plan.iter_keys() if existing.is_ok(k)})
+            backlog = self.judge.pending_judgements(
+                self.out_path, {k for k in itertools.chain(self.plan.iter_keys(), control_keys) if existing.is_ok(k)})
         planned = self.plan.size
         c = self.counters
         c.total = planned  # `_jobs` moves keys already ok from here to `skipped` as it reaches them
@@ -195,6 +202,8 @@ class ProbeRun:
         requests = self.requests
         configs = {fp: ConfigLine(fingerprint=fp, config=requests.configs[p], renderer=info, run=run)
                    for p, fp in requests.fingerprints.items()}
+        if self.controls is not None:
+            configs.update(self.controls.config_lines(run))
         for notice in self.notices:  # what the run says about its engine, once it is known to start
             print(notice, file=sys.stderr, flush=True)
         writer = RecordWriter(self.out_path, configs)
@@ -210,6 +219,12 @@ class ProbeRun:
             turns = await self.assistant.collect(self.plan.items, self._partners, self.plan.pool_item)
             jobs = self._jobs(existing, turns)  # one generator, pulled by every worker: lazy, bounded
             await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
+            if self.controls is not None:  # no generation: the dataset's human turns, judged like any record
+                await self._write_controls(self.controls.records(self.plan.items, existing,
+                                                                  lambda item: self._conversation(item, turns)),
+                                           writer)
+                if self.controls.problem():
+                    print(f"userturn: --controls: {self.controls.problem()}", file=sys.stderr, flush=True)
         except EndpointError as exc:
             if not exc.resumable:  # the command must change (a base URL that answers 404): no resume advice
                 kept = f"; the {c.done} records of this run are kept in {self.out_path}" if c.done else ""
@@ -222,6 +237,22 @@ class ProbeRun:
         return ProbeSummary(total=planned, skipped=c.skipped, ok=c.ok, errors=c.errors,
                             elapsed_s=time.monotonic() - started, judged=c.judged, judge_failures=c.judge_failures,
                             not_applicable=c.not_applicable, rejudged=len(backlog.todo) if backlog else 0)
+
+    def _conversation(self, item: DatasetItem, turns: dict[str, AssistantTurn],
+                      ) -> tuple[list[Message], str, str | None] | None:
+        """The conversation a control of `item` is shown after: its unperturbed assistant turn (`Controls.records`)."""
+        turn = self.assistant.turn(item, turns)
+        if turn.messages is None or turn.error is not None:
+            return None
+        return list(turn.messages), turn.source, self.settings.model if turn.source == "model" else None
+
+    async def _write_controls(self, records: Iterator[ProbeRecord], writer: RecordWriter) -> None:
+        """Write the control records (`controls.py`), each judged first where the run judges inline."""
+        if self.judge is None:
+            for record in records:
+                writer.write(record)
+            return
+        await run_all(self._judge_again(records, writer) for _ in range(self.settings.concurrency))
 
     async def _judge_again(self, records: Iterator[ProbeRecord], writer: RecordWriter) -> None:
         """Judge ok records of earlier runs that lack this judge's label; the generation is never redone."""

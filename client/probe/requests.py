@@ -60,13 +60,13 @@ class RequestBuilder:
         # What each request sends (and the configuration records): the strings the engine takes, ids for the rest.
         self._sent_stops, self._sent_stop_ids = fit_stops(
             self.stops, stop_ids, self.renderer.token_ids if self.renderer is not None else {}, traits.max_stop_strings,
-            send_ids=settings.send_stop_token_ids, engine=traits.engine,
-            ids_carry=traits.honours_stop_token_ids or (traits.engine == "external" and settings.send_stop_token_ids))
+            send_ids=settings.send_stop_token_ids, engine=traits.engine, external=traits.external,
+            ids_carry=traits.honours_stop_token_ids or (traits.external and settings.send_stop_token_ids))
         self.configs = {p: self._config(p) for p in settings.perturbations}
         self.fingerprints = {p: fingerprint(c) for p, c in self.configs.items()}
 
     def _config(self, perturbation: str) -> dict[str, Any]:
-        """The readable settings that shape this run's generations under `perturbation` (client.fingerprint)."""
+        """The readable settings that shape this run's generations under `perturbation` (core.fingerprint)."""
         s = self.settings
         by_model = s.assistant_from == "model"
         renderer = self.renderer

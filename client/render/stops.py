@@ -89,17 +89,18 @@ def stop_token_ids(stops: Iterable[str], tokens: Mapping[str, AddedToken]) -> li
 
 
 def fit_stops(stops: Sequence[str], ids: Sequence[int], token_ids: Mapping[str, int], limit: int | None, *,
-              send_ids: bool, ids_carry: bool, engine: str) -> tuple[list[str], list[int]]:
+              send_ids: bool, ids_carry: bool, engine: str, external: bool = False) -> tuple[list[str], list[int]]:
     """(stop strings, stop token ids) one request sends: every string, and `ids` when `send_ids`, where `limit` (the
     engine's most stop strings per request; None: no limit) allows. Over the limit, when `ids_carry` (the engine
     honours stop_token_ids): every string without a token id in `token_ids`, then the others in order while room is
     left; the ids of the strings left out are sent (after `ids` when `send_ids`), so generation stops at the same
-    places. UserError in one line when the ids cannot carry what is left out."""
+    places (`external`: an endpoint whose engine is not known). UserError in one line when the ids cannot carry what
+    is left out."""
     if limit is None or len(stops) <= limit:
         return list(stops), list(ids) if send_ids else []
     shown = ", ".join(stops)
     head = f"{len(stops)} stop strings ({shown}), but {engine} accepts at most {limit} per request"
-    if not ids_carry and engine == "external":
+    if not ids_carry and external:
         raise UserError(f"{head} (OpenAI's limit) and is not known to honour stop_token_ids: pass "
                         "--send-stop-token-ids (send_stop_token_ids: true) if it does (SGLang, vLLM), or shorten the "
                         "stop list (the manifest's or experiment's probe stop)")

@@ -77,6 +77,8 @@ class EngineDefinition:
     uses_gpus: ClassVar[bool] = False  # gpus default to tp x dp; CUDA_VISIBLE_DEVICES sliced per replica
     parallel: ClassVar[bool] = False  # tp/dp, mem_fraction_static, reasoning_parser, load_format
     multi_node: ClassVar[bool] = False  # nnodes > 1 (dist_init_addr)
+    cpu_only_cpus: ClassVar[int] = 4  # a SLURM task's CPUs and --mem when the replica uses no GPU (the manifest's win)
+    cpu_only_mem: ClassVar[str] = "16G"
     takes_api_key: ClassVar[bool] = True
     has_router: ClassVar[bool] = False  # an sglang-router can sit in front of its replicas
     serves_checkpoint: ClassVar[bool] = False  # serves a transformers checkpoint directory (`userturn train`)

@@ -18,7 +18,7 @@ MODULE = "userturn.serve.cpu_engine"
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
 
 TRAITS = EngineTraits(
-    engine="cpu", seed_honoured=True, server_sampler_defaults={}, neutral_sampler={"top_p": 1.0, "top_k": -1},
+    engine="transformers", seed_honoured=True, server_sampler_defaults={}, neutral_sampler={"top_p": 1.0, "top_k": -1},
     max_stop_strings=None, honours_stop_token_ids=True, stop_reason_field="matched_stop", reasoning_field=None,
 )
 
@@ -28,6 +28,7 @@ class CpuEngine(EngineDefinition):
     summary = "the embedded CPU engine (transformers; GGUF files dequantised)"
     takes_api_key = False
     serves_checkpoint = True
+    cpu_only_cpus, cpu_only_mem = 2, "8G"
     traits = TRAITS
 
     def argv(self, m: Manifest, a: LaunchArgs) -> list[str]:
@@ -44,7 +45,7 @@ class CpuEngine(EngineDefinition):
         needed = ("torch", "transformers", *(("gguf", "accelerate") if is_gguf(m.model) else ()))
         for mod in needed:
             if importlib.util.find_spec(mod) is None:
-                what = "engine 'transformers'" if mod in ("torch", "transformers") else "a GGUF model"
+                what = f"engine '{self.kind}'" if mod in ("torch", "transformers") else "a GGUF model"
                 raise UserError(f"{what} needs {mod}: pip install 'userturn[cpu]'")
 
     def resolve_model(self, m: Manifest) -> str | None:

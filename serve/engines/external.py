@@ -13,14 +13,14 @@ if TYPE_CHECKING:
 
 
 class External(EngineDefinition):
-    kind = "external"
+    kind = EXTERNAL.engine
     summary = "an OpenAI-compatible endpoint at base_url (nothing launched)"
     launches = False
     traits = EXTERNAL
 
     def check(self, m: Manifest) -> None:
         if m.command or m.replicas > 1:
-            raise ValueError("engine 'external' launches nothing: drop command/replicas")
+            raise ValueError(f"engine '{self.kind}' launches nothing: drop command/replicas")
         if m.api_key is not None:
             raise ValueError("api_key is for launched servers: an external endpoint's key goes in api_key_env")
         super().check(m)

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     grid.add_argument("--model", dest="models", action="append", default=[], metavar="PATTERN",
                       help="only the models whose label (manifest file name) or model name matches this shell "
                            "pattern; repeat for several")
+    run.add_argument("--controls", action="store_true",
+                     help="as the experiment's `controls: true`: each item's own human next turn (model human) and "
+                          "another item's (human-shuffled), judged like any record, no generation")
     run.add_argument("--keep-going", action="store_true",
                      help="when a model fails (unreachable, not served, its server fails to start), go on with the "
                           "others; at the end report the finished part and one line per failed model (exit 3)")
@@ -138,7 +141,7 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.core.results_lock import results_lock
     from userturn.core.shards import sharded_path
     from userturn.core.shipped import resolve_named
-    from userturn.orchestrate.experiment import check_files, load_experiment, results_path
+    from userturn.orchestrate.experiment import check_files, load_experiment, resolve, results_path
     from userturn.orchestrate.grid import run_experiment
     from userturn.orchestrate.plan_preview import select
 
@@ -147,6 +150,8 @@ def run_command(args: argparse.Namespace) -> int:
     source = resolve_named(args.experiment, "experiments")  # a file, or a shipped experiment by name
     exp, base = load_experiment(source)
     exp = select(exp, args.limit, args.models)
+    if args.controls:
+        exp = exp.model_copy(update={"controls": True})
     check_files(exp, source)
     if args.dry_run:
         if args.keep_going:
@@ -168,7 +173,8 @@ def run_command(args: argparse.Namespace) -> int:
     from userturn.report.run_view import print_run_report
 
     if args.shard is None and results.is_file() and results.stat().st_size:
-        print_run_report(console(), results)  # turns beside the human's, offline facts, table, notice, next steps
+        print_run_report(console(), results,  # turns beside the human's, offline facts, table, notice, next steps
+                         gold=[resolve(base, g) for g in exp.gold])
     print(f"userturn: results in {results} ({sum(s.ok for s in summaries)} new ok, {errors} errors, "
           f"{sum(s.skipped for s in summaries)} already done)", file=sys.stderr)
     status = print_failures(sum(s.not_applicable for s in summaries), errors,

@@ -1,5 +1,5 @@
 """Examples printed under each command's `--help` (every line that starts with `userturn` is a complete command
-line: tests/test_help.py parses each of them with the real parser)."""
+line: tests/test_cli_help.py parses each of them with the real parser)."""
 
 from __future__ import annotations
 

@@ -56,8 +56,8 @@ def add_judge_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                        help='JSON object merged into each judge request, e.g. \'{"chat_template_kwargs": '
                             '{"enable_thinking": false}}\'')
     group.add_argument("--judge-prompt", default=None, metavar="FILE.md|judge_vN",
-                       help="judge prompt: a file, or a packaged version by name (default judge_v3; judge_v1 and "
-                            "judge_v2 are kept for reproducing earlier verdicts)")
+                       help=f"judge prompt: a file, or a packaged version by name (default {defaults.JUDGE_PROMPT}; "
+                            "earlier versions are kept for reproducing earlier verdicts)")
     group.add_argument("--judge-all", action="store_true",
                        help="also send records labelled by a pre-label rule (empty, restatement, role leak) to "
                             "the judges")

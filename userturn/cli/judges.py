@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from userturn.cli.argtypes import non_negative_float
+from userturn.cli.argtypes import non_negative_float, positive_int
 from userturn.cli.judge_arguments import add_judge_arguments, panel_config
 from userturn.cli.probe import add_network_arguments, configure_network
 from userturn.cli.results_args import add_results_argument, judge_out_is_folder
@@ -66,6 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--html", default=None, metavar="OUT.html", help="also write a self-contained HTML report "
                         "(with the figures when matplotlib is installed)")
     report.add_argument("--plots", default=None, metavar="DIR", help="also write the figures to DIR (PNG, PDF, SVG)")
+    report.add_argument("--gold", action="append", default=None, metavar="GOLD.jsonl",
+                        help="gold labels (userturn label): calibrate each judge panel on them (gold n, base rate, "
+                             "kappa, sensitivity, specificity) and add the rates corrected for its error; repeat "
+                             "for several files or labellers")
     report.add_argument("--plot-temperature", type=non_negative_float, default=None, metavar="T",
                         help="temperature of the single-temperature figures (default: the lowest present)")
     rows = report.add_argument_group("rows", "which rows the table, JSON, HTML and figures show (numbers are "
@@ -89,12 +93,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     evaluate = sub.add_parser(
         "judge-eval", help="score a judge against a hand-labelled gold file",
         description="Judge every item of GOLD.jsonl and report accuracy, per-label precision/recall and the "
-                    "confusion matrix. Gold lines: {id, label, user_turn, messages | query [+ response]}.")
+                    "confusion matrix. Gold lines: {id, label, user_turn, messages | query [+ response]}, or the "
+                    "answers `userturn label` writes (one item per key: the label most labellers gave).")
     evaluate.add_argument("gold", metavar="GOLD.jsonl")
     evaluate.add_argument("--with-rules", action="store_true",
                           help="apply the rule pre-labels first, as `judge` does (default: judges see every item)")
     evaluate.add_argument("--json", action="store_true", help="print the scores as JSON")
     evaluate.add_argument("--out", default=None, metavar="PRED.jsonl", help="write the judged items (with gold)")
+    evaluate.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                          help="judge every item N times and show each judge's agreement with itself (hosted "
+                               "judges vary even at temperature 0); the scores are the first pass's")
     add_judge_arguments(evaluate, required=True, concurrency_flags=("--judge-concurrency", "--concurrency"),
                         resumable=False)
     add_network_arguments(evaluate.add_argument_group("network"))
@@ -158,7 +166,7 @@ def judge_eval_command(args: argparse.Namespace) -> int:
     async def run() -> tuple[list, list]:
         async with panel:
             await panel.check()
-            return await evaluate(items, panel, workers=args.judge_concurrency)
+            return await evaluate(items, panel, workers=args.judge_concurrency, repeats=args.repeat)
 
     scores, judged = aio.run(run())
     if args.out:
@@ -191,6 +199,11 @@ def _print_score(console: Console, s: JudgeScore) -> None:
         per.add_row(row.label, *("—" if v is None else f"{v:.3f}" for v in (row.precision, row.recall, row.f1)),
                     str(row.support), str(row.predicted))
     console.print(per)
+    if s.self_agreement is not None:
+        same = s.self_agreement
+        agreement = "—" if same.agreement is None else f"{100 * same.agreement:.1f}%"
+        console.print(f"against itself over {same.repeats} repeats: the same label on {agreement} of {same.items} "
+                      f"items, κ {'—' if same.kappa is None else f'{same.kappa:.3f}'}")
     confusion = Table(title="confusion (rows: gold, columns: predicted)", title_justify="left", header_style="bold")
     confusion.add_column("gold \\ pred")
     columns = [*SHORT, ERROR]

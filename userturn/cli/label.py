@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from userturn.cli.argtypes import non_negative_int, positive_int
 from userturn.cli.results_args import HELP
+from userturn.core import aio
 from userturn.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def label_command(args: argparse.Namespace) -> int:
         raise UserError("--labeller: name someone")
     sample = draw_sample(records.values(), args.n, args.seed)
     session = LabelSession(labeller_order(sample, args.seed, labeller), Path(args.out), labeller)
-    return asyncio.run(serve(session, args.port, open_browser=not args.no_browser and can_open_browser()))
+    return aio.run(serve(session, args.port, open_browser=not args.no_browser and can_open_browser()))
 
 
 async def serve(session: LabelSession, port: int, *, open_browser: bool) -> int:

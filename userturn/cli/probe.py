@@ -148,6 +148,10 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-special-tokens", action="store_true", default=None,
                    help="probe items whose messages contain the tokenizer's special tokens (refused by default: they "
                         "forge turns); their records get special_tokens_in_content: true")
+    g.add_argument("--controls", action="store_true", default=None,
+                   help="also write, without generating, each item's own human next turn (model human) and another "
+                        "item's (model human-shuffled) where the dataset has one (meta.second_turn, e.g. mt-bench): "
+                        "judged like any record, they show whether the judge tells them apart")
     g.add_argument("--no-progress", action="store_true",
                    help="plain progress lines (every 10 s and one at the end) instead of the live view")
 
@@ -247,7 +251,7 @@ async def probe_main(args: argparse.Namespace) -> int:
     perturbations = validate(args.perturb or ["none"])
     check_split(args.out, args.shard)
     name, items, every = load_items(args.dataset, limit=args.limit, shuffle_seed=args.shuffle_seed,
-                                    whole=needs_partner(perturbations))
+                                    whole=needs_partner(perturbations) or bool(args.controls))
     dataset_name = args.dataset_name or name
     chosen = preview(target_source(args), [flag_layer(args)])[1].scorer  # the flag, else the manifest's
     preflight(dataset_name, items, chosen)

@@ -11,6 +11,8 @@ import orjson
 from userturn.client.terminal import console
 from userturn.core.errors import UserError
 from userturn.core.results_files import configs_of, describe, results_files
+from userturn.report.calibration import Calibrations
+from userturn.report.controls import controls_lines
 from userturn.report.filters import RowFilter, select_groups
 from userturn.report.label_notice import LabelNotice, label_notice
 from userturn.report.summary import GroupSummary, Report, summarise_file, to_json_rows
@@ -29,6 +31,13 @@ def run_report(args: argparse.Namespace) -> int:
     report = summarise_file(paths)
     if not report.groups:
         raise UserError(f"{source}: no userturn records to report (empty, or only configuration lines)")
+    calibrations = None
+    if getattr(args, "gold", None):
+        from userturn.report.calibration import calibrate
+        from userturn.report.correction import apply_calibrations
+
+        calibrations = calibrate(paths, args.gold)
+        apply_calibrations(report.groups, calibrations)
     rows = RowFilter(models=args.model or [], datasets=args.dataset or [], perturbations=args.perturb or [],
                      temperatures=args.temperature or [], model_order=args.model_order or [])
     groups = select_groups(report.groups, rows)
@@ -50,7 +59,8 @@ def run_report(args: argparse.Namespace) -> int:
             replay = Replayer(args.tokenizer, args.chat_template, configs=configs_of(paths))  # raw-mode prompts
             html = render_html(groups, report.agreements, examples, report.records, figures, source, why,
                                prompt_of=replay.prompt, skipped=skipped, filters=rows.describe(),
-                               notice=notice.text if notice else None, quote_reasks=report.quote_reasks)
+                               notice=notice.text if notice else None, quote_reasks=report.quote_reasks,
+                               calibrations=calibrations)
             print(f"userturn report: wrote {write_html(html, args.html)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(to_json_rows(groups), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -60,6 +70,7 @@ def run_report(args: argparse.Namespace) -> int:
         sys.stdout.write(RENDERERS[args.format](groups, notice.caveat if notice else None))
     else:
         _print_table(args, groups, report, notice, source + (f" ({rows.describe()})" if rows.active else ""))
+        _print_calibration(groups, calibrations, wide=args.wide)
     if report.superseded:
         across = " (within or across the files)" if len(paths) > 1 else ""
         print(f"userturn report: {report.superseded} superseded lines in {source} not counted (a later line of "
@@ -80,12 +91,23 @@ def _print_table(args: argparse.Namespace, groups: list[GroupSummary], report: R
         title += ": no rate below is a measurement)"
     if notice and notice.above:
         print_trimmed(console(), escape("NOTICE: " + notice.text))
+    for line in controls_lines(groups):
+        print_trimmed(console(), escape(line))
     print_report(console(wide=args.wide), groups, report.agreements, title, wide=args.wide)
     if notice and not notice.above:
         print_trimmed(console(), escape(notice.text))
     if report.quote_reasks:
         print_trimmed(console(), f"judge re-asks: {report.quote_reasks} replies held only a verdict quoted from the "
                       "generated turn, or two different verdicts, and were asked again (quoted text never votes)")
+
+
+def _print_calibration(groups: list[GroupSummary], calibrations: Calibrations | None, *, wide: bool) -> None:
+    """The judge's calibration table and lines under the report, or the one line saying it is uncalibrated."""
+    from userturn.client.terminal import print_trimmed
+    from userturn.report.calibration_view import calibration_text
+
+    for part in calibration_text(groups, calibrations, wide=wide):
+        print_trimmed(console(), part)
 
 
 def _figures(groups: list[GroupSummary], temperature: float | None, order: list[str],

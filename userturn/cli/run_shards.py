@@ -16,7 +16,7 @@ from userturn.core.shards import MAX_SHARDS, Shard
 
 # `run` flags a worker is given as the parent got them (a test checks that every flag of `run` is in one of the two)
 FORWARDED = ("out_dir", "keep_going", "rejudge", "launcher", "ca_bundle", "no_model_check", "parallel_models",
-             "limit", "models")
+             "controls", "limit", "models")
 PARENT_ONLY = ("experiment", "no_progress", "dry_run", "shard", "workers", "func", "command")
 # flags a worker gets through its environment, never its command line (a proxy URL may carry a password): local
 # processes inherit it, a SLURM array task gets it through sbatch --export=ALL

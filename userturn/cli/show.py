@@ -75,6 +75,7 @@ def wants_record(args: argparse.Namespace) -> bool:
 
 def show_record(args: argparse.Namespace) -> int:
     """Print one record (or only its prompt). Unknown key: UserError with the closest keys (exit 2)."""
+    from userturn.client.probe.controls import CONTROL_MODELS
     from userturn.client.render.prompt_replay import find_record
     from userturn.client.short_keys import resolve_key
     from userturn.core.results_files import results_files
@@ -87,6 +88,12 @@ def show_record(args: argparse.Namespace) -> int:
     paths = results_files(args.results)
     record = find_record(paths, resolve_key(paths, args.key))
     replay = replayer(args, paths)
+    if record.model in CONTROL_MODELS:  # the dataset's human turn: nothing was generated, no prompt sent
+        if args.prompt_only:
+            raise UserError(f"record {record.key!r} is a {record.model} control (--controls): no prompt was sent")
+        sys.stdout.write(record_view(record, None, f"none was sent: a {record.model} control holds a human turn "
+                                     "from the dataset (--controls)", replay.config_of(record)))
+        return 0
     try:
         prompt = replay.prompt(record)
         problem = None

@@ -26,6 +26,7 @@ ASSISTANT_TEMPERATURE = 0.0
 ASSISTANT_MAX_TOKENS = 1024
 
 # Judges (judges.llm_judge.JudgeConfig, the --judge-* flags, `judges:` in experiments)
+JUDGE_PROMPT = "judge_v3"  # the packaged prompt judges use unless told otherwise (judges/prompts/)
 JUDGE_MAX_TOKENS = 4096  # room for reasoning judges
 MIN_JUDGE_MAX_TOKENS = 16  # the shortest verdict, {"rationale": "", "label": "generic"}, is about 15 tokens
 JUDGE_TEMPERATURE = 0.0

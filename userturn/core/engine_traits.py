@@ -6,12 +6,7 @@ endpoint given by URL alone gets `EXTERNAL`, whose unknowns stay unknown (None) 
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict
-
-# "cpu": the embedded engine (`transformers`); "ollama": an Ollama server at a URL (never launched)
-EngineKind = Literal["sglang", "vllm", "llamacpp", "cpu", "ollama", "external"]
 
 
 class EngineTraits(BaseModel):
@@ -19,7 +14,7 @@ class EngineTraits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    engine: EngineKind
+    engine: str  # the engine's kind, the registry's name for it (`userturn.serve.engines.ENGINES`)
     # Whether a per-request `seed` reaches the sampler (SGLang: only under --enable-deterministic-inference).
     seed_honoured: bool | None
     # Whether a request's output is independent of what else the server computes (other slots in the batch, a reused
@@ -57,6 +52,11 @@ class EngineTraits(BaseModel):
     # What the server said it is when it was recognised at a URL (e.g. "llama-server b6500"); None: launched here, or
     # not recognised.
     described: str | None = None
+
+    @property
+    def external(self) -> bool:
+        """An endpoint given by URL: what serves it is not known (`EXTERNAL`)."""
+        return self.engine == EXTERNAL.engine
 
 
 EXTERNAL = EngineTraits(

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from userturn.core import defaults
+from userturn.core.records import temperature_value
 
 RendererName = Literal["auto", "chat_template", "harmony"]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -29,6 +30,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(gt=0, le=1)]
 UnitFloat = Annotated[float, Field(ge=0, le=1)]
 TopK = Annotated[int, Field(ge=-1)]
+# A probed temperature, taken as `temperature_value` says (the same temperature: the same key, seed and request).
+Temperature = Annotated[float, Field(ge=0), AfterValidator(temperature_value)]
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class Options(BaseModel):
     chat_template_kwargs: Annotated[dict[str, Any] | None, OTHER] = Field(
         default=None, description="extra chat-template variables (merged key by key across layers)")
     # which samples are drawn (each record's identity, not its configuration)
-    temperatures: Annotated[list[NonNegativeFloat] | None, OTHER] = Field(default=None, min_length=1)
+    temperatures: Annotated[list[Temperature] | None, OTHER] = Field(default=None, min_length=1)
     samples: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="samples per item and temperature")
     # how each user turn is sampled
     max_tokens: Annotated[PositiveInt | None, SENT] = Field(default=None, description="max tokens of the user turn")
@@ -89,6 +92,10 @@ class Options(BaseModel):
         default=None, description="probe (and flag) items holding the tokenizer's special tokens")
     record_meta: Annotated[dict[str, Any] | None, OTHER] = Field(
         default=None, description="copied into every record's meta (a trained model's provenance)")
+    controls: Annotated[bool | None, OTHER] = Field(
+        default=None, description="add the human-turn controls: per item with meta.second_turn, records of model "
+                                  "`human` (its own human next turn) and `human-shuffled` (another item's), no "
+                                  "generation")
     scorer: Annotated[str | None, OTHER] = Field(
         default=None, description="task scorer of the items whose meta.scorer names none (client/probe/scoring.py "
                                   "SCORERS; default: the dataset's name, if it names one)")
@@ -174,7 +181,7 @@ class ProbeOptions(Options):
 
     renderer: RendererName = "auto"
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    temperatures: list[NonNegativeFloat] = Field(default_factory=lambda: list(defaults.TEMPERATURES), min_length=1)
+    temperatures: list[Temperature] = Field(default_factory=lambda: list(defaults.TEMPERATURES), min_length=1)
     samples: PositiveInt = defaults.SAMPLES
     max_tokens: PositiveInt = defaults.MAX_TOKENS
     seed: int = defaults.SEED
@@ -182,6 +189,7 @@ class ProbeOptions(Options):
     assistant_temperature: NonNegativeFloat = defaults.ASSISTANT_TEMPERATURE
     assistant_max_tokens: PositiveInt = defaults.ASSISTANT_MAX_TOKENS
     allow_special_tokens: bool = False
+    controls: bool = False
     record_meta: dict[str, Any] = Field(default_factory=dict)
     concurrency: PositiveInt = defaults.CONCURRENCY
     request_timeout: PositiveFloat = defaults.REQUEST_TIMEOUT_S

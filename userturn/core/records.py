@@ -125,7 +125,8 @@ class GroupKey(NamedTuple):
 
 
 def group_key(record: ProbeRecord) -> GroupKey:
-    return GroupKey(record.model, record.dataset, record.mode, record.perturbation, record.temperature)
+    return GroupKey(record.model, record.dataset, record.mode, record.perturbation,
+                    temperature_value(record.temperature))
 
 
 def line_group_values(line: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
@@ -139,7 +140,7 @@ def line_group_key(line: dict[str, Any]) -> GroupKey:
     """`group_key` of a results line read as a dict (the report's fast path); raises KeyError/TypeError/ValueError
     on a line without model, dataset or temperature."""
     model, dataset, mode, perturbation, temperature = line_group_values(line)
-    return GroupKey(model, dataset, mode, perturbation, float(temperature))
+    return GroupKey(model, dataset, mode, perturbation, temperature_value(temperature))
 
 
 class RendererInfo(BaseModel):
@@ -212,8 +213,8 @@ def record_key(
     """Stable, human-readable, unambiguous identity of one sample; resume matches on it.
 
     `model|dataset|item_id|mode|perturbation|t=T|s=K`: text fields have `%` and `|` percent-encoded (so no two
-    samples share a key), `T` is `repr(float(temperature))` (the shortest text that reads back as the same float:
-    0.7 and 0.7000001 differ; 1 and 1.0 are the same float, `t=1.0`).
+    samples share a key), `T` is `repr` of `temperature_value(temperature)` (the same temperature, the same text:
+    0.1 + 0.2 and 0.3 give `t=0.3`; 1 and 1.0 give `t=1.0`).
     """
     return key_prefix(model, dataset, item_id, perturbation, mode) + condition_suffix(temperature, sample)
 
@@ -234,9 +235,16 @@ def key_prefixes(model: str, dataset: str, perturbation: str, mode: str = "raw")
     return prefix
 
 
+def temperature_value(temperature: float) -> float:
+    """The one rule for when two temperatures are the same: equal at 6 significant digits (`f"{t:g}"`, the rule the
+    per-sample seeds have always used, so no seed moves). Options, keys, seeds and the report's filters all compare
+    temperatures through it: 0.1 + 0.2 is 0.3; 0.7 and 0.7000001 are one temperature, 0.7 and 0.70001 two."""
+    return float(f"{float(temperature):g}")
+
+
 def condition_suffix(temperature: float, sample: int) -> str:
     """The part of `record_key` after `key_prefix`: `t=T|s=K`."""
-    return f"t={float(temperature)!r}{KEY_SEPARATOR}s={int(sample)}"
+    return f"t={temperature_value(temperature)!r}{KEY_SEPARATOR}s={int(sample)}"
 
 
 def check_key_format(schema_version: int, path: object, key: str) -> None:

@@ -160,7 +160,8 @@ class Current(Generic[V]):
 
 
 def last_of_each(identities: np.ndarray) -> np.ndarray:
-    """`Current`'s rule on a column: True per line that is the last of its identity hash, in file order."""
+    """`Current`'s rule on a column: True per line that is the last of its identity (equal values, e.g. digests), in
+    file order."""
     import numpy as np
 
     _, last_from_end = np.unique(identities[::-1], return_index=True)  # the first of each, from the end

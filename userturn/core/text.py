@@ -1,9 +1,12 @@
-"""Text helpers every layer shares: reasoning removed from a reply, message content as text."""
+"""Text helpers every layer shares: reasoning removed from a reply, message content as text, a text's digest."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
+
+import orjson
 
 _TAGS = "think|thinking|reasoning"
 _BLOCK = re.compile(rf"<({_TAGS})>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
@@ -54,3 +57,16 @@ def content_text(content: Any) -> str:
                 raise TypeError(f"a content part is a {type(part).__name__}, not text")
         return "".join(parts)
     raise TypeError(f"message content is a {type(content).__name__}, not text")
+
+
+def digest(value: object) -> bytes:
+    """16 bytes of BLAKE2b identifying `value` (a text, bytes, None, or any JSON value): the same in every process
+    and run, unlike `hash()` (salted per process, 64 bits); two different values share one with probability 2**-128.
+    For identities compared without keeping the value (a judged turn, a record's key and configuration)."""
+    if isinstance(value, str):
+        data = b"s" + value.encode("utf-8", "surrogatepass")
+    elif isinstance(value, bytes):
+        data = b"b" + value
+    else:
+        data = b"j" + orjson.dumps(value)
+    return hashlib.blake2b(data, digest_size=16).digest()

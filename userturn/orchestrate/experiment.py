@@ -128,6 +128,9 @@ class Experiment(Options):
     judges: list[JudgeEntry] = Field(default_factory=list)
     out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
     launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
+    gold: list[str] = Field(default_factory=list, description="gold label files (`userturn label`; relative to the "
+                                                              "experiment file): the run's report calibrates the "
+                                                              "judges on them, as `report --gold`")
 
     @field_validator("datasets", mode="before")
     @classmethod
@@ -223,7 +226,8 @@ def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOption
 
 
 def check_files(exp: Experiment, source: Path) -> None:
-    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name."""
+    """Every manifest named exists: a file (relative to the experiment file or the cwd) or a shipped name; every gold
+    file exists."""
     for index, entry in enumerate(exp.models):
         if entry.manifest is None or (source.parent / entry.manifest).is_file():
             continue
@@ -231,6 +235,9 @@ def check_files(exp: Experiment, source: Path) -> None:
             resolve_named(entry.manifest, "manifests")
         except UserError:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
+    for index, gold in enumerate(exp.gold):  # before the run, not after it: its report reads them
+        if not Path(resolve(source.parent, gold)).is_file():
+            raise UserError(f"{source}: gold.{index}: file not found: {gold} (relative to the experiment file)")
 
 
 async def check_endpoints(exp: Experiment, base: Path, source: Path) -> tuple[list[str], list[str]]:
@@ -289,7 +296,8 @@ def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
     spec = entry.spec if builtin is not None else resolve(base, entry.spec)
     name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
                                    shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
-                                   else exp.shuffle_seed, whole=needs_partner(exp.perturbations))
+                                   else exp.shuffle_seed,
+                                   whole=needs_partner(exp.perturbations) or bool(exp.controls))
     return entry.name or name, items, every
 
 

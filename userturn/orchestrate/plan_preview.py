@@ -65,7 +65,7 @@ def _served(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None
 
     source = target_source(entry, exp, base, launcher)
     m = load_manifest(str(source.manifest))
-    if m.engine == "external":
+    if m.base_url is not None:
         return f"external endpoint {m.base_url}"
     gpus = m.gpus if m.gpus is not None else 0
     where = f"{m.engine} via {source.launcher}"

@@ -149,7 +149,7 @@ def _tallies(records: Iterable[ProbeRecord], temperature: float, metric: str) ->
 def compare(base: Sequence[ProbeRecord], trained: Sequence[ProbeRecord], temperatures: Sequence[float],
             ) -> list[Metric]:
     """Per temperature and metric: both rates over the items both labelled, trained - base, Newcombe's paired
-    interval from item-clustered Wilson intervals (`judges.stats.paired_difference`)."""
+    interval from item-clustered Wilson intervals (`report.stats.paired_difference`)."""
     from userturn.report.stats import ItemTallies, clustered_rate, paired_difference
 
     out = []

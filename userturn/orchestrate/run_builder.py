@@ -192,7 +192,7 @@ class TargetSession:
         t = self.target
         served_by = [await endpoint.check(t.model) for endpoint in self.endpoints]
         if self.endpoints:
-            if t.engine_traits.engine == "external":
+            if t.engine_traits.external:
                 found = await described_traits(self.endpoints[0], t.model, recognisable_engines())
                 self.engine_traits = found or t.engine_traits
             else:

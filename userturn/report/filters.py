@@ -6,13 +6,13 @@ values of one filter are alternatives.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 
 from userturn.client.terminal import matching
 from userturn.core.errors import UserError
+from userturn.core.records import temperature_value
 from userturn.report.model_size import order_models
 from userturn.report.summary import GroupSummary
 
@@ -47,11 +47,13 @@ def row_order(groups: Sequence[GroupSummary], model_order: Sequence[str] = ()) -
 def at_temperatures(asked: Sequence[float], present: set[float], what: str) -> Callable[[float], bool]:
     """`--temperature T...` as a test on a temperature (every one passes when none is asked); UserError naming the
     temperatures present when an asked one matches no `what` (row, record)."""
+    wanted = {temperature_value(t) for t in asked}
+    have = {temperature_value(t) for t in present}
     for t in asked:
-        if not any(math.isclose(t, have, abs_tol=1e-9) for have in present):
-            shown = ", ".join(f"{have:g}" for have in sorted(present)) or "none"
+        if temperature_value(t) not in have:
+            shown = ", ".join(f"{h:g}" for h in sorted(present)) or "none"
             raise UserError(f"--temperature {t:g}: no {what} at that temperature (present: {shown})")
-    return lambda temperature: not asked or any(math.isclose(t, temperature, abs_tol=1e-9) for t in asked)
+    return lambda temperature: not asked or temperature_value(temperature) in wanted
 
 
 def select_groups(groups: Sequence[GroupSummary], rows: RowFilter) -> list[GroupSummary]:

@@ -1,6 +1,6 @@
 """`userturn report --format csv|markdown|latex`: CSV with every count and the rates as fractions, for analysis;
 a Markdown pipe table and a LaTeX `booktabs` tabular with the terminal table's columns, for a paper. The Markdown
-and LaTeX tables carry the report's caveat (`judges.label_notice`: judge failures, rules only, unjudged records)
+and LaTeX tables carry the report's caveat (`report.label_notice`: judge failures, rules only, unjudged records)
 above the table.
 """
 
@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 
 from userturn.core.taxonomy import LABELS
 from userturn.report.summary import GroupSummary
-from userturn.report.table import delta_cell, fmt_temp, interval_cell
+from userturn.report.table import corrected_cell, delta_cell, fmt_temp, interval_cell
 
 CSV_COLUMNS = ["model", "dataset", "mode", "perturbation", "temperature", "settings", "n", "items", "followups",
-               "followup_rate", "ci_low", "ci_high", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items",
+               "followup_rate", "ci_low", "ci_high", "followup_corrected", "corrected_ci_low", "corrected_ci_high",
+               "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_items",
                "accuracy", "accuracy_n", "records", "judge_failures", "generation_errors", "unjudged", "rule_labels",
                "self_judged"]
 
@@ -39,24 +40,33 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 
-HEADER = ["model", "dataset", "mode", "perturbation", "settings", "T", "n", "follow-up % [95% CI]",
-          "Δ vs none pp [95% CI]", "accuracy %", "excluded"]  # mode and settings only where rows differ in them
-NUMERIC = {"T", "n", "follow-up % [95% CI]", "Δ vs none pp [95% CI]", "accuracy %", "excluded"}
+CORRECTED = "corrected % [95% CI]"
+HEADER = ["model", "dataset", "mode", "perturbation", "settings", "T", "n", "follow-up % [95% CI]", CORRECTED,
+          "Δ vs none pp [95% CI]", "accuracy %", "excluded"]  # mode, settings, corrected only where rows have them
+NUMERIC = {"T", "n", "follow-up % [95% CI]", CORRECTED, "Δ vs none pp [95% CI]", "accuracy %", "excluded"}
 NOTE = ("n = labelled records; follow-up = genuine_followup / n with an item-clustered Wilson 95% CI; Δ vs none = "
         "paired difference to the unperturbed row over shared items (percentage points); excluded = judge failures "
         "/ generation errors / unjudged records, all outside n")
+CORRECTED_NOTE = ("; corrected = the follow-up rate corrected for the judge panel's error measured on gold labels "
+                  "(Rogan-Gladen), 95% CI from sampling and calibration error together; n/a: the panel's Se + Sp - 1 "
+                  "is too small to correct")
 
 
 def _cells(groups: Sequence[GroupSummary]) -> tuple[list[str], list[list[str]]]:
     """The paper table's header and rows (mode and settings columns only when some rows differ in them)."""
     hidden = {"mode"} if len({g.mode for g in groups}) <= 1 else set()
     hidden |= set() if any(g.settings for g in groups) else {"settings"}
+    hidden |= set() if any(g.calibration is not None for g in groups) else {CORRECTED}
     shown = [i for i, name in enumerate(HEADER) if name not in hidden]
     rows = [[g.model, g.dataset, g.mode, g.perturbation, g.settings, fmt_temp(g.temperature), str(g.n),
              "—" if g.followup_rate is None else f"{_pct(g.followup_rate)} {interval_cell(g.ci_low, g.ci_high)}",
-             delta_cell(g).replace("\n", " "), _pct(g.accuracy),
+             corrected_cell(g, " ").replace("%", ""), delta_cell(g).replace("\n", " "), _pct(g.accuracy),
              f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"] for g in groups]
     return [HEADER[i] for i in shown], [[row[i] for i in shown] for row in rows]
+
+
+def _note(groups: Sequence[GroupSummary]) -> str:
+    return NOTE + (CORRECTED_NOTE if any(g.calibration is not None for g in groups) else "")
 
 
 def _md_escape(text: str) -> str:
@@ -71,7 +81,7 @@ def to_markdown(groups: Sequence[GroupSummary], caveat: str | None = None) -> st
     lines += ["| " + " | ".join(header) + " |",
              "|" + "|".join("---:" if h in NUMERIC else "---" for h in header) + "|"]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + f"\n\n{NOTE}.\n"
+    return "\n".join(lines) + f"\n\n{_note(groups)}.\n"
 
 
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -98,7 +108,7 @@ def to_latex(groups: Sequence[GroupSummary], caveat: str | None = None) -> str:
     header, rows = _cells(groups)
     spec = "".join("r" if h in NUMERIC else "l" for h in header)
     lines = [f"% CAVEAT: {' '.join(caveat.split())}"] if caveat else []
-    lines += [f"% {NOTE}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
+    lines += [f"% {_note(groups)}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
               " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
     lines += [" & ".join(latex_number(c) if h in NUMERIC else latex_escape(c) for h, c in zip(header, row, strict=True))
               + r" \\" for row in rows]

@@ -30,11 +30,14 @@ from userturn.core.results_reader import parse_record
 from userturn.core.taxonomy import DESCRIPTIONS, LABELS, SHORT
 from userturn.judges.agreement import PanelAgreement
 from userturn.judges.prelabel import query_and_response
+from userturn.report.calibration import Calibrations
+from userturn.report.calibration_view import calibration_html
+from userturn.report.controls import controls_lines
 from userturn.report.export import human_turn
 from userturn.report.rate_grid import rate_grid
 from userturn.report.scan import Scan, checked_lines
 from userturn.report.summary import GroupSummary, is_self_judged
-from userturn.report.table import fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
+from userturn.report.table import corrected_cell, fmt_ci, fmt_delta, fmt_kappa, fmt_rate, fmt_temp
 
 SAMPLES_PER_LABEL = 5
 SAMPLE_TABLE = 50
@@ -61,11 +64,13 @@ figure{margin:1em 0;min-width:0;max-width:100%} figcaption{font-weight:bold} nav
 <h1>userturn report</h1>
 <p class="note">{{ source }} · {{ total }} records · generated {{ generated }}{% if filters %} · rows shown:
 {{ filters }}{% endif %}</p>
-{% if notice %}<p class="warn">{{ notice }}</p>{% endif %}
+{% if notice %}<p class="warn">{{ notice }}</p>{% endif %}{% for line in controls %}<p class="note">{{ line }}</p>
+{% endfor %}
 {% if quote_reasks %}<p class="note">judge re-asks: {{ quote_reasks }} replies held only a verdict quoted from the
 generated turn, or two different verdicts, and were asked again (quoted text never votes).</p>{% endif %}
 <nav class="note">On this page: <a href="#figures">figures</a><a href="#rates">follow-up rate by model and
-temperature</a><a href="#rows">all {{ groups|length }} rows</a>{% if agreements %}<a href="#agreement">judge
+temperature</a><a href="#rows">all {{ groups|length }} rows</a>{% if calibration %}<a href="#calibration">judge
+calibration</a>{% endif %}{% if agreements %}<a href="#agreement">judge
 agreement</a>{% endif %}<a href="#examples">examples per label</a><a href="#records">records</a>{% if failures %}
 <a href="#failures">judge failures</a>{% endif %}<a href="#provenance">provenance</a></nav>
 <h2 id="figures">Figures</h2>
@@ -98,7 +103,8 @@ outside n. Raw and chat mode, different generation configurations and different 
 <div class="scroll tall">
 <table class="rows"><thead><tr><th>model</th><th>dataset</th><th>mode</th><th>perturbation</th><th>temp</th>
 {% if any_settings %}<th>settings</th>{% endif %}<th>n</th><th>items</th>
-<th>follow-ups</th><th>rate</th><th>95% CI</th><th>Δ vs none (95% CI)</th>
+<th>follow-ups</th><th>rate</th><th>95% CI</th>{% if calibrated %}<th>corrected (95% CI)</th>{% endif %}
+<th>Δ vs none (95% CI)</th>
 <th>judge failures</th><th>generation errors</th><th>unjudged</th>
 <th>accuracy</th>{% for l in labels %}<th title="{{ l }}">{{ short[l] }}</th>{% endfor %}<th>judged by</th></tr></thead>
 {% for g in groups %}<tr><td>{{ g.model }}</td><td>{{ g.dataset }}</td><td>{{ g.mode }}</td>
@@ -106,6 +112,7 @@ outside n. Raw and chat mode, different generation configurations and different 
 {% if any_settings %}<td>{{ g.settings }}</td>{% endif %}<td class="num">{{ g.n }}</td>
 <td class="num">{{ g.items }}</td>
 <td class="num">{{ g.followups }}</td><td class="num">{{ rate(g.followup_rate) }}</td><td class="num">{{ ci(g) }}</td>
+{% if calibrated %}<td class="num" title="{{ g.corrected_note or '' }}">{{ corrected(g, " ") }}</td>{% endif %}
 <td class="num" title="{{ g.delta_note or '' }}">{{ delta(g) }}</td>
 <td class="num">{{ g.judge_failures }}</td>
 <td class="num">{{ g.generation_errors }}</td><td class="num">{{ g.unjudged }}</td>
@@ -120,7 +127,7 @@ independent judge for reported numbers.</p>{% endif %}
 <div class="scroll"><table><tr><th>code</th><th>label</th><th>meaning</th></tr>
 {% for l in labels %}<tr><td>{{ short[l] }}</td><td>{{ l }}</td><td>{{ descriptions[l] }}</td></tr>{% endfor %}
 </table></div>
-{% if agreements %}<h2 id="agreement">Judge agreement</h2>
+{{ calibration }}{% if agreements %}<h2 id="agreement">Judge agreement</h2>
 <div class="scroll"><table><tr><th>judges</th><th>items</th><th>agreement</th><th>kappa</th></tr>
 {% for agreement in agreements %}
 <tr><td>{{ agreement.judges|join(", ") }}</td><td class="num">{{ agreement.items }}</td>
@@ -379,12 +386,12 @@ def _inline_svg(svg: bytes) -> str:
 def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], examples: Examples, total: int,
                 figures: dict[str, dict[str, bytes]] | None, source: str, no_figures: str = "", *,
                 prompt_of: PromptOf | None = None, skipped: dict[str, str] | None = None, filters: str = "",
-                notice: str | None = None, quote_reasks: int = 0) -> str:
+                notice: str | None = None, quote_reasks: int = 0, calibrations: Calibrations | None = None) -> str:
     """The report as one HTML string (autoescaped). `figures`: {name: {format: bytes}} (SVG inlined, else PNG as a
     data URI); `no_figures`: why there are none; `skipped`: {figure: why it has nothing to show}; `prompt_of`
     rebuilds a record's prompt for the sample table; `filters`: the row filters, as flags; `notice`: the label
-    notice above the table (default: `judges.label_notice` for `source`); `quote_reasks`: judge replies asked again
-    because they held only a quoted verdict or two verdicts."""
+    notice above the table (default: `report.label_notice` for `source`); `quote_reasks`: judge replies asked again
+    because they held only a quoted verdict or two verdicts; `calibrations`: the panels against gold labels."""
     from userturn.report.label_notice import label_notice
     from userturn.report.plots import TITLES
 
@@ -407,6 +414,8 @@ def render_html(groups: list[GroupSummary], agreements: list[PanelAgreement], ex
         table_caption=examples.table.caption, prompts_rendered=prompt_of is not None,
         prov=provenance(source, groups, examples),
         any_human=any(human_turn(r) for shown in examples.by_label.values() for r in shown.records),
+        calibrated=any(g.calibration is not None for g in groups), calibration=calibration_html(groups, calibrations),
+        corrected=corrected_cell, controls=controls_lines(groups),
         rate=fmt_rate, ci=fmt_ci, delta=fmt_delta, temp=fmt_temp, kappa=fmt_kappa,
     )
 

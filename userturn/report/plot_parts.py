@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from userturn.core.errors import UserError
+from userturn.core.records import temperature_value
 from userturn.report.model_size import order_models
 from userturn.report.stats import wilson_interval
 from userturn.report.summary import GroupSummary
@@ -67,11 +68,12 @@ def plot_temperature(groups: Sequence[GroupSummary], temperature: float | None =
     present = sorted({g.temperature for g in groups if g.followup_rate is not None})
     if temperature is None:
         return present[0] if present else None
-    if not any(math.isclose(t, temperature, abs_tol=1e-9) for t in present):
+    same = [t for t in present if temperature_value(t) == temperature_value(temperature)]
+    if not same:
         shown = ", ".join(fmt_temp(t) for t in present) or "none"
         raise UserError(f"--plot-temperature {fmt_temp(temperature)}: no labelled row at that temperature "
                         f"(present: {shown})")
-    return next(t for t in present if math.isclose(t, temperature, abs_tol=1e-9))
+    return same[0]
 
 
 def _variant(g: GroupSummary) -> str:

@@ -1,6 +1,6 @@
 """Report figures for a paper (matplotlib, Agg backend), written as PNG, PDF and SVG: `followup_vs_temperature`,
 `accuracy_vs_followup`, `perturbation_effects`, `label_mix` (see `TITLES`). One colour per model in every figure,
-models in order of size (`judges.model_size`, or `--model-order`); shared parts are in `judges.plot_parts`. A
+models in order of size (`report.model_size`, or `--model-order`); shared parts are in `report.plot_parts`. A
 figure with nothing to show is not drawn (`skipped_figures` says why; the figure functions need rows to draw).
 """
 

@@ -15,10 +15,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from userturn.client.probe.controls import CONTROL_MODELS
 from userturn.client.terminal import print_trimmed
 from userturn.core.records import ProbeRecord, group_key
-from userturn.core.results_files import describe
+from userturn.core.results_files import as_paths, describe
 from userturn.judges.prelabel import apply_rules, query_and_response
+from userturn.report.calibration import calibrate
+from userturn.report.calibration_view import calibration_text
+from userturn.report.controls import controls_lines
+from userturn.report.correction import apply_calibrations
 from userturn.report.export import human_turn
 from userturn.report.filters import row_order
 from userturn.report.label_notice import label_notice
@@ -136,12 +141,16 @@ def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, i
     return same, pairs
 
 
-def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[GroupSummary]:
+def print_run_report(console: Console, results: Path | Sequence[Path], gold: Sequence[str] = ()) -> list[GroupSummary]:
     """The whole printout of `userturn run` for its results file (or its shards' files read as one); returns the
-    report rows."""
-    records = load_results(results)
+    report rows. `gold`: gold label files to calibrate the judges on (the experiment's `gold:`)."""
+    records = [r for r in load_results(results) if r.model not in CONTROL_MODELS]  # generated turns only
     source = describe(results)
     groups = row_order(summarise_file(results).groups)  # the rows `userturn report` shows, settings named
+    calibrations = None
+    if gold:
+        calibrations = calibrate(as_paths(results), gold)
+        apply_calibrations(groups, calibrations)
     width = console.width
     for line in turns_beside_human(records, width, source):
         print_trimmed(console, escape(line))
@@ -155,12 +164,16 @@ def print_run_report(console: Console, results: Path | Sequence[Path]) -> list[G
     notice = label_notice(groups, results)
     if notice and notice.above and failed:
         print_trimmed(console, escape("NOTICE: " + notice.text))
+    for line in controls_lines(groups):
+        print_trimmed(console, escape(line))
     print_trimmed(console, groups_table(groups, title, width=width))
     print_trimmed(console, SHORT_LEGEND)
     print_trimmed(console, totals_line(groups))
     if notice and not (notice.above and failed):
         print_trimmed(console, escape(notice.text + ("" if failed else
                                                      " (Or put a judge under `judges:` in the experiment file.)")))
+    for part in calibration_text(groups, calibrations):
+        print_trimmed(console, part)
     page = ("label shares, examples and provenance in one page" if rules_only else
             "the figures and the HTML report (examples, agreement, provenance)")
     flags = "--html report.html" if rules_only else "--html report.html --plots figures/"

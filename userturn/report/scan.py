@@ -23,6 +23,7 @@ from userturn.core.errors import first_error
 from userturn.core.records import GroupKey, JudgeVerdict, ProbeRecord, line_group_key, line_group_values
 from userturn.core.results_files import as_paths
 from userturn.core.results_reader import config_line, last_of_each, legacy_config, not_a_record, read_lines
+from userturn.core.text import digest
 
 
 class RowId(NamedTuple):
@@ -124,9 +125,10 @@ class Scan:
     """Compact columns of every record line seen, in order; `keep_mask` says which line is the last for its key."""
 
     def __init__(self) -> None:
-        self.key_hash = array("q")
+        self.key_digest = bytearray()  # 16 bytes per line: `digest` of (key, configuration fingerprint)
         self.row = array("i")
-        self.item_hash = array("q")
+        self.item = array("i")  # the item id's index in `item_ids`
+        self.item_ids: dict[str, int] = {}
         self.outcome = array("i")
         self.tokens = array("q")  # per line: prompt tokens, completion tokens (0 where the record has no usage)
         self.rows: dict[RowId, int] = {}
@@ -147,9 +149,9 @@ class Scan:
 
     def append(self, d: dict, known: tuple[int, int]) -> None:
         """Count one record line: `known` is its (row index, outcome index) from `classify`."""
-        self.key_hash.append(hash((d["key"], d.get("config_fingerprint"))))
+        self.key_digest += digest((d["key"], d.get("config_fingerprint")))
         self.row.append(known[0])
-        self.item_hash.append(hash(d["item_id"]))
+        self.item.append(self.item_ids.setdefault(d["item_id"], len(self.item_ids)))
         self.outcome.append(known[1])
         self.tokens.extend(_usage(d))
 
@@ -188,22 +190,21 @@ class Scan:
         return len(self.row)
 
     def kept_columns(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(row, item hash, outcome code, (prompt, completion) tokens) of the lines that count, as arrays; the
+        """(row, item index, outcome code, (prompt, completion) tokens) of the lines that count, as arrays; the
         per-line columns are then released (they are the largest thing the report holds)."""
         if not len(self.row):
-            return np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32), np.zeros((0, 2), np.int64)
+            return np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int32), np.zeros((0, 2), np.int64)
         rows = np.frombuffer(self.row, dtype=np.int32)[keep]
-        items = np.frombuffer(self.item_hash, dtype=np.int64)[keep]
+        items = np.frombuffer(self.item, dtype=np.int32)[keep]
         codes = np.frombuffer(self.outcome, dtype=np.int32)[keep]
         tokens = np.frombuffer(self.tokens, dtype=np.int64).reshape(-1, 2)[keep]
-        self.key_hash, self.row, self.item_hash, self.outcome = array("q"), array("i"), array("q"), array("i")
+        self.key_digest, self.row, self.item, self.outcome = bytearray(), array("i"), array("i"), array("i")
         self.tokens = array("q")
         return rows, items, codes, tokens
 
     def keep_mask(self) -> np.ndarray:
         """Boolean per line: True for the last line of its key and configuration (the record that counts)."""
-        keys = np.frombuffer(self.key_hash, dtype=np.int64) if len(self.key_hash) else np.empty(0, np.int64)
-        return last_of_each(keys)
+        return last_of_each(np.frombuffer(self.key_digest, dtype="V16") if self.key_digest else np.empty(0, "V16"))
 
 
 def checked_lines(paths: str | Path | Sequence[str | Path],

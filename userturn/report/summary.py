@@ -1,6 +1,6 @@
 """Summaries of results files: one row per model x dataset x mode x perturbation x temperature, configuration
 (`config_fingerprint`) and judge panel. Follow-up rate = genuine_followup / labelled records (`n`); judge failures
-and generation errors are counted beside it. Intervals are clustered by item (`judges.stats`); each perturbed row
+and generation errors are counted beside it. Intervals are clustered by item (`report.stats`); each perturbed row
 carries its paired difference to the `none` row of the same configuration.
 """
 
@@ -21,6 +21,7 @@ from userturn.core.records import ProbeRecord
 from userturn.core.results_files import as_paths, read_results
 from userturn.core.taxonomy import LABELS, is_followup
 from userturn.judges.agreement import PanelAgreement, agreements_from_patterns
+from userturn.report.calibration import Calibration
 from userturn.report.scan import RowId, Scan, base_name, row_and_outcome, scan_files
 from userturn.report.stats import ItemTallies, clustered_rate, paired_difference
 
@@ -66,6 +67,13 @@ class GroupSummary(BaseModel):
     prompt_tokens: int = Field(default=0, description="prompt tokens of the row's probe requests (records' usage)")
     completion_tokens: int = Field(default=0, description="completion tokens of the row's probe requests")
     usage_records: int = Field(default=0, description="records of the row that carry a usage report")
+    followup_corrected: float | None = Field(default=None, description="the follow-up rate corrected for the judge "
+                                             "panel's measured error (Rogan-Gladen; `report --gold`)")
+    corrected_ci_low: float | None = Field(default=None, description="95% interval of followup_corrected: sampling "
+                                           "and calibration error (seeded parametric bootstrap)")
+    corrected_ci_high: float | None = None
+    corrected_note: str | None = Field(default=None, description="why followup_corrected is null despite gold")
+    calibration: Calibration | None = Field(default=None, description="the row's judge panel against the gold labels")
 
     @property
     def series(self) -> str:

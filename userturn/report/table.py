@@ -19,9 +19,9 @@ def fmt_rate(value: float | None) -> str:
 
 
 def fmt_temp(value: float) -> str:
-    """Short form when it is exact (0.7), else every digit (0.7000001): two rows never look alike."""
-    short = f"{value:g}"
-    return short if float(short) == value else repr(value)
+    """6 significant digits, the digits two temperatures differ in (`records.temperature_value`): two rows never
+    look alike."""
+    return f"{value:g}"
 
 
 def fmt_ci(group: GroupSummary) -> str:
@@ -78,6 +78,15 @@ def delta_cell(group: GroupSummary) -> str:
     return f"{100 * group.delta_vs_none:+.1f}\n{interval_cell(group.delta_ci_low, group.delta_ci_high, signed=True)}"
 
 
+def corrected_cell(group: GroupSummary, sep: str = "\n") -> str:
+    """The Rogan-Gladen rate over its interval; 'n/a' where the panel's calibration cannot correct, '—' without
+    gold for the panel or without a rate."""
+    if group.followup_corrected is None:
+        return "n/a" if group.calibration is not None and group.followup_rate is not None else "—"
+    return (f"{fmt_rate(group.followup_corrected)}{sep}"
+            f"{interval_cell(group.corrected_ci_low, group.corrected_ci_high)}")
+
+
 def _row_name(group: GroupSummary, show_mode: bool, width: int = NAME_WIDTH) -> str:
     """model / dataset (mode) / settings / SELF flag: one cell, one fact per line, names wrapped at separators."""
     dataset = wrap_name(group.dataset + (f" ({group.mode})" if show_mode else ""), width)
@@ -101,12 +110,15 @@ def groups_table(groups: list[GroupSummary], title: str, *, wide: bool = False, 
         return _wide_table(groups, title)
     table = _table(title)
     show_mode = len({g.mode for g in groups}) > 1
-    headers = ["perturb", "T", "n", "follow-up\n[95% CI]", "Δ vs none pp\n[95% CI]", "accuracy", "excluded"]
+    calibrated = any(g.calibration is not None for g in groups)
+    headers = ["perturb", "T", "n", "follow-up\n[95% CI]", *(["corrected\n[95% CI]"] if calibrated else []),
+               "Δ vs none pp\n[95% CI]", "accuracy", "excluded"]
     rows = []
     for g in groups:
         accuracy = "—" if g.accuracy is None else f"{100 * g.accuracy:.1f}%"
         rate = "—" if g.followup_rate is None else f"{fmt_rate(g.followup_rate)}\n{interval_cell(g.ci_low, g.ci_high)}"
-        rows.append([g.perturbation, fmt_temp(g.temperature), str(g.n), rate, delta_cell(g), accuracy,
+        corrected = [corrected_cell(g)] if calibrated else []
+        rows.append([g.perturbation, fmt_temp(g.temperature), str(g.n), rate, *corrected, delta_cell(g), accuracy,
                      f"{g.judge_failures}/{g.generation_errors}/{g.unjudged}"])
     # the other columns keep their natural width (perturb at most 12); the names get what is left, and are wrapped
     # to it at their separators so rich never has to fold them mid-word
@@ -135,8 +147,9 @@ def _wide_table(groups: list[GroupSummary], title: str) -> Table:
     text = ["model", "dataset", "mode", "perturb"] + (["settings"] if any_settings else [])
     for name in text:
         table.add_column(name, overflow="fold")
-    for name in ("temp", "n", "items", "follow-ups", "rate", "95% CI", "Δ vs none pp (95% CI)", "judge fail",
-                 "gen err", "unjudged", "accuracy", "prompt tok", "compl. tok"):
+    calibrated = any(g.calibration is not None for g in groups)
+    for name in ("temp", "n", "items", "follow-ups", "rate", "95% CI", *(["corrected [95% CI]"] if calibrated else []),
+                 "Δ vs none pp (95% CI)", "judge fail", "gen err", "unjudged", "accuracy", "prompt tok", "compl. tok"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("labels", overflow="fold")
     table.add_column("judged by", overflow="fold")
@@ -149,7 +162,8 @@ def _wide_table(groups: list[GroupSummary], title: str) -> Table:
             delta += f" {g.delta_items} items"
         cells = [g.model, g.dataset, g.mode, g.perturbation] + ([g.settings] if any_settings else [])
         cells += [fmt_temp(g.temperature), str(g.n), str(g.items), str(g.followups), fmt_rate(g.followup_rate),
-                  interval_cell(g.ci_low, g.ci_high) or "—", delta, str(g.judge_failures), str(g.generation_errors),
+                  interval_cell(g.ci_low, g.ci_high) or "—", *([corrected_cell(g, " ")] if calibrated else []),
+                  delta, str(g.judge_failures), str(g.generation_errors),
                   str(g.unjudged), accuracy, _tokens(g.prompt_tokens, g), _tokens(g.completion_tokens, g),
                   label_mix(g.labels), f"{judged_by} [bold red]{flag}[/]" if flag else judged_by]
         table.add_row(*cells)
