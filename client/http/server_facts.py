@@ -65,9 +65,9 @@ def engine_notices(traits: EngineTraits, urls: Sequence[str]) -> list[str]:
     if traits.described:
         defaults = traits.server_sampler_defaults
         shown = "not reported" if defaults is None else ", ".join(
-            f"{name}={value:g}" for name, value in defaults.items()) or "none"
-        notices.append(f"userturn: note: {where} is {traits.described}: recorded as engine {traits.engine}, its "
-                       f"sampling defaults ({shown}) as server_sampler_defaults; each request states temperature, "
+            f"{name}={value:g}" for name, value in defaults.items() if not _neutral({name: value})) or "all off"
+        notices.append(f"userturn: note: {where} is {traits.described}: recorded as engine {traits.engine}, with "
+                       f"its sampling defaults ({shown}) as server_sampler_defaults; each request states temperature, "
                        f"seed and {sent}")
     if traits.engine == "ollama" and not _neutral(traits.server_sampler_defaults):
         notices.append(f"userturn: warning: {where} (Ollama) applies the model's own top_k, min_p and repeat_penalty "
