@@ -81,10 +81,12 @@ def engine_notices(traits: EngineTraits, urls: Sequence[str]) -> list[str]:
         notices.append(f"userturn: warning: the {traits.engine} server at {where} does not honour a request's seed: "
                        "sampled records cannot be reproduced (recorded as seed_honoured: false)")
     if traits.batch_invariant is False:
+        way_out = ("start it with -np 1 --no-cache-prompt and probe with --concurrency 1" if traits.described else
+                   "launch it with one slot and no prompt cache (probe.concurrency: 1, extra_args: "
+                   "[--no-cache-prompt])")
         notices.append(f"userturn: warning: the {traits.engine} server at {where} computes a request together with "
                        "others (several slots, or a reused prompt cache): its records are not reproducible, a rerun "
-                       "differs (recorded as batch_invariant: false); for reproducible records launch it with one "
-                       "slot and no prompt cache (probe.concurrency: 1, extra_args: [--no-cache-prompt])")
+                       f"differs (recorded as batch_invariant: false); for reproducible records {way_out}")
     return notices
 
 
