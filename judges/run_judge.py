@@ -18,10 +18,9 @@ from userturn.core.errors import UserError
 from userturn.core.jsonl import JsonlWriter, read_configs
 from userturn.core.records import ProbeRecord
 from userturn.core.results_files import judged_name
-from userturn.core.results_reader import is_config_line, parse_record, read_lines
 from userturn.core.text import digest
 from userturn.core.workers import run_all
-from userturn.judges.backlog import JudgingScan, read_record, scan_judging
+from userturn.judges.backlog import JudgingScan, TurnHead, read_record, record_heads, scan_judging
 from userturn.judges.panel import JudgeCounters, JudgePanel, judge_failure_line
 
 OUT_HINT = "use another --out, or pass --rejudge to label those records again with this panel"
@@ -51,7 +50,7 @@ class JudgeRunSummary:
 class InputPlan:
     """Per input key (its last line): byte offset and action, packed as `offset << 2 | action`."""
 
-    entries: dict[str, int]
+    entries: dict[bytes, int]  # digest of key -> packed (a string per key would double the memory at 1M keys)
     todo: int = 0
     carry: int = 0
     skipped: int = 0
@@ -76,25 +75,20 @@ def outputs(inputs: list[Path], out: Path | None, *, folder: bool) -> list[tuple
 
 
 def plan_input(results: Path, output: JudgingScan) -> InputPlan:
-    """Read the input once, validating every line (UserError naming path:line before any request): a key is
+    """Read the input once, checking every line's JSON and the fields judging reads (`errors.damaged_line` naming
+    path:line before any request; the rest of a record is checked when it is read back to be judged): a key is
     skipped when the output has it done with the same turn, a generation error is carried, the rest is judged."""
-    entries: dict[str, int] = {}
-    for number, offset, line, complete in read_lines(results):
-        if is_config_line(line):
-            continue
-        try:
-            record = parse_record(line, f"{results}:{number}")
-        except UserError:
-            if complete:
-                raise
-            continue  # a torn final line: the probe that wrote it was killed mid-write
-        if output.done.get(record.key) == digest(record.user_turn):
+    entries: dict[bytes, int] = {}
+    done = output.done
+    for _, offset, head in record_heads(results, TurnHead):
+        key = digest(head.key)
+        if done.get(key) == digest(head.user_turn):
             action = SKIP
-        elif record.status != "ok":
+        elif head.status != "ok":
             action = CARRY
         else:
             action = JUDGE
-        entries[record.key] = offset << 2 | action
+        entries[key] = offset << 2 | action
     counts = Counter(packed & 3 for packed in entries.values())
     return InputPlan(entries, todo=counts[JUDGE], carry=counts[CARRY], skipped=counts[SKIP])
 

@@ -35,10 +35,14 @@ class LaunchSpec:
         """Root URL for a local client (0.0.0.0 / :: become loopback)."""
         return root_url(self.host, self.port)
 
-    def shell(self, redact: bool = True) -> str:
-        """The command as one shell line: `K=V ... argv`, every part quoted; with `redact` (what a log gets), the
-        values of key, token, secret and password flags and variables and URL credentials as `[redacted]`."""
+    def shell(self, redact: bool = True, placeholder: str | None = None) -> str:
+        """The command as one shell line: `K=V ... argv`, every part quoted; with `redact` (what a log and --dry-run
+        get), the values of key, token, secret and password flags and variables and URL credentials as `[redacted]`,
+        except a flag's `placeholder` (--dry-run's stand-in for the key, `launcher.dry_run_key`)."""
         env, argv = (redacted_environment(self.env), redacted_command(self.argv)) if redact else (self.env, self.argv)
+        if placeholder:
+            argv = [given if given == placeholder or given.endswith(f"={placeholder}") else shown
+                    for given, shown in zip(self.argv, argv, strict=True)]
         shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         return f"{shown} {shlex.join(argv)}" if shown else shlex.join(argv)
 

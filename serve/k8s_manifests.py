@@ -14,6 +14,7 @@ from userturn.serve.commands import ROUTER_MODULE, server_argv
 from userturn.serve.engines import ENGINES, engine_of
 from userturn.serve.k8s_files import config_map, mount_files, pod_manifest
 from userturn.serve.manifest import Manifest
+from userturn.serve.secret_env import refuse_secret_env
 from userturn.serve.slurm_script import check_deployable, slug
 
 CLUSTER_PORT = 30000
@@ -158,6 +159,7 @@ def render_k8s(m: Manifest) -> str:
     Service named `<name>-leader` (the LWS controller creates its own headless Service under the LWS's name)."""
     check_deployable(m)
     check_model_cache(m)
+    refuse_secret_env(m, "k8s")  # the YAML is printed or written for others: a secret goes in a Secret
     m, shipped = pod_manifest(m, CACHE_DIR)  # only what exists in the pod: no path of this machine
     k = m.cluster.k8s
     name = f"userturn-{slug(m.label)}"
@@ -209,6 +211,13 @@ def render_k8s(m: Manifest) -> str:
               f"# base URL inside the cluster: http://{where}:{port}/v1  (model: {m.request_model_name})\n"
               f"# from outside: kubectl port-forward service/{service_name} {port}:{port}, then "
               f"http://127.0.0.1:{port}/v1\n")
+    if m.nnodes > 1:
+        header += ("# needs: the LeaderWorkerSet controller in the cluster (kind LeaderWorkerSet, "
+                   "leaderworkerset.x-k8s.io/v1; install it first: https://lws.sigs.k8s.io/docs/installation/)\n")
+    if k.cache_pvc:
+        header += (f"# needs: the PersistentVolumeClaim {k.cache_pvc}{' (ReadWriteMany)' if m.nnodes > 1 else ''} in "
+                   f"the namespace{f' {k.namespace}' if k.namespace else ''}: the model cache, mounted at {CACHE_DIR}; "
+                   "create it first (the pods wait for it)\n")
     if m.api_key:
         header += (f"# API key: the server requires the key in Secret {k.api_key_secret} (key 'key'); create it first: "
                    f"kubectl create secret generic {k.api_key_secret} --from-literal=key=$(openssl rand -hex 24); "

@@ -242,11 +242,13 @@ def submit(m: Manifest, run_dir: Path, api_key: str | None = None) -> SlurmJob:
     `api_key` goes into `run_dir/api_key` (mode 600), which the job reads."""
     if shutil.which("sbatch") is None:
         raise UserError("--launcher slurm: sbatch not found on PATH (run on a SLURM login node)")
-    script = render_slurm(m)
+    script = render_slurm(m, secrets="keep")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "endpoints").mkdir(exist_ok=True)
     path = run_dir / "job.sbatch"
-    path.write_text(script, encoding="utf-8")
+    path.unlink(missing_ok=True)  # a new file, mode 600: it may hold the manifest's env: secrets
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as fh:
+        fh.write(script)
     log = run_dir / ("%A_%a.log" if m.replicas > 1 else "%j.log")
     # the job runs this interpreter's environment unless the manifest or the shell names another
     python = "" if m.cluster.slurm.python or "USERTURN_PYTHON" in os.environ else f"USERTURN_PYTHON={sys.executable},"

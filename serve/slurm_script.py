@@ -8,13 +8,16 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from typing import Literal
 
 from userturn.core.errors import UserError
+from userturn.core.fingerprint import redacted_environment
 from userturn.serve import router_follower
 from userturn.serve.commands import ROUTER_HEALTH_PATHS, router_argv, server_argv
 from userturn.serve.engines import engine_of
 from userturn.serve.engines.base import engines_with
 from userturn.serve.manifest import Manifest
+from userturn.serve.secret_env import refuse_secret_env
 
 # Words of the server argv that the script fills in at run time (each becomes "$VAR" in the srun line).
 PLACEHOLDERS = {
@@ -216,11 +219,38 @@ def _job_home(m: Manifest) -> Manifest:
     return m.model_copy(update=update) if update else m
 
 
-def render_slurm(m: Manifest, *, python: str | None = None) -> str:
+def _submit_lines(m: Manifest) -> list[str]:
+    """What to set before submitting, and the check that runs when the file is run by hand (`bash FILE`): it fails
+    at once when the job could not work, else submits the file itself with sbatch. SLURM runs the script only once
+    the job is allocated, so a check inside the job would come only after the queue."""
+    needs: list[list[str]] = []  # per requirement: the variables any one of which meets it
+    if m.api_key:
+        needs.append(list(dict.fromkeys(["USERTURN_API_KEY", "USERTURN_API_KEY_FILE",
+                                         *([m.api_key_env] if m.api_key == "env" and m.api_key_env else [])])))
+    why = f"the key the server will require, api_key: {m.api_key}; the probe sends the same key"
+    lines = ["# before submitting: " + ("; ".join(f"export {' or '.join(names)} ({why})" for names in needs) if needs
+                                        else "nothing to set"),
+             "# submit: bash THIS_FILE [sbatch options] checks that, then runs sbatch on this file (plain sbatch skips "
+             "the check: the job then fails only once it starts)",
+             'if [ -z "${SLURM_JOB_ID:-}" ]; then  # run by hand, not by SLURM: check, then submit']
+    for names in needs:
+        present = "".join(f"${{{n}:-}}" for n in names)
+        lines.append(f'  [ -n "{present}" ] || {{ echo "userturn: set {names[0]} before submitting '
+                     f'(export {names[0]}=...): the server requires an API key" >&2; exit 2; }}')
+    lines += ['  command -v sbatch >/dev/null || { echo "userturn: sbatch not found: submit from a SLURM login node" '
+              '>&2; exit 2; }', '  exec sbatch "$@" "$0"', "fi"]
+    return lines
+
+
+def render_slurm(m: Manifest, *, python: str | None = None, secrets: Literal["refuse", "redact", "keep"] = "refuse"
+                 ) -> str:
     """The sbatch script (see the module docstring). Its Python is $USERTURN_PYTHON at run time, else `python`, else
     the manifest's `cluster.slurm.python`, else `python3` on the job's PATH: never a path of the emitting machine
-    that the manifest or caller did not name."""
+    that the manifest or caller did not name. A literal secret in `env:` (`secret_env`) is refused (`--emit`),
+    shown `[redacted]` (`--dry-run`) or kept (`--launcher slurm`, which writes the script mode 600)."""
     check_deployable(m)
+    if secrets == "refuse":
+        refuse_secret_env(m, "slurm")
     m = _job_home(m)
     s = m.cluster.slurm
     label = slug(m.label)
@@ -242,7 +272,7 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
     lines += [
         f"# userturn serve --emit slurm: {m.label}. Once the server answers {', '.join(m.readiness_paths)}, the job",
         "# writes {base_url, model, job_id, ...} to $USERTURN_ENDPOINT_DIR/<job>_<task>.json and echoes the URL.",
-        "", "set -eo pipefail", *s.setup, "set -u",
+        *_submit_lines(m), "", "set -eo pipefail", *s.setup, "set -u",
         f'export USERTURN_PYTHON="${{USERTURN_PYTHON:-{py}}}"',
     ]
     lines += _hub_lines(m)
@@ -254,7 +284,8 @@ def render_slurm(m: Manifest, *, python: str | None = None) -> str:
                   f'export USERTURN_API_KEY="${{USERTURN_API_KEY:-{fallback}}}"  # api_key: {m.api_key}',
                   '[ -n "$USERTURN_API_KEY" ] || { echo "userturn: the server requires an API key: set USERTURN_API_KEY'
                   + (f" or {m.api_key_env}" if m.api_key == "env" else "") + '" >&2; exit 2; }']
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(m.env.items())]
+    env = redacted_environment(m.env) if secrets == "redact" else m.env
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     endpoint_dir = f'"${{USERTURN_ENDPOINT_DIR:-{s.endpoint_dir or "$SLURM_SUBMIT_DIR/userturn-endpoints"}}}"'
     port = f"$(({m.port} + TASK))" if m.port else f'$("$USERTURN_PYTHON" -c {FREE_PORT})'
     lines += [

@@ -21,7 +21,7 @@ from ports import free_port
 
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, RequestFailed
 from userturn.client.http.http_client import HttpReply
-from userturn.client.http.replies import MAX_RETRY_AFTER_S, parse_retry_after, server_message
+from userturn.client.http.replies import RETRY_AFTER_READ_MAX_S, parse_retry_after, server_message
 from userturn.core.errors import EndpointError
 
 BASE = "http://mock.test/v1"
@@ -373,7 +373,7 @@ def test_url_joins_without_double_slashes() -> None:
 # --- helpers ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("value", "expected"), [
-    (None, None), ("", None), ("5", 5.0), (" 2.5 ", 2.5), ("-3", 0.0), ("1e9", MAX_RETRY_AFTER_S),
+    (None, None), ("", None), ("5", 5.0), (" 2.5 ", 2.5), ("-3", 0.0), ("1e9", RETRY_AFTER_READ_MAX_S), ("nan", None),
     ("soon", None), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
 ])
 def test_parse_retry_after(value: str | None, expected: float | None) -> None:

@@ -1,12 +1,14 @@
-"""client/http/health.py through `Endpoint`, with injected transports: a hung server, a loading one, a 429 storm
-without Retry-After (no attempt spent, the in-flight limit halved), the preflight's decisions on 4xx, base URLs as
-people paste them, SOCKS proxies, a malformed usage. Small timeouts and counted behaviour, no timing assertions."""
+"""client/http/health.py through `Endpoint`, with injected transports: a hung server, items never answered, a
+loading one, 429 storms with and without Retry-After (no attempt spent, the in-flight limit halved), the
+preflight's decisions on 4xx, base URLs as people paste them, SOCKS proxies, a malformed usage. Small timeouts
+and counted behaviour, no timing assertions."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import re
 from pathlib import Path
 
 import httpx
@@ -16,9 +18,10 @@ from chatml_renderer import Renderer
 from userturn.client.data.dataset import DatasetItem
 from userturn.client.http import http_client
 from userturn.client.http.endpoint import Endpoint, EndpointConfig, split_base_url
+from userturn.client.http.health import EndpointHealth
 from userturn.client.http.urls import likely_base
 from userturn.client.probe.pipeline import ProbeRun, ProbeSettings
-from userturn.core.errors import EndpointError, RequestFailed, UserError
+from userturn.core.errors import EndpointError, RequestFailed, RetryableError, RetryLater, UserError
 from userturn.core.jsonl import read_records
 
 BASE = "http://judgement.test/v1"
@@ -63,17 +66,131 @@ def hung_server(answered: int = 0) -> tuple[object, list[int]]:
     return handle, served
 
 
-async def test_a_hung_server_stops_the_request_after_a_few_timeouts_not_its_whole_schedule() -> None:
+async def test_a_hung_server_stops_once_distinct_requests_first_attempts_time_out() -> None:
+    """A server that completes nothing, sent 4 requests at a time (deferred on a first timeout, as the probe does):
+    the first attempt that times out after 3 request timeouts of silence, with 14 or more in a row timed out (what
+    a server with no answered completion needs), stops the run."""
     handle, _ = hung_server()
-    async with endpoint(handle, max_retries=20, request_timeout=0.05, hung_after=3) as ep:
+    outcomes: list[str] = []
+
+    async def worker(ep: Endpoint, ids: list[int]) -> None:
+        while ids:
+            try:
+                await ep.post_json("completions", {"i": ids.pop()}, defer=True)
+            except RetryLater:
+                outcomes.append("later")
+            except RequestFailed as exc:
+                outcomes.append(exc.endpoint_down or "")
+                return
+
+    async with endpoint(handle, max_retries=20, request_timeout=0.05, hung_after=3, concurrency=4) as ep:
         await ep.check("m")
+        ids = list(range(100))
+        await asyncio.gather(*(worker(ep, ids) for _ in range(4)))
+    stops = [o for o in outcomes if o != "later"]
+    assert len(stops) == 4 and len(outcomes) < 40  # every worker stopped, after a few rounds of 4
+    assert stops[0].startswith(f"endpoint {BASE} is hung: it answered no request for ")
+    assert re.search(r"\(the first attempts of \d+ requests in a row timed out after 0.05s each; a wedged "
+                     r"scheduler\?\)", stops[0])
+
+
+async def test_one_request_timing_out_on_every_attempt_is_an_error_not_a_hung_server() -> None:
+    """A single request whose every attempt times out (an item the server never answers) fails alone: its retries'
+    timeouts do not count towards hung, however long they take."""
+    handle, _ = hung_server()
+    async with endpoint(handle, max_retries=4, request_timeout=0.03, hung_after=1) as ep:
         with pytest.raises(RequestFailed) as info:
             await ep.post_json("completions", {"prompt": "p"})
-    failed = info.value
-    assert failed.attempts == 3  # 3 timeouts covering 3 request timeouts, not 21 attempts
-    assert failed.endpoint_down is not None
-    assert failed.endpoint_down.startswith(f"endpoint {BASE} is hung: it answered no request for ")
-    assert "(3 attempts timed out after 0.05s each; a wedged scheduler?)" in failed.endpoint_down
+    assert info.value.endpoint_down is None and info.value.attempts == 5
+
+
+@pytest.mark.parametrize(("answered", "timed_out", "streak"), [
+    (0, 0, 14),  # no history: as if every other first attempt timed out; 0.5**14 = 6.1e-5 < 1e-4 < 0.5**13
+    (100, 0, 3),  # a clean history: the floor (3/103)**3 = 2.5e-5
+    (20, 0, 7),  # (7/27)**7 = 7.9e-5 < 1e-4 < (6/26)**6 = 1.5e-4
+    (30, 30, 14),  # a live server timing out half the time: as many as with no history
+    (10, 90, 14),  # more than half: the share is taken as one half
+])
+def test_the_streak_that_calls_a_server_hung_by_hand(answered: int, timed_out: int, streak: int) -> None:
+    health = EndpointHealth(BASE, request_timeout=1, hung_after=3, loading_max_s=1, throttled_max_s=1)
+    health.first_answered = answered
+    health.first_timed_out = timed_out + streak  # the streak itself counts in the share
+    assert health.hung_streak() == streak
+    health.first_timed_out = timed_out + streak - 1
+    assert health.hung_streak() > streak - 1
+
+
+async def test_first_attempts_are_counted_once_each() -> None:
+    """The share the hung streak is computed from: 5 requests answered at once, 1 answered after a 500 (its first
+    attempt was answered too, by the 500; the retry is no first attempt), 1 whose first attempt timed out."""
+    failed: list[int] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content)
+        if sent.get("slow") and not failed:
+            failed.append(1)
+            await asyncio.Event().wait()
+        if sent.get("busy") and not failed:
+            failed.append(1)
+            return httpx.Response(500, text="busy")
+        return httpx.Response(200, json=OK)
+
+    async with endpoint(handle, request_timeout=0.05) as ep:
+        for i in range(5):
+            await ep.post_json("completions", {"i": i})
+        await ep.post_json("completions", {"busy": True})
+        failed.clear()
+        await ep.post_json("completions", {"slow": True})
+    assert (ep.health.first_answered, ep.health.first_timed_out) == (6, 1)
+
+
+def test_time_waiting_on_429s_counts_towards_the_throttled_stop() -> None:
+    """0.6 s since the last success with a bound of 1 s: a 429 whose wait (0.5 s) would carry past the bound stops
+    the run now; one whose wait (0.1 s) does not, goes on; a Retry-After at the bound stops at once."""
+    health = EndpointHealth(BASE, request_timeout=1, hung_after=3, loading_max_s=1, throttled_max_s=1.0)
+    health.last_success -= 0.6
+    refusal = RetryableError(f"HTTP 429 from {BASE}/completions: slow down", kind="throttled")
+    assert health.stop_reason(refusal, first=True, wait=0.1) is None
+    stop = health.stop_reason(refusal, first=True, wait=0.5)
+    assert stop is not None and stop.startswith(f"endpoint {BASE} refused every request for 1s: HTTP 429")
+    fresh = EndpointHealth(BASE, request_timeout=1, hung_after=3, loading_max_s=1, throttled_max_s=1.0)
+    quota = RetryableError("HTTP 429 ...", retry_after=1.0, kind="throttled")
+    assert (fresh.stop_reason(quota, first=True, wait=1.0) or "").startswith(f"endpoint {BASE} asks to wait 1s")
+
+
+async def test_retried_timeouts_go_behind_items_not_yet_tried(tmp_path: Path) -> None:
+    """Items q0-q4 are never answered, the other 25 are: at concurrency 2 every answerable item is sent before any
+    second attempt, the run finishes (no hung stop) with 5 error records, and the rerun sends only those 5."""
+    order: list[str] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        prompt = json.loads(request.content)["prompt"]
+        item = "q" + prompt.split("ITEM")[1].split("END")[0]
+        order.append(item)
+        if item in {"q0", "q1", "q2", "q3", "q4"}:
+            await asyncio.Event().wait()
+        return httpx.Response(200, json=OK)
+
+    tagged = [DatasetItem.model_validate({"id": f"q{i}", "messages": [
+        {"role": "user", "content": f"ITEM{i}END"}, {"role": "assistant", "content": "hello"}]}) for i in range(30)]
+    out = tmp_path / "out.jsonl"
+    async with endpoint(handle, max_retries=2, request_timeout=0.05, hung_after=1) as ep:
+        run = ProbeRun(tagged, ProbeSettings(model="m", dataset="d", concurrency=2), endpoints=[ep],
+                       renderer=Renderer(), out_path=str(out), progress=False)
+        summary = await run.run()
+    assert (summary.ok, summary.errors) == (25, 5)
+    first_retry = next(i for i, item in enumerate(order) if order.index(item) < i)
+    assert len(set(order[:first_retry])) == 30  # every item tried once before any retry
+    records, _ = read_records(out)
+    assert sorted(r.item_id for r in records.values() if r.status == "error") == ["q0", "q1", "q2", "q3", "q4"]
+    assert all(r.attempts == 3 and "gave up after 3 attempts" in (r.error or "") for r in records.values()
+               if r.status == "error")
+    order.clear()
+    async with endpoint(lambda r: order.append("x") or httpx.Response(200, json=OK)) as ep:
+        run = ProbeRun(tagged, ProbeSettings(model="m", dataset="d", concurrency=2), endpoints=[ep],
+                       renderer=Renderer(), out_path=str(out), progress=False)
+        summary = await run.run()
+    assert (summary.ok, summary.errors, len(order)) == (5, 0, 5)
 
 
 async def test_timeouts_of_a_server_that_answers_other_requests_are_not_hung() -> None:
@@ -139,13 +256,13 @@ async def test_a_loading_server_is_waited_for_without_spending_attempts() -> Non
 
 async def test_a_server_loading_past_the_bound_stops_the_run_saying_what_it_said() -> None:
     handle, _ = loading_then_ok(10**9)
-    async with endpoint(handle, max_retries=1, loading_max_s=0.02) as ep:
+    async with endpoint(handle, max_retries=0, loading_max_s=0.02) as ep:
         with pytest.raises(RequestFailed) as info:
             await ep.post_json("completions", {"prompt": "p"})
     down = info.value.endpoint_down
     assert down is not None and down.startswith(f"endpoint {BASE} is still loading after ")
     assert down.endswith(f"s: HTTP 503 from {BASE}/completions: model loading (Retry-After: 0)")
-    assert info.value.attempts > 2  # more than the retry budget: loading spent none
+    assert info.value.attempts >= 2  # more than the retry budget (1): loading spent none
 
 
 async def test_a_503_without_retry_after_still_spends_attempts() -> None:
@@ -175,11 +292,66 @@ async def test_429s_without_retry_after_halve_the_limit_and_spend_no_attempt() -
         assert int(ep.limit.limit) == 3  # additive increase: about one slot per limit's worth of successes
 
 
-async def test_a_429_with_retry_after_is_honoured_and_spends_an_attempt() -> None:
-    async with endpoint(lambda r: httpx.Response(429, headers={"retry-after": "0"}), max_retries=2) as ep:
+async def test_a_429_with_retry_after_lowers_the_limit_and_spends_no_attempt() -> None:
+    seen: list[int] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(1)
+        if len(seen) <= 3:
+            return httpx.Response(429, headers={"retry-after": "0"}, json={"error": {"message": "slow down"}})
+        return httpx.Response(200, json=OK)
+
+    async with endpoint(handle, max_retries=0, concurrency=8) as ep:
+        result = await ep.post_json("completions", {"prompt": "p"})
+        assert result.attempts == 4 and ep.limit.decreases == 3
+
+
+async def test_a_429_asking_for_more_than_a_run_waits_stops_at_once() -> None:
+    quota = {"error": {"message": "quota exhausted"}}
+    async with endpoint(lambda r: httpx.Response(429, headers={"retry-after": "3600"}, json=quota),
+                        max_retries=5) as ep:
         with pytest.raises(RequestFailed) as info:
             await ep.post_json("completions", {"prompt": "p"})
-        assert info.value.attempts == 3 and ep.limit.decreases == 0
+    assert info.value.attempts == 1
+    assert info.value.endpoint_down == (
+        f"endpoint {BASE} asks to wait 3600s before the next request, longer than a run waits (300s): HTTP 429 from "
+        f"{BASE}/completions: quota exhausted (Retry-After: 3600); rerun the same command once its quota is back, or "
+        "lower --concurrency / set --rpm / --tpm under its limit")
+
+
+async def test_a_429_wait_is_the_larger_of_its_retry_after_and_the_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retry-After 0 does not make a refused request come straight back: it waits one backoff step (0.5-1 s here;
+    not a growing one: the in-flight limit paces); a longer Retry-After wins over the backoff."""
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    replies = iter(["0", "0", "0", "9"])
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        after = next(replies, None)
+        return httpx.Response(200, json=OK) if after is None else httpx.Response(429, headers={"retry-after": after})
+
+    async with endpoint(handle, backoff_initial=0.5, backoff_max=30) as ep:
+        await ep.post_json("completions", {"prompt": "p"})
+    assert len(sleeps) == 4 and sleeps[-1] == 9
+    assert all(0.5 <= s <= 1.0 for s in sleeps[:3])
+
+
+async def test_a_loading_server_saying_retry_after_0_is_polled_with_a_growing_backoff(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    handle, _ = loading_then_ok(8)
+    async with endpoint(handle, backoff_initial=0.5, backoff_max=30) as ep:
+        await ep.post_json("completions", {"prompt": "p"})
+    assert len(sleeps) == 8 and sleeps[-1] >= 30  # 0.5, 1, 2, ... 30: not twice a second for as long as it loads
 
 
 async def test_a_server_that_only_throttles_stops_the_run_after_the_bound() -> None:
@@ -363,6 +535,7 @@ async def test_a_hung_judge_endpoint_stops_the_judging_saying_it_is_hung() -> No
     judge.endpoint = endpoint(handle, max_retries=20, request_timeout=0.05)  # the same stack, over a hung server
     async with judge.endpoint:
         await judge.check()
-        with pytest.raises(EndpointError) as info:
-            await judge.judge("q", "r", "t")
+        with pytest.raises(EndpointError) as info:  # 16 records judged at a time: 16 first attempts time out,
+            # then their retries (which decide nothing), then the next 16 first attempts stop it
+            await asyncio.gather(*(judge.judge("q", "r", f"t{i}") for i in range(48)))
     assert str(info.value).startswith(f"judge m: endpoint {BASE} is hung: it answered no request for ")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from loopback_server import LoopbackServer
-from ports import free_port, wait_for_port
+from nginx_process import Nginx, nginx_limit_req
 from results_lines import record_lines
 from tinyproxy_process import tinyproxy
 
@@ -54,49 +53,11 @@ def error_lines(stderr: str) -> list[str]:
 
 # --- nginx limit_req: a 429 storm without Retry-After -------------------------------------------------------------
 
-class Nginx:
-    def __init__(self, port: int, log: Path) -> None:
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        self.log = log
-
-    def refused(self) -> int:
-        """Requests nginx refused with its limit (429)."""
-        return sum(1 for line in self.log.read_text().splitlines() if line.endswith(" 429"))
-
-
 @pytest.fixture
 def nginx_rate_limit(tmp_path: Path) -> Iterator[tuple[Nginx, LoopbackServer]]:
-    """Debian's nginx on a free port, proxying to a loopback completion server, completions limited to 5 requests
-    a second per client (`limit_req`, no burst: a request sooner than 200 ms after the last accepted one gets a 429
-    without Retry-After)."""
-    binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
-    if binary is None:
-        pytest.skip("nginx is not installed (Debian: apt-get install nginx-light)")
-    root = tmp_path / "nginx"
-    root.mkdir()
-    port = free_port()
-    log = root / "access.log"
-    with LoopbackServer() as upstream:
-        conf = root / "nginx.conf"
-        user = "user root;\n" if os.geteuid() == 0 else ""
-        temp = "".join(f"{kind}_temp_path {root}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi",
-                                                                          "uwsgi", "scgi"))
-        conf.write_text(
-            f"{user}daemon off;\nworker_processes 1;\npid {root}/nginx.pid;\nerror_log {root}/error.log;\n"
-            "events { worker_connections 1024; }\n"
-            f"http {{\n{temp}log_format status '$request_uri $status';\naccess_log {log} status;\n"
-            "limit_req_zone $binary_remote_addr zone=api:1m rate=5r/s;\nlimit_req_status 429;\n"
-            f"server {{\nlisten 127.0.0.1:{port};\n"
-            f"location /v1/completions {{ limit_req zone=api; proxy_pass {upstream.root_url}; }}\n"
-            f"location / {{ proxy_pass {upstream.root_url}; }}\n}}\n}}\n")
-        proc = subprocess.Popen([binary, "-p", str(root), "-c", str(conf), "-e", str(root / "error.log")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for_port(port, "nginx")
-            yield Nginx(port, log), upstream
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    """nginx at 5 requests a second (no burst, 429 without Retry-After) in front of a loopback completion server."""
+    with LoopbackServer() as upstream, nginx_limit_req(tmp_path / "nginx", upstream.root_url) as nginx:
+        yield nginx, upstream
 
 
 @pytest.mark.slow
@@ -160,6 +121,20 @@ def test_a_judge_behind_a_proxy_asking_for_credentials_stops_in_one_line(tmp_pat
     assert f"{server.base_url}/models refused the preflight request with HTTP 407: " in line
 
 
+@pytest.mark.slow
+def test_a_judge_refused_at_its_preflight_leaves_no_unclosed_session(tmp_path: Path) -> None:
+    """`probe --judge-model` naming a model the judge server does not serve: exit 2 in one line, and the judge's
+    HTTP client is closed (no aiohttp "Unclosed client session" / "Unclosed connector" at exit)."""
+    with LoopbackServer() as server:
+        proc = probe(tmp_path, server.base_url, 1, "--judge-base-url", server.base_url, "--judge-model", "absent",
+                     env={"PYTHONWARNINGS": "default"}, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("userturn: error:")] == [
+        f"userturn: error: {server.base_url}/models does not serve model 'absent' (it serves: loopback); fix the "
+        "model name, or pass --no-model-check for a router or gateway whose list does not name it"]
+    assert "Unclosed" not in proc.stderr, proc.stderr
+
+
 # --- a hung server: the model list answers, completions never do -------------------------------------------------
 
 @pytest.mark.slow
@@ -186,11 +161,12 @@ def test_a_hung_server_stops_the_probe_with_exit_3_and_the_run_resumes(tmp_path:
 
 @pytest.mark.slow
 def test_a_server_answering_503_with_retry_after_is_waited_for_not_declared_dead(tmp_path: Path) -> None:
-    """The first 40 completions get 503 + Retry-After (a server loading its weights): more than the retry budget of
-    every request in flight, yet the run waits and ends with every sample answered."""
-    with LoopbackServer("--fail-first", "40", "--fail-status", "503", "--retry-after", "0") as server:
+    """The first 16 completions get 503 + Retry-After: 0 (a server loading its weights): more than the retry budget
+    of every request in flight, yet the run waits (backing off from 0.5 s, whatever the header says) and ends with
+    every sample answered."""
+    with LoopbackServer("--fail-first", "16", "--fail-status", "503", "--retry-after", "0") as server:
         proc = probe(tmp_path, server.base_url, 8, "--concurrency", "4", "--max-retries", "1", timeout=120)
-        assert server.stats()["faults"] == 40
+        assert server.stats()["faults"] == 16
     assert proc.returncode == 0, proc.stderr
     records = record_lines(tmp_path / "out.jsonl")
     assert len(records) == 8 and all(r["status"] == "ok" for r in records)

@@ -37,22 +37,65 @@ RECORDS = [
 
 def test_sft_rows_append_the_genuine_follow_up():
     rows, stats = export_rows(RECORDS, "sft")
-    assert rows[0] == {"id": "i1", "messages": [*CONVO, {"role": "user", "content": "Why is it 7?"}]}
-    assert [r["messages"][-1]["content"] for r in rows] == ["Why is it 7?", "And 3 + 5?", "ok thanks, and 4+4?"]
-    assert (stats.records, stats.written, stats.skipped_unlabeled, stats.skipped_error) == (8, 3, 1, 1)
-    assert stats.skipped_not_genuine == 3
+    assert rows[0] == {"id": "i1", "messages": [*CONVO, {"role": "user", "content": "Why is it 7?"}],
+                       "key": "m|d|i1|raw|none|t=1.0|s=0", "model": "m", "dataset": "d", "perturbation": "none",
+                       "temperature": 1.0}
+    assert [r["messages"][-1]["content"] for r in rows] == ["Why is it 7?", "And 3 + 5?"]
+    assert (stats.records, stats.written, stats.skipped_unlabeled, stats.skipped_error) == (8, 2, 1, 1)
+    assert stats.skipped_not_genuine == 3 and stats.skipped_perturbed == 1  # the wrong_answer context: not asked
+
+
+def test_sft_takes_unperturbed_contexts_unless_asked_and_writes_each_row_once():
+    """The same greedy turn at two temperatures and samples is one row; a genuine follow-up to a falsified answer
+    (wrong_answer) or to "I'm not able to help" (generic) is exported only when its perturbation is asked for."""
+    same = "Why is it 7 and not 8?"
+    records = [rec(0, "genuine_followup", same, temperature=0.0), rec(1, "genuine_followup", same, temperature=0.0),
+               rec(0, "genuine_followup", same, temperature=1.0), rec(1, "genuine_followup", "And 3 + 5?"),
+               rec(0, "genuine_followup", "But you said 8?", perturbation="wrong_answer"),
+               rec(0, "genuine_followup", "Why can't you help?", perturbation="generic")]
+    rows, stats = export_rows(records, "sft")
+    assert [(r["messages"][-1]["content"], r["temperature"], r["key"]) for r in rows] == [
+        (same, 0.0, "m|d|i1|raw|none|t=0.0|s=0"), ("And 3 + 5?", 1.0, "m|d|i1|raw|none|t=1.0|s=1")]
+    assert (stats.duplicates, stats.skipped_perturbed, stats.written) == (2, 2, 2)
+    rows, stats = export_rows(records, "sft", ("none", "wrong_answer"))
+    assert [r["perturbation"] for r in rows] == ["none", "none", "wrong_answer"] and stats.skipped_perturbed == 1
+    rows, _ = export_rows(records, "sft", ("all",))
+    assert sorted({r["perturbation"] for r in rows}) == ["generic", "none", "wrong_answer"] and len(rows) == 4
+
+
+def test_cli_export_perturb_flag(tmp_path: Path, capsys):
+    results = tmp_path / "results.jsonl"
+    with JsonlWriter(results) as writer:
+        for record in RECORDS:
+            writer.write(record)
+    assert main(["export", str(results), "--format", "sft", "--perturb", "wrong_answer"]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(x)["perturbation"] for x in captured.out.splitlines()] == ["wrong_answer"]
+    assert "contexts: wrong_answer; skipped: 7 from other perturbations' contexts" in captured.err
+    assert main(["export", str(results), "--format", "sft", "--perturb", "swap"]) == 2
+    assert "--perturb swap: no record with that perturbation (present: none, wrong_answer)" in capsys.readouterr().err
+    assert main(["export", str(results), "--format", "sft-human", "--perturb", "all"]) == 2
+    assert "--perturb chooses the contexts of sft and preference rows" in capsys.readouterr().err
+    only = tmp_path / "perturbed.jsonl"
+    with JsonlWriter(only) as writer:
+        writer.write(RECORDS[-1])
+    assert main(["export", str(only), "--format", "sft"]) == 1
+    assert "every record is from a perturbed context; take them with --perturb" in capsys.readouterr().err
 
 
 def test_preference_pairs_within_the_same_context_use_each_record_once():
     rows, stats = export_rows(RECORDS, "preference")
+    about = {"model": "m", "dataset": "d", "perturbation": "none", "temperature": 1.0}
     assert rows == [
         {"id": "i1", "prompt": CONVO, "chosen": [{"role": "user", "content": "Why is it 7?"}],
-         "rejected": [{"role": "user", "content": "What is 3 + 4?"}]},
+         "rejected": [{"role": "user", "content": "What is 3 + 4?"}], "chosen_key": "m|d|i1|raw|none|t=1.0|s=0",
+         "rejected_key": "m|d|i1|raw|none|t=1.0|s=1", **about},
         {"id": "i1", "prompt": CONVO, "chosen": [{"role": "user", "content": "And 3 + 5?"}],
-         "rejected": [{"role": "user", "content": ""}]},
+         "rejected": [{"role": "user", "content": ""}], "chosen_key": "m|d|i1|raw|none|t=1.0|s=2",
+         "rejected_key": "m|d|i1|raw|none|t=1.0|s=3", **about},
     ]
-    assert stats.unpaired == 2  # sample 4 (generic) of `none`, and the lone wrong_answer record
-    assert stats.by_label["genuine_followup"] == 3
+    assert stats.unpaired == 1 and stats.skipped_perturbed == 1  # sample 4 (generic) of `none`; wrong_answer
+    assert stats.by_label["genuine_followup"] == 2
 
 
 def test_different_temperatures_are_different_contexts():
@@ -69,9 +112,9 @@ def test_cli_writes_file_and_reports_counts(tmp_path: Path, capsys):
     out = tmp_path / "sft.jsonl"
     assert main(["export", str(results), "--format", "sft", "--out", str(out)]) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(lines) == 3 and lines[0]["messages"][-1]["role"] == "user"
+    assert len(lines) == 2 and lines[0]["messages"][-1]["role"] == "user"
     err = capsys.readouterr().err
-    assert "exported 3 sft rows from 8 records" in err and "1 unlabeled, 1 without a generation" in err
+    assert "exported 2 sft rows from 8 records" in err and "1 unlabeled, 1 without a generation" in err
     assert main(["export", str(results), "--format", "preference"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
 

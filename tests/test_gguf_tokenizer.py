@@ -132,7 +132,7 @@ def test_missing_or_broken_gguf_files_are_one_line_errors(tmp_path: Path, cache:
     broken.write_bytes(b"not a gguf file at all")
     with pytest.raises(UserError) as info:
         PromptRenderer.load(str(broken))
-    assert str(info.value).startswith(f"{broken}: cannot read the tokenizer from the GGUF metadata")
+    assert str(info.value) == f"{broken}: not a GGUF file (it starts with b'not ', a GGUF file with b'GGUF')"
     assert "\n" not in str(info.value)
 
 

@@ -92,7 +92,9 @@ def test_the_judge_skips_a_key_only_when_its_turn_is_the_same_text(tmp_path: Pat
     results = tmp_path / "r.jsonl"
     results.write_text("".join(record(k, t).model_dump_json() + "\n" for k, t in
                                (("same", "Why?"), ("changed", "Why not?"), ("new", "How?"))))
-    output = JudgingScan(tmp_path / "r.judged.jsonl", done={"same": digest("Why?"), "changed": digest("Why?")})
-    plan = plan_input(results, output)
-    assert {key: packed & 3 for key, packed in plan.entries.items()} == {"same": SKIP, "changed": JUDGE, "new": JUDGE}
+    output = JudgingScan(tmp_path / "r.judged.jsonl", done={digest("same"): digest("Why?"),
+                                                            digest("changed"): digest("Why?")})
+    plan = plan_input(results, output)  # keys by their digests: exact, and half the memory of a million strings
+    assert {key: packed & 3 for key, packed in plan.entries.items()} == {
+        digest("same"): SKIP, digest("changed"): JUDGE, digest("new"): JUDGE}
     assert (plan.todo, plan.skipped, plan.carry) == (2, 1, 0)

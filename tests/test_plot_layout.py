@@ -1,6 +1,6 @@
-"""How the report figures are drawn at 1 and at 11 models (inspected on the matplotlib artists): lines through the true
-temperatures with only the markers dodged, points at 0% drawn whole, titles no wider than their figure, panels in
-rows rather than one strip, and model names legible in their colour."""
+"""How the report figures are drawn at 1 and at 11 models (inspected on the matplotlib artists): each series, line
+and markers, at the true temperatures and a few points beside the others, points at 0% drawn whole, titles no wider
+than their figure, panels in rows rather than one strip, and model names legible in their colour."""
 
 from __future__ import annotations
 
@@ -28,20 +28,31 @@ def trend_lines(ax) -> list:
     return [line for line in ax.get_lines() if line.get_linestyle() not in ("None", "")]
 
 
-def test_lines_run_through_the_true_temperatures_and_only_the_markers_are_dodged():
+def drawn(artist) -> list[float]:
+    """Where an artist's data points land on the figure: x, y, x, y, ... in display pixels, its own transform
+    applied."""
+    return [float(v) for point in artist.get_transform().transform(artist.get_xydata()) for v in point]
+
+
+def test_each_series_line_passes_through_its_own_markers():
+    """11 models at the same temperatures: each model's series stands a few points beside the others, and its
+    line runs through its own markers (drawn where they are drawn), at the true temperatures."""
     groups = summarise(grid_records(models=PAPER_MODELS[:11], temperatures=TEMPS, perturbations=("none",)))
     fig = plots.followup_vs_temperature(groups)
+    fig.canvas.draw()
     ax = fig.get_axes()[0]
     lines, markers = trend_lines(ax), ax.containers
     assert len(lines) == len(markers) == 11
     for line, points in zip(lines, markers, strict=True):
-        assert list(line.get_xdata()) == list(TEMPS)  # the slope between two temperatures is the data's
-        y = points.lines[0].get_ydata()
-        assert list(y) == list(line.get_ydata())  # each marker at its line's height...
-        assert points.lines[0].get_linestyle() == "None"  # ...and no line through the dodged points
+        assert list(line.get_xdata()) == list(points.lines[0].get_xdata()) == list(TEMPS)  # the data: true T
+        assert list(points.lines[0].get_ydata()) == list(line.get_ydata())
+        assert drawn(line) == pytest.approx(drawn(points.lines[0]))  # the line passes through its markers
         assert to_hex(line.get_color()) == to_hex(points.lines[0].get_color())
-    shifts = [points.lines[0].get_xdata()[0] - TEMPS[0] for points in markers]
-    assert len(set(shifts)) == 11 and min(shifts) < 0 < max(shifts)  # the markers stand side by side
+    true_x = ax.transData.transform([(TEMPS[0], 0.0)])[0][0]
+    shifts = [drawn(points.lines[0])[0] - true_x for points in markers]  # display pixels
+    assert len({round(s, 6) for s in shifts}) == 11 and min(shifts) < 0 < max(shifts)  # side by side...
+    gap = ax.transData.transform([(TEMPS[1], 0.0)])[0][0] - true_x
+    assert max(shifts) - min(shifts) < 0.25 * gap  # ...a few points, never read as another temperature
     legend = fig.legends[0]
     assert [t.get_text() for t in legend.get_texts()] == list(plots.model_colors(PAPER_MODELS[:11]))  # one each
 

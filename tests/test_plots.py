@@ -80,26 +80,23 @@ def test_followup_vs_temperature_one_series_per_model_per_dataset_panel(groups):
         containers = ax.containers  # one errorbar container per series
         assert sorted(c.get_label() for c in containers) == sorted(MODELS)
         xs = [list(c.lines[0].get_data()[0]) for c in containers]
-        # unperturbed rows only: one point per temperature, each model's drawn beside the others (dodged): within
-        # 0.6 of the smallest gap (0.3) around the true temperature, 0.09 apart, never two on one vertical line
-        shifts = [[x - t for x, t in zip(series, TEMPS, strict=True)] for series in xs]
-        assert [s[0] for s in shifts] == pytest.approx([-0.09, 0.0, 0.09])
-        assert all(s == pytest.approx([s[0]] * len(TEMPS)) for s in shifts)
+        # unperturbed rows only: one point per temperature, at the true temperatures (each model's series is drawn
+        # a few points beside the others: `dodge_points`)
+        assert all(series == list(TEMPS) for series in xs)
     # the y axis follows the data: rates here stay well below 50%, and the top is just above the highest CI; the
     # bottom a hair below 0, so a point at 0% is drawn whole
     highest = max(100 * g.ci_high for g in groups if g.perturbation == "none")
     low, high = axes[0].get_ylim()
     assert -0.03 * high < low < 0 and highest < high <= highest * 1.2 + 1 and high < 60
-    assert axes[0].get_xlim()[0] < -0.09 < 1.09 < axes[0].get_xlim()[1] < 1.3
+    assert axes[0].get_xlim()[0] < -0.05 < 1.05 < axes[0].get_xlim()[1] < 1.3
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["0", "0.7", "1"]  # ticks at the true temperatures
 
 
-def test_dodge_offsets_spread_over_part_of_the_smallest_gap():
-    assert plots.dodge_offsets([0.0, 1.0], 1) == [0.0]
-    assert plots.dodge_offsets([0.0, 0.5, 1.0], 3) == pytest.approx([-0.15, 0.0, 0.15])  # 0.6 x 0.5 over 3
-    assert plots.dodge_offsets([0.0], 2) == pytest.approx([-0.3, 0.3])  # one temperature: a span of 0.6
-    eleven = plots.dodge_offsets([0.0, 0.7, 1.0], 11)
-    assert eleven[-1] - eleven[0] == pytest.approx(0.18) and len(set(eleven)) == 11
+def test_dodge_points_spread_a_few_points_apart():
+    assert plots.dodge_points(1) == [0.0]
+    assert plots.dodge_points(3) == pytest.approx([-5.0, 0.0, 5.0])  # DODGE_POINTS apart
+    eleven = plots.dodge_points(11)
+    assert eleven[-1] - eleven[0] == pytest.approx(24.0) and len(set(eleven)) == 11  # DODGE_SPAN at most
 
 
 def test_model_colours_are_the_same_in_every_figure(groups):

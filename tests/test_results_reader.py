@@ -105,9 +105,12 @@ def test_report_json_show_and_export_read_the_same_lines(varied: Path, capsys) -
     rows = json.loads(report)
     assert [(r["config_fingerprint"], r["perturbation"], r["n"]) for r in rows] == [
         (B, "none", 1), (A, "none", 2), (B, "generic", 1), (A, "generic", 1), (B, "swap", 1)]
-    assert digest(report) == "c44a9eaec8686d18"
+    assert digest(report) == "ae756f23a9d707e6"  # + the calibration fields, null without gold
     assert main(["export", str(varied), "--format", "sft"]) == 0
-    assert digest(capsys.readouterr().out) == "b2aefcc1c45af195"
+    exported = [json.loads(x) for x in capsys.readouterr().out.splitlines()]  # the current genuine follow-ups
+    assert [(r["key"], r["messages"][-1]["content"]) for r in exported] == [
+        (KEY.format("1", "none", 0), "What next?"), (KEY.format("2", "none", 0), "And then?"),
+        (KEY.format("3", "none", 1), "What next?")]
     assert main(["show", str(varied)]) == 0
     shown = capsys.readouterr()
     assert digest("\n".join(shown.out.splitlines()[1:])) == "9f2975132e3ad908"  # the title names the temporary file

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from userturn.judges.llm_judge import JudgeConfig
     from userturn.judges.panel import JudgePanel, PanelConfig, make_panel
     from userturn.orchestrate.experiment import load_experiment
+    from userturn.report.frames import records_df, rows_df
     from userturn.report.summary import summarise_file
     from userturn.serve.launcher import launch
     from userturn.serve.manifest import load_manifest
@@ -38,6 +39,7 @@ _EXPORTS = {name: module for module, names in {
     "userturn.judges.llm_judge": ["JudgeConfig"],
     "userturn.judges.panel": ["JudgePanel", "PanelConfig", "make_panel"],
     "userturn.report.summary": ["summarise_file"],
+    "userturn.report.frames": ["records_df", "rows_df"],
     "userturn.orchestrate.experiment": ["load_experiment"],
     "userturn.serve.launcher": ["launch"],
     "userturn.serve.manifest": ["load_manifest"],
@@ -63,6 +65,8 @@ __all__ = [
     "load_manifest",
     "make_panel",
     "read_records",
+    "records_df",
+    "rows_df",
     "summarise_file",
 ]
 

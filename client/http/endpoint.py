@@ -4,7 +4,8 @@ Every HTTP call (probe, chat mode, judges) goes through `Endpoint.post_json`, wh
 JSON object, with a non-empty `choices` of well-formed choices for `completions` / `chat/completions` (anything else
 is retried like a 5xx); a body is read no further than its cap (an oversized one fails at once); API keys are
 scrubbed from every server-provided text; a request that gave up without any sign of life from the server carries
-`RequestFailed.endpoint_down`. `Endpoint.check` reads `/models` before the first request and refuses a model not
+`RequestFailed.endpoint_down`; a caller that can put a timed-out request behind the ones not yet tried asks for
+`RetryLater` (`defer=True`). `Endpoint.check` reads `/models` before the first request and refuses a model not
 listed there (exit 2; `--no-model-check` for routers and gateways).
 """
 
@@ -21,7 +22,7 @@ import aiohttp
 import httpx
 import orjson
 from pydantic import BaseModel, Field
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter, wait_random
 
 from userturn.client.http import http_client
 from userturn.client.http.health import UNCOUNTED_KINDS, EndpointHealth
@@ -30,6 +31,7 @@ from userturn.client.http.keys import key_note, key_origin, read_key
 from userturn.client.http.ratelimit import AdaptiveLimit
 from userturn.client.http.redact import redact, redact_bytes, register_secret
 from userturn.client.http.replies import (
+    MAX_RETRY_AFTER_S,
     UNBOUNDED_RESPONSE_CAP,
     ReplyShape,
     body_problem,
@@ -42,7 +44,7 @@ from userturn.client.http.replies import (
 )
 from userturn.client.http.urls import PREFLIGHT_HINTS, likely_base, proxy_hint, split_base_url
 from userturn.core import defaults
-from userturn.core.errors import EndpointError, RequestFailed, RetryableError, UserError
+from userturn.core.errors import EndpointError, RequestFailed, RetryableError, RetryLater, UserError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # a proxy or gateway answering for a server it cannot reach
@@ -68,11 +70,12 @@ class EndpointConfig(BaseModel):
     max_response_bytes: int | None = Field(
         default=None, ge=1, description="cap on every response body; default: derived from each request's max_tokens")
     hung_after: float = Field(default=defaults.HUNG_AFTER_TIMEOUTS, gt=0,
-                              description="request timeouts without any answer (and 3+ timed out) that stop the run")
+                              description="request timeouts without any answer (while distinct requests' first "
+                                          "attempts time out) that stop the run")
     loading_max_s: float = Field(default=defaults.LOADING_MAX_S, gt=0,
                                  description="how long 503s with Retry-After (a server loading) are waited for")
     throttled_max_s: float = Field(default=defaults.THROTTLED_MAX_S, gt=0,
-                                   description="how long nothing but 429s without Retry-After is waited for")
+                                   description="how long nothing but 429s is waited for (waits included)")
 
 
 class ServedModel(BaseModel):
@@ -143,11 +146,13 @@ class Endpoint:
         self._ids = itertools.count()
         self._backoff = wait_exponential_jitter(multiplier=config.backoff_initial, max=config.backoff_max,
                                                 jitter=config.backoff_initial)
+        # a 429 waits one backoff step, not a growing one: the endpoint's in-flight limit paces every request
+        self._throttle_backoff = wait_random(config.backoff_initial, 2 * config.backoff_initial)
         self._retry_if = retry_if_exception_type(RetryableError)
         self.health = EndpointHealth(self.base_url, request_timeout=config.request_timeout,
                                      hung_after=config.hung_after, loading_max_s=config.loading_max_s,
                                      throttled_max_s=config.throttled_max_s)
-        self.limit = AdaptiveLimit(config.concurrency)  # lowered by 429s without Retry-After
+        self.limit = AdaptiveLimit(config.concurrency)  # lowered by 429s
         self._targets: dict[str, httpx.URL] = {}  # path -> its URL, parsed once (httpx parses a str per request)
 
     async def aclose(self) -> None:
@@ -233,54 +238,55 @@ class Endpoint:
         return reply if content is reply.content and reason == reply.reason else reply._replace(
             content=content, reason=reason)
 
-    async def _attempt(self, url: str, target: httpx.URL, body: bytes, cap: int, shape: ReplyShape) -> dict[str, Any]:
+    async def _attempt(self, url: str, target: httpx.URL, body: bytes, cap: int, shape: ReplyShape,
+                       first: bool) -> dict[str, Any]:
         try:
             async with asyncio.timeout(self.config.request_timeout):  # one deadline per attempt (httpx's: per phase)
                 reply = await send(self._client, "POST", target, body, cap)
         except ResponseTooLarge as exc:
-            self.health.answered()
+            self.health.answered(first)
             raise RequestFailed(f"response from {url} is too large: {exc} (cap set by {self._cap_source(cap)}; "
                                 "--max-response-bytes raises it)") from None
         except httpx.TooManyRedirects:
             raise EndpointError(f"{url} redirects too many times; use the final URL as the base URL") from None
         except TRANSPORT_ERRORS as exc:
-            raise self._transport_error(url, exc) from None
-        return self._reply_data(url, reply, shape)
+            raise self._transport_error(url, exc, first) from None
+        return self._reply_data(url, reply, shape, first)
 
     def _cap_source(self, cap: int) -> str:
         if self.config.max_response_bytes:
             return "--max-response-bytes"
         return "the default for requests without max_tokens" if cap == UNBOUNDED_RESPONSE_CAP else "max_tokens"
 
-    def _transport_error(self, url: str, exc: BaseException) -> RetryableError:
+    def _transport_error(self, url: str, exc: BaseException, first: bool) -> RetryableError:
         """The RetryableError of an attempt that got no usable HTTP response."""
         kind = classify(exc)
         if kind == "timeout":
             return RetryableError(f"timeout after {self.config.request_timeout:g}s", kind="timeout")
         detail = redact(describe(exc))
         if kind == "malformed":
-            self.health.answered()  # the server is there, it just answered garbage
+            self.health.answered(first)  # the server is there, it just answered garbage
             return RetryableError(f"malformed response from {url}: {detail}", kind="malformed")
         return RetryableError(f"connection error: {detail}", kind=kind)
 
-    def _reply_data(self, url: str, reply: HttpReply, shape: ReplyShape) -> dict[str, Any]:
+    def _reply_data(self, url: str, reply: HttpReply, shape: ReplyShape, first: bool) -> dict[str, Any]:
         """The JSON body of a reply; RetryableError or RequestFailed for a status or body that is not a good one."""
         status = reply.status
         retry_after = parse_retry_after(reply.retry_after)
         loading = status == 503 and retry_after is not None  # a server loading (or draining) says when to come back
         if status not in GATEWAY_STATUS or loading:
-            self.health.answered()
+            self.health.answered(first)
         reply = self._scrubbed(reply)
         if 300 <= status < 400:  # a redirect without a Location to follow
             raise RequestFailed(f"HTTP {status} from {url}: no Location to follow; use the final URL as the base URL",
                                 status=status)
         if status >= 400:
             message = f"HTTP {status} from {url}: {server_message(reply)}"
+            after = "" if retry_after is None else f" (Retry-After: {redact(one_line(reply.retry_after or '', 40))})"
             if loading:
-                raise RetryableError(f"{message} (Retry-After: {redact(one_line(reply.retry_after or '', 40))})",
-                                     retry_after, kind="loading")
-            if status == 429 and retry_after is None:
-                raise RetryableError(message, kind="throttled")
+                raise RetryableError(message + after, retry_after, kind="loading")
+            if status == 429:  # a rate limit, whatever it says about when to come back
+                raise RetryableError(message + after, retry_after, kind="throttled")
             if status in RETRYABLE_STATUS or status >= 500:
                 raise RetryableError(message, retry_after, kind="gateway" if status in GATEWAY_STATUS else "http")
             raise RequestFailed(message, status=status)
@@ -295,20 +301,29 @@ class Endpoint:
             raise RetryableError(f"malformed response from {url}: {problem}")
         return data
 
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, RetryableError) and exc.retry_after is not None:
-            return max(exc.retry_after, self.config.backoff_initial) if exc.kind == "loading" else exc.retry_after
-        return float(self._backoff(state))
+    def _wait(self, exc: RetryableError, state: RetryCallState) -> float:
+        """Seconds before the next attempt after `exc`: a 429 waits the larger of its Retry-After and one backoff
+        step (the in-flight limit it lowered paces the requests; a growing wait per request would add to that), a
+        503 loading the larger of its Retry-After (capped) and the growing backoff (a `Retry-After: 0` is no reason
+        to poll), another Retry-After is waited (capped), anything else backs off."""
+        if exc.kind == "throttled":
+            return max(exc.retry_after or 0.0, float(self._throttle_backoff(state)))
+        backoff = float(self._backoff(state))
+        if exc.retry_after is None:
+            return backoff
+        capped = min(exc.retry_after, MAX_RETRY_AFTER_S)
+        return max(capped, backoff) if exc.kind == "loading" else capped
 
-    async def post_json(self, path: str, payload: dict[str, Any] | bytes, *,
-                        response_cap: int | None = None) -> CallResult:
+    async def post_json(self, path: str, payload: dict[str, Any] | bytes, *, response_cap: int | None = None,
+                        defer: bool = False, tried: int = 0) -> CallResult:
         """POST `payload` (a dict, or its JSON bytes) to `path`, retrying retryable failures; RequestFailed when it
         gives up (with `endpoint_down` when the endpoint is down, hung, still loading or throttled past its bounds:
         client.http.health), EndpointError for a fatal status (401/403/404, a redirect that leads nowhere). A 429
-        without Retry-After halves the endpoint's in-flight limit and a 503 with Retry-After is waited for, neither
-        spending an attempt. The body is capped at `max_response_bytes`, else `response_cap`, else the cap of a dict
-        payload's max_tokens, else `UNBOUNDED_RESPONSE_CAP`."""
+        lowers the endpoint's in-flight limit and a 503 with Retry-After is waited for, neither spending an attempt.
+        `defer`: a first attempt that times out raises RetryLater instead of being retried here (the caller sends
+        it again after the requests not yet tried, with `tried=1`: the attempts already spent). The body is capped
+        at `max_response_bytes`, else `response_cap`, else the cap of a dict payload's max_tokens, else
+        `UNBOUNDED_RESPONSE_CAP`."""
         url = self.url(path)
         target = self._targets.get(path)
         if target is None:
@@ -324,21 +339,26 @@ class Endpoint:
         token = next(self._ids)
         start = time.monotonic()
         stats.inflight[token] = start
-        stats.requests += 1
+        if tried:
+            stats.retries += 1  # a request put behind the others (RetryLater) is sent again
+        else:
+            stats.requests += 1
         attempts = 0
-        counted = 0  # attempts that spend the retry budget (not: throttled, loading)
+        counted = tried  # attempts that spend the retry budget (not: throttled, loading)
         budget = self.config.max_retries + 1
         first: RetryableError | None = None
         failed_at = start
-        retrying = AsyncRetrying(retry=self._retry_if, stop=lambda _: counted >= budget, wait=self._wait,
+        wait = 0.0
+        retrying = AsyncRetrying(retry=self._retry_if, stop=lambda _: counted >= budget, wait=lambda _: wait,
                                  reraise=True, before_sleep=self._count_retry)
         try:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
+                    fresh = counted == 0  # the request's first attempt (throttled or loading ones aside)
                     taken_at = await limit.acquire()
                     try:
-                        data = await self._attempt(url, target, body, cap, shape)
+                        data = await self._attempt(url, target, body, cap, shape, fresh)
                     except RetryableError as exc:
                         if first is None:
                             first, failed_at = exc, time.monotonic()
@@ -346,22 +366,25 @@ class Endpoint:
                             counted += 1
                         elif exc.kind == "throttled":
                             limit.overloaded(taken_at)
-                        stop = health.stop_reason(exc)
+                        wait = self._wait(exc, attempt.retry_state)
+                        stop = health.stop_reason(exc, first=fresh, wait=wait)
                         if stop is not None:
                             raise RequestFailed(exc.reason, attempts=attempts, endpoint_down=stop) from None
+                        if defer and fresh and exc.kind == "timeout":
+                            raise RetryLater(exc.reason) from None
                         raise
                     finally:
                         limit.release()
                     health.succeeded()
                     limit.succeeded()
-                    return CallResult(data=data, attempts=attempts, latency_s=time.monotonic() - start)
+                    return CallResult(data=data, attempts=attempts + tried, latency_s=time.monotonic() - start)
             raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises the last error
         except RetryableError as last:
             assert first is not None
             stats.failures += 1
-            raise self._give_up(first, last, attempts, failed_at) from None
+            raise self._give_up(first, last, attempts + tried, failed_at) from None
         except RequestFailed as exc:
-            exc.attempts = attempts
+            exc.attempts = attempts + tried
             stats.failures += 1
             if exc.status in FATAL_STATUS or (exc.status is not None and 300 <= exc.status < 400):
                 hint = likely_base(self._prefix) if exc.status == 404 else None

@@ -67,8 +67,11 @@ class AdaptiveLimit:
     """An in-flight limit between 1 and `ceiling`, adapted by additive increase and multiplicative decrease (as
     TCP's congestion window and adaptive concurrency limiters do): `overloaded` halves it, each `succeeded` adds
     1/limit (one more slot per limit's worth of successes). At one slot, a server still refusing (it answers faster
-    than its rate limit allows) gets paced: `overloaded` doubles a gap between request starts (from `FIRST_GAP_S`),
-    each success shrinks it by a tenth, and the limit grows again once the gap is gone.
+    than its rate limit allows) gets paced: a gap between request starts, started at `FIRST_GAP_S` and doubled by
+    each refusal from the `GROW_AFTER`-th in a row on (at most `MAX_GAP_S`), halved by each success; the limit
+    grows again once the gap is gone. A rate limit refuses in long runs, and the gap grows until the runs end; a
+    gateway refusing a share of requests at random (up to half of them) refuses three times in a row far less
+    often than it answers, and the gap stays near zero (a gap that only grew would slow such a run without end).
 
     `acquire` waits, in arrival order, while `floor(limit)` slots are taken (and for the gap), and returns the
     number of decreases so far: an overload seen by a slot taken before the last decrease is the same overload and
@@ -76,6 +79,8 @@ class AdaptiveLimit:
 
     FIRST_GAP_S = 0.05
     MIN_GAP_S = 0.001
+    MAX_GAP_S = 2.0
+    GROW_AFTER = 3  # refusals in a row (since the last success) that start or double the gap
 
     def __init__(self, ceiling: int) -> None:
         if ceiling < 1:
@@ -83,6 +88,7 @@ class AdaptiveLimit:
         self.ceiling = ceiling
         self.limit = float(ceiling)
         self.gap = 0.0  # seconds between request starts, at one slot
+        self.refused_in_row = 0  # refusals since the last success
         self.in_flight = 0
         self.decreases = 0
         self._next_start = 0.0
@@ -131,23 +137,27 @@ class AdaptiveLimit:
                 waiter.set_result(None)
 
     def succeeded(self) -> None:
-        """A request went through: a tenth off the gap, or (without one) one more slot after `limit` of them, up to
-        the ceiling."""
+        """A request went through: half the gap, or (without one) one more slot after `limit` of them, up to the
+        ceiling."""
+        self.refused_in_row = 0
         if self.gap:
-            self.gap = self.gap * 0.9 if self.gap * 0.9 >= self.MIN_GAP_S else 0.0
+            self.gap = self.gap / 2 if self.gap / 2 >= self.MIN_GAP_S else 0.0
         elif self.limit < self.ceiling:
             self.limit = min(float(self.ceiling), self.limit + 1.0 / self.limit)
             self._wake()
 
     def overloaded(self, taken_at: int) -> bool:
         """The server refused a request sent from a slot taken when `taken_at` decreases had happened: halve the
-        limit, or at one slot double the gap, unless that was done since; True when it was done now."""
+        limit, or at one slot (from the `GROW_AFTER`-th refusal in a row) start or double the gap, up to
+        `MAX_GAP_S`, unless that was done since; True when it was done now."""
         if taken_at != self.decreases:
             return False
+        self.refused_in_row += 1
         if self.limit >= 2:
             self.limit /= 2
         else:
             self.limit = 1.0
-            self.gap = max(2 * self.gap, self.FIRST_GAP_S)
+            if self.refused_in_row >= self.GROW_AFTER:
+                self.gap = min(max(2 * self.gap, self.FIRST_GAP_S), self.MAX_GAP_S)
         self.decreases += 1
         return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email.utils
 import html
+import math
 import re
 import time
 from typing import Any, Literal
@@ -19,7 +20,9 @@ from userturn.core.engine_traits import EngineTraits
 from userturn.core.errors import first_error
 from userturn.core.records import Usage
 
-MAX_RETRY_AFTER_S = 120.0
+MAX_RETRY_AFTER_S = 120.0  # the longest Retry-After waited for on a 503 or 5xx (a 429 asking for more than a run
+# waits stops it: client.http.health)
+RETRY_AFTER_READ_MAX_S = 10.0**7  # a Retry-After is read up to this (about four months)
 # The response cap: what a reply of `max_tokens` tokens can take, with room to spare. 256 bytes per token is twice
 # the longest tokens of common vocabularies (~128 bytes) after JSON escaping; logprobs add an entry per alternative.
 RESPONSE_OVERHEAD_BYTES = 1 << 20  # the envelope, usage, ids and whatever extra fields a server adds
@@ -35,19 +38,22 @@ HTML_TAG = re.compile(r"<[^>]*>")
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date); None when absent or invalid."""
+    """Seconds from a Retry-After header (delta-seconds or HTTP date, read up to `RETRY_AFTER_READ_MAX_S`); None
+    when absent or invalid."""
     if not value:
         return None
     value = value.strip()
     try:
-        return max(0.0, min(float(value), MAX_RETRY_AFTER_S))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return None if math.isnan(seconds) else max(0.0, min(seconds, RETRY_AFTER_READ_MAX_S))
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, min(when.timestamp() - time.time(), MAX_RETRY_AFTER_S))
+    return max(0.0, min(when.timestamp() - time.time(), RETRY_AFTER_READ_MAX_S))
 
 
 def response_cap(max_tokens: int | None, n: int = 1, logprobs: int = 0) -> int:

@@ -10,7 +10,9 @@ other settings is refused before anything is written.
 A run owns its parts, each built once from the settings: the `Plan` (planning.py: keys, resume checks, the items
 still to do, partners), the `RequestBuilder` (requests.py: configurations, bodies, records, one sample's request),
 the `AssistantTurns` (assistant_turns.py: the turn each item is probed with) and, while it runs, the `RecordWriter`
-(writer.py). `ProbeRun` prepares jobs from them, runs the workers and counts.
+(writer.py). `ProbeRun` prepares jobs from them, runs the workers and counts. A sample whose first attempt timed
+out goes behind every sample not yet tried (`RetryLater`): a few items a server never answers cannot fill every
+worker, and a rerun reaches the items no run has tried yet.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,8 +50,10 @@ from userturn.client.probe.settings import (
 )
 from userturn.client.probe.writer import RecordWriter
 from userturn.client.render.special_tokens import check_items
+from userturn.core.errors import RetryLater
 from userturn.core.fingerprint import run_info
 from userturn.core.records import ConfigLine, Message, ProbeRecord
+from userturn.core.results_files import kept_in
 from userturn.core.results_lock import results_lock
 from userturn.core.resume_index import ResumeIndex, scan_results
 from userturn.core.text import strip_reasoning
@@ -218,7 +223,8 @@ class ProbeRun:
             self._partners = self.plan.partners()
             turns = await self.assistant.collect(self.plan.items, self._partners, self.plan.pool_item)
             jobs = self._jobs(existing, turns)  # one generator, pulled by every worker: lazy, bounded
-            await run_all(self._worker(jobs, writer) for _ in range(self.settings.concurrency))
+            later: deque[Job] = deque()  # samples whose first attempt timed out, sent again after the others
+            await run_all(self._worker(jobs, later, writer) for _ in range(self.settings.concurrency))
             if self.controls is not None:  # no generation: the dataset's human turns, judged like any record
                 await self._write_controls(self.controls.records(self.plan.items, existing,
                                                                   lambda item: self._conversation(item, turns)),
@@ -229,8 +235,8 @@ class ProbeRun:
             if not exc.resumable:  # the command must change (a base URL that answers 404): no resume advice
                 kept = f"; the {c.done} records of this run are kept in {self.out_path}" if c.done else ""
                 raise EndpointError(f"{exc}{kept}", resumable=False) from None
-            raise type(exc)(f"{exc}; completed records are kept in {self.out_path} ({c.done} from this run): "
-                            "rerun the same command to resume") from None
+            kept = kept_in(self.out_path) + (f" ({c.done} from this run)" if c.done else "")
+            raise type(exc)(f"{exc}; {kept}: rerun the same command to resume") from None
         finally:
             await self.progress.stop()
             writer.close()  # a write error raises here
@@ -262,10 +268,25 @@ class ProbeRun:
             self._count_judged()
             writer.write(record)
 
-    async def _worker(self, jobs: Iterator[Job | ProbeRecord], writer: RecordWriter) -> None:
-        c = self.counters
+    @staticmethod
+    def _work(jobs: Iterator[Job | ProbeRecord], later: deque[Job]) -> Iterator[tuple[Job | ProbeRecord, int]]:
+        """The next job and the attempts it already spent: the jobs not yet tried, then those put `later`."""
         for job in jobs:  # the workers share the generator: each takes the next job when it is free
-            record = job if isinstance(job, ProbeRecord) else await self.requests.probe(job)
+            yield job, 0
+        while later:
+            yield later.popleft(), 1
+
+    async def _worker(self, jobs: Iterator[Job | ProbeRecord], later: deque[Job], writer: RecordWriter) -> None:
+        c = self.counters
+        for job, tried in self._work(jobs, later):
+            if isinstance(job, ProbeRecord):
+                record = job
+            else:
+                try:
+                    record = await self.requests.probe(job, tried=tried)
+                except RetryLater:
+                    later.append(job)
+                    continue
             if self.judge is not None and record.status == "ok":
                 try:
                     record = await self.judge.judge(record)

@@ -152,8 +152,9 @@ class RequestBuilder:
         )
 
     # ----- the probe ------------------------------------------------------------------------------------------
-    async def probe(self, job: Job) -> ProbeRecord:
-        """One sample's record."""
+    async def probe(self, job: Job, tried: int = 0) -> ProbeRecord:
+        """One sample's record. A first attempt (`tried` 0) that times out raises RetryLater: the caller sends it
+        again, after the samples not yet tried, with `tried=1`."""
         s = self.settings
         body = dict(job.payload)
         if self._send_temperature:
@@ -164,7 +165,8 @@ class RequestBuilder:
             await self.limiter.acquire(job.estimated_tokens)
         endpoint = next(self._next_endpoint)
         try:
-            result = await endpoint.post_json(self._path, body, response_cap=self._response_cap)
+            result = await endpoint.post_json(self._path, body, response_cap=self._response_cap, defer=not tried,
+                                              tried=tried)
         except RequestFailed as exc:
             if exc.endpoint_down:  # stop the run: no error records for a dead server (client.http.endpoint)
                 raise EndpointError(exc.endpoint_down) from None

@@ -1,10 +1,19 @@
 """What transformers passes to a chat template, and the sandboxed jinja2 environment that compiles it the way
-transformers does (`transformers/utils/chat_template_utils.py`), without importing transformers."""
+transformers does (`transformers/utils/chat_template_utils.py`), without importing transformers.
+
+A chat template is code from the model's files (a GGUF, a hub tokenizer): untrusted. Besides jinja2's sandbox (no
+attribute of Python's internals, `range` capped at 100,000), every render is bounded in time and size by the sandbox
+itself, in the render's own thread (no thread, no process): `range` loops and the output check a deadline
+(`RENDER_DEADLINE_S`) and the characters written (`MAX_OUTPUT_CHARS`); a size asked of a call, a filter or `*` / `**`
+beyond that cap is refused before it is built (loops over the template's data are as long as its data). `TemplateLimit`
+says which bound was hit.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, MutableMapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,13 +22,22 @@ import jinja2
 import jinja2.ext
 import jinja2.nodes
 import jinja2.utils
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 from pydantic import BaseModel
 
 from userturn.client.render.stops import token_text
 from userturn.client.render.tokenizer_files import TokenizerFiles
 from userturn.core.errors import UserError
 from userturn.core.records import Message
+
+RENDER_DEADLINE_S = 10.0  # one render of a prompt takes milliseconds
+MAX_OUTPUT_CHARS = 16 << 20  # a prompt of a million tokens is ~4 Mi characters
+SIZED_FILTERS = ("center", "indent", "wordwrap", "truncate", "batch", "slice")  # take a size or a count
+
+
+class TemplateLimit(jinja2.exceptions.SecurityError):
+    """A render ran past its deadline or asked for more than the output cap."""
+
 
 NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -152,9 +170,31 @@ class CachedSandbox(ImmutableSandboxedEnvironment):
     a builtin method cannot carry the markers `is_safe_callable` looks for, so it skips the lookups.
     """
 
+    intercepted_binops = frozenset({"*", "**"})
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._safe_attributes: dict[tuple[type, str], bool] = {}
+        self.deadline = float("inf")  # set by `bounded_render` for each render
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateLimit(f"rendering ran past {RENDER_DEADLINE_S:g} s")
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_sizes(args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, str | list | tuple) and isinstance(times, int) and len(seq) * times > \
+                        MAX_OUTPUT_CHARS:
+                    raise TemplateLimit(f"a sequence of {len(seq)} times {times} is beyond {MAX_OUTPUT_CHARS:,}")
+        elif isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and \
+                right * max(abs(left).bit_length(), 1) > 1 << 16:
+            raise TemplateLimit(f"{left} ** {right} is too large a number")
+        return super().call_binop(context, operator, left, right)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         key = (type(obj), attr)
@@ -187,6 +227,75 @@ _BUILTIN_METHOD = type("".startswith)
 _DICT_ATTRIBUTES = frozenset(dir(dict))  # every attribute a plain dict has (its type's and object's)
 
 
+def _check_sizes(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    for value in (*args, *kwargs.values()):
+        if type(value) is int and value > MAX_OUTPUT_CHARS:
+            raise TemplateLimit(f"a size of {value:,} asked, beyond {MAX_OUTPUT_CHARS:,}")
+
+
+def _sized(apply: Callable[..., Any]) -> Callable[..., Any]:
+    """A filter whose sizes and counts are checked against the output cap first."""
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        _check_sizes(args, kwargs)
+        return apply(*args, **kwargs)
+
+    for marker in ("jinja_pass_arg",):  # jinja passes the environment or context to filters marked so
+        if hasattr(apply, marker):
+            setattr(checked, marker, getattr(apply, marker))
+    return checked
+
+
+class _BoundedRange:
+    """`range` for templates: jinja2's capped range, whose iteration checks the render's deadline."""
+
+    def __init__(self, env: CachedSandbox) -> None:
+        self.env = env
+
+    def __call__(self, *args: int) -> _Steps:
+        return _Steps(safe_range(*args), self.env)
+
+
+class _Steps(Sequence[int]):
+    def __init__(self, steps: range, env: CachedSandbox) -> None:
+        self.steps, self.env = steps, env
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.steps[index]
+
+    def __iter__(self) -> Iterator[int]:
+        for i, value in enumerate(self.steps):
+            if not i & 255:
+                self.env.check_time()
+            yield value
+
+    def __reversed__(self) -> Iterator[int]:
+        return iter(_Steps(self.steps[::-1], self.env))
+
+
+def bounded_render(template: jinja2.Template, variables: Mapping[str, Any]) -> str:
+    """`template.render(**variables)` within RENDER_DEADLINE_S and MAX_OUTPUT_CHARS (else TemplateLimit)."""
+    env = template.environment
+    assert isinstance(env, CachedSandbox)
+    env.deadline = time.monotonic() + RENDER_DEADLINE_S
+    parts: list[str] = []
+    size = 0
+    try:
+        for part in template.generate(**variables):
+            size += len(part)
+            parts.append(part)
+            if not len(parts) & 63:
+                env.check_time()
+            if size > MAX_OUTPUT_CHARS:
+                raise TemplateLimit(f"its output passed {MAX_OUTPUT_CHARS:,} characters")
+    finally:
+        env.deadline = float("inf")
+    return "".join(parts)
+
+
 def compile_template(source: str, now: datetime) -> jinja2.Template:
     """Compile a chat template in the environment transformers uses; `strftime_now` reads the frozen `now`."""
     env = CachedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
@@ -195,6 +304,9 @@ def compile_template(source: str, now: datetime) -> jinja2.Template:
     env.globals["strftime_now"] = now.strftime
     env.globals["dict"] = _TemplateDict()
     env.globals["namespace"] = _TemplateNamespace
+    env.globals["range"] = _BoundedRange(env)
+    for name in SIZED_FILTERS:
+        env.filters[name] = _sized(env.filters[name])
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as exc:

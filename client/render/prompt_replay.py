@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from userturn.client.render.chat_mode import role_flip_messages
 from userturn.client.render.templates import PromptRenderer
 from userturn.client.short_keys import keyed_lines
-from userturn.core.errors import UserError, first_error
+from userturn.core.errors import UserError, damaged_line, first_error
 from userturn.core.records import ConfigLine, ProbeRecord, sha256_text
 from userturn.core.results_files import as_paths
 
@@ -126,4 +126,4 @@ def find_record(paths: str | Path | Sequence[str | Path], key: str) -> ProbeReco
     try:
         return ProbeRecord.model_validate_json(raw)
     except ValidationError as exc:
-        raise UserError(f"{path}:{number}: not a userturn record ({first_error(exc, 'record')})") from None
+        raise damaged_line(path, number, first_error(exc, "record")) from None

@@ -19,6 +19,10 @@ import jinja2
 import orjson
 
 from userturn.client.render.jinja_env import (
+    MAX_OUTPUT_CHARS,
+    RENDER_DEADLINE_S,
+    TemplateLimit,
+    bounded_render,
     compile_template,
     special_token_variables,
     template_messages,
@@ -107,8 +111,12 @@ class JinjaBackend:
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool) -> str:
         try:
-            return self.template.render(messages=list(messages), tools=None, documents=None,
-                                        add_generation_prompt=add_generation_prompt, **self.variables)
+            return bounded_render(self.template, {"messages": list(messages), "tools": None, "documents": None,
+                                                  "add_generation_prompt": add_generation_prompt, **self.variables})
+        except TemplateLimit as exc:
+            raise UserError(f"chat template of {self.name} refused: {exc} (a chat template comes with the model's "
+                            f"files and is untrusted: a render is bounded to {RENDER_DEADLINE_S:g} s and "
+                            f"{MAX_OUTPUT_CHARS:,} characters)") from None
         except Exception as exc:  # a template is code: whatever it raises (TypeError, RecursionError) is its failure
             lines = str(exc).strip().splitlines()
             detail = lines[0] if lines else "no message"

@@ -185,10 +185,7 @@ def _after_stop(args: argparse.Namespace) -> str:
     return "completed records are kept, rerun the same command to resume"
 
 
-def entry() -> int:
-    """The `userturn` console script."""
-    return main()
-
-
 if __name__ == "__main__":
+    from userturn.cli import entry
+
     sys.exit(entry())

@@ -68,15 +68,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                             description="Write judged conversations as TRL conversational JSONL: `sft` rows end "
                                         "with the genuine follow-up as the final user turn; `preference` rows pair a "
                                         "genuine follow-up (chosen) with a degenerate one (rejected) for the same "
-                                        "context. Unlabeled and failed records are skipped and counted. `sft-human` "
-                                        "rows end with the human-written next turn the dataset carries "
-                                        "(meta.second_turn, MT-Bench), one per distinct unperturbed conversation.")
+                                        "context. Both take unperturbed contexts only unless --perturb says "
+                                        "otherwise, and carry key, model, dataset, perturbation and temperature; sft "
+                                        "writes each conversation and turn once. Unlabeled and failed records are "
+                                        "skipped and counted. `sft-human` rows end with the human-written next turn "
+                                        "the dataset carries (meta.second_turn, MT-Bench), one per distinct "
+                                        "unperturbed conversation.")
     add_results_argument(export, "export")
     export.add_argument("--format", choices=["sft", "preference", "sft-human", "inspect"], required=True,
                         help="inspect: one Inspect eval log (.eval) per model x dataset x configuration, read with "
                         "`inspect view --log-dir DIR` (needs userturn[inspect])")
     export.add_argument("--out", default=None, metavar="FILE",
                         help="output file (default: stdout); a folder for --format inspect")
+    export.add_argument("--perturb", action="append", default=None, metavar="NAME",
+                        help="sft, preference: take the records of this perturbation's contexts (repeatable; `all` "
+                             "for every one; default: none only, since a follow-up to a falsified or generic "
+                             "assistant turn teaches reacting to that turn)")
     export.set_defaults(func=export_command)
 
     show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
@@ -265,11 +272,21 @@ def _records(named: list[str]) -> list:
 
 
 def export_command(args: argparse.Namespace) -> int:
+    if args.perturb and args.format in ("inspect", "sft-human"):
+        raise UserError(f"--perturb chooses the contexts of sft and preference rows, not of {args.format} "
+                        "(sft-human takes unperturbed conversations; inspect every record)")
     if args.format == "inspect":
         return _export_inspect(args)
-    from userturn.report.export import export_rows
+    from userturn.report.export import ALL, DEFAULT_CONTEXTS, export_rows
 
-    rows, stats = export_rows(_records(args.results), args.format)
+    records = _records(args.results)
+    contexts = tuple(args.perturb or DEFAULT_CONTEXTS)
+    present = {r.perturbation for r in records}
+    for name in args.perturb or ():
+        if name != ALL and name not in present:
+            raise UserError(f"--perturb {name}: no record with that perturbation (present: "
+                            f"{', '.join(sorted(present))})")
+    rows, stats = export_rows(records, args.format, contexts)
     data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
     if args.out:
         Path(args.out).write_bytes(data)  # its folder is made by `cli.paths`
@@ -280,9 +297,10 @@ def export_command(args: argparse.Namespace) -> int:
         skipped = (f"skipped: {stats.skipped_no_human_turn} without a human next turn, {stats.skipped_perturbed} "
                    f"perturbed, {stats.duplicates} repeating a conversation already exported")
     else:
-        skipped = (f"skipped: {stats.skipped_unlabeled} unlabeled, {stats.skipped_error} without a generation"
-                   + (f", {stats.skipped_not_genuine} not genuine" if args.format == "sft" else
-                      f", {stats.unpaired} without a partner"))
+        skipped = (f"contexts: {', '.join(contexts)}; skipped: {stats.skipped_perturbed} from other perturbations' "
+                   f"contexts, {stats.skipped_unlabeled} unlabeled, {stats.skipped_error} without a generation"
+                   + (f", {stats.skipped_not_genuine} not genuine, {stats.duplicates} repeating a row already "
+                      "exported" if args.format == "sft" else f", {stats.unpaired} without a partner"))
     print(f"userturn: exported {stats.written} {args.format} rows from {stats.records} records"
           f"{' to ' + args.out if args.out else ''} ({skipped})", file=sys.stderr)
     if stats.written == 0:
@@ -296,6 +314,8 @@ def _nothing_hint(fmt: str, stats: Any) -> str:
     labelled = sum(stats.by_label.values())
     if fmt == "sft-human":
         return "no record carries a human next turn (meta.second_turn: e.g. --dataset mt-bench)"
+    if not labelled and stats.skipped_perturbed and not (stats.skipped_unlabeled or stats.skipped_error):
+        return "every record is from a perturbed context; take them with --perturb NAME (or --perturb all)"
     if not labelled:
         return "judge the results first: records need labels"
     if fmt == "sft":
@@ -316,9 +336,11 @@ def _export_inspect(args: argparse.Namespace) -> int:
 
 
 def show_command(args: argparse.Namespace) -> int:
-    from userturn.client.short_keys import short_keys
+    from userturn.client.short_keys import MIN_DIGITS
     from userturn.client.terminal import console
-    from userturn.report.show import ShowFilter, select_records, turns_table
+    from userturn.core.results_files import describe, results_files
+    from userturn.report.show import ShowFilter, turns_tables
+    from userturn.report.show_scan import scan_shown
 
     rows = ShowFilter(models=args.model, datasets=args.dataset, labels=args.label, perturbations=args.perturb,
                       temperatures=args.temperature, items=args.item)
@@ -331,16 +353,18 @@ def show_command(args: argparse.Namespace) -> int:
         return show_record(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
-    records = _records(args.results)
+    shown = scan_shown(results_files(args.results), rows)  # a few integers per line; records read back one by one
+    if shown.torn_tail:
+        print(f"userturn: {describe(args.results)}: ignored a torn final line", file=sys.stderr)
     if args.json:
-        chosen = select_records(records, rows)
-        for record in chosen[:args.limit] if args.limit is not None else chosen:
+        for record in shown.records(limit=args.limit):
             sys.stdout.buffer.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
         return 0
-    keys = short_keys(r.key for r in records)  # unique in the whole file, so a filtered table's keys still open
-    out = console()
-    out.print(turns_table(select_records(records, rows), limit=args.limit, keys=keys, width=out.width,
-                          title=f"userturn show: {' '.join(args.results)}"))
+    out = console()  # keys are unique among every record read, so a filtered table's keys still open
+    for table in turns_tables(shown.records(ok_only=True, limit=args.limit), count=shown.ok_count,
+                              with_human=shown.with_human, short_key=lambda key: shown.short_key(key, MIN_DIGITS),
+                              limit=args.limit, width=out.width, title=f"userturn show: {' '.join(args.results)}"):
+        out.print(table)
     return 0
 
 

@@ -290,7 +290,11 @@ async def _judge_panel(args: argparse.Namespace) -> Any:
     from userturn.judges.panel import make_panel
 
     panel = make_panel(config)
-    await panel.check()
+    try:
+        await panel.check()
+    except BaseException:
+        await panel.aclose()  # its HTTP clients: a refused preflight leaves no unclosed session behind
+        raise
     return panel
 
 

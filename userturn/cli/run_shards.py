@@ -12,6 +12,7 @@ from typing import Any
 
 from userturn.cli.probe import PROXY_ENV
 from userturn.core.errors import UserError
+from userturn.core.results_files import kept_in
 from userturn.core.shards import MAX_SHARDS, Shard
 
 # `run` flags a worker is given as the parent got them (a test checks that every flag of `run` is in one of the two)
@@ -81,8 +82,8 @@ def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
             codes, commands = _local_processes(args, source, shards, files)
     for shard, path, code, command in zip(shards, files, codes, commands, strict=True):
         if code:
-            print(f"userturn: shard {shard} exited {code} (its completed records are kept in {path}; rerun the same "
-                  f"command to resume it): {command}", file=sys.stderr)
+            print(f"userturn: shard {shard} exited {code} ({kept_in(path)}; rerun the same command to resume it): "
+                  f"{command}", file=sys.stderr)
     print(f"userturn: {sum(not code for code in codes)} of {count} shards finished; results in "
           f"{', '.join(str(f) for f in files)}", file=sys.stderr)
     written = [f for f in files if f.is_file() and f.stat().st_size]

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         log = "%A_%a.log" if m.replicas > 1 else "%j.log"
         print(f"# --launcher slurm would run: sbatch --parsable --output=RUN_DIR/{log} --chdir=RUN_DIR "
               "--export=ALL,USERTURN_ENDPOINT_DIR=RUN_DIR/endpoints RUN_DIR/job.sbatch, with job.sbatch:")
-        sys.stdout.write(render_slurm(m))
+        sys.stdout.write(render_slurm(m, secrets="redact"))
         return 0
     if args.dry_run:
         if not engine_of(m).launches:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         specs, router = plan(m, model=model, api_key=dry_run_key(m))
         for s in [*specs, *([router] if router else [])]:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on {s.url}")
-            print(s.shell(redact=False))  # its key is a placeholder (dry_run_key)
+            print(s.shell(placeholder=dry_run_key(m)))  # secrets redacted, the key a placeholder
         return 0
     try:
         return _serve(m, args.log_dir, launcher)
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_nodes(m: Manifest, nodes: list[LaunchSpec]) -> None:
     """A multi-node replica's commands, one line per node, with what to fill in where the manifest does not say."""
-    from userturn.serve.launcher import DIST_ADDR_PLACEHOLDER
+    from userturn.serve.launcher import DIST_ADDR_PLACEHOLDER, dry_run_key
 
     where = ("node 0 at " + m.dist_init_addr if m.dist_init_addr else
              f"{DIST_ADDR_PLACEHOLDER} replaced by node 0's address and a free port there (or set dist_init_addr)")
@@ -102,7 +102,7 @@ def _print_nodes(m: Manifest, nodes: list[LaunchSpec]) -> None:
             print(f"# {s.name}: ready when {' then '.join(s.health_paths)} answer 200 on port {s.port} of node 0")
         else:
             print(f"# {s.name}: joins node 0 (no HTTP server of its own)")
-        print(s.shell(redact=False))  # its key is a placeholder (dry_run_key)
+        print(s.shell(placeholder=dry_run_key(m)))  # secrets redacted, the key a placeholder
 
 
 def _serve(m: Manifest, log_dir: Path | None, launcher: Launcher = "local") -> int:

@@ -8,9 +8,9 @@ REQUEST_TIMEOUT_S = 300.0  # per-attempt deadline
 MAX_RETRIES = 5  # retries after the first attempt (429/5xx/timeouts/dropped connections)
 BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
-# Endpoint health (client.http.health): a run stops when nothing was answered for this many request timeouts (and
-# at least three attempts timed out), after 503s with Retry-After for this long (a server still loading), or after
-# nothing but 429s without Retry-After for this long.
+# Endpoint health (client.http.health): a run stops when nothing was answered for this many request timeouts (while
+# the first attempts of enough distinct requests in a row timed out), after 503s with Retry-After for this long (a
+# server still loading), or after nothing but 429s for this long (waits included).
 HUNG_AFTER_TIMEOUTS = 3.0
 LOADING_MAX_S = 600.0
 THROTTLED_MAX_S = 300.0

@@ -42,8 +42,8 @@ class EndpointAttemptError(Exception):
 class RetryableError(EndpointAttemptError):
     """A failure worth another attempt (429/408/5xx, reset, timeout, malformed response). `kind`: "http" (a
     retryable status or a malformed body), "malformed" (not valid HTTP), "connect", "gateway" (a 502/503/504),
-    "dropped" (the connection broke), "timeout", "loading" (a 503 with Retry-After) or "throttled" (a 429 without
-    Retry-After); the last two spend no attempt (client.http.health)."""
+    "dropped" (the connection broke), "timeout", "loading" (a 503 with Retry-After) or "throttled" (a 429); the
+    last two spend no attempt (client.http.health)."""
 
     def __init__(self, reason: str, retry_after: float | None = None, kind: AttemptKind = "http") -> None:
         super().__init__(reason)
@@ -63,6 +63,11 @@ class RequestFailed(EndpointAttemptError):
         self.endpoint_down = endpoint_down
 
 
+class RetryLater(EndpointAttemptError):
+    """A request's first attempt timed out and its caller asked to send it again only after the requests not yet
+    tried (`Endpoint.post_json(defer=True)`): put it behind them and call again with `tried=1`."""
+
+
 def first_error(exc: ValidationError, whole: str = "") -> str:
     """`field.path: message` of a validation error's first problem; `whole` names the location when the problem
     is with the object itself."""
@@ -70,9 +75,10 @@ def first_error(exc: ValidationError, whole: str = "") -> str:
     return f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}"
 
 
-def damaged_line(path: object, number: int, why: str) -> UserError:
-    """The error for a complete line of a results file that a resume cannot read: names file:line and the way out
-    (delete the line and rerun: only its record is made again)."""
+def damaged_line(path: object, number: int | str, why: str) -> UserError:
+    """The one error for a complete line of a results file that is no record, whichever command reads it (probe
+    resume, report, judge, compact, show, export): names file:line, why, and the way out (delete the line; the
+    probe's rerun makes only its record again)."""
     return UserError(f"{path}:{number}: not a userturn record ({why}); the line is damaged: delete it (e.g. "
-                     f"sed -i '{number}d' {path}) and rerun the same command, which makes that record again and "
-                     "keeps every other line")
+                     f"sed -i '{number}d' {path}) and rerun; the probe's rerun makes that record again and keeps "
+                     "every other line")

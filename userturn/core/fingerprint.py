@@ -128,11 +128,16 @@ def redacted_command(argv: Sequence[str], scrub: Callable[[str], str] = str) -> 
     return out
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable is named like a secret (`HF_TOKEN`, `OPENAI_API_KEY`, `DB_PASSWORD`)."""
+    return _SECRET_FLAG.match(f"--{name.replace('_', '-')}") is not None
+
+
 def redacted_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with the values of variables named like secrets (`HF_TOKEN`, `OPENAI_API_KEY`) as `[redacted]` and URL
-    credentials removed from the others."""
-    return {name: "[redacted]" if _SECRET_FLAG.match(f"--{name.replace('_', '-')}") else
-            _URL_CREDENTIALS.sub("[redacted]@", value) for name, value in env.items()}
+    """`env` with the values of variables named like secrets (`is_secret_name`) as `[redacted]` and URL credentials
+    removed from the others."""
+    return {name: "[redacted]" if is_secret_name(name) else _URL_CREDENTIALS.sub("[redacted]@", value)
+            for name, value in env.items()}
 
 
 def run_info(argv: Sequence[str] | None = None, scrub: Callable[[str], str] = str) -> RunInfo:

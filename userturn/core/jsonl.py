@@ -28,6 +28,8 @@ from userturn.core.results_reader import (
     describe_error,
     is_config_line,
     legacy_config,
+    open_results,
+    raw_lines,
     read_lines,
 )
 
@@ -52,16 +54,17 @@ def read_configs(path: str | Path) -> dict[str, ConfigLine]:
     path = Path(path)
     if not path.is_file():
         return configs
-    for line in read_lines(path):
-        if b'"config"' not in line.raw:  # neither a configuration line nor a record of schema 2 carrying one
-            continue
-        try:
-            obj = orjson.loads(line.raw)
-            config = config_line(obj) or legacy_config(obj)
-        except (orjson.JSONDecodeError, ValidationError):
-            continue  # the readers of records name a malformed line
-        if config is not None:
-            configs.setdefault(config.fingerprint, config)
+    with open_results(path) as fh:
+        for _, raw in raw_lines(fh):
+            if b'"config"' not in raw:  # neither a configuration line nor a record of schema 2 carrying one
+                continue
+            try:
+                obj = orjson.loads(raw)
+                config = config_line(obj) or legacy_config(obj)
+            except (orjson.JSONDecodeError, ValidationError):
+                continue  # the readers of records name a malformed line
+            if config is not None:
+                configs.setdefault(config.fingerprint, config)
     return configs
 
 

@@ -71,6 +71,15 @@ def results_files(named: PathLike | Sequence[PathLike], judged: Judged = "prefer
     return files
 
 
+def kept_in(path: PathLike) -> str:
+    """What a stopped run leaves in its results file, in words: where its completed records are kept, or that it
+    wrote none (never a file that does not exist)."""
+    path = Path(path)
+    if path.is_file() and path.stat().st_size:
+        return f"completed records are kept in {path}"
+    return f"no record was written to {path}"
+
+
 def as_paths(named: PathLike | Sequence[PathLike]) -> list[Path]:
     """A reader's argument, one results file or several, as paths of files that exist (else UserError naming it)."""
     paths = [Path(named)] if isinstance(named, str | Path) else [Path(p) for p in named]

@@ -9,8 +9,8 @@ This module owns the rules every reader shares; the views (`jsonl.read_records` 
 - configuration lines: `is_config_line` (raw bytes), `config_line` (a decoded line), and the configuration a record
   of schema 2 carries itself (`legacy_config`);
 - torn tails and damaged lines: `decode` / `decode_raw` (a line that does not decode is skipped when it is the
-  file's torn final line, without a newline, and is a UserError naming file:line otherwise: `not_a_record`, or
-  `errors.damaged_line` where the way out is deleting the line and rerunning);
+  file's torn final line, without a newline, and is `errors.damaged_line` otherwise: one message naming file:line
+  and the way out, in every command);
 - superseded lines: a later line of the same identity replaces an earlier one: `Current` (a dict of current lines
   that counts the superseded ones) and `last_of_each` (the same rule on a numpy column of identity hashes). The
   identity is the view's: (key, configuration fingerprint) for the report and `compact`, the key for the readers
@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
+import msgspec
 import orjson
 from pydantic import ValidationError
 
@@ -103,6 +104,23 @@ def is_config_line(raw: bytes) -> bool:
     return _is_config(obj)
 
 
+class _Nothing(msgspec.Struct):
+    """No field: decoding into it checks a line's JSON syntax and UTF-8 without building any Python object."""
+
+
+_check_json = msgspec.json.Decoder(_Nothing).decode
+
+
+def is_json(raw: bytes) -> bool:
+    """Whether a line is one well-formed JSON object (the resume scan's proof that a line whose head and end are a
+    record's is not damaged in between: several times cheaper than parsing it)."""
+    try:
+        _check_json(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return True
+
+
 def legacy_config(obj: Any) -> ConfigLine | None:
     """The configuration a record of schema 2 carries itself (`config` beside `config_fingerprint`), else None."""
     if isinstance(obj, dict) and isinstance(obj.get("config"), dict) and isinstance(obj.get("config_fingerprint"), str):
@@ -117,20 +135,14 @@ def describe_error(exc: Exception) -> str:
     return str(exc).split("\n")[0]
 
 
-def not_a_record(path: object, number: int, why: str) -> UserError:
-    """The error for a complete line of a results file that is no record: names file:line and why."""
-    return UserError(f"{path}:{number}: not a userturn record ({why})")
-
-
-def decode(path: Path, line: Line, check: Callable[[Any], R], *, damaged: bool = False) -> ConfigLine | R | None:
+def decode(path: Path, line: Line, check: Callable[[Any], R]) -> ConfigLine | R | None:
     """One line decoded: its `ConfigLine` for a configuration line, else `check(its JSON)` (a record, as the view
     wants it; `check` raises ValueError or ValidationError when it is none). None for the torn final line; any
-    other line that does not decode is a UserError naming path:line (`errors.damaged_line` when `damaged`)."""
-    return decode_raw(path, line.number, line.raw, line.complete, check, damaged)
+    other line that does not decode is `errors.damaged_line` naming path:line."""
+    return decode_raw(path, line.number, line.raw, line.complete, check)
 
 
-def decode_raw(path: Path, number: int, raw: bytes, complete: bool, check: Callable[[Any], R],
-               damaged: bool = False) -> ConfigLine | R | None:
+def decode_raw(path: Path, number: int, raw: bytes, complete: bool, check: Callable[[Any], R]) -> ConfigLine | R | None:
     """`decode` of a line given by its parts (a hot loop's `raw_lines`: no `Line` made)."""
     try:
         obj = orjson.loads(raw)
@@ -139,7 +151,33 @@ def decode_raw(path: Path, number: int, raw: bytes, complete: bool, check: Calla
     except ValueError as exc:  # orjson.JSONDecodeError and pydantic's ValidationError are ValueErrors
         if not complete:
             return None
-        raise (damaged_line if damaged else not_a_record)(path, number, describe_error(exc)) from None
+        raise damaged_line(path, number, describe_error(exc)) from None
+
+
+def decode_with(path: Path, number: int, raw: bytes, decoder: Callable[[bytes], R]) -> R | None:
+    """A record line decoded by a typed decoder of the few fields a view reads (`msgspec.json.Decoder(Struct)`: the
+    whole line's JSON is checked, only those fields are built). None for the torn final line (no newline);
+    `errors.damaged_line` naming path:line for any other line that does not decode."""
+    try:
+        return decoder(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        if not raw.endswith(b"\n"):
+            return None
+        raise damaged_line(path, number, str(exc).split("\n")[0]) from None
+
+
+def line_number_at(path: Path, offset: int) -> int:
+    """The number of the line that starts at byte `offset` of a file (for an error found on a line read back by
+    its offset: counted only then)."""
+    count = 1
+    with open_results(path) as fh:
+        while offset > 0:
+            chunk = fh.read(min(offset, BUFFER_BYTES))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            offset -= len(chunk)
+    return count
 
 
 class Current(Generic[V]):
@@ -170,9 +208,9 @@ def last_of_each(identities: np.ndarray) -> np.ndarray:
     return keep
 
 
-def parse_record(raw: bytes, where: str) -> ProbeRecord:
-    """One results line as a record; UserError naming `where` when it is none."""
+def parse_record(raw: bytes, path: object, number: int | str) -> ProbeRecord:
+    """One results line (line `number` of `path`) as a record; `errors.damaged_line` when it is none."""
     try:
         return ProbeRecord.model_validate_json(raw)
     except ValidationError as exc:
-        raise UserError(f"{where}: not a userturn record ({first_error(exc, 'record')})") from None
+        raise damaged_line(path, number, first_error(exc, 'record')) from None

@@ -2,12 +2,13 @@
 is the only state.
 
 `scan_results(path)` keeps the keys whose last line is ok and the file's configurations. Each line is first matched
-against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings) and its
-end checked; any other line, and every line of the file's last `CAREFUL_TAIL_BYTES` (where a crash leaves damage), is
-parsed whole by `results_reader.decode` and gives the same state (tests/test_resume_index.py): a configuration line
-is taken, a torn final line skipped (`torn_tail`), any other line that does not parse is `errors.damaged_line`
-naming file:line. The last line of a key decides (the reader's superseding rule, kept as set operations). Memory:
-the ok keys and one buffer (1,000,000 records peaked at 165 MB: docs/results-format.md).
+against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings), its end
+checked and its JSON proved well-formed (`results_reader.is_json`: a line damaged in its middle, anywhere in the file,
+is found as the readers find it); any other line, and every line of the file's last `CAREFUL_TAIL_BYTES` (where a crash
+leaves damage), is parsed whole by `results_reader.decode` and gives the same state (tests/test_resume_index.py): a
+configuration line is taken, a torn final line skipped (`torn_tail`), any other line that does not parse is
+`errors.damaged_line` naming file:line. The last line of a key decides (the reader's superseding rule, kept as set
+operations). Memory: the ok keys and one buffer (1,000,000 records peaked at 165 MB: docs/results-format.md).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from userturn.core.records import KEY_FORMAT_SINCE, SCHEMA_VERSION, ConfigLine
-from userturn.core.results_reader import decode_raw, legacy_config, open_results, raw_lines
+from userturn.core.results_reader import decode_raw, is_json, legacy_config, open_results, raw_lines
 
 CAREFUL_TAIL_BYTES = 4 << 20  # the file's last bytes, where a crash leaves damage: every line there is parsed whole
 
@@ -82,6 +83,8 @@ def scan_results(path: str | Path) -> ResumeIndex:
             # record's but whose end is not (cut short, zeroed). A damaged line is never counted as done.
             position += len(line)
             head = match(line) if position <= careful_from and line.endswith((b"}\n", b"}\r\n")) else None
+            if head is not None and not is_json(line):
+                head = None  # damaged between its head and its end: the careful path names it
             if head is not None:
                 key_bytes, status, fingerprint = head.groups()
                 try:
@@ -108,7 +111,7 @@ def scan_results(path: str | Path) -> ResumeIndex:
 
 def _add_whole_line(index: ResumeIndex, path: Path, number: int, raw: bytes) -> None:
     """A line whose head did not give the resume fields: parsed whole (a torn final line is reported)."""
-    decoded = decode_raw(path, number, raw, raw.endswith(b"\n"), _record_state, True)
+    decoded = decode_raw(path, number, raw, raw.endswith(b"\n"), _record_state)
     if not isinstance(decoded, tuple):  # not a record (tested first: records are the common case)
         if decoded is None:
             index.torn_tail = True

@@ -231,7 +231,7 @@ class _AcrossItems:
                 self.worst = max(self.chosen)
 
     def parsed(self) -> list[ProbeRecord]:
-        return [parse_record(raw, number) for _, (_, number, raw) in sorted(self.chosen.items())]
+        return [parse_record(raw, *where.rpartition(":")[::2]) for _, (_, where, raw) in sorted(self.chosen.items())]
 
 
 @dataclass

@@ -3,7 +3,6 @@ model, which rows a figure draws, panels, legends, axis ranges, and points drawn
 
 from __future__ import annotations
 
-import itertools
 import math
 import textwrap
 from collections import defaultdict
@@ -20,8 +19,8 @@ from userturn.report.table import fmt_temp
 MATPLOTLIB_MISSING = "matplotlib is not installed (pip install matplotlib, or pip install 'userturn[plots]')"
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
-DODGE_POINTS = 5.0  # points drawn at the same place are shifted this many typographic points apart (vertically)
-DODGE_SHARE = 0.6  # of the smallest gap between two temperatures, the width the models' points spread over
+DODGE_POINTS = 5.0  # points drawn at the same place are shifted this many typographic points apart
+DODGE_SPAN = 24.0  # typographic points the models' series at one temperature spread over at most (horizontally)
 PANELS_WIDE = 14.0  # inches of panels side by side at most (plus the legend's): wider figures get rows
 EDGE = 0.025  # axes reach this share of their span beyond 0% and 100%: a point there is drawn whole
 TITLE_CHARS_PER_INCH = 11.0  # a figure title (11 pt) is wrapped at about this many characters per inch of width
@@ -175,15 +174,14 @@ def text_color(colour: str) -> str:
     return "#000000"
 
 
-def dodge_offsets(temps: Sequence[float], count: int) -> list[float]:
-    """Horizontal offsets (in temperature units) for `count` series drawn at the same temperatures: spread evenly
-    over DODGE_SHARE of the smallest gap between temperatures (of 0.6 with one temperature), centred on it, so no
-    two series' intervals share a vertical line. The tick stays at the true temperature."""
+def dodge_points(count: int) -> list[float]:
+    """Horizontal display offsets (typographic points) for `count` series drawn at the same temperatures: each
+    series, line and markers alike, is drawn this far beside its true temperatures, `DODGE_POINTS` apart and over
+    `DODGE_SPAN` at most, centred: a few points, never a share of the gap between temperatures, so no marker reads
+    as a measurement at another temperature and every line passes through its own markers."""
     if count <= 1:
         return [0.0] * max(count, 0)
-    gaps = [b - a for a, b in itertools.pairwise(temps) if b > a]
-    width = DODGE_SHARE * (min(gaps) if gaps else 1.0)
-    step = width / (count - 1)
+    step = min(DODGE_POINTS, DODGE_SPAN / (count - 1))
     return [(i - (count - 1) / 2) * step for i in range(count)]
 
 

@@ -34,7 +34,7 @@ from userturn.report.plot_parts import (
     _variant,
     _variants,
     accuracy_interval,
-    dodge_offsets,
+    dodge_points,
     first_in_row,
     judged,
     model_colors,
@@ -81,6 +81,8 @@ def skipped_figures(groups: Sequence[GroupSummary], temperature: float | None = 
 def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, str] | None = None) -> Any:
     """One panel per dataset; per model one line over temperature (unperturbed rows), item-clustered 95% CIs."""
     plt = _pyplot()
+    from matplotlib import transforms
+
     rows = _baseline(groups)
     colors = colors or model_colors(g.model for g in groups)
     datasets = sorted({g.dataset for g in rows})
@@ -98,35 +100,36 @@ def followup_vs_temperature(groups: Sequence[GroupSummary], colors: dict[str, st
             if g.dataset == dataset:
                 series[(g.model, _variant(g))].append(g)
         ordered = sorted(series.items(), key=lambda kv: (place[kv[0][0]], kv[0][1]))
-        shifts = dodge_offsets(temps, len(ordered))
+        shifts = dodge_points(len(ordered))
         for ((model, variant), members), shift in zip(ordered, shifts, strict=True):
             members.sort(key=lambda g: g.temperature)
             index = variants[model].index(variant)
+            x = [g.temperature for g in members]
             y = [100 * (g.followup_rate or 0.0) for g in members]
             bars = [_bar(100 * (g.followup_rate or 0.0), 100 * (g.ci_low or 0.0), 100 * (g.ci_high or 0.0))
                     for g in members]
             label = _series_label(model, variant, variants)
-            # the line through the true temperatures (its slopes are the data's); only markers and bars are dodged
-            (line,) = ax.plot([g.temperature for g in members], y, color=colors[model], linewidth=1.2, alpha=0.75,
+            # line, markers and bars at the true temperatures, the whole series drawn a few points aside
+            beside = transforms.offset_copy(ax.transData, fig=fig, x=shift, y=0.0, units="points")
+            (line,) = ax.plot(x, y, color=colors[model], linewidth=1.2, alpha=0.75, transform=beside,
                               linestyle=LINESTYLES[index % len(LINESTYLES)], zorder=1.5, label=f"_{label} (line)")
-            points = ax.errorbar([g.temperature + shift for g in members], y, yerr=list(zip(*bars, strict=True)),
-                                 color=colors[model], linestyle="none", marker=MARKERS[index % len(MARKERS)],
-                                 markersize=4, capsize=2.5, elinewidth=0.9, label=label)
+            points = ax.errorbar(x, y, yerr=list(zip(*bars, strict=True)), color=colors[model], linestyle="none",
+                                 marker=MARKERS[index % len(MARKERS)], markersize=4, capsize=2.5, elinewidth=0.9,
+                                 label=label, transform=beside)
             legend.setdefault(label, (line, points))
         ax.set_title(dataset, fontsize=10)
         ax.set_xlabel("sampling temperature")
         ax.set_xticks(temps)
         ax.set_xticklabels([fmt_temp(t) for t in temps])
         span = (temps[-1] - temps[0]) or 1.0
-        reach = max((abs(x) for x in shifts), default=0.0)
-        ax.set_xlim(temps[0] - reach - 0.06 * span, temps[-1] + reach + 0.06 * span)
+        ax.set_xlim(temps[0] - 0.1 * span, temps[-1] + 0.1 * span)
         ax.grid(alpha=0.3)
     for ax in axes:
         if first_in_row(ax):
             ax.set_ylabel("genuine follow-up rate (%)")
     axes[0].set_ylim(*_padded(0.0, high))
-    return _finish(fig, legend, "Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; lines "
-                   "through the true temperatures, markers side by side)")
+    return _finish(fig, legend, "Genuine follow-up rate vs temperature (unperturbed; item-clustered 95% CI; each "
+                   "model's series drawn a few points beside the others)")
 
 
 def accuracy_vs_followup(groups: Sequence[GroupSummary], temperature: float | None = None,

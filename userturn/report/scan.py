@@ -19,10 +19,10 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from userturn.core.errors import first_error
+from userturn.core.errors import damaged_line, first_error
 from userturn.core.records import GroupKey, JudgeVerdict, ProbeRecord, line_group_key, line_group_values
 from userturn.core.results_files import as_paths
-from userturn.core.results_reader import config_line, last_of_each, legacy_config, not_a_record, read_lines
+from userturn.core.results_reader import config_line, last_of_each, legacy_config, read_lines
 from userturn.core.text import digest
 
 
@@ -225,7 +225,7 @@ def checked_lines(paths: str | Path | Sequence[str | Path],
             if not isinstance(known, str):
                 yield path, number, d, raw, known
             elif complete:
-                raise not_a_record(path, number, known)
+                raise damaged_line(path, number, known)
 
 
 def scan_files(paths: str | Path | Sequence[str | Path]) -> Scan:

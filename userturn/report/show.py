@@ -1,10 +1,11 @@
 """`userturn show`: generated user turns as a table beside the human's real next turn where the dataset has one
-(`turns_table`), or one record whole with its exact prompt (`record_view`)."""
+(`turns_tables`, over the stream of `show_scan`), or one record whole with its exact prompt (`record_view`)."""
 
 from __future__ import annotations
 
+import itertools
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -62,38 +63,24 @@ def verdict_of(record: ProbeRecord) -> str:
     return label_of(record)
 
 
-def select_records(records: Sequence[ProbeRecord], rows: ShowFilter) -> list[ProbeRecord]:
-    """The records every filter keeps, in file order. UserError when a filter matches nothing present."""
-    from userturn.client.terminal import matching
-    from userturn.report.filters import at_temperatures
-
-    models = matching("--model", rows.models, {r.model for r in records})
-    datasets = matching("--dataset", rows.datasets, {r.dataset for r in records})
-    labels = matching("--label", rows.labels, {label_of(r) for r in records})
-    perturbations = matching("--perturb", rows.perturbations, {r.perturbation for r in records})
-    items = matching("--item", rows.items, {r.item_id for r in records})
-    at = at_temperatures(rows.temperatures, {r.temperature for r in records}, "record")
-    return [r for r in records if r.model in models and r.dataset in datasets and label_of(r) in labels
-            and r.perturbation in perturbations and r.item_id in items and at(r.temperature)]
-
-
 COMPACT_BELOW = 140  # terminal columns under which a row's identity shares one cell (no word is cut)
 
 
-def turns_table(records: Sequence[ProbeRecord], *, keys: Mapping[str, str], title: str,
-                limit: int | None = None, width: int = 200) -> Table:
-    """One row per ok record (in file order): short key (`keys`: {key: short key}), model, item, T, sample,
-    perturbation (and what it changed), query, generated turn, human turn, label. Under COMPACT_BELOW columns
-    (`width`) model, item, T, sample and perturbation share one cell, so every column fits its longest word."""
+TABLE_ROWS = 100  # the table is printed in blocks of this many rows, each as soon as its records are read
+
+
+def turns_tables(records: Iterable[ProbeRecord], *, count: int, with_human: bool, short_key: Callable[[str], str],
+                 title: str, limit: int | None = None, width: int = 200) -> Iterator[Table]:
+    """The table of ok `records` (in file order; `count` of them in all), in blocks of TABLE_ROWS rows: short key,
+    model, item, T, sample, perturbation (and what it changed), query, generated turn, human turn (`with_human`),
+    label. Under COMPACT_BELOW columns (`width`) model, item, T, sample and perturbation share one cell. Every block
+    has the first block's column widths (each column fits its longest word there), so the blocks read as one."""
     from userturn.client.terminal import wrap_name
 
-    rows = [r for r in records if r.status == "ok"]
-    shown = rows[:limit] if limit is not None else rows
-    with_human = any(human_turn(r) for r in shown)
-    more = f" (first {len(shown)} of {len(rows)})" if len(shown) < len(rows) else ""
+    shown = min(count, limit) if limit is not None else count
+    more = f" (first {shown} of {count})" if shown < count else ""
     compact = width < COMPACT_BELOW
-    table = Table(title=title + more, title_justify="left", header_style="bold", show_lines=True,
-                  width=width if compact else None)
+    widths: dict[str, int] = {}
 
     def perturb(r: ProbeRecord) -> str:
         return r.perturbation + (f"\n{detail_text(r.perturbation_detail)}" if r.perturbation_detail else "")
@@ -101,26 +88,33 @@ def turns_table(records: Sequence[ProbeRecord], *, keys: Mapping[str, str], titl
     def where(r: ProbeRecord) -> str:
         return f"{wrap_name(r.model, MODEL_WIDTH)}\n{r.item_id} T={r.temperature:g} s={r.sample}\n{perturb(r)}"
 
-    cells: dict[str, list[str]] = {"key": [keys.get(r.key, r.key) for r in shown]}
-    if compact:
-        cells["condition"] = [where(r) for r in shown]  # model, item T s, perturbation
-    else:
-        cells |= {"model": [wrap_name(r.model, MODEL_WIDTH) for r in shown], "item": [r.item_id for r in shown],
-                  "T": [f"{r.temperature:g}" for r in shown], "s": [str(r.sample) for r in shown],
-                  "perturb": [perturb(r) for r in shown]}
-    texts = {"user query": [clip(last_user_query(r), CLIP // 2) for r in shown],
-             "generated user turn": [clip(r.user_turn) for r in shown]}
-    if with_human:
-        texts["human next turn"] = [clip(human_turn(r)) for r in shown]
-    cells |= texts
-    cells["label"] = [verdict_of(r).replace(" (", "\n(") for r in shown]
-    for name, column in cells.items():
-        words = max((len(word) for cell in column for word in cell.split()), default=1)
-        table.add_column(name, overflow="fold", ratio=1 if name in texts else None,
-                         min_width=None if name in texts else min(words, 24))
-    for row in zip(*cells.values(), strict=True):
-        table.add_row(*row)
-    return table
+    stream = iter(records)
+    blocks = iter(lambda: tuple(itertools.islice(stream, TABLE_ROWS)), ())
+    for n, block in enumerate(itertools.chain(blocks, [()] if not shown else [])):
+        table = Table(title=title + more if n == 0 else None, title_justify="left", header_style="bold",
+                      show_lines=True, show_header=n == 0, width=width)
+        cells: dict[str, list[str]] = {"key": [short_key(r.key) for r in block]}
+        if compact:
+            cells["condition"] = [where(r) for r in block]  # model, item T s, perturbation
+        else:
+            cells |= {"model": [wrap_name(r.model, MODEL_WIDTH) for r in block], "item": [r.item_id for r in block],
+                      "T": [f"{r.temperature:g}" for r in block], "s": [str(r.sample) for r in block],
+                      "perturb": [perturb(r) for r in block]}
+        texts = {"user query": [clip(last_user_query(r), CLIP // 2) for r in block],
+                 "generated user turn": [clip(r.user_turn) for r in block]}
+        if with_human:
+            texts["human next turn"] = [clip(human_turn(r)) for r in block]
+        cells |= texts
+        cells["label"] = [verdict_of(r).replace(" (", "\n(") for r in block]
+        for name, column in cells.items():
+            if name not in texts and name not in widths:
+                words = [word for cell in [name, *column] for word in cell.split()]  # the header's too
+                widths[name] = min(max(map(len, words)), 24)
+            table.add_column(name, overflow="fold", ratio=1 if name in texts else None,
+                             width=None if name in texts else widths[name])
+        for row in zip(*cells.values(), strict=True):
+            table.add_row(*row)
+        yield table
 
 
 def _section(title: str) -> str:
