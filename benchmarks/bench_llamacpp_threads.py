@@ -60,7 +60,7 @@ def run(manifest: Path, limit: int, out: Path) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--binary", required=True, help="the llama-server to launch")
     p.add_argument("--limit", type=int, default=4, help="MT-Bench items (x2 temperatures)")
     p.add_argument("--rounds", type=int, default=2)
