@@ -144,7 +144,7 @@ def part_resume(records: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--part", action="append", choices=["load", "packed", "sandbox", "resume"])
     parser.add_argument("--records", type=int, default=200_000, help="records of the resume part")
     args = parser.parse_args()

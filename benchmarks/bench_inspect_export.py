@@ -92,7 +92,7 @@ def samples_in(out: Path) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--build", type=build, action="append", required=True, metavar="NAME=CHECKOUT")
     parser.add_argument("--records", type=int, nargs="+", default=[5000, 10000])
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one export may take (default 1800)")

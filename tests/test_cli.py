@@ -66,7 +66,7 @@ def test_sigterm_ends_a_command_like_ctrl_c(tmp_path: Path, monkeypatch: pytest.
         aio.run(long_run())
         return 0
 
-    monkeypatch.setattr("userturn.cli.report.run_report", command)
+    monkeypatch.setattr("userturn.cli.report.run", command)
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert main(["report", str(results)]) == 143
@@ -111,7 +111,7 @@ def test_sigterm_while_a_server_is_launched_still_gives_the_resume_hint(
             signal.raise_signal(signal.SIGTERM)
         return 0
 
-    monkeypatch.setattr("userturn.cli.report.run_report", command)
+    monkeypatch.setattr("userturn.cli.report.run", command)
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert main(["report", str(results)]) == 143

@@ -8,7 +8,10 @@ import shlex
 import pytest
 
 from userturn.cli import build_parser
-from userturn.cli.help_text import EXAMPLES, TOP
+from userturn.cli.commands import COMMANDS
+from userturn.cli.help_text import TOP
+
+EXAMPLES = {module.NAME: module.EXAMPLES for module in COMMANDS}
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:

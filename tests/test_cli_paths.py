@@ -28,17 +28,13 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
 def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A path or flag error must come before any command body: each one fails the test if reached."""
 
-    import userturn.cli.experiment as cli_experiment
-    import userturn.cli.judges as judges_cli
-    import userturn.cli.probe as cli_probe
+    from userturn.cli import export, judge, judge_eval, probe, report, rerank, show
 
     def reached(*_: object, **__: object) -> int:
         raise AssertionError("the command ran despite a bad path")
 
-    for module, name in ((cli_probe, "probe_main"), (judges_cli, "judge_command"), (judges_cli, "report_command"),
-                         (cli_experiment, "export_command"), (cli_experiment, "show_command"),
-                         (cli_experiment, "rerank_command"), (judges_cli, "judge_eval_command")):
-        monkeypatch.setattr(module, name, reached)
+    for module in (probe, judge, report, export, show, rerank, judge_eval):
+        monkeypatch.setattr(module, "run", reached)
 
 
 def bad_paths(tmp_path: Path) -> dict[str, list[list[str]]]:

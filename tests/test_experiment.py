@@ -14,14 +14,14 @@ from userturn.core.errors import UserError
 from userturn.orchestrate.experiment import (
     Experiment,
     ModelEntry,
-    assistant_source,
     check_files,
-    expand_assistant_samples,
+    grid_of,
     load_experiment,
     model_options,
     naming_entry,
     planned_records,
 )
+from userturn.orchestrate.grid_spec import expand_assistant_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def test_minimal_defaults(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ("temperature: [0.5]\n", r"exp.yaml: temperature: Extra inputs are not permitted"),
+    ("temperature: [0.5]\n", r"exp.yaml: unknown key 'temperature' \(did you mean temperatures\?\)"),
     ("perturbations: [none, shuffle]\n", r"perturbations: Value error, unknown perturbation 'shuffle'"),
     ("modes: [raw, api]\n", r"modes.1: Input should be 'raw' or 'chat'"),
     ("samples: 0\n", r"samples: Input should be greater than or equal to 1"),
@@ -131,20 +131,26 @@ def test_assistant_samples_copies_items_with_query_ids():
 
 
 def test_assistant_source_auto_takes_a_uniform_dataset_and_refuses_a_mix_unless_chosen():
+    from userturn.orchestrate.grid_spec import assistant_source as grid_source
+
+    def assistant_source(exp: Experiment, items: list[DatasetItem]) -> str:
+        grid = grid_of(exp, Path("."), Path("e.yaml"))
+        return grid_source(grid, grid.datasets[0], items)
+
     exp = Experiment.model_validate({"name": "a", "models": [{"base_url": "u", "model": "m"}], "datasets": ["x"]})
     answered = DatasetItem(id="1", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
     open_ = DatasetItem(id="2", messages=[{"role": "user", "content": "q"}]).located("x.jsonl:2")
-    assert assistant_source(exp.datasets[0], exp, [answered], "e.yaml") == "dataset"
-    assert assistant_source(exp.datasets[0], exp, [open_, open_], "e.yaml") == "model"
+    assert assistant_source(exp, [answered]) == "dataset"
+    assert assistant_source(exp, [open_, open_]) == "model"
     with pytest.raises(UserError) as info:  # one open item does not switch the whole dataset to the model
-        assistant_source(exp.datasets[0], exp, [answered, open_, answered], "e.yaml")
+        assistant_source(exp, [answered, open_, answered])
     assert str(info.value) == (
         "e.yaml: dataset x: x.jsonl:2: item '2' has no assistant turn to probe (1 of 3 items lack one, the others "
         "end with one): fix them, or choose model-written assistant turns for every item with assistant_from: model")
     chosen = exp.model_copy(update={"assistant_from": "model"})
-    assert assistant_source(chosen.datasets[0], chosen, [answered, open_], "e.yaml") == "model"
+    assert assistant_source(chosen, [answered, open_]) == "model"
     entry = exp.datasets[0].model_copy(update={"assistant_from": "model"})  # the dataset's own key chooses too
-    assert assistant_source(entry, exp, [answered, open_], "e.yaml") == "model"
+    assert assistant_source(exp.model_copy(update={"datasets": [entry]}), [answered, open_]) == "model"
 
 
 def test_shipped_experiments_validate():

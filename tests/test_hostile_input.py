@@ -305,8 +305,8 @@ def test_experiment_files_can_opt_in():
     from userturn.orchestrate.experiment import Experiment
 
     base = {"name": "x", "models": [{"base_url": "http://127.0.0.1:1/v1", "model": "m"}], "datasets": ["gsm8k"]}
-    from userturn.orchestrate.run_builder import resolve
+    from userturn.core.options import resolve
 
-    assert resolve([Experiment.model_validate(base).layer()])[1].allow_special_tokens is False
-    assert resolve([Experiment.model_validate({**base, "allow_special_tokens": True}).layer()])[1] \
+    assert resolve([Experiment.model_validate(base).layer()]).allow_special_tokens is False
+    assert resolve([Experiment.model_validate({**base, "allow_special_tokens": True}).layer()]) \
         .allow_special_tokens is True

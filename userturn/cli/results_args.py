@@ -1,5 +1,5 @@
-"""The RESULTS argument of `report`, `judge`, `show`, `export`, `rerank` and `compact`: one or more results files
-or folders of them (`userturn.core.results_files`), checked before the command runs (`cli.paths`)."""
+"""The RESULTS argument of the commands that read results files: one or more results files or folders of them
+(`userturn.core.results_files`), checked before the command runs (`cli.paths`), and read as one (`read_named`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the parser is built before every command: the readers load only when one runs
     from userturn.core.results_files import Judged
 
-COMMANDS: dict[str, Judged] = {"report": "prefer_judged", "show": "prefer_judged", "export": "prefer_judged",
-                               "rerank": "prefer_judged", "judge": "skip_judged", "compact": "all"}
 READ_AS_ONE = ("several are read as one: the last line of a key and configuration counts, wherever it is; a folder "
                "stands for its *.jsonl files in name order")
 HELP: dict[Judged, str] = {
@@ -24,14 +22,15 @@ HELP: dict[Judged, str] = {
 }
 
 
-def add_results_argument(parser: argparse.ArgumentParser, command: str) -> None:
-    """RESULTS... on `parser` (`show` takes an optional KEY after them: `ResultsAndKey`)."""
-    if command == "show":
+def add_results_argument(parser: argparse.ArgumentParser, kind: Judged, *, key: bool = False) -> None:
+    """RESULTS... on `parser`, read as `kind` says (the command's `PATHS.results`); `key`: an optional KEY after them
+    (`show`: `ResultsAndKey`)."""
+    if key:
         parser.add_argument("results", nargs="+", action=ResultsAndKey, metavar="RESULTS",
-                            help=HELP["prefer_judged"] + "; the last argument is a record's KEY when it is no file "
-                            "or folder and does not end in .jsonl")
+                            help=HELP[kind] + "; the last argument is a record's KEY when it is no file or folder "
+                            "and does not end in .jsonl")
     else:
-        parser.add_argument("results", nargs="+", metavar="RESULTS", help=HELP[COMMANDS[command]])
+        parser.add_argument("results", nargs="+", metavar="RESULTS", help=HELP[kind])
 
 
 def is_key(text: str) -> bool:
@@ -53,3 +52,15 @@ class ResultsAndKey(argparse.Action):
 def judge_out_is_folder(named: Sequence[str]) -> bool:
     """`judge --out` names a folder (one output per input) when RESULTS is several files or a folder."""
     return len(named) > 1 or Path(named[0]).is_dir()
+
+
+def read_named(named: list[str]) -> list[Any]:
+    """The current records of the results files and folders named, read as one (`userturn.core.results_files`)."""
+    import sys
+
+    from userturn.core.results_files import describe, read_results, results_files
+
+    records, report = read_results(results_files(named))
+    if report.torn_tail:
+        print(f"userturn: {describe(named)}: ignored a torn final line", file=sys.stderr)
+    return list(records.values())

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from userturn.cli.probe import PROXY_ENV
+from userturn.cli.network import PROXY_ENV
 from userturn.core.errors import UserError
 from userturn.core.results_files import kept_in
 from userturn.core.shards import MAX_SHARDS, Shard
@@ -58,7 +58,7 @@ def shown_command(argv: list[str]) -> str:
     return shlex.join(redacted_command(argv))
 
 
-def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
+def workers_command(args: argparse.Namespace, exp: Any, source: Path, base: Path) -> int:
     """Run the N shards as local processes (with `--launcher slurm`: as one SLURM job array), wait for all; the
     worst exit code."""
     from userturn.core.results_lock import results_lock
@@ -66,7 +66,7 @@ def workers_command(args: argparse.Namespace, exp: Any, source: Path) -> int:
     from userturn.orchestrate.experiment import RESUME_HINT, results_path
     from userturn.serve.launcher import terminate_on_sigterm
 
-    unsharded = results_path(exp, args.out_dir)
+    unsharded = results_path(exp, base, args.out_dir)
     count = args.workers
     check_split(unsharded, Shard(1, count), hint=RESUME_HINT)  # refused before any process starts
     shards = [Shard(i, count) for i in range(1, count + 1)]

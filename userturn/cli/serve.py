@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from userturn.cli.paths import Paths
 from userturn.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -16,8 +17,18 @@ if TYPE_CHECKING:
     from userturn.serve.manifest import Manifest
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `serve` to the `userturn` parser."""
+NAME = "serve"
+EXAMPLES = """\
+  userturn serve quickstart-cpu
+  userturn serve qwen3.5-9b --dry-run
+  userturn serve manifests/qwen3.5-397b-a17b.yaml --emit slurm --out job.sbatch
+  userturn serve qwen3.5-9b --launcher slurm"""
+PATHS = Paths(outputs=(("out", "--out"),))
+STOPPED = "the servers it started were stopped"  # `serve` writes no records
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The `serve` parser."""
     p = sub.add_parser(
         "serve",
         help="launch a model server from a manifest (SGLang, vLLM, CPU engine, llama.cpp) or emit a cluster job",
@@ -35,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--launcher", choices=["local", "slurm"], default=None,
                    help="where a manifest's server runs: local processes (default) or a SLURM job (sbatch the "
                    "--emit slurm script, wait for its endpoint, scancel at the end)")
-    p.set_defaults(func=run)
+    return p
 
 
 def run(args: argparse.Namespace) -> int:

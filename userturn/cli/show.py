@@ -1,6 +1,7 @@
-"""`userturn show RESULTS... KEY`: one record whole, with the exact prompt it was generated from, rebuilt from the
-results files' configuration lines (`client.render.prompt_replay`) or from `--tokenizer` / `--manifest`, and checked
-against the record's `prompt_sha256`.
+"""`userturn show RESULTS... [KEY]`: the generated user turns as a table (`report.show`), or one record whole, with the
+exact prompt it was generated from, rebuilt from the results files' configuration lines
+(`client.render.prompt_replay`) or from `--tokenizer` / `--manifest`, and checked against the record's
+`prompt_sha256`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,83 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from userturn.cli.paths import Paths
+from userturn.cli.results_args import add_results_argument
 from userturn.core.errors import UserError
 
+NAME = "show"
+EXAMPLES = """\
+  userturn show runs/smoke/results.jsonl
+  userturn show runs/smoke/results.jsonl \\
+      'smollm2-135m-instruct|mt-bench:reference|107|raw|none|t=0.0|s=0' --manifest quickstart-cpu
+  userturn show runs/q9b.jsonl 'qwen3.5-9b|gsm8k|12|raw|none|t=0.0|s=0' --tokenizer Qwen/Qwen3.5-9B --prompt-only"""
+PATHS = Paths(results="prefer_judged", inputs=(("chat_template", "--chat-template"),))
 
-def add_arguments(show: argparse.ArgumentParser) -> None:
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    show = sub.add_parser("show", help="generated user turns beside the human next turn (MT-Bench), with labels",
+                          description="Print the generated user turns of a results file as a table: short key (what "
+                                      "`show FILE KEY` opens), model, item, temperature, sample, perturbation, "
+                                      "query, generated turn, the human-written next turn where the dataset has one "
+                                      "(meta.second_turn), and the label with who gave it. The table takes the "
+                                      "terminal's width (piped: $COLUMNS, else 100).")
+    add_results_argument(show, "prefer_judged", key=True)
+    show.add_argument("--limit", type=int, default=None, metavar="N", help="the first N ok records only")
+    filters = show.add_argument_group("filters (shell patterns such as 'Qwen/*' or '10?', matched against the whole "
+                                      "value; repeat a flag for alternatives)")
+    filters.add_argument("--model", action="append", default=[], metavar="PATTERN", help="models to show")
+    filters.add_argument("--dataset", action="append", default=[], metavar="PATTERN", help="datasets to show")
+    filters.add_argument("--label", action="append", default=[], metavar="PATTERN",
+                         help="labels to show (`unjudged`: records no judge has labelled yet; `judge_failed`: "
+                              "records whose judgement failed)")
+    filters.add_argument("--perturb", action="append", default=[], metavar="PATTERN", help="perturbations to show")
+    filters.add_argument("--temperature", action="append", default=[], type=float, metavar="T",
+                         help="temperatures to show (as in `userturn report`)")
+    filters.add_argument("--item", action="append", default=[], metavar="PATTERN", help="dataset item ids to show")
+    show.add_argument("--json", action="store_true",
+                      help="the selected records as JSON lines (every field, as in the results file) instead of a "
+                           "table")
+    add_key_arguments(show)  # KEY: one record whole, with its exact prompt (cli_show)
+    return show
+
+
+
+def run(args: argparse.Namespace) -> int:
+    from userturn.client.short_keys import MIN_DIGITS
+    from userturn.client.terminal import console
+    from userturn.core.results_files import describe, results_files
+    from userturn.report.show import ShowFilter, turns_tables
+    from userturn.report.show_scan import scan_shown
+
+    rows = ShowFilter(models=args.model, datasets=args.dataset, labels=args.label, perturbations=args.perturb,
+                      temperatures=args.temperature, items=args.item)
+    if wants_record(args):
+        given = [flag for flag, values in (("--model", rows.models), ("--dataset", rows.datasets),
+                                            ("--label", rows.labels), ("--perturb", rows.perturbations),
+                                            ("--temperature", rows.temperatures), ("--item", rows.items)) if values]
+        if given:
+            raise UserError(f"{given[0]} filters the table of turns, not one KEY")
+        return show_record(args)
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {args.limit})")
+    shown = scan_shown(results_files(args.results), rows)  # a few integers per line; records read back one by one
+    if shown.torn_tail:
+        print(f"userturn: {describe(args.results)}: ignored a torn final line", file=sys.stderr)
+    if args.json:
+        for record in shown.records(limit=args.limit):
+            sys.stdout.buffer.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
+        return 0
+    out = console()  # keys are unique among every record read, so a filtered table's keys still open
+    for table in turns_tables(shown.records(ok_only=True, limit=args.limit), count=shown.ok_count,
+                              with_human=shown.with_human, short_key=lambda key: shown.short_key(key, MIN_DIGITS),
+                              limit=args.limit, width=out.width, title=f"userturn show: {' '.join(args.results)}"):
+        out.print(table)
+    return 0
+
+
+def add_key_arguments(show: argparse.ArgumentParser) -> None:
     """The KEY form's arguments on the `show` parser."""
     show.description = (show.description or "") + (" With KEY: that one record whole, its prompt exactly as sent "
                                                     "(rebuilt and checked against the record's prompt_sha256).")

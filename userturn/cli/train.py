@@ -1,5 +1,5 @@
-"""`userturn train` and `userturn posttrain`: their parsers; the work (`userturn.orchestrate.training_run`,
-`.posttrain`) is imported only when a command runs."""
+"""`userturn train`: LoRA-fine-tune a manifest's model on exported user turns; the work
+(`userturn.orchestrate.training_run`) is imported only when the command runs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from userturn.cli.paths import Paths
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `train` and `posttrain` to the `userturn` parser."""
+NAME = "train"
+EXAMPLES = """\
+  # on MT-Bench's human second turns (userturn export ... --format sft-human), never on held-out items
+  userturn train --manifest quickstart-cpu --data human.jsonl --method sft --out models/smol-sft \\
+      --max-steps 40 --eval-set held-out.jsonl
+  userturn train --manifest qwen3.5-2b --data pairs.jsonl --method dpo --out models/q2b-dpo --lora-r 16 --epochs 1
+Then probe the trained model: userturn probe --manifest models/smol-sft/manifest.yaml ..."""
+PATHS = Paths()
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="LoRA-fine-tune a manifest's model on exported user turns (TRL)",
                        description="Fine-tune the base model of a serving manifest with LoRA (TRL SFTTrainer or "
                                    "DPOTrainer) on `userturn export` rows, every example rendered with the model's "
@@ -37,20 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="evaluation dataset (JSONL or built-in NAME[:split]) whose items must not be in the data; "
                         "repeatable")
     p.add_argument("--no-progress", action="store_true", help="plain progress lines instead of the live bar")
-    p.set_defaults(func=train_command)
-
-    pt = sub.add_parser("posttrain", help="probe base -> judge -> export -> train -> probe held-out -> compare",
-                        description="Run a post-training experiment file (see experiments/posttrain.yaml): probe the "
-                                    "base model, judge, export training rows from items outside the held-out set, "
-                                    "train, probe the trained model on the held-out items, and report base vs "
-                                    "trained with the paired difference and its interval. Rerun to resume.")
-    pt.add_argument("experiment", metavar="POSTTRAIN.yaml")
-    pt.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
-    pt.add_argument("--no-progress", action="store_true", help="plain progress lines instead of live views")
-    pt.set_defaults(func=posttrain_command)
+    return p
 
 
-def train_command(args: argparse.Namespace) -> int:
+
+def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from userturn.client.train.trainer import TrainSettings
@@ -65,13 +66,3 @@ def train_command(args: argparse.Namespace) -> int:
                         progress=not args.no_progress)
     print(outcome.summary(), file=sys.stderr)
     return 0
-
-
-def posttrain_command(args: argparse.Namespace) -> int:
-    from userturn.cli.posttrain_view import show_report
-    from userturn.orchestrate.posttrain import posttrain_main
-
-    show_report(posttrain_main(Path(args.experiment), out_dir=args.out_dir, progress=not args.no_progress))
-    return 0
-
-

@@ -20,7 +20,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from userturn.core import defaults
-from userturn.core.records import temperature_value
 
 RendererName = Literal["auto", "chat_template", "harmony"]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -30,8 +29,18 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(gt=0, le=1)]
 UnitFloat = Annotated[float, Field(ge=0, le=1)]
 TopK = Annotated[int, Field(ge=-1)]
+
+
+def _temperature_value(temperature: float) -> float:
+    """`core.records.temperature_value`, loaded on first use: `Options` is read when the command line's parser is
+    built (its flags are generated from it), before any record is needed."""
+    from userturn.core.records import temperature_value
+
+    return temperature_value(temperature)
+
+
 # A probed temperature, taken as `temperature_value` says (the same temperature: the same key, seed and request).
-Temperature = Annotated[float, Field(ge=0), AfterValidator(temperature_value)]
+Temperature = Annotated[float, Field(ge=0), AfterValidator(_temperature_value)]
 
 
 @dataclass(frozen=True)
@@ -54,58 +63,90 @@ ASSISTANT = Role(recorded=True, null_recorded=True, assistant=True)  # samples a
 OTHER = Role()  # renders prompts (recorded through the template's identity), picks samples or pushes the endpoint
 
 
+@dataclass(frozen=True)
+class Flag:
+    """How an option reads on the command line, where `--NAME` with its description and type is not all: the
+    value's placeholder, its flag group (`endpoint`: how hard the endpoint is pushed), the words for an unset value
+    no default names, and `flag=False` for an option no flag sets (`userturn/cli/option_flags.py` reads these)."""
+
+    metavar: str | None = None
+    group: Literal["probe", "endpoint"] = "probe"
+    unset: str | None = None
+    flag: bool = True
+
+
+ENDPOINT = Flag(group="endpoint")
+
+
 class Options(BaseModel):
     """What one source says about a probe run; None means "not set here" (a lower layer or the default decides)."""
 
     model_config = ConfigDict(extra="forbid")
 
     # how prompts are rendered (the target's tokenizer and template; recorded as the template's identity)
-    tokenizer: Annotated[str | None, OTHER] = Field(
-        default=None, description="tokenizer with the chat template (local dir, hub id or GGUF file)")
-    chat_template: Annotated[str | None, OTHER] = Field(default=None, description="overrides the tokenizer's template")
+    tokenizer: Annotated[str | None, OTHER, Flag("DIR_HUB_ID_OR_GGUF")] = Field(
+        default=None, description="tokenizer with the model's chat template (local dir, hub id, or a .gguf file / "
+        "pkg:PACKAGE/file.gguf: its metadata); required in raw mode")
+    chat_template: Annotated[str | None, OTHER, Flag("FILE")] = Field(
+        default=None, description="override the tokenizer's chat template")
     renderer: Annotated[RendererName | None, OTHER] = Field(
-        default=None, description="chat_template, harmony (gpt-oss) or auto: harmony for a gpt-oss tokenizer")
+        default=None, description="how prompts are rendered: the chat template, or Harmony (gpt-oss); auto: Harmony "
+        "for a gpt-oss tokenizer without a chat template of its own")
     enable_thinking: Annotated[bool | None, OTHER] = Field(default=None, description="passed to the chat template")
     chat_template_kwargs: Annotated[dict[str, Any] | None, OTHER] = Field(
         default=None, description="extra chat-template variables (merged key by key across layers)")
     # which samples are drawn (each record's identity, not its configuration)
     temperatures: Annotated[list[Temperature] | None, OTHER] = Field(default=None, min_length=1)
-    samples: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="samples per item and temperature")
+    samples: Annotated[PositiveInt | None, OTHER, Flag("K")] = Field(
+        default=None, description="samples per item and temperature")
     # how each user turn is sampled
-    max_tokens: Annotated[PositiveInt | None, SENT] = Field(default=None, description="max tokens of the user turn")
-    top_p: Annotated[Probability | None, Role(sent=True, recorded=True, null_recorded=True, sampler=True)] = Field(
-        default=None, description="nucleus sampling, in (0, 1] (default: the engine's neutral value, 1)")
-    top_k: Annotated[TopK | None, SAMPLER] = Field(
-        default=None, description="top-k sampling; -1: no limit (default: the engine's neutral value where it has "
-        "one, else not sent)")
-    min_p: Annotated[UnitFloat | None, SAMPLER] = Field(
-        default=None, description="min-p sampling, in [0, 1] (default: the engine's neutral value, 0, where it has "
-        "one, else not sent)")
-    seed: Annotated[int | None, RECORDED] = Field(default=None, description="run seed; each sample's derives from it")
+    max_tokens: Annotated[PositiveInt | None, SENT, Flag("M")] = Field(
+        default=None, description="max tokens of the user turn")
+    top_p: Annotated[Probability | None, Role(sent=True, recorded=True, null_recorded=True, sampler=True),
+                     Flag("P", unset="the engine's neutral value, 1")] = Field(
+        default=None, description="nucleus sampling, in (0, 1]")
+    top_k: Annotated[TopK | None, SAMPLER,
+                     Flag("K", unset="the engine's neutral value where it takes top_k, else not sent")] = Field(
+        default=None, description="top-k sampling; -1: no limit")
+    min_p: Annotated[UnitFloat | None, SAMPLER,
+                     Flag("P", unset="the engine's neutral value, 0, where it takes min_p, else not sent")] = Field(
+        default=None, description="min-p sampling, in [0, 1]")
+    seed: Annotated[int | None, RECORDED, Flag("S")] = Field(
+        default=None, description="run seed; each sample's seed derives from it")
     send_stop_token_ids: Annotated[bool | None, OTHER] = Field(
-        default=None, description="also send stop_token_ids (SGLang, vLLM; recorded as the ids sent)")
+        default=None, description="also send stop_token_ids (SGLang/vLLM extension; needed where the end-of-turn "
+        "token is not an EOS, e.g. gpt-oss <|end|>; recorded as the ids sent)")
     # how a model-written assistant turn is sampled
-    assistant_temperature: Annotated[NonNegativeFloat | None, ASSISTANT] = None
-    assistant_max_tokens: Annotated[PositiveInt | None, ASSISTANT] = None
+    assistant_temperature: Annotated[NonNegativeFloat | None, ASSISTANT, Flag("T")] = Field(
+        default=None, description="temperature of a model-written assistant turn")
+    assistant_max_tokens: Annotated[PositiveInt | None, ASSISTANT, Flag("M")] = Field(
+        default=None, description="max tokens of a model-written assistant turn")
     # what the run accepts and adds
     allow_special_tokens: Annotated[bool | None, OTHER] = Field(
-        default=None, description="probe (and flag) items holding the tokenizer's special tokens")
-    record_meta: Annotated[dict[str, Any] | None, OTHER] = Field(
+        default=None, description="probe items whose messages contain the tokenizer's special tokens (refused by "
+        "default: they forge turns); their records get special_tokens_in_content: true")
+    record_meta: Annotated[dict[str, Any] | None, OTHER, Flag(flag=False)] = Field(
         default=None, description="copied into every record's meta (a trained model's provenance)")
     controls: Annotated[bool | None, OTHER] = Field(
-        default=None, description="add the human-turn controls: per item with meta.second_turn, records of model "
-                                  "`human` (its own human next turn) and `human-shuffled` (another item's), no "
-                                  "generation")
+        default=None, description="also write, without generating, each item's own human next turn (model human) "
+        "and another item's (model human-shuffled) where the dataset has one (meta.second_turn, e.g. mt-bench): "
+        "judged like any record, they show whether the judge tells them apart")
     scorer: Annotated[str | None, OTHER] = Field(
         default=None, description="task scorer of the items whose meta.scorer names none (client/probe/scoring.py "
                                   "SCORERS; default: the dataset's name, if it names one)")
     # how hard the endpoint is pushed
-    concurrency: Annotated[PositiveInt | None, OTHER] = Field(default=None, description="requests in flight")
-    rpm: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="requests-per-minute limit")
-    tpm: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="tokens-per-minute limit")
-    request_timeout: Annotated[PositiveFloat | None, OTHER] = Field(default=None, description="seconds per attempt")
-    max_retries: Annotated[NonNegativeInt | None, OTHER] = None
-    max_response_bytes: Annotated[PositiveInt | None, OTHER] = None
+    concurrency: Annotated[PositiveInt | None, OTHER, ENDPOINT] = Field(default=None, description="requests in flight")
+    rpm: Annotated[PositiveFloat | None, OTHER, Flag(group="endpoint", unset="no limit")] = Field(
+        default=None, description="requests-per-minute limit")
+    tpm: Annotated[PositiveFloat | None, OTHER, Flag(group="endpoint", unset="no limit")] = Field(
+        default=None, description="tokens-per-minute limit (prompt + max tokens)")
+    request_timeout: Annotated[PositiveFloat | None, OTHER, Flag("S", "endpoint")] = Field(
+        default=None, description="per-attempt deadline in seconds; a hung request is cut and retried")
+    max_retries: Annotated[NonNegativeInt | None, OTHER, ENDPOINT] = Field(
+        default=None, description="retries after the first attempt")
+    max_response_bytes: Annotated[PositiveInt | None, OTHER,
+                                  Flag("B", "endpoint", unset="256 bytes per requested token + 1 MiB")] = Field(
+        default=None, description="cap on each response body")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -218,5 +259,5 @@ def resolve(layers: Sequence[Options]) -> ProbeOptions:
     return ProbeOptions(**merged(reversed(layers)).set_values())
 
 
-__all__ = ["ASSISTANT", "OTHER", "RECORDED", "SENT", "Options", "ProbeOptions", "RendererName", "Role", "is_neutral",
-           "merged", "resolve", "roles", "sampler_names", "sent_names"]
+__all__ = ["ASSISTANT", "OTHER", "RECORDED", "SENT", "Flag", "Options", "ProbeOptions", "RendererName", "Role",
+           "is_neutral", "merged", "resolve", "roles", "sampler_names", "sent_names"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -57,6 +59,15 @@ def content_text(content: Any) -> str:
                 raise TypeError(f"a content part is a {type(part).__name__}, not text")
         return "".join(parts)
     raise TypeError(f"message content is a {type(content).__name__}, not text")
+
+
+def did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    """' (did you mean X?)' for the likeliest candidate, '' when none is close: one that `word` begins (a flag or key
+    cut short: `--temp` -> `--temperature`), the closest of those by difflib; else the closest of all (a typo)."""
+    started = [c for c in candidates if c.startswith(word) and c != word]
+    close = difflib.get_close_matches(word, started, n=1, cutoff=0) if started else \
+        difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def digest(value: object) -> bytes:

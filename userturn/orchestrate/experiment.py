@@ -6,24 +6,26 @@ by `run_builder` as `userturn probe` builds it; option layers: model entry > exp
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-from collections.abc import Iterator, Sequence
+import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from userturn.client.data.dataset import DatasetItem
 from userturn.client.http.keys import VARIABLE
 from userturn.client.probe.perturb import PERTURBATIONS
-from userturn.client.probe.perturbations import needs_partner
 from userturn.core import defaults
 from userturn.core.errors import UserError
 from userturn.core.files import read_yaml_mapping
 from userturn.core.options import Options, ProbeOptions
+from userturn.core.shards import Shard
 from userturn.core.shipped import resolve_named
+from userturn.core.text import did_you_mean
+from userturn.orchestrate.grid_spec import Grid, GridDataset, GridModel, named
 from userturn.orchestrate.run_builder import Mode, TargetSource
-from userturn.orchestrate.run_builder import assistant_source as auto_source
 
 
 def _variable_name(value: str | None) -> str | None:
@@ -36,6 +38,7 @@ def _variable_name(value: str | None) -> str | None:
 
 KeyVariable = Annotated[str, AfterValidator(_variable_name)]
 RESUME_HINT = "use another --out-dir or experiment name"
+DEFAULT_OUT_DIR = "runs"  # the parent of run directories when neither --out-dir nor `out_dir:` names one
 
 
 def known_scorer(value: str | None) -> str | None:
@@ -126,7 +129,8 @@ class Experiment(Options):
     limit: int | None = Field(default=None, ge=1, description="default per-dataset limit")
     shuffle_seed: int | None = None
     judges: list[JudgeEntry] = Field(default_factory=list)
-    out_dir: str = Field(default="runs", description="parent of the run directory (relative to the cwd)")
+    out_dir: str | None = Field(default=None, description="parent of the run directory, relative to the experiment "
+                                "file (default: runs, in the working directory)")
     launcher: Literal["local", "slurm"] = Field(default="local", description="where manifest servers run")
     gold: list[str] = Field(default_factory=list, description="gold label files (`userturn label`; relative to the "
                                                               "experiment file): the run's report calibrates the "
@@ -170,10 +174,33 @@ class Experiment(Options):
         return self
 
 
+def _known_keys(loc: Sequence[int | str]) -> list[str]:
+    """The keys the mapping at `loc` (an error's location, its last part the key) accepts: Experiment's, a model
+    entry's, a dataset's or a judge's."""
+    model: type[BaseModel] = Experiment
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        inner = [a for a in typing.get_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)] \
+            if field is not None else []
+        if not inner:
+            return []
+        model = inner[0]
+    return list(model.model_fields)
+
+
 def _describe(path: Path, exc: ValidationError) -> str:
+    """Up to three of the file's errors in one line, each naming its key; an unknown key as the command line names
+    an unknown flag, with the likeliest key meant."""
     parts = []
     for err in exc.errors()[:3]:
         loc = ".".join(str(p) for p in err["loc"]) or "experiment"
+        if err["type"] == "extra_forbidden":
+            key, where = str(err["loc"][-1]), ".".join(str(p) for p in err["loc"][:-1])
+            hint = did_you_mean(key, _known_keys(err["loc"]))
+            parts.append(f"{where + ': ' if where else ''}unknown key {key!r}{hint}")
+            continue
         parts.append(f"{loc}: {err['msg']}")
     more = f" (+{len(exc.errors()) - 3} more)" if len(exc.errors()) > 3 else ""
     return f"{path}: " + "; ".join(parts) + more
@@ -202,22 +229,6 @@ def planned_records(exp: Experiment, items_per_dataset: list[int], options: Sequ
     return per_model * len(exp.modes) * len(exp.perturbations) * exp.assistant_samples * sum(items_per_dataset)
 
 
-@contextlib.contextmanager
-def naming_entry(source: Path, index: int, entry: ModelEntry, failures: list[str] | None = None) -> Iterator[None]:
-    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...`. With
-    `failures` (`run --keep-going`) its line is added there instead, unless the results file itself failed."""
-    from userturn.core.results_lock import ResultsLocked, ResultsWriteError
-
-    try:
-        yield
-    except UserError as exc:
-        named = UserError(f"{source}: models.{index} ({entry.label}): {exc}")
-        named.exit_code = exc.exit_code
-        if failures is None or isinstance(exc, ResultsWriteError | ResultsLocked):
-            raise named from None
-        failures.append(str(named))
-
-
 def model_options(entry: ModelEntry, exp: Experiment, base: Path) -> ProbeOptions:
     """The options one model's runs will use (its manifest read, nothing launched)."""
     from userturn.orchestrate.run_builder import preview
@@ -236,29 +247,11 @@ def check_files(exp: Experiment, source: Path) -> None:
         except UserError:
             raise UserError(f"{source}: models.{index}.manifest: file not found: {entry.manifest}") from None
     for index, gold in enumerate(exp.gold):  # before the run, not after it: its report reads them
-        if not Path(resolve(source.parent, gold)).is_file():
+        if not Path(from_file(source.parent, gold)).is_file():
             raise UserError(f"{source}: gold.{index}: file not found: {gold} (relative to the experiment file)")
 
 
-async def check_endpoints(exp: Experiment, base: Path, source: Path) -> tuple[list[str], list[str]]:
-    """`run --dry-run`: the probe's preflight (`TargetSession.check`) on every `base_url` model (manifests are not
-    launched), then every judge endpoint -> (model problems, judge problems), one line each naming its entry."""
-    from userturn.orchestrate.run_builder import TargetSession, open_target
-
-    problems: list[str] = []
-    for index, entry in enumerate(exp.models):
-        if entry.base_url is None:
-            continue
-        with naming_entry(source, index, entry, problems), \
-                open_target(target_source(entry, exp, base), [entry.layer(), exp.layer()]) as (target, options):
-            async with TargetSession(target, options) as session:
-                await session.check()
-                for mode in exp.modes:
-                    session.check_mode(mode)
-    return problems, await _check_judges(exp, source)
-
-
-async def _check_judges(exp: Experiment, source: Path) -> list[str]:
+async def check_judges(exp: Experiment, source: Path | None) -> list[str]:
     """`Endpoint.check` on each judge of `judges:` but `self` and `rules`; one line per judge that fails."""
     from userturn.client.http.endpoint import Endpoint, EndpointConfig
 
@@ -277,77 +270,13 @@ async def _check_judges(exp: Experiment, source: Path) -> list[str]:
     return problems
 
 
-def resolve(base: Path, value: str, *, absolute: bool = False) -> str:
+def from_file(base: Path, value: str, *, absolute: bool = False) -> str:
     """A path relative to the experiment file (absolute paths, hub ids and names are left alone); `absolute`: the
     found file as an absolute path."""
     candidate = base / value
     if Path(value).is_absolute() or not candidate.exists():
         return value
     return str(candidate.resolve() if absolute else candidate)
-
-
-def load_items(entry: DatasetEntry, exp: Experiment, base: Path,
-               ) -> tuple[str, Sequence[DatasetItem], Sequence[DatasetItem] | None]:
-    """(recorded name, the items to probe, every item when `swap` is planned: partners unchanged by `limit`)."""
-    from userturn.client.data.loaders import load_items as load_spec
-    from userturn.client.data.loaders import parse_spec
-
-    builtin, _ = parse_spec(entry.spec)
-    spec = entry.spec if builtin is not None else resolve(base, entry.spec)
-    name, items, every = load_spec(spec, limit=entry.limit or exp.limit,
-                                   shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None
-                                   else exp.shuffle_seed,
-                                   whole=needs_partner(exp.perturbations) or bool(exp.controls))
-    return entry.name or name, items, every
-
-
-def assistant_source(entry: DatasetEntry, exp: Experiment, items: Sequence[DatasetItem], source: Path | str) \
-        -> Literal["dataset", "model"]:
-    """Where one dataset's assistant turns come from (`run_builder.assistant_source`: a mix of items with and
-    without one is refused unless `assistant_from` chooses); an error names the experiment file and the dataset."""
-    if exp.assistant_samples > 1:
-        return "model"
-    try:
-        return auto_source(items, entry.assistant_from or exp.assistant_from, how="assistant_from: model")
-    except UserError as exc:
-        raise UserError(f"{source}: dataset {entry.name or entry.spec}: {exc}") from None
-
-
-def check_scoring(exp: Experiment, base: Path, source: Path | str, name: str, items: Sequence[DatasetItem]) -> None:
-    """`scoring.preflight` of one dataset under each scorer its models' runs choose (`scorer`, before anything
-    launches), and the one-line notice (the `userturn` logger) when its items carry an `answer` no scorer reads."""
-    import logging
-
-    from userturn.client.probe import scoring
-
-    chosen: set[str | None] = set()
-    for entry in exp.models:
-        try:
-            chosen.add(model_options(entry, exp, base).scorer)
-        except UserError:  # a manifest that cannot be read: its launch names the entry (`--keep-going` skips it)
-            chosen.add(entry.scorer or exp.scorer)
-    for scorer in sorted(chosen, key=str):
-        try:
-            scoring.preflight(name, items, scorer)
-        except UserError as exc:
-            raise UserError(f"{source}: dataset {name}: {exc}") from None
-    notice = scoring.unscored_notice(name, items, None, "`scorer:` in the experiment file") if None in chosen \
-        else None
-    if notice is not None:
-        logging.getLogger("userturn").info(notice)
-
-
-def expand_assistant_samples(items: Sequence[DatasetItem], n: int) -> Sequence[DatasetItem]:
-    """N copies of each item (ids `<id>#a<j>`, meta query_id/assistant_sample), each answered by the model with its
-    own seed; `userturn rerank` groups them back by query_id."""
-    if n == 1:
-        return items
-    out = []
-    for item in items:
-        for j in range(n):
-            meta = {**(item.meta or {}), "query_id": item.id, "assistant_sample": j}
-            out.append(item.model_copy(update={"id": f"{item.id}#a{j}", "meta": meta}))
-    return out
 
 
 def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
@@ -367,10 +296,45 @@ def write_manifest(run_dir: Path, exp: Experiment, source: Path) -> None:
 def target_source(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None = None) -> TargetSource:
     """Where one model entry's requests go (a manifest's launcher: the entry's, else `launcher`, else the file's)."""
     return TargetSource(
-        manifest=None if entry.manifest is None else resolve(base, entry.manifest),
+        manifest=None if entry.manifest is None else from_file(base, entry.manifest),
         base_urls=[entry.base_url] if entry.base_url else None, model=entry.model, api_key_env=entry.api_key_env,
         launcher=(entry.launcher or launcher or exp.launcher) if entry.manifest else None,  # type: ignore[arg-type]
         api_key_file=entry.api_key_file)
+
+
+def grid_of(exp: Experiment, base: Path, source: Path, *, out_dir: str | None = None, launcher: str | None = None,
+            shard: Shard | None = None, progress: bool = True, rejudge: bool = False) -> Grid:
+    """The grid an experiment file describes (paths relative to its folder; errors name the file and entry)."""
+    models = tuple(GridModel(label=entry.label, source=target_source(entry, exp, base, launcher),
+                             layers=(entry.layer(), exp.layer()), model=entry.model,
+                             where=f"{source}: models.{index} ({entry.label})")
+                   for index, entry in enumerate(exp.models))
+    datasets = tuple(dataset_of(entry, exp, base) for entry in exp.datasets)
+    return Grid(models=models, datasets=datasets, results=results_path(exp, base, out_dir), modes=tuple(exp.modes),
+                perturbations=tuple(exp.perturbations), assistant_samples=exp.assistant_samples, shard=shard,
+                title=exp.name, source=source, assistant_how="assistant_from: model",
+                scorer_how="`scorer:` in the experiment file", resume_hint=RESUME_HINT,
+                judges=functools.partial(judge_panel, exp, rejudge=rejudge) if exp.judges else None,
+                judge_models=any(judge.model != "rules" for judge in exp.judges), rejudge=rejudge,
+                reuse_finished=True, progress=progress,
+                on_start=lambda run_dir: write_manifest(run_dir, exp, source))
+
+
+def dataset_of(entry: DatasetEntry, exp: Experiment, base: Path) -> GridDataset:
+    """One dataset entry as the grid takes it: a path relative to the experiment file, the file's defaults."""
+    from userturn.client.data.loaders import parse_spec
+
+    builtin, _ = parse_spec(entry.spec)
+    return GridDataset(spec=entry.spec if builtin is not None else from_file(base, entry.spec), name=entry.name,
+                       limit=entry.limit or exp.limit,
+                       shuffle_seed=entry.shuffle_seed if entry.shuffle_seed is not None else exp.shuffle_seed,
+                       assistant_from=entry.assistant_from or exp.assistant_from, label=entry.name or entry.spec)
+
+
+def naming_entry(source: Path, index: int, entry: ModelEntry, failures: list[str] | None = None,
+                 ) -> contextlib.AbstractContextManager[None]:
+    """A UserError raised for one model of the grid names its entry: `x.yaml: models.1 (name): ...` (`named`)."""
+    return named(f"{source}: models.{index} ({entry.label})", failures)
 
 
 def judge_panel(exp: Experiment, model: str, base_url: str, options: ProbeOptions, rejudge: bool = False) -> Any:
@@ -395,6 +359,8 @@ def judge_panel(exp: Experiment, model: str, base_url: str, options: ProbeOption
     return JudgePanel(PanelConfig(judges=configs, rejudge=rejudge))
 
 
-def results_path(exp: Experiment, out_dir: str | None = None) -> Path:
-    """`<out_dir>/<name>/results.jsonl`."""
-    return Path(out_dir or exp.out_dir) / exp.name / "results.jsonl"
+def results_path(exp: Experiment, base: Path, out_dir: str | None = None) -> Path:
+    """`<out_dir>/<name>/results.jsonl`: `out_dir` (--out-dir) as given, else the file's `out_dir` relative to the
+    file's folder `base`, else `runs` in the working directory."""
+    parent = Path(out_dir) if out_dir else base / exp.out_dir if exp.out_dir else Path(DEFAULT_OUT_DIR)
+    return parent / exp.name / "results.jsonl"

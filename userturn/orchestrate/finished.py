@@ -8,35 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from userturn.core.options import is_neutral, sampler_names
 from userturn.core.records import ProbeRecord, record_key
-from userturn.orchestrate.experiment import Experiment, ModelEntry, expand_assistant_samples, target_source
-
-
-class DatasetPart(Protocol):
-    """One dataset of the grid as the grid holds it (`grid._Dataset`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def items(self) -> Sequence[Any]: ...
-
+from userturn.orchestrate.grid_spec import Grid, Prepared, PreparedDataset, expand_assistant_samples
 
 Group = tuple[str, str, str, str]  # (dataset, item id, mode, perturbation): the keys of one perturbed conversation
 
 
-def planned_groups(model: str, exp: Experiment, datasets: Sequence[DatasetPart], temperatures: Sequence[float],
+def planned_groups(model: str, grid: Grid, datasets: Sequence[PreparedDataset], temperatures: Sequence[float],
                    samples: int) -> dict[Group, tuple[Any, list[str]]]:
     """Every record key one model's runs plan (every item, mode, perturbation, temperature and sample), with its
     item, grouped by (dataset, item id, mode, perturbation)."""
     return {(data.name, item.id, mode, perturbation): (item, [record_key(model, data.name, item.id, perturbation, t,
                                                                         k, mode)
                                                              for t in temperatures for k in range(samples)])
-            for data in datasets for item in expand_assistant_samples(data.items, exp.assistant_samples)
-            for mode in exp.modes for perturbation in exp.perturbations}
+            for data in datasets for item in expand_assistant_samples(data.items, grid.assistant_samples)
+            for mode in grid.modes for perturbation in grid.perturbations}
 
 
 def _not_applicable(item: Any, perturbation: str, unperturbed: ProbeRecord | None, seed: int) -> bool:
@@ -58,20 +47,23 @@ def _not_applicable(item: Any, perturbation: str, unperturbed: ProbeRecord | Non
     return False
 
 
-def finished_records(entry: ModelEntry, exp: Experiment, base: Path, datasets: Sequence[DatasetPart], results: Path,
-                     launcher: str | None = None, rejudge: bool = False) -> int | None:
-    """The number of records of a manifest model's part of the grid when all of them are already done in `results`
-    with its current options (see the module docstring); None when it must be launched (always with `rejudge`)."""
-    if entry.manifest is None or rejudge or not results.is_file() or results.stat().st_size == 0:
+def finished_records(prepared: Prepared, position: int) -> int | None:
+    """The number of records of manifest model `position`'s part of the grid when all of them are already done in the
+    results file with its current options (see the module docstring); None when it must be launched (always when
+    the grid rejudges)."""
+    grid, entry, manifest = prepared.grid, prepared.grid.models[position], prepared.manifests[position]
+    results = grid.out
+    if entry.source.manifest is None or grid.rejudge or not results.is_file() or results.stat().st_size == 0:
         return None
     from userturn.core.resume_index import scan_results
     from userturn.orchestrate.run_builder import preview
     from userturn.serve.manifest import load_manifest
 
-    source = target_source(entry, exp, base, launcher)
-    model = entry.model or load_manifest(str(source.manifest)).request_model_name
-    _, options = preview(source, [entry.layer(), exp.layer()])
-    groups = planned_groups(model, exp, datasets, options.temperatures, options.samples)
+    if manifest is None:
+        manifest = load_manifest(str(entry.source.manifest))  # fails naming the problem
+    model = entry.model or manifest.request_model_name
+    _, options = preview(entry.source, entry.layers, manifest)
+    groups = planned_groups(model, grid, prepared.datasets, options.temperatures, options.samples)
     index = scan_results(results)
     if not groups or index.torn_tail:
         return None
@@ -98,8 +90,7 @@ def finished_records(entry: ModelEntry, exp: Experiment, base: Path, datasets: S
         if any(config.get(name) != value for name, value in wanted.items() if name not in unset) or any(
                 config.get(name) is not None and not is_neutral(name, config[name]) for name in unset):
             return None  # other settings: the probe's resume check names them
-    judge_models = any(judge.model != "rules" for judge in exp.judges)  # the rules label once, as records are written
-    if judge_models and not _all_labelled(records if records is not None else _records(results), set(keys)):
+    if grid.judge_models and not _all_labelled(records if records is not None else _records(results), set(keys)):
         return None
     return len(keys)
 

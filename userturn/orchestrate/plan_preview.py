@@ -1,18 +1,22 @@
-"""`userturn run --dry-run`: the plan of an experiment from its file and manifests alone (nothing loaded from a
-hub, nothing launched), then each check that needs data, tokenizers or endpoints, every failure one line that does
-not stop the others. Also the grid selection of `run --limit` and `run --model`."""
+"""`userturn run --dry-run`: the plan of an experiment's grid from its file and manifests alone (nothing loaded from
+a hub, nothing launched), then each check that needs data, tokenizers or endpoints, every failure one line that
+does not stop the others (typed results; the command line prints them). Also the grid selection of `run --limit`
+and `run --model`."""
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from userturn.core.errors import UserError
 from userturn.core.options import ProbeOptions, sampler_names
-from userturn.orchestrate.experiment import DatasetEntry, Experiment, ModelEntry, naming_entry, target_source
+from userturn.orchestrate.experiment import DatasetEntry, Experiment, check_judges
+from userturn.orchestrate.grid_spec import Grid, GridModel
+
+if TYPE_CHECKING:
+    from userturn.serve.manifest import Manifest
 
 
 def select(exp: Experiment, limit: int | None = None, models: Sequence[str] = ()) -> Experiment:
@@ -44,27 +48,27 @@ class ModelPlan:
     label: str
     served: str
     options: ProbeOptions | None
-    problem: str | None = None
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass
-class Plan:
-    models: list[ModelPlan] = field(default_factory=list)
+class GridPlan:
+    """What `run --dry-run` prints first: each model of the grid, from the experiment and its manifests alone."""
 
-    def records_per_item(self, exp: Experiment) -> int:
+    models: list[ModelPlan] = field(default_factory=list)
+    manifests: list[Manifest | None] = field(default_factory=list)  # each model's, read once (None: none, or broken)
+
+    def records_per_item(self, grid: Grid) -> int:
         """Records one dataset item gets over the whole grid (every model's temperatures x samples)."""
         per_model = sum(len(m.options.temperatures) * m.options.samples for m in self.models if m.options)
-        return per_model * len(exp.modes) * len(exp.perturbations) * exp.assistant_samples
+        return per_model * len(grid.modes) * len(grid.perturbations) * grid.assistant_samples
 
 
-def _served(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None) -> str:
-    """Where a model runs, from its manifest alone: engine, launcher, GPUs and nodes; or its endpoint."""
-    if entry.base_url is not None:
-        return f"endpoint {entry.base_url} (model {entry.model})"
-    from userturn.serve.manifest import load_manifest
-
-    source = target_source(entry, exp, base, launcher)
-    m = load_manifest(str(source.manifest))
+def _served(model: GridModel, m: Manifest | None) -> str:
+    """Where a model runs, from its manifest `m` alone: engine, launcher, GPUs and nodes; or its endpoint."""
+    source = model.source
+    if m is None:
+        return f"endpoint {', '.join(source.base_urls or [])} (model {model.model})"
     if m.base_url is not None:
         return f"external endpoint {m.base_url}"
     gpus = m.gpus if m.gpus is not None else 0
@@ -75,19 +79,35 @@ def _served(entry: ModelEntry, exp: Experiment, base: Path, launcher: str | None
     return f"{where}, {', '.join(size)} ({m.model})"
 
 
-def build_plan(exp: Experiment, base: Path, source: Path, launcher: str | None = None) -> Plan:
-    """The plan from the experiment and its manifests: a model whose manifest or options do not resolve is kept,
-    with its problem, so the rest of the plan still prints."""
-    from userturn.orchestrate.run_builder import preview
+def _multi_node(model: GridModel, m: Manifest | None) -> None:
+    """Refuse a multi-node manifest under the local launcher: it starts processes on this machine only."""
+    if m is not None and m.nnodes > 1 and model.source.launcher == "local":
+        raise UserError(f"nnodes: {m.nnodes}, but the local launcher starts processes on this machine only (node 0 "
+                        "would wait for the other nodes until its timeout): use --launcher slurm, or `userturn serve "
+                        f"{model.source.manifest} --dry-run` for one command per node")
 
-    plan = Plan()
-    for index, entry in enumerate(exp.models):
+
+def build_plan(grid: Grid) -> GridPlan:
+    """The plan from the grid and its manifests (each read once): a model whose manifest or options do not resolve
+    is kept, with its problem, so the rest of the plan still prints."""
+    from userturn.orchestrate.run_builder import preview
+    from userturn.serve.manifest import load_manifest
+
+    plan = GridPlan()
+    for model in grid.models:
         problems: list[str] = []
         served, options = "?", None
-        with naming_entry(source, index, entry, problems):
-            served = _served(entry, exp, base, launcher)
-            options = preview(target_source(entry, exp, base, launcher), [entry.layer(), exp.layer()])[1]
-        plan.models.append(ModelPlan(entry.label, served, options, problems[0] if problems else None))
+        with model.naming(problems):
+            manifest = None if model.source.manifest is None else load_manifest(model.source.manifest)
+            served = _served(model, manifest)
+            options = preview(model.source, model.layers, manifest)[1]
+            plan.manifests.append(manifest)
+        if problems:
+            plan.manifests.append(None)
+        else:
+            with model.naming(problems):
+                _multi_node(model, manifest)
+        plan.models.append(ModelPlan(model.label, served, options, problems))
     return plan
 
 
@@ -96,9 +116,10 @@ def _dataset_line(entry: DatasetEntry, exp: Experiment) -> str:
     return f"{entry.name or entry.spec}" + (f" (first {limit} items)" if limit else " (all items)")
 
 
-def plan_lines(exp: Experiment, plan: Plan, title: str) -> list[str]:
+def plan_lines(exp: Experiment, grid: Grid, plan: GridPlan) -> list[str]:
     """The printed plan: grid size, one line per model (where it is served, its sampling), datasets."""
-    per_item = plan.records_per_item(exp)
+    per_item = plan.records_per_item(grid)
+    title = exp.name if grid.shard is None else f"{exp.name} (shard {grid.shard})"
     lines = [f"{title}: {len(exp.models)} models x {len(exp.datasets)} datasets x {len(exp.modes)} modes "
              f"({', '.join(exp.modes)}) x {len(exp.perturbations)} perturbations ({', '.join(exp.perturbations)})"
              f"{f' x {exp.assistant_samples} assistant samples' if exp.assistant_samples > 1 else ''}: "
@@ -116,3 +137,87 @@ def plan_lines(exp: Experiment, plan: Plan, title: str) -> list[str]:
     judges = ", ".join(j.model for j in exp.judges) or "none (the rules label what they can; the rest stays unjudged)"
     lines.append(f"judges: {judges}")
     return lines
+
+
+@dataclass
+class Checks:
+    """What `run --dry-run` prints after the plan: its lines (stdout), notices and problems (stderr, one line
+    each); exit 2 when data, a manifest or a template failed, else 3 when an endpoint did not answer."""
+
+    lines: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    endpoint_problems: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.problems else 3 if self.endpoint_problems else 0
+
+
+def check(exp: Experiment, grid: Grid, plan: GridPlan) -> Checks:
+    """The checks that need data, tokenizers or endpoints: datasets load (the grid's own `load_items`, scorer and
+    assistant-source checks), each model's chat template renders one real prompt (raw mode), `base_url` models and
+    judges answer. A failed check is one line and the others still run."""
+    from userturn.client.probe.dry_run import render_preview, shown
+    from userturn.core import aio
+    from userturn.orchestrate.grid_spec import assistant_source, check_scoring, chosen_scorers, load_items
+    from userturn.orchestrate.run_builder import ProbeTarget, load_renderer, preview
+
+    out = Checks(problems=[p for m in plan.models for p in m.problems])  # settings that do not resolve
+    chosen = chosen_scorers(grid, plan.manifests)
+    loaded = []
+    for index, dataset in enumerate(grid.datasets):
+        try:
+            name, items, _ = load_items(dataset, grid.perturbations, grid.controls)
+            notice = check_scoring(grid, name, items, chosen)
+            source = assistant_source(grid, dataset, items)
+        except UserError as exc:  # named once: by the check itself, else here
+            out.problems.append(str(exc) if str(exc).startswith(str(grid.source)) else
+                                f"{grid.source}: datasets.{index} ({exp.datasets[index].spec}): {exc}")
+            continue
+        out.notices += [notice] if notice is not None else []
+        loaded.append((name, items, source, len(items if grid.shard is None else grid.shard.select(items))))
+    if loaded:
+        out.lines.append("items: " + ", ".join(f"{name} {count}" for name, _, _, count in loaded))
+    if len(loaded) == len(grid.datasets):
+        out.lines.append(f"records planned: {plan.records_per_item(grid) * sum(count for *_, count in loaded)}")
+    if "raw" in grid.modes and loaded:
+        name, items, source, _ = loaded[0]
+        for model, planned, manifest in zip(grid.models, plan.models, plan.manifests, strict=True):
+            if planned.options is None:
+                continue
+            with model.naming(out.problems):
+                fields, options = preview(model.source, model.layers, manifest)
+                target = ProbeTarget(base_urls=[], model=str(model.model or model.label), **fields)
+                prompt = render_preview(load_renderer(target, options), items, source)
+                out.lines.append(f"--- {model.label}: raw prompt of the first {name} item, as it will be sent (ends "
+                                 f"at the open user header) ---\n{shown(prompt)}\n--- end of prompt ---")
+    endpoints = sum(model.source.manifest is None for model in grid.models)
+    judges = sum(j.model not in ("self", "rules") and j.base_url is not None for j in exp.judges)
+    model_problems = aio.run(_check_endpoints(grid))
+    judge_problems = aio.run(check_judges(exp, grid.source))
+    launched = len(grid.models) - endpoints
+    parts = [f"{endpoints - len(model_problems)} of {endpoints} base_url models reachable and serving their model"
+             ] if endpoints else []
+    parts += [f"{judges - len(judge_problems)} of {judges} judges reachable and serving theirs"] if judges else []
+    parts += [f"{launched} manifest models validated only (launched by the real run)"] if launched else []
+    out.lines.append("endpoints: " + "; ".join(parts))
+    out.endpoint_problems = model_problems + judge_problems
+    return out
+
+
+async def _check_endpoints(grid: Grid) -> list[str]:
+    """The probe's preflight (`TargetSession.check`) on every endpoint model of the grid (manifests are not
+    launched); one line per model that fails, naming its entry."""
+    from userturn.orchestrate.run_builder import TargetSession, open_target
+
+    problems: list[str] = []
+    for model in grid.models:
+        if model.source.manifest is not None:
+            continue
+        with model.naming(problems), open_target(model.source, model.layers) as (target, options):
+            async with TargetSession(target, options) as session:
+                await session.check()
+                for mode in grid.modes:
+                    session.check_mode(mode)
+    return problems

@@ -27,7 +27,7 @@ from userturn.core.records import ProbeRecord
 from userturn.core.shipped import resolve_named
 from userturn.core.taxonomy import FOLLOWUP as GENUINE
 from userturn.core.taxonomy import is_followup
-from userturn.orchestrate.experiment import JudgeEntry, resolve
+from userturn.orchestrate.experiment import JudgeEntry, from_file
 
 ExportFormat = Literal["sft-human", "sft", "preference"]
 log = logging.getLogger("userturn")
@@ -191,9 +191,9 @@ def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path,
     """Probe one model on one items file into `<run_dir>/<name>/results.jsonl` (resumable), judged inline."""
     from userturn.core.aio import run as run_async
     from userturn.core.jsonl import read_records
-    from userturn.core.results_lock import results_lock
-    from userturn.orchestrate.experiment import Experiment, results_path
-    from userturn.orchestrate.grid import run_experiment
+    from userturn.orchestrate.experiment import Experiment, grid_of
+    from userturn.orchestrate.grid import run_grid
+    from userturn.orchestrate.grid_spec import prepare
 
     exp = Experiment.model_validate({
         **cfg.probe_options().set_values(), "samples": samples,
@@ -201,8 +201,10 @@ def _probe(cfg: PostTrainExperiment, name: str, manifest: str, items_file: Path,
         "datasets": [{"spec": str(items_file), "name": dataset_name}], "perturbations": ["none"], "modes": ["raw"],
         "assistant_from": cfg.assistant_from, "judges": [j.model_dump() for j in cfg.judges], "out_dir": str(run_dir),
     })
-    with results_lock(results_path(exp, str(run_dir))):
-        results, summaries = run_async(run_experiment(exp, run_dir, source, out_dir=str(run_dir), progress=progress))
+    prepared = prepare(grid_of(exp, run_dir, source, out_dir=str(run_dir), progress=progress))
+    for notice in prepared.notices:
+        log.info(notice)
+    results, summaries = prepared.grid.out, run_async(run_grid(prepared))
     errors = sum(s.errors for s in summaries)
     if errors:
         raise UserError(f"{results}: {errors} samples failed (see `error` there); rerun to retry them")
@@ -251,11 +253,11 @@ def posttrain_main(path: Path, *, out_dir: str | None = None, progress: bool = T
     cfg, path = load_posttrain(path)
     require_train_extra()  # before any stage: a missing `train` extra stops here, not after the base probes
     here = path.parent
-    manifest = resolve(here, cfg.base, absolute=True)
+    manifest = from_file(here, cfg.base, absolute=True)
     if not Path(manifest).is_file():
         raise UserError(f"{path}: base: manifest not found: {cfg.base}")
     builtin, _ = parse_spec(cfg.dataset)
-    spec = cfg.dataset if builtin is not None else resolve(here, cfg.dataset, absolute=True)
+    spec = cfg.dataset if builtin is not None else from_file(here, cfg.dataset, absolute=True)
     dataset_name, items, _ = load_items(spec, limit=cfg.limit, shuffle_seed=cfg.shuffle_seed)
     train_items, held_out = split_items(list(items), cfg.held_out, cfg.split_seed)
     run_dir = Path(out_dir or cfg.out_dir) / cfg.name

@@ -60,7 +60,7 @@ class TargetSource(NamedTuple):
     api_key_file: str | None = None
 
 
-def resolve(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
+def _resolved(layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
     """(the rendering options set, all options) from `layers`, highest precedence first."""
     options = resolve_options(layers)
     fields = ("tokenizer", "chat_template", "renderer")
@@ -94,34 +94,44 @@ def manifest_layer(manifest: Manifest) -> Options:
                                             "chat_template": manifest.resolve_path(probe.chat_template)})
 
 
-def preview(source: TargetSource, layers: Sequence[Options]) -> tuple[dict[str, Any], ProbeOptions]:
-    """What `open_target` would resolve (target fields, options), with the manifest read but nothing launched."""
-    if source.manifest is None:
-        return resolve(layers)
+def _manifest(source: TargetSource, manifest: Manifest | None) -> Manifest:
+    """The source's manifest: `manifest` when the caller read it already, else read now."""
+    if manifest is not None:
+        return manifest
     from userturn.serve.manifest import load_manifest
 
-    return resolve([*layers, manifest_layer(load_manifest(source.manifest))])
+    return load_manifest(str(source.manifest))
+
+
+def preview(source: TargetSource, layers: Sequence[Options], manifest: Manifest | None = None,
+            ) -> tuple[dict[str, Any], ProbeOptions]:
+    """What `open_target` would resolve (target fields, options), with the manifest read (`manifest`: read
+    already) but nothing launched."""
+    if source.manifest is None:
+        return _resolved(layers)
+    return _resolved([*layers, manifest_layer(_manifest(source, manifest))])
 
 
 @contextlib.contextmanager
-def open_target(source: TargetSource, layers: Sequence[Options]) -> Iterator[tuple[ProbeTarget, ProbeOptions]]:
-    """Resolve the target and options; with a manifest, its server runs (and is stopped) around the block."""
+def open_target(source: TargetSource, layers: Sequence[Options], manifest: Manifest | None = None,
+                ) -> Iterator[tuple[ProbeTarget, ProbeOptions]]:
+    """Resolve the target and options; with a manifest (`manifest`: read already), its server runs (and is
+    stopped) around the block."""
     if source.manifest is None:
         if not source.base_urls:
             raise UserError("--base-url or --manifest is required")
         if not source.model:
             raise UserError("--model is required with --base-url")
-        fields, options = resolve(layers)
+        fields, options = _resolved(layers)
         warn_greedy_samples(options)
         yield ProbeTarget(base_urls=list(source.base_urls), model=source.model,
                           api_key_env=source.api_key_env or defaults.API_KEY_ENV, api_key_file=source.api_key_file,
                           **fields), options
         return
     from userturn.serve.launcher import launch
-    from userturn.serve.manifest import load_manifest
 
-    manifest = load_manifest(source.manifest)
-    fields, options = resolve([*layers, manifest_layer(manifest)])
+    manifest = _manifest(source, manifest)
+    fields, options = _resolved([*layers, manifest_layer(manifest)])
     warn_greedy_samples(options)
     # the server is sized for the requests this run keeps in flight (llama-server: one slot each)
     manifest = manifest.model_copy(update={"probe": manifest.probe.model_copy(

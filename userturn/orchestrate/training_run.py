@@ -54,9 +54,9 @@ def base_source(manifest: Manifest) -> BaseModelSource:
 
 def probe_renderer(manifest: Manifest) -> Any:
     """The renderer `userturn probe --manifest` uses for this manifest (same tokenizer, template and variables)."""
-    from userturn.orchestrate.run_builder import ProbeTarget, load_renderer, manifest_layer, resolve
+    from userturn.orchestrate.run_builder import ProbeTarget, TargetSource, load_renderer, manifest_layer, preview
 
-    fields, options = resolve([manifest_layer(manifest)])
+    fields, options = preview(TargetSource(), [manifest_layer(manifest)])
     if not fields.get("tokenizer"):  # no probe tokenizer: the served model's own
         fields["tokenizer"] = manifest.resolve_path(manifest.tokenizer) or manifest.resolve_path(manifest.model)
     return load_renderer(ProbeTarget(base_urls=[], model=manifest.served_model_name or manifest.model or "", **fields),

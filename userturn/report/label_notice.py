@@ -76,13 +76,14 @@ def retry_command(groups: Sequence[GroupSummary], named: PathLike | Sequence[Pat
     return f"userturn judge {files}{out} --judge-base-url URL {judges}{prompt}"  # one URL serves every judge
 
 
-def _failure_notice(groups: Sequence[GroupSummary], named: PathLike | Sequence[PathLike]) -> LabelNotice:
+def _failure_notice(groups: Sequence[GroupSummary], named: PathLike | Sequence[PathLike],
+                    retry: str | None = None) -> LabelNotice:
     failures = sum(g.judge_failures for g in groups)
     generated = sum(g.n + g.judge_failures + g.unjudged for g in groups)
     share = failures / generated if generated else 1.0
     judged = any(g.n > g.rule_labels for g in groups)
     biased = [g for g in groups if g.judge_failures > FAILURE_SHARE * (g.n + g.judge_failures)]
-    command = retry_command(groups, named)
+    command = retry or retry_command(groups, named)
     head = f"the judge failed on {failures} of {generated} generated records ({100 * share:.0f}%; outside n)"
     if not judged:
         why = "no judge model labelled any record, so no rate here is a measurement"
@@ -102,12 +103,14 @@ def _failure_notice(groups: Sequence[GroupSummary], named: PathLike | Sequence[P
     return LabelNotice(text, caveat, above=bool(biased) or not judged)
 
 
-def label_notice(groups: Sequence[GroupSummary], named: PathLike | Sequence[PathLike]) -> LabelNotice | None:
+def label_notice(groups: Sequence[GroupSummary], named: PathLike | Sequence[PathLike],
+                 retry: str | None = None) -> LabelNotice | None:
     """The notice for a report of the files `named` (as the command line named them): judge failures first (with
-    the command that retries exactly those records), else records labelled by rules only or by nothing, else
+    the command that retries exactly those records: `retry` where the screen names one already, else `userturn
+    judge` on the source files), else records labelled by rules only or by nothing, else
     unjudged records; None when a judge model labelled every generated record."""
     if any(g.judge_failures for g in groups):
-        return _failure_notice(groups, named)
+        return _failure_notice(groups, named, retry)
     unjudged, total = sum(g.unjudged for g in groups), sum(g.records for g in groups)
     files = " ".join(shlex.quote(f) for f in judge_sources(named))
     how = f"add a judge: userturn judge {files} --judge-base-url URL --judge-model NAME, then report the judged file"

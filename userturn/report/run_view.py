@@ -141,9 +141,13 @@ def unchanged_under_perturbation(records: Sequence[ProbeRecord]) -> tuple[int, i
     return same, pairs
 
 
+RETRY = "rerun the same command"  # what retries a run's failed samples and judgements (one command on the screen)
+
+
 def print_run_report(console: Console, results: Path | Sequence[Path], gold: Sequence[str] = ()) -> list[GroupSummary]:
     """The whole printout of `userturn run` for its results file (or its shards' files read as one); returns the
-    report rows. `gold`: gold label files to calibrate the judges on (the experiment's `gold:`)."""
+    report rows. `gold`: gold label files to calibrate the judges on (the experiment's `gold:`). Judge failures are
+    retried as the run's other failures are: by rerunning the run (`RETRY`)."""
     records = [r for r in load_results(results) if r.model not in CONTROL_MODELS]  # generated turns only
     source = describe(results)
     groups = row_order(summarise_file(results).groups)  # the rows `userturn report` shows, settings named
@@ -161,7 +165,7 @@ def print_run_report(console: Console, results: Path | Sequence[Path], gold: Seq
     failed = any(g.judge_failures for g in groups)
     title = f"userturn report: {source}" + (f" ({'judge failed' if failed else 'rules only'}: no rate below is a "
                                             "measurement)" if rules_only else "")
-    notice = label_notice(groups, results)
+    notice = label_notice(groups, results, retry=RETRY)
     if notice and notice.above and failed:
         print_trimmed(console, escape("NOTICE: " + notice.text))
     for line in controls_lines(groups):

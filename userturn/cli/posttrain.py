@@ -1,13 +1,44 @@
-"""How `userturn posttrain` shows its comparison: the base-vs-trained table, its numbered notes, what each metric
-means and where the records are (`userturn.orchestrate.posttrain` computes and writes; this prints)."""
+"""`userturn posttrain POSTTRAIN.yaml`: probe base -> judge -> export -> train -> probe held-out -> compare
+(`userturn.orchestrate.posttrain`, imported only when the command runs), and the comparison it prints."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from userturn.cli.paths import Paths
 
 if TYPE_CHECKING:
     from userturn.orchestrate.posttrain import Metric, PostTrainReport
+
+NAME = "posttrain"
+EXAMPLES = """\
+  userturn posttrain experiments/posttrain.yaml
+  userturn posttrain experiments/posttrain.yaml --out-dir /scratch/runs --no-progress
+Rerun the same command to resume: finished stages are reused."""
+PATHS = Paths()
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    pt = sub.add_parser("posttrain", help="probe base -> judge -> export -> train -> probe held-out -> compare",
+                        description="Run a post-training experiment file (see experiments/posttrain.yaml): probe the "
+                                    "base model, judge, export training rows from items outside the held-out set, "
+                                    "train, probe the trained model on the held-out items, and report base vs "
+                                    "trained with the paired difference and its interval. Rerun to resume.")
+    pt.add_argument("experiment", metavar="POSTTRAIN.yaml")
+    pt.add_argument("--out-dir", default=None, help="parent of the run directory (default: the file's out_dir)")
+    pt.add_argument("--no-progress", action="store_true", help="plain progress lines instead of live views")
+    return pt
+
+
+def run(args: argparse.Namespace) -> int:
+    from userturn.orchestrate.posttrain import posttrain_main
+
+    show_report(posttrain_main(Path(args.experiment), out_dir=args.out_dir, progress=not args.no_progress))
+    return 0
+
 
 
 def _pct(value: float | None) -> str:
