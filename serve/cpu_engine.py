@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from userturn.core.errors import UserError, first_error
 from userturn.core.packaged import is_gguf
 from userturn.serve.cpu_batching import BatchWorker, Job, SamplingParams, sample_seeds
+from userturn.serve.cpu_threads import default_threads
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_MAX_BATCH = 16  # rows decoded together (a request's n samples are n rows)
@@ -149,16 +150,6 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, code: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.status, self.message, self.code = status, message, code
-
-
-def default_threads() -> int:
-    """Half the CPUs this process may use (hyperthreads share a core; OpenMP threads spinning on a busy machine
-    made decoding ~10x slower), at least 1 and at most 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(8, cpus // 2))
 
 
 class Generator:

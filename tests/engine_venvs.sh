@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Scratch venvs for tests/test_engine_parsers.py: SGLang 0.5.23 and vLLM 0.33.0 without their GPU stacks (--no-deps,
 # then only what their argument parsing imports, with the engines' own pins) over the CPU build of torch 2.13.0.
-# Usage: tests/engine_venvs.sh [DIR]   (default /tmp: DIR/enginevenv-sglang, DIR/enginevenv-vllm; ~3 GB each)
+# The test itself runs in userturn's venv (PYTHON, default .venv/bin/python), which needs the test install (pytest):
+# made there with `pip install -e '.[test]'` when pytest is missing.
+# Usage: tests/engine_venvs.sh [DIR] [PYTHON]   (DIR default /tmp: DIR/enginevenv-sglang, DIR/enginevenv-vllm; ~3 GB
+#        each; 25-40 minutes from PyPI on 2 cores shared with other builds)
 # Then:  USERTURN_SGLANG_PYTHON=DIR/enginevenv-sglang/bin/python USERTURN_VLLM_PYTHON=DIR/enginevenv-vllm/bin/python \
 #        .venv/bin/python -m pytest -q tests/test_engine_parsers.py
 set -euo pipefail
 dir=${1:-/tmp}
+root=$(cd "$(dirname "$0")/.." && pwd)
+userturn_python=${2:-$root/.venv/bin/python}
+if ! "$userturn_python" -c "import pytest, userturn" 2>/dev/null; then
+    "$userturn_python" -m pip install -q -e "$root[test]"
+fi
 cpu_torch=$(mktemp)
 trap 'rm -f "$cpu_torch"' EXIT
 echo "torch==2.13.0" >"$cpu_torch"  # keeps the CPU torch: nothing may pull a CUDA build in

@@ -1,7 +1,10 @@
 """A stand-in for llama.cpp's `llama-server` (no C++ build in CI): it parses its argv with llama.cpp's own flag
 spellings (common/arg.cpp; an unknown flag or a missing value exits 1, as llama-server does), refuses what a CPU
 launch must not carry, writes the parsed argv to $STANDIN_ARGV as JSON, then serves the OpenAI routes and /health
-with tests/loopback_server.py under the `--alias` name (and `--api-key`, when given)."""
+with tests/loopback_server.py under the `--alias` name (and `--api-key`, when given), and `GET /props` as
+llama-server reports its parsed flags there (tools/server/server-context.cpp get_res_props: the sampler defaults
+under default_generation_settings.params, `total_slots` from --parallel, whose -1 means 4: tools/server/server.cpp).
+$STANDIN_BODIES, when set, names a file each generation request's body is appended to."""
 
 from __future__ import annotations
 
@@ -42,6 +45,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def props(args: argparse.Namespace) -> dict[str, object]:
+    """What llama-server's GET /props reports for these flags (the fields userturn reads)."""
+    params = {"top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "xtc_probability": args.xtc_probability,
+              "typical_p": 1.0, "top_n_sigma": -1.0, "repeat_penalty": args.repeat_penalty, "presence_penalty": 0.0,
+              "frequency_penalty": 0.0, "dry_multiplier": 0.0, "mirostat": args.mirostat, "seed": args.seed or -1,
+              "n_predict": -1}
+    return {"default_generation_settings": {"params": params, "n_ctx": args.ctx_size or 4096},
+            "total_slots": 4 if args.parallel < 0 else args.parallel, "model_path": args.model or args.hf_repo,
+            "model_alias": args.alias, "build_info": "b0000-standin"}
+
+
 def main() -> None:
     words = sys.argv[1:]
     for i, word in enumerate(words[:-1]):  # llama.cpp takes the next word as the key, even one starting with '-'
@@ -54,7 +68,9 @@ def main() -> None:
     if out:
         Path(out).write_text(json.dumps({"argv": sys.argv[1:], "parsed": vars(args)}))
     argv = [sys.executable, str(HERE / "loopback_server.py"), "--host", args.host, "--port", str(args.port),
-            "--model", args.alias or args.model or args.hf_repo]
+            "--model", args.alias or args.model or args.hf_repo, "--props", json.dumps(props(args))]
+    if os.environ.get("STANDIN_BODIES"):
+        argv.append(f"--log-bodies={os.environ['STANDIN_BODIES']}")
     if args.api_key:
         argv.append(f"--api-key={args.api_key}")
     os.execv(sys.executable, argv)

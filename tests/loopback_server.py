@@ -13,7 +13,9 @@ It prints ``READY <port>`` on stdout once listening (port 0 picks a free port). 
   prompt (or the last message), ``finish_reason`` "stop", ``matched_stop`` "<|im_end|>", usage with token
   counts of about len/4, ``n`` choices when ``n`` is given; ``max_tokens`` cuts the reply (finish "length").
 * ``GET /v1/models``, ``GET /health``, ``GET /health_generate`` (SGLang's), ``GET /stats`` (request counters as
-  JSON), and with ``--model-path P`` SGLang's ``GET /model_info`` (``{"model_path": P, ...}``).
+  JSON), with ``--model-path P`` SGLang's ``GET /model_info`` (``{"model_path": P, ...}``), and with ``--props
+  JSON`` llama-server's ``GET /props``. ``--log-bodies PATH`` appends each generation request's body to PATH as a
+  JSON line.
 
 ``--sglang`` answers as SGLang does: ``matched_stop`` is the first of the request's ``stop_token_ids`` (else its
 first ``stop`` string), and an assistant turn asked for (a chat completion, or a prompt that ends at an assistant
@@ -69,6 +71,8 @@ class ServerConfig(BaseModel):
     hang_after: int | None = Field(default=None, ge=0, description="answer this many POSTs, then hang on every other")
     model_path: str | None = Field(default=None, description="weights named by GET /model_info (SGLang's route)")
     sglang: bool = Field(default=False, description="SGLang's matched_stop; assistant turns answered with a number")
+    props: dict[str, Any] | None = Field(default=None, description="answered by GET /props (llama-server's route)")
+    log_bodies: str | None = Field(default=None, description="append every generation request's body to this file")
 
 
 def reply_text(source: str, index: int = 0) -> str:
@@ -249,6 +253,9 @@ def build_app(config: ServerConfig) -> Any:
             return json_response({"error": {"message": "request body is not JSON"}}, status=400)
         if not isinstance(payload, dict):
             return json_response({"error": {"message": "request body must be a JSON object"}}, status=400)
+        if config.log_bodies:
+            with open(config.log_bodies, "ab") as fh:
+                fh.write(orjson.dumps(payload) + b"\n")
         if config.latency_ms:
             await asyncio.sleep(config.latency_ms / 1000)
         serial = counts[kind]
@@ -288,6 +295,10 @@ def build_app(config: ServerConfig) -> Any:
     async def stats(request: web.Request) -> web.Response:
         return json_response(dict(counts))
 
+    async def props(request: web.Request) -> web.Response:
+        counts["props"] += 1
+        return json_response(config.props)
+
     app = web.Application()
     app.add_routes([
         web.post("/v1/completions", completions),
@@ -297,6 +308,7 @@ def build_app(config: ServerConfig) -> Any:
         web.get("/health_generate", health_generate),
         web.get("/stats", stats),
         *([web.get("/model_info", model_info)] if config.model_path is not None else []),
+        *([web.get("/props", props)] if config.props is not None else []),
     ])
     return app
 
@@ -338,6 +350,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--model-path", default=None, help="weights named by GET /model_info (SGLang's route)")
     parser.add_argument("--sglang", action="store_true",
                         help="SGLang's matched_stop; prompts ending at an assistant header answered with a number")
+    parser.add_argument("--props", type=json.loads, default=None, help="JSON answered by GET /props (llama-server)")
+    parser.add_argument("--log-bodies", default=None, help="append each generation request's body to this file")
     args = parser.parse_args(argv)
     return ServerConfig(**vars(args))
 

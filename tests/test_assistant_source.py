@@ -78,7 +78,7 @@ def test_run_refuses_a_mixed_dataset_unless_the_experiment_chooses(tmp_path: Pat
                 f"{lead}{path}: dataset mixed.jsonl: {data}:2: item 'open-1' has no assistant turn to probe "
                 "(1 of 2 items lack one, the others end with one): fix them, or choose model-written assistant turns "
                 "for every item with assistant_from: model"]
-        assert [r.method for r in server.requests] == ["GET"]  # the dry run's endpoint check; no completion
+        assert {r.method for r in server.requests} == {"GET"}  # the dry run's endpoint checks; no completion
         assert main(["run", str(experiment(tmp_path, server, "assistant_from: model\n")), "--no-progress"]) == 0
     records = record_lines(tmp_path / "runs" / "e" / "results.jsonl")
     assert sorted((r["item_id"], r["assistant_source"]) for r in records) == [("a", "model"), ("open-1", "model")]

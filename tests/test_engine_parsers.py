@@ -82,7 +82,6 @@ def _dry_run(m: Manifest, path: Path, capsys: pytest.CaptureFixture[str]) -> lis
     capsys.readouterr()
     assert main(["serve", str(path), "--dry-run"]) == 0
     out, port, forms = capsys.readouterr().out, None, []
-    dry_key = DRY_RUN_KEY if m.nnodes == 1 else "[redacted]"  # the per-node lines are redacted as a log's are
     for line in out.splitlines():
         if line.startswith("#"):
             found = re.search(r"(?:port |:)(\d+)(?: of node 0)?$", line)
@@ -93,7 +92,7 @@ def _dry_run(m: Manifest, path: Path, capsys: pytest.CaptureFixture[str]) -> lis
         while re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
             name, _, value = words.pop(0).partition("=")
             env[name] = value
-        forms.append((f"dry-run {len(forms)}", words, {"port": port, "key": dry_key, "node": len(forms),
+        forms.append((f"dry-run {len(forms)}", words, {"port": port, "key": DRY_RUN_KEY, "node": len(forms),
                                                        "model": m.resolve_path(m.model), "env": env}))
     assert forms, out
     return forms

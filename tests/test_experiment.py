@@ -286,7 +286,10 @@ def test_dry_run_checks_every_endpoint_and_names_each_failing_model(tmp_path: Pa
         assert main(["run", str(path), "--dry-run"]) == 3
         out, err = capsys.readouterr()
         asked = [r.url.path for r in server.requests]
-    assert asked == ["/v1/models", "/v1/models"]  # the two models it serves are asked; the manifest is not launched
+    # the two models it serves are asked; the manifest is not launched; the one it serves is asked what it is
+    assert [p for p in asked if p.startswith("/v1/")] == ["/v1/models", "/v1/models"]
+    assert sorted(p for p in asked if not p.startswith("/v1/")) == [
+        "/api/version", "/get_server_info", "/props", "/version"]
     assert ("endpoints: 1 of 3 base_url models reachable and serving their model; 1 manifest models validated only"
             in out)
     lines = err.splitlines()

@@ -204,14 +204,15 @@ class Endpoint:
                             "name, or pass --no-model-check for a router or gateway whose list does not name it")
         return served
 
-    async def root_json(self, route: str) -> dict[str, Any] | None:
+    async def root_json(self, route: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """GET `route` under the server's root (the base URL without its `/v1`, where SGLang's `/model_info` and
-        llama-server's `/props` live): its JSON object, or None when the server answers none (what such a route
-        reports is informational: the run goes on without it)."""
+        llama-server's `/props` live), or POST `body` to it (Ollama's `/api/show`): its JSON object, or None when the
+        server answers none (what such a route reports is informational: the run goes on without it)."""
         url = f"{self._prefix.removesuffix('/v1')}/{route.lstrip('/')}{self._query}"
+        method, content = ("GET", None) if body is None else ("POST", orjson.dumps(body))
         try:
             async with asyncio.timeout(min(15.0, self.config.request_timeout)):
-                reply = await send(self._client, "GET", url, None, MODELS_RESPONSE_CAP)
+                reply = await send(self._client, method, url, content, MODELS_RESPONSE_CAP)
             data = orjson.loads(reply.content) if reply.status < 400 else None
         except (ResponseTooLarge, orjson.JSONDecodeError, *TRANSPORT_ERRORS):
             return None

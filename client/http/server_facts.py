@@ -52,7 +52,8 @@ async def applied_traits(endpoint: Endpoint, traits: EngineTraits) -> EngineTrai
 
 def engine_notices(traits: EngineTraits, urls: Sequence[str]) -> list[str]:
     """What a run says once about its endpoint: that an external one's sampler defaults and seed handling cannot be
-    known, or that the engine ignores the seed."""
+    known; what a recognised one said it is and what it applies; that a running llama-server's role tokens may be
+    invisible; that the engine ignores the seed; that its records depend on the batch."""
     where = ", ".join(urls)
     sent = ", ".join(f"{name}={value:g}" for name, value in traits.neutral_sampler.items())
     if traits.external:
@@ -60,7 +61,57 @@ def engine_notices(traits: EngineTraits, urls: Sequence[str]) -> list[str]:
                 f"seed cannot be known (recorded as server_sampler_defaults: null, seed_honoured: null); each request "
                 f"states temperature, seed and {sent or 'no other sampling field'} (--top-p, --top-k, --min-p set "
                 "others), and reruns need not repeat its records"]
+    notices = []
+    if traits.described:
+        defaults = traits.server_sampler_defaults
+        shown = "not reported" if defaults is None else ", ".join(
+            f"{name}={value:g}" for name, value in defaults.items() if not _neutral({name: value})) or "all off"
+        notices.append(f"userturn: note: {where} is {traits.described}: recorded as engine {traits.engine}, with "
+                       f"its sampling defaults ({shown}) as server_sampler_defaults; each request states temperature, "
+                       f"seed and {sent}")
+    if traits.engine == "ollama" and not _neutral(traits.server_sampler_defaults):
+        notices.append(f"userturn: warning: {where} (Ollama) applies the model's own top_k, min_p and repeat_penalty "
+                       "(its /v1/completions cannot set them): T=1 is not plain temperature sampling; set them off in "
+                       "the Modelfile (PARAMETER top_k 0, PARAMETER repeat_penalty 1) and `ollama create` it again")
+    if traits.engine == "llamacpp" and traits.described:
+        notices.append(f"userturn: warning: whether the llama-server at {where} was started with -sp cannot be seen: "
+                       "without it a role token the model generates (e.g. <|im_start|>) vanishes from the text and a "
+                       "turn that runs into the next header is not recognised; restart it with -sp")
     if traits.seed_honoured is False:
-        return [f"userturn: warning: the {traits.engine} server at {where} does not honour a request's seed: sampled "
-                "records cannot be reproduced (recorded as seed_honoured: false)"]
-    return []
+        notices.append(f"userturn: warning: the {traits.engine} server at {where} does not honour a request's seed: "
+                       "sampled records cannot be reproduced (recorded as seed_honoured: false)")
+    if traits.batch_invariant is False:
+        way_out = ("start it with -np 1 --no-cache-prompt and probe with --concurrency 1" if traits.described else
+                   "launch it with one slot and no prompt cache (probe.concurrency: 1, extra_args: "
+                   "[--no-cache-prompt])")
+        notices.append(f"userturn: warning: the {traits.engine} server at {where} computes a request together with "
+                       "others (several slots, or a reused prompt cache): its records are not reproducible, a rerun "
+                       f"differs (recorded as batch_invariant: false); for reproducible records {way_out}")
+    return notices
+
+
+# Each sampler an engine may apply by default, at the value that turns it off.
+NEUTRAL_VALUES: dict[str, float | int] = {
+    "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0, "xtc_probability": 0.0,
+    "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "mirostat": 0}
+
+
+def _neutral(defaults: Mapping[str, float | int] | None) -> bool:
+    """Whether every default is off (top_k -1 is off as 0 is); None (not known) is not."""
+    if defaults is None:
+        return False
+    return all(value == NEUTRAL_VALUES.get(name, value) or (name == "top_k" and value < 0)
+               for name, value in defaults.items())
+
+
+def raw_mode_refusal(traits: EngineTraits, urls: Sequence[str], model: str) -> str | None:
+    """The one-line refusal of raw mode on a server that templates a completion's prompt again (Ollama's
+    /v1/completions), with the ways out; None where raw prompts pass through untouched."""
+    if not traits.templates_prompt:
+        return None
+    return (f"{', '.join(urls)} is {traits.described or traits.engine}: its /v1/completions wraps a prompt in the "
+            f"chat template of {model} again, so the user-turn prompt would arrive as a user message and the reply, "
+            "an assistant turn, be stored as a user turn; serve a copy whose template passes prompts through (a "
+            "Modelfile with FROM " + model + ", TEMPLATE {{ .Prompt }}, PARAMETER top_k 0, PARAMETER "
+            "repeat_penalty 1; `ollama create NAME -f Modelfile`; probe NAME), use llama-server, or probe in chat "
+            "mode (--mode chat; modes: [chat] in an experiment)")

@@ -202,7 +202,7 @@ class ProbeRun:
         c = self.counters
         c.total = planned  # `_jobs` moves keys already ok from here to `skipped` as it reaches them
         c.skipped = 0
-        run = run_info(scrub=redact)
+        run = run_info(scrub=redact).model_copy(update={"server": self.settings.engine_traits.described})
         info = self.renderer.info if self.renderer is not None else None
         requests = self.requests
         configs = {fp: ConfigLine(fingerprint=fp, config=requests.configs[p], renderer=info, run=run)

@@ -84,6 +84,7 @@ class RequestBuilder:
             stop=self._sent_stops, stop_token_ids=self._sent_stop_ids if raw else [], extra_body=s.extra_body,
             engine=s.engine_traits.engine, seed_honoured=s.engine_traits.seed_honoured,
             server_sampler_defaults=s.engine_traits.server_sampler_defaults,
+            batch_invariant=s.engine_traits.batch_invariant,
         ), s, self._sampler)
 
     def payload_base(self, messages: list[Message]) -> tuple[dict[str, Any], str, int]:

@@ -31,6 +31,7 @@ TRAITS = EngineTraits(
     neutral_sampler={"top_p": 1.0, "top_k": -1, "min_p": 0.0},
     max_stop_strings=None, honours_stop_token_ids=True, stop_reason_field="matched_stop",
     reasoning_field="reasoning_content", weights_route=WEIGHTS_ROUTE,
+    identity_route="/get_server_info",  # its server arguments and version (a bare URL's server is recognised)
 )
 
 

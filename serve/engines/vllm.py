@@ -31,6 +31,7 @@ TRAITS = EngineTraits(
     neutral_sampler={"top_p": 1.0, "top_k": -1, "min_p": 0.0},
     max_stop_strings=DEFAULT_MAX_STOP_STRINGS, honours_stop_token_ids=True, stop_reason_field="stop_reason",
     reasoning_field="reasoning",  # the served weights: /v1/models `root` (the model path it loaded)
+    identity_route="/version",  # {"version": ...} (a bare URL's server is recognised)
 )
 
 

@@ -17,6 +17,10 @@ class EngineTraits(BaseModel):
     engine: str  # the engine's kind, the registry's name for it (`userturn.serve.engines.ENGINES`)
     # Whether a per-request `seed` reaches the sampler (SGLang: only under --enable-deterministic-inference).
     seed_honoured: bool | None
+    # Whether a request's output is independent of what else the server computes (other slots in the batch, a reused
+    # prompt cache): False for llama-server with more than one slot or its prompt cache on, whose reruns differ
+    # even with the seed honoured; None when not known. Recorded in the configuration only when known.
+    batch_invariant: bool | None = None
     # What the server applies to a sampling field a request leaves out (e.g. {"top_k": 40} for llama-server without
     # flags); {} when the launch makes every default neutral; None when unknown.
     server_sampler_defaults: dict[str, float | int] | None
@@ -37,6 +41,17 @@ class EngineTraits(BaseModel):
     # A GET route under the server's root whose JSON `default_generation_settings` reports the sampling defaults the
     # server applies (llama-server `/props`); None: the server does not report them.
     sampler_route: str | None = None
+    # A GET route under the server's root that only this engine answers, and so names it when a run is given a bare
+    # URL (llama-server `/props`, SGLang `/get_server_info`, vLLM `/version`, Ollama `/api/version`); None: it cannot
+    # be recognised.
+    identity_route: str | None = None
+    # Whether the server wraps a completion's prompt in the model's chat template again (Ollama's /v1/completions
+    # unless the model's TEMPLATE is `{{ .Prompt }}`): a raw-mode prompt would become a user message, and the reply
+    # an assistant turn, so raw mode is refused.
+    templates_prompt: bool = False
+    # What the server said it is when it was recognised at a URL (e.g. "llama-server b6500"); None: launched here, or
+    # not recognised.
+    described: str | None = None
 
     @property
     def external(self) -> bool:
@@ -47,4 +62,14 @@ class EngineTraits(BaseModel):
 EXTERNAL = EngineTraits(
     engine="external", seed_honoured=None, server_sampler_defaults=None, neutral_sampler={"top_p": 1.0},
     max_stop_strings=4, honours_stop_token_ids=False, stop_reason_field=None, reasoning_field="reasoning_content",
+)
+
+OLLAMA = EngineTraits(
+    # Ollama's openai/openai.go FromCompleteRequest maps only temperature, top_p (0 → 1.0), seed, stop, max_tokens
+    # and the presence/frequency penalties of a /v1/completions request: top_k, min_p and repeat_penalty come from
+    # the model's Modelfile PARAMETERs, else api/types.go DefaultOptions (top_k 40, repeat_penalty 1.1 before 0.32.10
+    # and 1.0 since), and are recorded as the server's defaults (read from POST /api/show).
+    engine="ollama", seed_honoured=True, server_sampler_defaults=None, neutral_sampler={"top_p": 1.0},
+    max_stop_strings=None, honours_stop_token_ids=False, stop_reason_field=None, reasoning_field="reasoning",
+    identity_route="/api/version", templates_prompt=True,
 )

@@ -37,7 +37,7 @@ ASSISTANT_SETTINGS: tuple[str, ...] = (
     "server_sampler_defaults",
 )
 # What the engine does with the sampler and the seed: in a configuration only where the run names its engine.
-ENGINE_SETTINGS: tuple[str, ...] = ("engine", "seed_honoured", "server_sampler_defaults")
+ENGINE_SETTINGS: tuple[str, ...] = ("engine", "seed_honoured", "server_sampler_defaults", "batch_invariant")
 
 
 class GenerationContext(BaseModel):
@@ -66,14 +66,21 @@ class GenerationContext(BaseModel):
     server_sampler_defaults: dict[str, float | int] | None = Field(
         default=None, description="what the server applies to a sampling field a request leaves out; {}: all "
         "neutral; null: not known")
+    batch_invariant: bool | None = Field(
+        default=None, description="whether a request's output is independent of what else the server computes (false: "
+        "llama-server with several slots or its prompt cache on, whose reruns differ); absent when not known")
 
 
 def generation_config(context: GenerationContext, options: Options,
                       sampler: Mapping[str, float | int] | None = None) -> dict[str, Any]:
     """The configuration of a run's generations: `context` plus every option its role records
     (`userturn.core.options.Role`), as JSON values; `sampler` (the sampling fields sent, the engine's neutral values
-    filled in) recorded as sent. The engine's fields (`ENGINE_SETTINGS`) are there only when `context.engine` is."""
-    exclude = set(ENGINE_SETTINGS) if context.engine is None else None
+    filled in) recorded as sent. The engine's fields (`ENGINE_SETTINGS`) are there only when `context.engine` is;
+    `batch_invariant` only when known (so the configurations of engines that do not say keep their fingerprints)."""
+    if context.engine is None:
+        exclude = set(ENGINE_SETTINGS)
+    else:
+        exclude = {"batch_invariant"} if context.batch_invariant is None else set()
     return {**context.model_dump(mode="json", exclude=exclude),
             **options.recorded(assistant_by_model=context.assistant_source == "model"), **(sampler or {})}
 

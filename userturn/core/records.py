@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from userturn.core.errors import UserError
 from userturn.core.taxonomy import Label
@@ -170,6 +170,16 @@ class RunInfo(BaseModel):
     started: str = Field(description="UTC, ISO 8601")
     host: str
     command: list[str]
+    server: str | None = Field(default=None, description="what the endpoint's server said it is (e.g. "
+                               "'llama-server b6500, 4 slots'); absent: launched here, or it said nothing")
+
+    @model_serializer(mode="wrap")
+    def _without_unknown_server(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`server` only where known, so the lines of every other run stay as they were."""
+        data: dict[str, Any] = handler(self)
+        if data.get("server") is None:
+            data.pop("server", None)
+        return data
 
 
 class ConfigLine(BaseModel):

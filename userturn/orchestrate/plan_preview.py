@@ -218,4 +218,6 @@ async def _check_endpoints(grid: Grid) -> list[str]:
         with model.naming(problems), open_target(model.source, model.layers) as (target, options):
             async with TargetSession(target, options) as session:
                 await session.check()
+                for mode in grid.modes:
+                    session.check_mode(mode)
     return problems

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from userturn.core import defaults
-from userturn.core.engine_traits import EXTERNAL, EngineTraits
+from userturn.core.engine_traits import EXTERNAL, OLLAMA, EngineTraits
 from userturn.core.errors import UserError
 from userturn.core.options import Options, ProbeOptions, RendererName
 from userturn.core.options import resolve as resolve_options
@@ -133,6 +133,9 @@ def open_target(source: TargetSource, layers: Sequence[Options], manifest: Manif
     manifest = _manifest(source, manifest)
     fields, options = _resolved([*layers, manifest_layer(manifest)])
     warn_greedy_samples(options)
+    # the server is sized for the requests this run keeps in flight (llama-server: one slot each)
+    manifest = manifest.model_copy(update={"probe": manifest.probe.model_copy(
+        update={"concurrency": options.concurrency})})
     with launch(manifest, launcher=source.launcher or "local") as server:
         probe = manifest.probe
         yield ProbeTarget(
@@ -141,6 +144,14 @@ def open_target(source: TargetSource, layers: Sequence[Options], manifest: Manif
             api_key_file=None if server.api_key_env else source.api_key_file,  # a launched server's own key wins
             stop=list(probe.stop), stop_token_ids=list(probe.stop_token_ids), extra_body=dict(probe.extra_body),
             engine_traits=server.traits if not source.base_urls else EXTERNAL, **fields), options
+
+
+def recognisable_engines() -> list[EngineTraits]:
+    """The traits of every engine a bare URL's server can be recognised as (`identity_route`), in the registry's
+    order, then Ollama (never launched, so not in the registry)."""
+    from userturn.serve.engines import ENGINES
+
+    return [*(e.traits for e in ENGINES.values() if e.traits.identity_route), OLLAMA]
 
 
 def load_renderer(target: ProbeTarget, options: ProbeOptions) -> PromptRenderer:
@@ -181,20 +192,35 @@ class TargetSession:
         return self._renderer
 
     async def check(self) -> None:
-        """Every endpoint answers and serves the model (else an error) before anything is generated; warns when
-        the served weights are not the tokenizer's; reads the sampling defaults a self-describing server reports;
-        says once what cannot be known about the engine's sampler and seed."""
+        """Every endpoint answers and serves the model (else an error) before anything is generated; a bare URL's
+        server is recognised where it says what it is (`client.http.server_kinds`); warns when the served weights
+        are not the tokenizer's; reads the sampling defaults a self-describing server reports; says once what cannot
+        be known about the engine's sampler and seed."""
         from userturn.client.http.server_facts import applied_traits, engine_notices, weights_warning
+        from userturn.client.http.server_kinds import described_traits
 
         t = self.target
-        for endpoint in self.endpoints:
-            served = await endpoint.check(t.model)
-            warning = await weights_warning(endpoint, served, t.model, t.tokenizer, t.engine_traits)
+        served_by = [await endpoint.check(t.model) for endpoint in self.endpoints]
+        if self.endpoints:
+            if t.engine_traits.external:
+                found = await described_traits(self.endpoints[0], t.model, recognisable_engines())
+                self.engine_traits = found or t.engine_traits
+            else:
+                self.engine_traits = await applied_traits(self.endpoints[0], t.engine_traits)
+        for endpoint, served in zip(self.endpoints, served_by, strict=True):
+            warning = await weights_warning(endpoint, served, t.model, t.tokenizer, self.engine_traits)
             if warning:
                 log.warning("userturn: warning: %s", warning)
-        if self.endpoints:
-            self.engine_traits = await applied_traits(self.endpoints[0], t.engine_traits)
         self._notices = engine_notices(self.engine_traits, [e.base_url for e in self.endpoints])
+
+    def check_mode(self, mode: Mode) -> None:
+        """A one-line UserError where `mode` cannot probe this server (raw mode on a server that templates a
+        completion's prompt again: Ollama); after `check`."""
+        from userturn.client.http.server_facts import raw_mode_refusal
+
+        refusal = raw_mode_refusal(self.engine_traits, [e.base_url for e in self.endpoints], self.target.model)
+        if mode == "raw" and refusal:
+            raise UserError(refusal)
 
     async def __aenter__(self) -> TargetSession:
         return self
@@ -225,6 +251,7 @@ class TargetSession:
         from userturn.client.probe.scoring import score
         from userturn.client.render.chat_mode import role_flip_messages
 
+        self.check_mode(mode)
         extra: dict[str, Any] = {"resume_hint": resume_hint} if resume_hint else {}
         extra["notices"], self._notices = self._notices, []
         return ProbeRun(items, self.settings(dataset=dataset, mode=mode, perturbations=perturbations,
