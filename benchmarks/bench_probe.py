@@ -8,7 +8,7 @@
 Workloads: N requests as N/10 items x 10 samples (each prompt rendered once, sent ten times) and as N items x 1
 sample (greedy decoding over a whole dataset: one render, one parse, one record base per request).
 
-For each scenario the OpenAI-compatible loopback server (tests/loopback_server.py, aiohttp.web on uvloop) runs
+For each scenario the OpenAI-compatible loopback server (tests/support/loopback_server.py, aiohttp.web on uvloop) runs
 in its own process, then two client processes send the same N POST /v1/completions requests at the same
 concurrency, one after the other:
 
@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO))
 
 from loopback_server import LoopbackServer  # noqa: E402
@@ -170,7 +170,7 @@ def compile_bytecode() -> None:
 
     for folder in ("userturn", "client", "serve", "judges", "benchmarks"):
         compileall.compile_dir(REPO / folder, quiet=1)
-    compileall.compile_file(REPO / "tests" / "loopback_server.py", quiet=1)
+    compileall.compile_file(REPO / "tests" / "support" / "loopback_server.py", quiet=1)
 
 
 def write_dataset(path: Path, items: int) -> None:

@@ -22,7 +22,7 @@ concurrency 64); peak RSS of the whole run (the probe's process tree).
 Targets: <= 100 MB at 10,000 items and <= 150 MB at 100,000 (flat in the item count).
 
 Both parts print one line per measurement and a PASS/MISS verdict per target. The loopback server runs in its own
-process (tests/loopback_server.py); the machine's load is printed, since a shared 2-core VM moves wall times.
+process (tests/support/loopback_server.py); the machine's load is printed, since a shared 2-core VM moves wall times.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 import orjson
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_probe import TreePeak, peak_rss_kb, tokenizer_dir, write_dataset  # noqa: E402

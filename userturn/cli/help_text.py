@@ -1,5 +1,5 @@
 """The examples under `userturn --help` (each command's own are its module's `EXAMPLES`; every line that starts with
-`userturn` is a complete command line: tests/test_cli_help.py parses each of them with the real parser)."""
+`userturn` is a complete command line: tests/cli/test_cli_help.py parses each of them with the real parser)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The command-line reference, docs/cli.md, rendered from the parsers themselves: every subcommand's flags (name,
 value, default, help) in the groups its `--help` shows, so the reference cannot drift from the code.
-tests/test_cli_reference.py fails when the committed file differs. Regenerate with
+tests/cli/test_cli_reference.py fails when the committed file differs. Regenerate with
 `python -m userturn.cli.reference` (writes docs/cli.md of this checkout, or the path given)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ REGENERATE = "python -m userturn.cli.reference"
 HEADER = f"""\
 # Command-line reference
 
-Generated from the parsers by `{REGENERATE}`; do not edit by hand (tests/test_cli_reference.py fails when this
+Generated from the parsers by `{REGENERATE}`; do not edit by hand (tests/cli/test_cli_reference.py fails when this
 file differs from what the parsers say). Every command also prints this with `userturn COMMAND --help`, its
 examples at the end. A flag is taken only as spelled in full; a repeatable flag (`append`) is given once per value.
 """

@@ -5,7 +5,7 @@ is the only state.
 against `RECORD_HEAD` (the resume fields of the current schema, as the writer writes them, as plain strings), its end
 checked and its JSON proved well-formed (`results_reader.is_json`: a line damaged in its middle, anywhere in the file,
 is found as the readers find it); any other line, and every line of the file's last `CAREFUL_TAIL_BYTES` (where a crash
-leaves damage), is parsed whole by `results_reader.decode` and gives the same state (tests/test_resume_index.py): a
+leaves damage), is parsed whole by `results_reader.decode` and gives the same state (tests/core/test_resume_index.py): a
 configuration line is taken, a torn final line skipped (`torn_tail`), any other line that does not parse is
 `errors.damaged_line` naming file:line. The last line of a key decides (the reader's superseding rule, kept as set
 operations). Memory: the ok keys and one buffer (1,000,000 records peaked at 165 MB: docs/results-format.md).

@@ -2,7 +2,7 @@
 with SGLang's flag spellings (sglang 0.5.23 server_args; an unknown flag or a missing value exits 2, as SGLang's
 argparse does), refuses what SGLang would refuse of userturn's launch (no --api-key, an unknown reasoning parser or
 sampling-defaults value), appends the parsed argv as one JSON line to $STANDIN_LAUNCHES when set, then serves the
-OpenAI routes, /health, /health_generate and /model_info with tests/loopback_server.py (`--sglang`: SGLang's
+OpenAI routes, /health, /health_generate and /model_info with tests/support/loopback_server.py (`--sglang`: SGLang's
 `matched_stop`) under the `--served-model-name`, requiring the `--api-key`."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-LOOPBACK = Path(__file__).resolve().parents[2] / "loopback_server.py"
+LOOPBACK = Path(__file__).resolve().parents[2] / "support" / "loopback_server.py"
 REASONING_PARSERS = ("qwen3", "gpt-oss", "glm45", "deepseek-r1")  # the ones the shipped manifests use, and one more
 
 
