@@ -69,14 +69,15 @@ def engine_notices(traits: EngineTraits, urls: Sequence[str]) -> list[str]:
         notices.append(f"userturn: note: {where} is {traits.described}: recorded as engine {traits.engine}, with "
                        f"its sampling defaults ({shown}) as server_sampler_defaults; each request states temperature, "
                        f"seed and {sent}")
-    if traits.engine == "ollama" and not _neutral(traits.server_sampler_defaults):
-        notices.append(f"userturn: warning: {where} (Ollama) applies the model's own top_k, min_p and repeat_penalty "
-                       "(its /v1/completions cannot set them): T=1 is not plain temperature sampling; set them off in "
-                       "the Modelfile (PARAMETER top_k 0, PARAMETER repeat_penalty 1) and `ollama create` it again")
-    if traits.engine == "llamacpp" and traits.described:
-        notices.append(f"userturn: warning: whether the llama-server at {where} was started with -sp cannot be seen: "
-                       "without it a role token the model generates (e.g. <|im_start|>) vanishes from the text and a "
-                       "turn that runs into the next header is not recognised; restart it with -sp")
+    if traits.fixed_sampler_hint and not _neutral(traits.server_sampler_defaults):
+        notices.append(f"userturn: warning: {where} ({traits.described or traits.engine}) applies the model's own "
+                       "top_k, min_p and repeat_penalty (its /v1/completions cannot set them): T=1 is not plain "
+                       f"temperature sampling; {traits.fixed_sampler_hint}")
+    if traits.special_tokens_hint and traits.described:
+        notices.append(f"userturn: warning: whether the server at {where} ({traits.described}) keeps the special "
+                       "tokens it generates cannot be seen: without that a role token the model generates (e.g. "
+                       "<|im_start|>) vanishes from the text and a turn that runs into the next header is not "
+                       f"recognised; {traits.special_tokens_hint}")
     if traits.seed_honoured is False:
         notices.append(f"userturn: warning: the {traits.engine} server at {where} does not honour a request's seed: "
                        "sampled records cannot be reproduced (recorded as seed_honoured: false)")

@@ -108,14 +108,16 @@ async def _ollama(endpoint: Endpoint, model: str, info: Mapping[str, Any], trait
                                      "templates_prompt": not passes, "described": f"Ollama {info['version']}"})
 
 
-READERS: dict[str, Reader] = {"llamacpp": _llamacpp, "sglang": _sglang, "vllm": _vllm, "ollama": _ollama}
+# Each identity route's answer, read (the route names the shape of its answer; the engine is the traits' own).
+READERS: dict[str, Reader] = {"/props": _llamacpp, "/get_server_info": _sglang, "/version": _vllm,
+                              "/api/version": _ollama}
 
 
 async def described_traits(endpoint: Endpoint, model: str, candidates: Sequence[EngineTraits]) -> EngineTraits | None:
     """The traits of the engine that answers its `identity_route` at `endpoint` with that engine's shape (the first
     of `candidates`, in order), updated with what the answer reports; None when none does."""
     for traits in candidates:
-        reader = READERS.get(traits.engine)
+        reader = READERS.get(traits.identity_route or "")
         if traits.identity_route is None or reader is None:
             continue
         answer = await endpoint.root_json(traits.identity_route)

@@ -45,6 +45,7 @@ TRAITS = EngineTraits(
     stop_reason_field=None, reasoning_field="reasoning_content",
     weights_route="/props",  # {"model_path": ..., "default_generation_settings": {...}, "total_slots": ...}
     sampler_route="/props", identity_route="/props",
+    special_tokens_hint="restart it with -sp",  # a launched llama-server gets -sp (`argv`)
 )
 
 

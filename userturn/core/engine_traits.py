@@ -49,6 +49,12 @@ class EngineTraits(BaseModel):
     # unless the model's TEMPLATE is `{{ .Prompt }}`): a raw-mode prompt would become a user message, and the reply
     # an assistant turn, so raw mode is refused.
     templates_prompt: bool = False
+    # How to turn off sampling defaults a request cannot override (Ollama's /v1/completions cannot set top_k, min_p or
+    # repeat_penalty), said in a warning when they are not neutral; None: a request sets every sampler it sends.
+    fixed_sampler_hint: str | None = None
+    # How to make a running server keep the role tokens a model generates in the text (llama-server drops them
+    # without -sp, which its routes do not report), said once for a server recognised at a URL; None: nothing to do.
+    special_tokens_hint: str | None = None
     # What the server said it is when it was recognised at a URL (e.g. "llama-server b6500"); None: launched here, or
     # not recognised.
     described: str | None = None
@@ -72,4 +78,6 @@ OLLAMA = EngineTraits(
     engine="ollama", seed_honoured=True, server_sampler_defaults=None, neutral_sampler={"top_p": 1.0},
     max_stop_strings=None, honours_stop_token_ids=False, stop_reason_field=None, reasoning_field="reasoning",
     identity_route="/api/version", templates_prompt=True,
+    fixed_sampler_hint="set them off in the Modelfile (PARAMETER top_k 0, PARAMETER repeat_penalty 1) and `ollama "
+                       "create` it again",
 )
