@@ -58,10 +58,12 @@ def test_two_engines_starting_at_once_share_one_folder(tiny_gguf: Path) -> None:
     import torch
 
     both_converting = threading.Barrier(2)
+    one_load = threading.Lock()  # engines are processes; transformers patches torch process-wide while it loads
     results: list[tuple[Path, bool]] = []
 
     def slow(path: Path, dtype: Any, out: Path) -> None:
-        convert_gguf(path, dtype, out)
+        with one_load:
+            convert_gguf(path, dtype, out)
         both_converting.wait(timeout=30)  # neither has renamed yet: both really convert
 
     threads = [threading.Thread(target=lambda: results.append(
