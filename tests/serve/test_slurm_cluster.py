@@ -174,6 +174,9 @@ def test_a_requeued_job_is_followed(cluster: str, tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while "PENDING" not in job_states(server.slurm_job_id) and time.monotonic() < deadline:
             time.sleep(0.5)
+        # ... but not within the second of the requeue: slurmd refuses a credential made in the second its old one was
+        # revoked ("Killing non-startable batch job: Job credential revoked"), and the job ends FAILED for good
+        time.sleep(2)
         subprocess.run(["scontrol", "update", f"JobId={server.slurm_job_id}", "StartTime=now"], check=False,
                        timeout=20)
         deadline = time.monotonic() + 240
