@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from chatml_renderer import Renderer
 
 from userturn.cli import main
 from userturn.cli.app import build_parser
@@ -218,27 +219,6 @@ class _Item:
         self.id = item_id
 
 
-class _Renderer:
-    """The pipeline's Renderer shape (client.probe.settings.Renderer), enough to plan a run."""
-
-    template_sha256 = "t" * 64
-    engine = "jinja"
-    name = "chatml"
-    info = None  # not replayable
-    special_tokens = None  # none checked
-
-    def __init__(self) -> None:
-        self.stop = ["<|im_end|>"]
-        self.stop_token_ids: list[int] = []
-        self.token_ids: dict[str, int] = {}
-
-    def user_turn_prompt(self, messages: list, *, cache: bool = True) -> str:
-        return "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages) + "<|im_start|>user\n"
-
-    def count_tokens(self, text: str, *, cache: bool = True) -> int | None:
-        return None
-
-
 @pytest.mark.parametrize("own_first", [True, False])
 def test_a_reused_model_turn_comes_from_the_items_own_record_whatever_the_file_order(tmp_path: Path,
                                                                                       own_first: bool) -> None:
@@ -258,5 +238,5 @@ def test_a_reused_model_turn_comes_from_the_items_own_record_whatever_the_file_o
     items = [DatasetItem.model_validate({"id": f"q{i}", "messages": [{"role": "user", "content": f"Q{i}"}]})
              for i in range(2)]
     run = ProbeRun(items, ProbeSettings(model="m", dataset="d", assistant_from="model"), endpoints=[],
-                   renderer=_Renderer(), out_path=str(out), progress=False)
+                   renderer=Renderer(), out_path=str(out), progress=False)
     assert run.assistant.reusable_answers() == {"q0": ("A0", "length")}

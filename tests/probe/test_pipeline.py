@@ -7,6 +7,7 @@ import json
 
 import httpx
 import pytest
+from chatml_renderer import Renderer
 from mock_http import MockServer
 from results_lines import config_lines, record_lines
 
@@ -23,23 +24,13 @@ from userturn.core.text import strip_reasoning
 from userturn.judges.panel import JudgeCounters
 
 
-class ChatMLRenderer:
-    """Test double with the pipeline's Renderer shape (the real one is client.render.templates.PromptRenderer)."""
-
-    template_sha256 = "t" * 64
-    engine = "jinja"
-    name = "chatml"
-    info = None  # not replayable
-    special_tokens = None  # none checked
+class ChatMLRenderer(Renderer):
+    """The support renderer with a stop token id and word counts (the real one is
+    client.render.templates.PromptRenderer)."""
 
     def __init__(self) -> None:
-        self.stop = ["<|im_end|>"]
+        super().__init__()
         self.stop_token_ids = [7]
-        self.token_ids: dict[str, int] = {}
-
-    def user_turn_prompt(self, messages: list[Message], *, cache: bool = True) -> str:
-        body = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
-        return body + "<|im_start|>user\n"
 
     def count_tokens(self, text: str, *, cache: bool = True) -> int | None:
         return len(text.split())
